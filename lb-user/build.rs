@@ -1,0 +1,39 @@
+//! Builds the eBPF object from the `lb-ebpf` workspace package (the only build path for
+//! it) with aya-build, which runs `cargo +nightly build -Z build-std=core --target
+//! bpfel-unknown-none` and copies the object into `OUT_DIR/lb-ebpf`, where
+//! `lb_user::EBPF_OBJECT` embeds it.
+use anyhow::{Context as _, anyhow};
+use cargo_metadata::{Metadata, MetadataCommand};
+
+fn main() -> anyhow::Result<()> {
+    let Metadata { packages, .. } = MetadataCommand::new()
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
+    let find = |name: &str| {
+        packages
+            .iter()
+            .find(|p| p.name.as_str() == name)
+            .ok_or_else(|| anyhow!("package {name} not found in the workspace"))
+    };
+    let ebpf = find("lb-ebpf")?;
+    let common = find("lb-common")?;
+    // aya-build watches lb-ebpf's directory; the program also compiles lb-common.
+    let common_dir = common
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("lb-common manifest has no parent"))?;
+    println!("cargo:rerun-if-changed={common_dir}");
+    let root_dir = ebpf
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("lb-ebpf manifest has no parent"))?;
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: ebpf.name.as_str(),
+            root_dir: root_dir.as_str(),
+            ..Default::default()
+        }],
+        aya_build::Toolchain::default(),
+    )
+}

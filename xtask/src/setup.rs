@@ -1,0 +1,219 @@
+//! `cargo xtask setup`: brings a fresh machine to a working state, idempotently.
+//!
+//! Steps (../shared/TOOLCHAIN.md): Debian packages (LLVM 22 development files, which
+//! match the LLVM inside rustc 1.95 / nightly 1.97, plus iproute2 for the netns tests),
+//! the nightly toolchain's `rust-src` component (for `-Z build-std=core`), and
+//! `bpf-linker` built against LLVM 22. Each step says whether it installs or skips.
+
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+use crate::cmd;
+
+/// Debian packages the build and the tests need.
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "iproute2",
+];
+
+/// bpf-linker version known to build against LLVM 22 here.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Where Debian installs LLVM 22; bpf-linker's build script needs it (`LLVM_PREFIX`).
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+/// A setup step: how to tell whether it is needed and how to carry it out.
+struct Step {
+    name: &'static str,
+    missing: fn() -> Vec<String>,
+    install: fn(&[String]) -> anyhow::Result<()>,
+}
+
+const STEPS: &[Step] = &[
+    Step {
+        name: "apt packages",
+        missing: missing_apt_packages,
+        install: install_apt_packages,
+    },
+    Step {
+        name: "nightly toolchain",
+        missing: missing_nightly,
+        install: install_nightly,
+    },
+    Step {
+        name: "nightly rust-src",
+        missing: missing_rust_src,
+        install: install_rust_src,
+    },
+    Step {
+        name: "bpf-linker",
+        missing: missing_bpf_linker,
+        install: install_bpf_linker,
+    },
+];
+
+/// Whether any step still has something to install.
+pub(crate) fn anything_missing() -> bool {
+    STEPS.iter().any(|step| !(step.missing)().is_empty())
+}
+
+/// Runs every step, installing what is missing.
+///
+/// # Errors
+/// Names the failing step and what to do about it.
+pub(crate) fn run() -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    for step in STEPS {
+        let missing = (step.missing)();
+        if missing.is_empty() {
+            eprintln!("xtask setup: {}: present, skipping", step.name);
+            continue;
+        }
+        eprintln!(
+            "xtask setup: {}: installing {}",
+            step.name,
+            missing.join(" ")
+        );
+        (step.install)(&missing).with_context(|| format!("setup step `{}` failed", step.name))?;
+        let still = (step.missing)();
+        if !still.is_empty() {
+            bail!(
+                "setup step `{}` ran but {} is still missing",
+                step.name,
+                still.join(" ")
+            );
+        }
+    }
+    eprintln!(
+        "xtask setup: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn missing_apt_packages() -> Vec<String> {
+    APT_PACKAGES
+        .iter()
+        .filter(|pkg| {
+            let status =
+                cmd::output(Command::new("dpkg-query").args(["-W", "-f=${db:Status-Abbrev}", pkg]));
+            !status.is_some_and(|s| s.starts_with("ii"))
+        })
+        .map(|pkg| (*pkg).to_owned())
+        .collect()
+}
+
+fn install_apt_packages(missing: &[String]) -> anyhow::Result<()> {
+    if which("apt-get").is_none() {
+        bail!(
+            "apt-get not found: this setup supports Debian-based machines; install {} by hand",
+            missing.join(" ")
+        );
+    }
+    if !cmd::is_root() {
+        bail!(
+            "installing Debian packages needs root: run `sudo apt-get install -y {}` or run \
+             this command as root",
+            missing.join(" ")
+        );
+    }
+    cmd::run(
+        Command::new("apt-get")
+            .arg("update")
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    cmd::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+fn missing_nightly() -> Vec<String> {
+    let listed = cmd::output(Command::new("rustup").args(["toolchain", "list"]));
+    if listed.is_some_and(|l| l.lines().any(|t| t.starts_with("nightly"))) {
+        Vec::new()
+    } else {
+        vec!["nightly".to_owned()]
+    }
+}
+
+fn install_nightly(_: &[String]) -> anyhow::Result<()> {
+    if which("rustup").is_none() {
+        bail!("rustup not found: install it from https://rustup.rs, then run setup again");
+    }
+    cmd::run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        "nightly",
+        "--profile",
+        "minimal",
+    ]))
+}
+
+fn missing_rust_src() -> Vec<String> {
+    let installed = cmd::output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]));
+    if installed.is_some_and(|l| l.lines().any(|c| c.starts_with("rust-src"))) {
+        Vec::new()
+    } else {
+        vec!["rust-src".to_owned()]
+    }
+}
+
+fn install_rust_src(_: &[String]) -> anyhow::Result<()> {
+    cmd::run(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "--toolchain",
+        "nightly",
+    ]))
+}
+
+fn missing_bpf_linker() -> Vec<String> {
+    let version = cmd::output(Command::new("bpf-linker").arg("--version"));
+    if version.is_some_and(|v| v.contains(BPF_LINKER_VERSION)) {
+        Vec::new()
+    } else {
+        vec![format!("bpf-linker {BPF_LINKER_VERSION}")]
+    }
+}
+
+fn install_bpf_linker(_: &[String]) -> anyhow::Result<()> {
+    if !std::path::Path::new(LLVM_PREFIX).join("lib").exists() {
+        bail!("{LLVM_PREFIX} does not exist: the apt step must install llvm-22-dev first");
+    }
+    cmd::run(
+        cmd::cargo()
+            .args([
+                "install",
+                "bpf-linker",
+                "--locked",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_PREFIX", LLVM_PREFIX),
+    )
+}
+
+/// The path of `program` in `PATH`, if any.
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}

@@ -1,0 +1,236 @@
+//! `cargo xtask test`: THE test command of README.md.
+//!
+//! Order: setup (only when something is missing), `cargo fmt --check`, clippy with
+//! `-D warnings` on the host crates and on the eBPF crate (BPF target), the unit tests,
+//! then the privileged tests (BPF_PROG_TEST_RUN and netns) when running as root. It ends
+//! with one line `test: N passed, N failed, N skipped`, where each check (fmt, clippy)
+//! counts as one test, and a privileged suite that could not run counts as skipped.
+
+use anyhow::bail;
+
+use crate::{cmd, setup};
+
+/// Arguments of `cargo xtask test`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TestArgs {
+    /// Only run tests whose name contains this string (checks still run).
+    filter: Option<String>,
+}
+
+/// Running totals over every step.
+#[derive(Debug, Default)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    fn check(&mut self, name: &str, ok: bool) {
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed += 1;
+            self.failures.push(name.to_owned());
+        }
+    }
+
+    /// Adds the libtest `test result:` lines of a cargo test run. A run that failed
+    /// without reporting any failed test (a build error, a crashed test binary) counts as
+    /// one failure named `name`.
+    fn cargo_test(&mut self, name: &str, ok: bool, lines: &[String]) {
+        let mut failed_here = 0;
+        for line in lines {
+            if let Some(result) = parse_result_line(line) {
+                self.passed += result.passed;
+                self.failed += result.failed;
+                self.skipped += result.ignored;
+                failed_here += result.failed;
+            }
+        }
+        if failed_here > 0 {
+            self.failures.push(format!("{name}: {failed_here} failed"));
+        } else if !ok {
+            self.failed += 1;
+            self.failures.push(format!("{name}: did not build or run"));
+        }
+    }
+}
+
+/// Counts of one libtest `test result:` line.
+#[derive(Debug, PartialEq, Eq)]
+struct ResultLine {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+/// Parses `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; ...`.
+fn parse_result_line(line: &str) -> Option<ResultLine> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let (_, counts) = rest.split_once(". ")?;
+    let mut result = ResultLine {
+        passed: 0,
+        failed: 0,
+        ignored: 0,
+    };
+    for part in counts.split(';') {
+        let mut words = part.split_whitespace();
+        let (Some(n), Some(what)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match what {
+            "passed" => result.passed = n,
+            "failed" => result.failed = n,
+            "ignored" => result.ignored = n,
+            _ => {}
+        }
+    }
+    Some(result)
+}
+
+/// Runs the whole test command.
+pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    if setup::anything_missing() {
+        eprintln!("xtask test: the toolchain is incomplete; running setup first");
+        setup::run()?;
+    }
+    let mut tally = Tally::default();
+
+    eprintln!("xtask test: [1/5] cargo fmt --check");
+    let ok = cmd::succeeds(cmd::cargo().args(["fmt", "--all", "--", "--check"]));
+    tally.check("cargo fmt --check", ok);
+
+    eprintln!("xtask test: [2/5] clippy (host crates)");
+    let ok = cmd::succeeds(cmd::cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "lb-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]));
+    tally.check("clippy (host crates)", ok);
+
+    eprintln!("xtask test: [3/5] clippy (eBPF crate, bpfel-unknown-none)");
+    let target_dir = cmd::workspace_root().join("target").join("ebpf-clippy");
+    let ok = cmd::succeeds(
+        cmd::nightly_cargo()
+            .args([
+                "clippy",
+                "--package",
+                "lb-ebpf",
+                "--release",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--target-dir",
+            ])
+            .arg(&target_dir)
+            .args(["--", "-D", "warnings"]),
+    );
+    tally.check("clippy (eBPF crate)", ok);
+
+    eprintln!("xtask test: [4/5] unit tests");
+    let mut unit = cmd::cargo();
+    unit.args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "lb-ebpf",
+        "--exclude",
+        "lb-tests",
+        "--no-fail-fast",
+    ]);
+    if let Some(filter) = &args.filter {
+        unit.args(["--", filter]);
+    }
+    let (ok, lines) = cmd::run_capture(&mut unit)?;
+    tally.cargo_test("unit tests", ok, &lines);
+
+    eprintln!("xtask test: [5/5] privileged tests (BPF_PROG_TEST_RUN, netns)");
+    let mut privileged = cmd::cargo();
+    privileged.args(["test", "--package", "lb-tests", "--no-fail-fast"]);
+    if cmd::is_root() {
+        privileged.arg("--");
+        if let Some(filter) = &args.filter {
+            privileged.arg(filter);
+        }
+        let (ok, lines) = cmd::run_capture(&mut privileged)?;
+        tally.cargo_test("privileged tests", ok, &lines);
+    } else {
+        eprintln!("xtask test: not root: the privileged suite is SKIPPED (run as root)");
+        privileged.args(["--", "--list", "--format", "terse"]);
+        let listed = cmd::output(&mut privileged).unwrap_or_default();
+        let count = listed.lines().filter(|l| l.ends_with(": test")).count();
+        tally.skipped += u64::try_from(count.max(1)).unwrap_or(1);
+    }
+
+    eprintln!(
+        "xtask test: finished in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    for failure in &tally.failures {
+        eprintln!("xtask test: FAILED: {failure}");
+    }
+    println!(
+        "test: {} passed, {} failed, {} skipped",
+        tally.passed, tally.failed, tally.skipped
+    );
+    if tally.failed > 0 {
+        bail!("{} failed", tally.failed);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_libtest_result_lines() {
+        let line = "test result: ok. 12 passed; 0 failed; 3 ignored; 0 measured; 0 filtered out; finished in 0.01s";
+        assert_eq!(
+            parse_result_line(line),
+            Some(ResultLine {
+                passed: 12,
+                failed: 0,
+                ignored: 3
+            })
+        );
+        let line = "test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out";
+        assert_eq!(
+            parse_result_line(line),
+            Some(ResultLine {
+                passed: 1,
+                failed: 2,
+                ignored: 0
+            })
+        );
+        assert_eq!(parse_result_line("running 3 tests"), None);
+    }
+
+    #[test]
+    fn a_failed_run_without_results_counts_as_one_failure() {
+        let mut tally = Tally::default();
+        tally.cargo_test(
+            "unit",
+            false,
+            &["error[E0425]: cannot find value".to_owned()],
+        );
+        assert_eq!((tally.passed, tally.failed), (0, 1));
+        let mut tally = Tally::default();
+        tally.cargo_test(
+            "unit",
+            true,
+            &["test result: ok. 4 passed; 0 failed; 1 ignored; 0 measured".to_owned()],
+        );
+        assert_eq!((tally.passed, tally.failed, tally.skipped), (4, 0, 1));
+    }
+}
