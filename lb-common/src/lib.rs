@@ -2,8 +2,27 @@
 //!
 //! Everything here is `#![no_std]`, `#[repr(C)]` with explicit padding and a compile-time
 //! size assertion, so the kernel and userspace agree on every byte. Byte order is stated
-//! per field. With the `user` feature the map value types implement `aya::Pod`.
+//! per field. With the `user` feature the map key and value types implement `aya::Pod`.
+//!
+//! Modules: [`maps`] (map names and limits), [`types`] (map keys and values),
+//! [`stats`] (counter layouts and verdict reasons), [`hash`] (the one flow hash used by
+//! both sides).
 #![no_std]
 
+pub mod hash;
 pub mod maps;
 pub mod stats;
+pub mod types;
+
+/// Implements `aya::Pod` for plain-old-data map types on the userspace side.
+macro_rules! impl_pod {
+    ($($ty:ty),* $(,)?) => {
+        $(
+            // SAFETY: the type is repr(C), has explicit padding fields (no implicit
+            // padding; see its size assertion) and every bit pattern is a valid value.
+            #[cfg(feature = "user")]
+            unsafe impl aya::Pod for $ty {}
+        )*
+    };
+}
+pub(crate) use impl_pod;

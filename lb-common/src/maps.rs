@@ -1,10 +1,77 @@
-//! Names and sizes of the maps the XDP program defines.
+//! Names and limits of the maps and programs in the eBPF object.
 //!
-//! The names are the symbol names in the eBPF object; userspace looks maps up by them
-//! (`aya::Ebpf::map_mut`), so they live here once.
+//! Map names are the symbol names in the object; userspace looks maps up by them, so they
+//! are defined here once. Limits are compile-time map sizes unless stated otherwise.
 
-/// Per-CPU array of [`crate::stats::GlobalStats`], one element (index 0).
-pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
-
-/// Name of the XDP program section/function in the eBPF object.
+/// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
+/// An XDP program that returns `XDP_PASS` and does nothing else: the reference for
+/// benchmarks ("ns over an empty program").
+pub const EMPTY_PROGRAM: &str = "lb_empty";
+/// Benchmark harness: restores the frame from [`BENCH_FRAME`] before every repetition of
+/// `BPF_PROG_TEST_RUN`, then tail-calls `BENCH_PROGS[0]`.
+pub const BENCH_PROGRAM: &str = "lb_bench";
+
+/// `BPF_MAP_TYPE_ARRAY` of one [`crate::types::LbConfig`].
+pub const CONFIG: &str = "CONFIG";
+/// `BPF_MAP_TYPE_HASH`: [`crate::types::VipKey`] → [`crate::types::VipEntry`].
+pub const VIPS: &str = "VIPS";
+/// `BPF_MAP_TYPE_HASH`: [`crate::types::VipAddrKey`] → `u32` (number of VIPs on the
+/// address). Consulted only for packets whose port cannot be read (fragments, truncated
+/// L4), to tell "for a VIP address" from "for someone else".
+pub const VIP_ADDRS: &str = "VIP_ADDRS";
+/// `BPF_MAP_TYPE_ARRAY_OF_MAPS` indexed by VIP id; each inner map is one complete Maglev
+/// table (see [`TABLE_HEADER_LEN`]).
+pub const TABLES: &str = "TABLES";
+/// `BPF_MAP_TYPE_ARRAY`: backend id → [`crate::types::BackendEntry`]. Id 0 means "none".
+pub const BACKENDS: &str = "BACKENDS";
+/// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`] for
+/// established flows (TCP flows past the SYN, and UDP flows).
+pub const CONNTRACK: &str = "CONNTRACK";
+/// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`] for TCP
+/// flows of which only a SYN has been seen. Kept apart so that a SYN flood evicts other
+/// SYN-only entries, never established flows (../shared/cases BR-16).
+pub const CONNTRACK_SYN: &str = "CONNTRACK_SYN";
+/// Per-CPU array of one [`crate::stats::GlobalStats`].
+pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
+/// Per-CPU array: VIP id → [`crate::stats::VipStats`].
+pub const VIP_STATS: &str = "VIP_STATS";
+/// Per-CPU array: backend id → [`crate::stats::BackendStats`].
+pub const BACKEND_STATS: &str = "BACKEND_STATS";
+/// Array of one [`crate::types::BenchFrame`] (benchmark harness only).
+pub const BENCH_FRAME: &str = "BENCH_FRAME";
+/// `BPF_MAP_TYPE_PROG_ARRAY` of one program: the program under benchmark.
+pub const BENCH_PROGS: &str = "BENCH_PROGS";
+
+/// Maximum number of VIPs (size of `VIPS`, `TABLES`, `VIP_STATS`); VIP ids are
+/// `0..MAX_VIPS`.
+pub const MAX_VIPS: u32 = 1024;
+/// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).
+pub const MAX_BACKENDS: u32 = 65_536;
+/// Default capacity of `CONNTRACK` (the controller sets the real one at load time).
+pub const DEFAULT_CT_CAPACITY: u32 = 1_048_576;
+/// Default capacity of `CONNTRACK_SYN` (the controller sets the real one at load time).
+pub const DEFAULT_CT_SYN_CAPACITY: u32 = 65_536;
+
+/// Number of `u32` header entries before the slots in an inner table map:
+/// entry 0 = table size M, entry 1 = table generation (low 32 bits). Slots follow:
+/// entry `TABLE_HEADER_LEN + i` = backend id of slot `i` (0 = no backend). Keeping M in
+/// the same map as the slots means a packet can never pair one table's size with another
+/// table's slots.
+pub const TABLE_HEADER_LEN: u32 = 2;
+/// Index of the table size M in an inner table map.
+pub const TABLE_SIZE_INDEX: u32 = 0;
+/// Index of the table generation in an inner table map.
+pub const TABLE_GENERATION_INDEX: u32 = 1;
+/// Largest table size M the data plane accepts (bounds the slot index the program
+/// computes; the controller's own maximum must not exceed it).
+pub const MAX_TABLE_SIZE: u32 = 4_194_301;
+/// Flags of every inner table map: `BPF_F_INNER_MAP` (0x1000: inner maps may differ in
+/// `max_entries`, kernel 5.10+) | `BPF_F_MMAPABLE` (0x400: userspace fills the table
+/// through mmap instead of one syscall per slot). The kernel requires every inner map to
+/// have exactly the template's flags.
+pub const TABLE_MAP_FLAGS: u32 = 0x1000 | 0x400;
+/// `BPF_F_NO_COMMON_LRU` (0x2): per-CPU LRU lists for the conntrack maps (lookups stay
+/// shared between CPUs; only eviction bookkeeping is per CPU, which avoids a global lock
+/// on inserts).
+pub const CT_MAP_FLAGS: u32 = 0x2;

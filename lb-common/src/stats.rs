@@ -1,20 +1,206 @@
-//! Counter layouts read by userspace from per-CPU arrays.
+//! Counter layouts of the per-CPU statistics maps and the verdict reasons.
 //!
-//! All counters are `u64` in host byte order; userspace sums the per-CPU copies.
+//! All counters are `u64` in host byte order, one copy per CPU; userspace sums them.
+//! Every packet the program sees increments exactly one [`Reason`] in `GLOBAL_STATS`.
 
-/// Global counters, one per-CPU element of the `GLOBAL_STATS` map.
+use crate::impl_pod;
+
+/// Why the program returned the verdict it did. Index into [`GlobalStats::counters`].
 ///
-/// Layout: 8 bytes, one `u64` per field, host byte order.
+/// `Pass*` reasons return `XDP_PASS` with the frame untouched, `Tx*`/`Redirect*` forward
+/// the encapsulated frame, `Drop*` return `XDP_DROP`. The program never returns
+/// `XDP_ABORTED`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// Not IPv4 or IPv6 (ARP, LLDP, ...).
+    PassNotIp = 0,
+    /// 802.1Q / 802.1ad tagged frame: not parsed, handed to the stack.
+    PassVlan,
+    /// IPv4/IPv6 but not for a configured VIP (other address, port or protocol).
+    PassNonVip,
+    /// IPv6 extension-header chain the program does not walk (ESP, unknown header, or
+    /// more than `MAX_IPV6_EXT_HEADERS`).
+    PassIpv6ExtHdr,
+    /// Encapsulated and sent back out the receiving interface (`XDP_TX`).
+    TxEncap,
+    /// Encapsulated and redirected to the FIB's egress interface (`XDP_REDIRECT`).
+    RedirectEncap,
+    /// Frame shorter than an Ethernet header.
+    DropMalformedL2,
+    /// Truncated or invalid IPv4/IPv6 header or extension header.
+    DropMalformedL3,
+    /// Truncated TCP/UDP header of a packet to a VIP address.
+    DropMalformedL4,
+    /// IP fragment to a VIP address (fragment tracking is not implemented).
+    DropFragment,
+    /// VIP packet for which no usable backend exists (empty or drained table).
+    DropNoBackend,
+    /// The encapsulated packet would exceed the configured MTU.
+    DropTooBig,
+    /// Configuration missing or inconsistent (no config, missing/invalid table,
+    /// backend family different from the VIP's).
+    DropBadConfig,
+    /// `bpf_xdp_adjust_head` failed (no headroom).
+    DropEncapFail,
+    /// FIB next hop found but its neighbour (MAC) is not resolved.
+    DropFibNoNeigh,
+    /// FIB lookup failed (no route, unreachable, blackhole, ...).
+    DropFibFail,
+}
+
+/// Number of [`Reason`] variants.
+pub const REASON_COUNT: usize = 16;
+
+impl Reason {
+    /// Every reason, in index order.
+    pub const ALL: [Reason; REASON_COUNT] = [
+        Reason::PassNotIp,
+        Reason::PassVlan,
+        Reason::PassNonVip,
+        Reason::PassIpv6ExtHdr,
+        Reason::TxEncap,
+        Reason::RedirectEncap,
+        Reason::DropMalformedL2,
+        Reason::DropMalformedL3,
+        Reason::DropMalformedL4,
+        Reason::DropFragment,
+        Reason::DropNoBackend,
+        Reason::DropTooBig,
+        Reason::DropBadConfig,
+        Reason::DropEncapFail,
+        Reason::DropFibNoNeigh,
+        Reason::DropFibFail,
+    ];
+
+    /// The counter's exported name (snake case, as shown by `lb stats`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reason::PassNotIp => "pass_not_ip",
+            Reason::PassVlan => "pass_vlan",
+            Reason::PassNonVip => "pass_non_vip",
+            Reason::PassIpv6ExtHdr => "pass_ipv6_ext_hdr",
+            Reason::TxEncap => "tx_encap",
+            Reason::RedirectEncap => "redirect_encap",
+            Reason::DropMalformedL2 => "drop_malformed_l2",
+            Reason::DropMalformedL3 => "drop_malformed_l3",
+            Reason::DropMalformedL4 => "drop_malformed_l4",
+            Reason::DropFragment => "drop_fragment",
+            Reason::DropNoBackend => "drop_no_backend",
+            Reason::DropTooBig => "drop_too_big",
+            Reason::DropBadConfig => "drop_bad_config",
+            Reason::DropEncapFail => "drop_encap_fail",
+            Reason::DropFibNoNeigh => "drop_fib_no_neigh",
+            Reason::DropFibFail => "drop_fib_fail",
+        }
+    }
+}
+
+/// The single element of the per-CPU `GLOBAL_STATS` array: one packet counter per
+/// [`Reason`], indexed by `reason as usize`.
+///
+/// Layout: `REASON_COUNT` × `u64` (128 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlobalStats {
-    /// Packets the program has seen (every invocation).
-    pub rx_packets: u64,
+    /// Packets per verdict reason.
+    pub counters: [u64; REASON_COUNT],
+}
+const _: () = assert!(size_of::<GlobalStats>() == 8 * REASON_COUNT);
+
+impl GlobalStats {
+    /// The counter of `reason`.
+    pub const fn get(&self, reason: Reason) -> u64 {
+        self.counters[reason as usize]
+    }
+
+    /// Total packets seen.
+    pub fn total(&self) -> u64 {
+        self.counters.iter().sum()
+    }
+
+    /// Adds `other` counter by counter (summing per-CPU copies).
+    pub fn accumulate(&mut self, other: &Self) {
+        for (total, value) in self.counters.iter_mut().zip(other.counters) {
+            *total = total.wrapping_add(value);
+        }
+    }
 }
 
-const _: () = assert!(size_of::<GlobalStats>() == 8);
+/// Per-VIP counters (per-CPU `VIP_STATS`, index = VIP id).
+///
+/// Layout (64 bytes, one cache line): eight `u64`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipStats {
+    /// Packets to the VIP (forwarded or dropped).
+    pub packets: u64,
+    /// Bytes of those packets as received (Ethernet header included).
+    pub bytes: u64,
+    /// Flows that got a backend from the Maglev table and a new CT entry.
+    pub new_flows: u64,
+    /// Packets forwarded by a conntrack hit.
+    pub ct_hits: u64,
+    /// Conntrack misses on packets that are not an initial TCP SYN (mid-flow packets
+    /// of flows the LB had no state for; re-hashed on the current table).
+    pub ct_misses_non_syn: u64,
+    /// Conntrack hits on a backend that is down or removed, re-picked from the table.
+    pub ct_stale_repicked: u64,
+    /// UDP conntrack entries found idle longer than the timeout, re-picked.
+    pub ct_udp_expired: u64,
+    /// Packets to the VIP that were dropped (any drop reason).
+    pub drops: u64,
+}
+const _: () = assert!(size_of::<VipStats>() == 64);
 
-// SAFETY: GlobalStats is repr(C), has no padding (size assertion above) and every bit
-// pattern is a valid value.
-#[cfg(feature = "user")]
-unsafe impl aya::Pod for GlobalStats {}
+impl VipStats {
+    /// Adds `other` field by field (summing per-CPU copies).
+    pub fn accumulate(&mut self, other: &Self) {
+        self.packets = self.packets.wrapping_add(other.packets);
+        self.bytes = self.bytes.wrapping_add(other.bytes);
+        self.new_flows = self.new_flows.wrapping_add(other.new_flows);
+        self.ct_hits = self.ct_hits.wrapping_add(other.ct_hits);
+        self.ct_misses_non_syn = self.ct_misses_non_syn.wrapping_add(other.ct_misses_non_syn);
+        self.ct_stale_repicked = self.ct_stale_repicked.wrapping_add(other.ct_stale_repicked);
+        self.ct_udp_expired = self.ct_udp_expired.wrapping_add(other.ct_udp_expired);
+        self.drops = self.drops.wrapping_add(other.drops);
+    }
+}
+
+/// Per-backend counters (per-CPU `BACKEND_STATS`, index = backend id).
+///
+/// Layout (16 bytes): two `u64`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Packets forwarded to the backend.
+    pub packets: u64,
+    /// Bytes of those packets as received (before encapsulation).
+    pub bytes: u64,
+}
+const _: () = assert!(size_of::<BackendStats>() == 16);
+
+impl BackendStats {
+    /// Adds `other` field by field (summing per-CPU copies).
+    pub fn accumulate(&mut self, other: &Self) {
+        self.packets = self.packets.wrapping_add(other.packets);
+        self.bytes = self.bytes.wrapping_add(other.bytes);
+    }
+}
+
+impl_pod!(GlobalStats, VipStats, BackendStats);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_indexed_in_order_and_named_uniquely() {
+        for (i, reason) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i);
+            for other in &Reason::ALL[..i] {
+                assert_ne!(other.name(), reason.name());
+            }
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Map keys and values shared by the XDP program and userspace.
+//!
+//! Addresses are 16-byte arrays in network byte order; an IPv4 address occupies the first
+//! four bytes and the other twelve are zero, and the `family` field ([`FAMILY_V4`] or
+//! [`FAMILY_V6`]) tells which. Ports are in network byte order as on the wire (the
+//! `u16` holds the two wire bytes in memory order). Other integers are in host byte order.
+
+use crate::impl_pod;
+
+/// `family` value of an IPv4 key or entry.
+pub const FAMILY_V4: u8 = 4;
+/// `family` value of an IPv6 key or entry.
+pub const FAMILY_V6: u8 = 6;
+
+/// IP protocol number of TCP (IANA).
+pub const PROTO_TCP: u8 = 6;
+/// IP protocol number of UDP (IANA).
+pub const PROTO_UDP: u8 = 17;
+
+/// Key of the `VIPS` map: a VIP is (address, port, protocol, family).
+///
+/// Layout (20 bytes): `addr` 0..16 (network order), `port` 16..18 (network order),
+/// `proto` 18, `family` 19.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipKey {
+    /// VIP address, network byte order (IPv4 in bytes 0..4, rest zero).
+    pub addr: [u8; 16],
+    /// Destination port, network byte order.
+    pub port: u16,
+    /// [`PROTO_TCP`] or [`PROTO_UDP`].
+    pub proto: u8,
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+}
+const _: () = assert!(size_of::<VipKey>() == 20);
+
+/// Value of the `VIPS` map.
+///
+/// Layout (8 bytes): `vip_id` 0..4, `flags` 4..8.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipEntry {
+    /// Index into `TABLES` and `VIP_STATS`, `0..MAX_VIPS`.
+    pub vip_id: u32,
+    /// Reserved for per-VIP options; 0 today.
+    pub flags: u32,
+}
+const _: () = assert!(size_of::<VipEntry>() == 8);
+
+/// Key of the `VIP_ADDRS` map: a VIP address without port and protocol.
+///
+/// Layout (20 bytes): `addr` 0..16 (network order), `family` 16, `_pad` 17..20 (zero).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipAddrKey {
+    /// Address, network byte order (IPv4 in bytes 0..4, rest zero).
+    pub addr: [u8; 16],
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    /// Explicit padding, always zero.
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(size_of::<VipAddrKey>() == 20);
+
+/// `BackendEntry::state`: id not in use; never selected.
+pub const BACKEND_UNUSED: u8 = 0;
+/// `BackendEntry::state`: takes new flows (through the tables) and keeps its CT flows.
+pub const BACKEND_ACTIVE: u8 = 1;
+/// `BackendEntry::state`: drained (weight 0): no new flows, keeps its CT flows.
+pub const BACKEND_DRAINING: u8 = 2;
+/// `BackendEntry::state`: removed or down: its CT entries are no longer honoured and
+/// those flows are re-picked from the current table.
+pub const BACKEND_DOWN: u8 = 3;
+
+/// Value of the `BACKENDS` array (index = backend id).
+///
+/// Layout (20 bytes): `addr` 0..16 (network order), `family` 16, `state` 17,
+/// `_pad` 18..20 (zero).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendEntry {
+    /// Backend address (outer destination of the encapsulated packet), network order.
+    pub addr: [u8; 16],
+    /// [`FAMILY_V4`] or [`FAMILY_V6`]; must match the VIP's family.
+    pub family: u8,
+    /// One of [`BACKEND_UNUSED`], [`BACKEND_ACTIVE`], [`BACKEND_DRAINING`],
+    /// [`BACKEND_DOWN`].
+    pub state: u8,
+    /// Explicit padding, always zero.
+    pub _pad: [u8; 2],
+}
+const _: () = assert!(size_of::<BackendEntry>() == 20);
+
+/// Key of the conntrack maps: the full 5-tuple plus family, client → VIP direction.
+///
+/// The first 20 bytes are the flow's [`VipKey`], so the program looks the VIP up with a
+/// reference to the flow key instead of building a second key.
+///
+/// Layout (40 bytes, 4-byte aligned): `vip` 0..20 (`addr` 0..16, `port` 16..18,
+/// `proto` 18, `family` 19), `src` 20..36 (network order), `sport` 36..38 (network
+/// order), `_pad` 38..40 (zero).
+#[repr(C, align(4))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Destination side: VIP address, port, protocol and family.
+    pub vip: VipKey,
+    /// Client address, network order.
+    pub src: [u8; 16],
+    /// Client port, network order.
+    pub sport: u16,
+    /// Explicit padding, always zero.
+    pub _pad: [u8; 2],
+}
+const _: () = assert!(size_of::<FlowKey>() == 40);
+
+/// Value of the conntrack maps.
+///
+/// Layout (16 bytes): `backend_id` 0..4, `vip_id` 4..8, `last_seen_ns` 8..16.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtEntry {
+    /// Backend the flow is pinned to (index into `BACKENDS`).
+    pub backend_id: u32,
+    /// VIP the flow belongs to.
+    pub vip_id: u32,
+    /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE, ns) when the flow was last
+    /// seen; maintained for UDP only (the idle timeout), 0 for TCP.
+    pub last_seen_ns: u64,
+}
+const _: () = assert!(size_of::<CtEntry>() == 16);
+
+/// `LbConfig::nexthop_mode`: next-hop MAC from `bpf_fib_lookup` on the outer
+/// destination (kernel routing and neighbour tables).
+pub const NEXTHOP_FIB: u8 = 0;
+/// `LbConfig::nexthop_mode`: every encapsulated frame goes to `gateway_mac` from
+/// `if_mac` (one configured next hop, as in Katran).
+pub const NEXTHOP_GATEWAY: u8 = 1;
+
+/// `LbConfig::flags`: the controller has written a complete configuration. Until it is
+/// set, VIP packets are dropped and counted (`drop_bad_config`).
+pub const CONFIG_VALID: u32 = 1;
+
+/// The single element of the `CONFIG` array.
+///
+/// Layout (56 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
+/// `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `_pad` 35, `flags` 36..40,
+/// `hash_seed` 40..44, `_pad2` 44..48, `udp_timeout_ns` 48..56.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LbConfig {
+    /// Outer source address for IPv6-in-IPv6, network order.
+    pub src_v6: [u8; 16],
+    /// Outer source address for IPv4-in-IPv4, network order.
+    pub src_v4: [u8; 4],
+    /// Source MAC of encapsulated frames in [`NEXTHOP_GATEWAY`] mode (the interface's
+    /// MAC).
+    pub if_mac: [u8; 6],
+    /// Destination MAC in [`NEXTHOP_GATEWAY`] mode.
+    pub gateway_mac: [u8; 6],
+    /// Largest outer IP packet (L3 bytes) the LB → backend path carries; larger
+    /// encapsulated packets are dropped and counted (`drop_too_big`).
+    pub mtu: u16,
+    /// [`NEXTHOP_FIB`] or [`NEXTHOP_GATEWAY`].
+    pub nexthop_mode: u8,
+    /// Explicit padding, always zero.
+    pub _pad: u8,
+    /// Bit set of [`CONFIG_VALID`].
+    pub flags: u32,
+    /// Seed of the flow hash ([`crate::hash::flow_hash`]).
+    pub hash_seed: u32,
+    /// Explicit padding, always zero.
+    pub _pad2: u32,
+    /// UDP conntrack entries idle longer than this (ns) count as misses.
+    pub udp_timeout_ns: u64,
+}
+const _: () = assert!(size_of::<LbConfig>() == 56);
+
+/// Largest frame the benchmark harness restores.
+pub const BENCH_FRAME_MAX: usize = 128;
+
+/// The single element of the `BENCH_FRAME` array (benchmark harness only).
+///
+/// Layout (144 bytes): `len` 0..4, `vary_offset` 4..8, `counter` 8..12, `_pad` 12..16,
+/// `bytes` 16..144.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BenchFrame {
+    /// Length of the frame under test; must equal [`BENCH_FRAME_MAX`] (the harness
+    /// restores exactly that many bytes, a constant the verifier can check).
+    pub len: u32,
+    /// When non-zero, the byte offset (`4..=BENCH_FRAME_MAX - 4`) of a 4-byte field
+    /// (e.g. the source address) that the harness overwrites with [`Self::counter`]
+    /// before every repetition, so that every repetition is a new flow; 0 leaves the
+    /// frame as given.
+    pub vary_offset: u32,
+    /// Incremented by the harness on every repetition when `vary_offset` is set.
+    pub counter: u32,
+    /// Explicit padding, always zero.
+    pub _pad: u32,
+    /// The frame.
+    pub bytes: [u8; BENCH_FRAME_MAX],
+}
+const _: () = assert!(size_of::<BenchFrame>() == 144);
+
+impl Default for BenchFrame {
+    fn default() -> Self {
+        Self {
+            len: 0,
+            vary_offset: 0,
+            counter: 0,
+            _pad: 0,
+            bytes: [0; BENCH_FRAME_MAX],
+        }
+    }
+}
+
+impl_pod!(
+    VipKey,
+    VipEntry,
+    VipAddrKey,
+    BackendEntry,
+    FlowKey,
+    CtEntry,
+    LbConfig,
+    BenchFrame
+);
