@@ -1,5 +1,11 @@
-//! Rebuild the eBPF object when the `bpf-linker` binary changes, and fail early with an
-//! actionable message when it is missing.
+//! Build configuration of the eBPF object.
+//!
+//! - Rebuilds when the `bpf-linker` binary changes, and warns with an actionable message
+//!   when it is missing.
+//! - Passes `+alu32` (32-bit sub-registers, kernel 5.1+) to bpf-linker, which runs
+//!   LLVM's BPF back end on the whole program (rustc already passes `--cpu`). Not
+//!   `+allows-misaligned-mem-access`: LLVM then also merges stack stores into misaligned
+//!   ones, which the verifier rejects (stack accesses must be aligned).
 use which::which;
 
 fn main() {
@@ -11,5 +17,9 @@ fn main() {
                 "cargo:warning=bpf-linker not found ({err}); run `cargo xtask setup` to install it"
             );
         }
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("bpf") {
+        println!("cargo:rustc-link-arg-bins=--cpu-features=+alu32");
     }
 }

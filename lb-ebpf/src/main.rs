@@ -1,31 +1,93 @@
 //! The XDP program of the load balancer.
 //!
-//! Entry point `lb_xdp`: it always returns a verdict; reasons are counted in per-CPU maps,
-//! never logged per packet.
+//! `lb_xdp` per packet: parse ([`parse`]); not for a VIP → `XDP_PASS` untouched; otherwise
+//! choose the backend ([`select`]: connection tracking, then the VIP's Maglev table),
+//! encapsulate it IP-in-IP and send it ([`forward`]). It always returns a verdict (never
+//! `XDP_ABORTED`) and counts its reason ([`stats`]); nothing is logged per packet.
+//! `lb_empty` and `lb_bench` serve the benchmarks ([`bench`]).
 #![no_std]
 #![no_main]
 
-use aya_ebpf::{
-    bindings::xdp_action,
-    macros::{map, xdp},
-    maps::PerCpuArray,
-    programs::XdpContext,
-};
-use lb_common::stats::GlobalStats;
+mod bench;
+mod forward;
+mod headers;
+mod maps;
+mod packet;
+mod parse;
+mod select;
+mod stats;
 
-/// Global counters (`lb_common::maps::GLOBAL_STATS`).
-#[map(name = "GLOBAL_STATS")]
-static GLOBAL_STATS: PerCpuArray<GlobalStats> = PerCpuArray::with_max_entries(1, 0);
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use lb_common::{stats::Reason, types::CONFIG_VALID};
 
-/// XDP entry point. Counts the packet and passes it on.
+/// The load balancer.
 #[xdp]
-fn lb_xdp(_ctx: XdpContext) -> u32 {
-    if let Some(stats) = GLOBAL_STATS.get_ptr_mut(0) {
-        // SAFETY: the pointer comes from a successful per-CPU array lookup and is only
-        // used by this CPU while the program runs.
-        unsafe { (*stats).rx_packets += 1 };
-    }
+fn lb_xdp(ctx: XdpContext) -> u32 {
+    let (action, reason) = process(&ctx);
+    stats::count(reason);
+    action
+}
+
+/// Returns `XDP_PASS`: the reference program of the benchmarks.
+#[xdp]
+fn lb_empty(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// Benchmark harness: restores the frame, then tail-calls the program under test.
+#[xdp]
+fn lb_bench(ctx: XdpContext) -> u32 {
+    bench::restore_and_call(&ctx)
+}
+
+/// The verdict of a reason that is not a forward.
+#[inline(always)]
+fn verdict(reason: Reason) -> (u32, Reason) {
+    let action = match reason {
+        Reason::PassNotIp | Reason::PassVlan | Reason::PassNonVip | Reason::PassIpv6ExtHdr => {
+            xdp_action::XDP_PASS
+        }
+        _ => xdp_action::XDP_DROP,
+    };
+    (action, reason)
+}
+
+#[inline(always)]
+fn process(ctx: &XdpContext) -> (u32, Reason) {
+    let parsed = match parse::parse(ctx) {
+        Ok(parsed) => parsed,
+        Err(reason) => return verdict(reason),
+    };
+    let Some(vip) = select::find_vip(&parsed) else {
+        return verdict(Reason::PassNonVip);
+    };
+    let Some(vip_stats) = stats::vip(vip.vip_id) else {
+        return verdict(Reason::DropBadConfig);
+    };
+    let bytes = packet::frame_len(ctx) as u64;
+    vip_stats.packets += 1;
+    vip_stats.bytes += bytes;
+    let Some(cfg) = maps::CONFIG.get(0) else {
+        vip_stats.drops += 1;
+        return verdict(Reason::DropBadConfig);
+    };
+    if cfg.flags & CONFIG_VALID == 0 {
+        vip_stats.drops += 1;
+        return verdict(Reason::DropBadConfig);
+    }
+    let sent = select::pick_backend(&parsed, &vip, cfg, vip_stats).and_then(|choice| {
+        forward::encapsulate(ctx, &parsed, choice.backend, cfg).map(|sent| (choice.id, sent))
+    });
+    match sent {
+        Ok((backend_id, sent)) => {
+            stats::backend(backend_id, bytes);
+            (sent.action, sent.reason)
+        }
+        Err(reason) => {
+            vip_stats.drops += 1;
+            verdict(reason)
+        }
+    }
 }
 
 #[cfg(not(test))]

@@ -1,0 +1,56 @@
+//! Benchmark harness programs (never attached to an interface).
+//!
+//! `BPF_PROG_TEST_RUN` with `repeat` reuses one buffer, so from the second repetition an
+//! encapsulating program would see its own output. `lb_bench` restores the frame from
+//! `BENCH_FRAME` before every repetition (shrinking the headroom back first), optionally
+//! stamps a counter into it so that every repetition is a new flow, then tail-calls the
+//! program under test in `BENCH_PROGS[0]`. Measuring it in front of `lb_empty` gives the
+//! harness cost to subtract.
+
+use aya_ebpf::{
+    bindings::xdp_action, helpers::generated::bpf_xdp_adjust_head, programs::XdpContext,
+};
+use lb_common::types::BENCH_FRAME_MAX;
+
+use crate::{
+    maps::{BENCH_FRAME, BENCH_PROGS},
+    packet::{frame_len, ptr_at},
+};
+
+/// Restores the frame and tail-calls the program under test; `XDP_ABORTED` when the
+/// harness itself fails (the benchmark checks the action).
+#[inline(always)]
+pub(crate) fn restore_and_call(ctx: &XdpContext) -> u32 {
+    let Some(frame) = BENCH_FRAME.get_ptr_mut(0) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    // SAFETY: the single array element; the harness runs on one CPU at a time.
+    let frame = unsafe { &mut *frame };
+    let grown = frame_len(ctx).wrapping_sub(BENCH_FRAME_MAX);
+    if grown != 0 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_possible_wrap,
+            reason = "the program under test grows the frame by at most a few headers"
+        )]
+        let delta = grown as i32;
+        // SAFETY: ctx is the program's context; a positive delta shrinks the headroom.
+        if unsafe { bpf_xdp_adjust_head(ctx.ctx, delta) } != 0 {
+            return xdp_action::XDP_ABORTED;
+        }
+    }
+    let Some(data) = ptr_at::<[u8; BENCH_FRAME_MAX]>(ctx, 0) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    // SAFETY: ptr_at checked the BENCH_FRAME_MAX bytes written.
+    let data = unsafe { &mut *data };
+    data.copy_from_slice(&frame.bytes);
+    let at = frame.vary_offset as usize;
+    if at != 0 && at + 4 <= BENCH_FRAME_MAX {
+        frame.counter = frame.counter.wrapping_add(1);
+        data[at..at + 4].copy_from_slice(&frame.counter.to_be_bytes());
+    }
+    // SAFETY: tail_call replaces this program on success and returns on failure.
+    unsafe { BENCH_PROGS.tail_call(ctx, 0) };
+    xdp_action::XDP_ABORTED
+}

@@ -1,0 +1,105 @@
+//! Wire headers as `#[repr(C)]` structs with naturally aligned fields, read and written
+//! with plain loads and stores, as C XDP programs do with `struct iphdr`.
+//!
+//! All multi-byte fields hold the wire bytes (network byte order) unconverted. The
+//! structs assume the frame starts at an even address (every XDP headroom is even), so
+//! 16-bit fields are aligned; 32-bit fields may sit at addresses that are 2 mod 4, which
+//! the kernel accepts for packet memory on architectures with efficient unaligned access
+//! (x86-64, arm64) — the same assumption every C XDP program makes. LLVM's BPF back end
+//! would otherwise split each unaligned 4-byte read into four byte loads.
+
+/// Ethernet II header (IEEE 802.3), 14 bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct EthHdr {
+    /// Destination MAC.
+    pub(crate) dst: [u16; 3],
+    /// Source MAC.
+    pub(crate) src: [u16; 3],
+    /// EtherType, network order.
+    pub(crate) proto: u16,
+}
+const _: () = assert!(size_of::<EthHdr>() == 14);
+
+/// IPv4 header without options (RFC 791), 20 bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Ipv4Hdr {
+    /// Version (high nibble) and IHL in 32-bit words (low nibble).
+    pub(crate) vihl: u8,
+    /// Type of service (DSCP and ECN).
+    pub(crate) tos: u8,
+    /// Total length, network order.
+    pub(crate) tot_len: u16,
+    /// Identification, network order.
+    pub(crate) id: u16,
+    /// Flags and fragment offset, network order.
+    pub(crate) frag: u16,
+    /// Time to live.
+    pub(crate) ttl: u8,
+    /// Protocol.
+    pub(crate) proto: u8,
+    /// Header checksum.
+    pub(crate) check: u16,
+    /// Source address, network order.
+    pub(crate) src: u32,
+    /// Destination address, network order.
+    pub(crate) dst: u32,
+}
+const _: () = assert!(size_of::<Ipv4Hdr>() == 20);
+
+/// IPv6 fixed header (RFC 8200), 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Ipv6Hdr {
+    /// Version, traffic class and flow label, network order.
+    pub(crate) vtcfl: u32,
+    /// Payload length, network order.
+    pub(crate) plen: u16,
+    /// Next header.
+    pub(crate) next: u8,
+    /// Hop limit.
+    pub(crate) hop_limit: u8,
+    /// Source address, network order.
+    pub(crate) src: [u32; 4],
+    /// Destination address, network order.
+    pub(crate) dst: [u32; 4],
+}
+const _: () = assert!(size_of::<Ipv6Hdr>() == 40);
+
+/// The first eight bytes of TCP (RFC 9293) or UDP (RFC 768): the ports.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Ports {
+    /// Source port, network order.
+    pub(crate) src: u16,
+    /// Destination port, network order.
+    pub(crate) dst: u16,
+}
+
+/// The 16 address bytes of an IPv4 (first four) or IPv6 address held as words.
+#[inline(always)]
+pub(crate) fn addr_bytes(words: [u32; 4]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 4 {
+        let b = words[i].to_ne_bytes();
+        out[i * 4] = b[0];
+        out[i * 4 + 1] = b[1];
+        out[i * 4 + 2] = b[2];
+        out[i * 4 + 3] = b[3];
+        i += 1;
+    }
+    out
+}
+
+/// The words of 16 address bytes (inverse of [`addr_bytes`]).
+#[inline(always)]
+pub(crate) fn addr_words(bytes: &[u8; 16]) -> [u32; 4] {
+    [
+        u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+        u32::from_ne_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+        u32::from_ne_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
+        u32::from_ne_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]),
+    ]
+}

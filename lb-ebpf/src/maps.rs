@@ -1,0 +1,72 @@
+//! The program's maps (names, key/value types and sizes in `lb_common::maps`).
+//!
+//! All maps are BTF-defined (`#[btf_map]`, section `.maps`); userspace resizes the
+//! conntrack maps at load time.
+
+use aya_ebpf::{
+    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, ProgramArray},
+    macros::btf_map,
+};
+use lb_common::{
+    maps::{
+        CT_MAP_FLAGS, DEFAULT_CT_CAPACITY, DEFAULT_CT_SYN_CAPACITY, MAX_BACKENDS, MAX_VIPS,
+        TABLE_HEADER_LEN, TABLE_MAP_FLAGS,
+    },
+    stats::{BackendStats, GlobalStats, VipStats},
+    types::{BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey, VipEntry, VipKey},
+};
+
+const VIPS_MAX: usize = MAX_VIPS as usize;
+const BACKENDS_MAX: usize = MAX_BACKENDS as usize;
+
+/// One Maglev table (template of the inner maps of [`TABLES`]): `u32` entries, header
+/// first (`lb_common::maps::TABLE_HEADER_LEN`). Real tables have `M + TABLE_HEADER_LEN`
+/// entries; `BPF_F_INNER_MAP` lets their size differ from this template's.
+pub(crate) type TableMap =
+    Array<u32, { TABLE_HEADER_LEN as usize + 1 }, { TABLE_MAP_FLAGS as usize }>;
+
+#[btf_map]
+pub(crate) static CONFIG: Array<LbConfig, 1> = Array::new();
+
+#[btf_map]
+pub(crate) static VIPS: HashMap<VipKey, VipEntry, VIPS_MAX> = HashMap::new();
+
+#[btf_map]
+pub(crate) static VIP_ADDRS: HashMap<VipAddrKey, u32, VIPS_MAX> = HashMap::new();
+
+#[btf_map]
+pub(crate) static TABLES: ArrayOfMaps<TableMap, VIPS_MAX> = ArrayOfMaps::new();
+
+#[btf_map]
+pub(crate) static BACKENDS: Array<BackendEntry, BACKENDS_MAX> = Array::new();
+
+#[btf_map]
+pub(crate) static CONNTRACK: LruHashMap<
+    FlowKey,
+    CtEntry,
+    { DEFAULT_CT_CAPACITY as usize },
+    { CT_MAP_FLAGS as usize },
+> = LruHashMap::new();
+
+#[btf_map]
+pub(crate) static CONNTRACK_SYN: LruHashMap<
+    FlowKey,
+    CtEntry,
+    { DEFAULT_CT_SYN_CAPACITY as usize },
+    { CT_MAP_FLAGS as usize },
+> = LruHashMap::new();
+
+#[btf_map]
+pub(crate) static GLOBAL_STATS: PerCpuArray<GlobalStats, 1> = PerCpuArray::new();
+
+#[btf_map]
+pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new();
+
+#[btf_map]
+pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
+
+#[btf_map]
+pub(crate) static BENCH_FRAME: Array<BenchFrame, 1> = Array::new();
+
+#[btf_map]
+pub(crate) static BENCH_PROGS: ProgramArray<1> = ProgramArray::new();

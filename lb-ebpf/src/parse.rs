@@ -1,0 +1,242 @@
+//! Header parsing: Ethernet, IPv4 (options skipped: L4 at IHL × 4), IPv6 (fixed header and
+//! a bounded walk of hop-by-hop, routing, destination-options and authentication
+//! headers), then the TCP/UDP ports and TCP flags.
+//!
+//! The result is the flow's 5-tuple, or the verdict reason for a packet that cannot be
+//! for a VIP or cannot be parsed. References: RFC 791 (IPv4), RFC 8200 (IPv6 and its
+//! extension headers), RFC 4302 (AH length in 4-octet units), RFC 9293 (TCP), RFC 768 (UDP).
+
+use aya_ebpf::programs::XdpContext;
+use lb_common::{
+    stats::Reason,
+    types::{FAMILY_V4, FAMILY_V6, FlowKey, PROTO_TCP, PROTO_UDP, VipAddrKey, VipKey},
+};
+
+use crate::{
+    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, Ports, addr_bytes},
+    packet::{frame_len, ptr_at},
+    select,
+};
+
+/// Length of an Ethernet II header.
+pub(crate) const ETH_LEN: usize = size_of::<EthHdr>();
+const ETH_P_IP: u16 = 0x0800_u16.to_be();
+const ETH_P_IPV6: u16 = 0x86dd_u16.to_be();
+const ETH_P_8021Q: u16 = 0x8100_u16.to_be();
+const ETH_P_8021AD: u16 = 0x88a8_u16.to_be();
+
+const IPV4_MIN_LEN: usize = size_of::<Ipv4Hdr>();
+const IPV6_LEN: usize = size_of::<Ipv6Hdr>();
+const TCP_MIN_LEN: usize = 20;
+const UDP_LEN: usize = 8;
+
+/// IPv4 flags/fragment-offset mask selecting MF and the offset (RFC 791), wire order.
+const IPV4_FRAG_MASK: u16 = 0x3fff_u16.to_be();
+
+const NEXTHDR_HOP: u8 = 0;
+const NEXTHDR_ROUTING: u8 = 43;
+const NEXTHDR_FRAGMENT: u8 = 44;
+const NEXTHDR_ESP: u8 = 50;
+const NEXTHDR_AUTH: u8 = 51;
+const NEXTHDR_DEST: u8 = 60;
+const NEXTHDR_MOBILITY: u8 = 135;
+const NEXTHDR_HIP: u8 = 139;
+const NEXTHDR_SHIM6: u8 = 140;
+const NEXTHDR_EXPERIMENT1: u8 = 253;
+const NEXTHDR_EXPERIMENT2: u8 = 254;
+
+/// Most IPv6 extension headers walked before giving up (`pass_ipv6_ext_hdr`).
+pub(crate) const MAX_IPV6_EXT_HEADERS: usize = 6;
+/// Bound of the L4 offset after the walk: each header is at most 2,048 bytes.
+const MAX_L4_OFFSET: usize = ETH_LEN + IPV6_LEN + MAX_IPV6_EXT_HEADERS * 2048;
+
+/// TCP flag bits (RFC 9293, byte 13 of the header).
+pub(crate) const TCP_SYN: u8 = 0x02;
+pub(crate) const TCP_RST: u8 = 0x04;
+pub(crate) const TCP_ACK: u8 = 0x10;
+
+/// A parsed TCP/UDP packet.
+pub(crate) struct Parsed {
+    /// The 5-tuple (client → VIP) and family; `key.vip` is the `VIPS` key.
+    pub(crate) key: FlowKey,
+    /// Length of the IP packet according to its header: IPv4 total length, or 40 plus
+    /// the IPv6 payload length.
+    pub(crate) l3_len: u32,
+    /// TCP flags byte (0 for UDP).
+    pub(crate) tcp_flags: u8,
+}
+
+/// Parses the frame. `Err` carries the reason of the verdict for frames that are not
+/// TCP/UDP over IP or are malformed.
+#[inline(always)]
+pub(crate) fn parse(ctx: &XdpContext) -> Result<Parsed, Reason> {
+    let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropMalformedL2)?;
+    // SAFETY: ptr_at checked the 14-byte header.
+    match unsafe { (*eth).proto } {
+        ETH_P_IP => parse_v4(ctx),
+        ETH_P_IPV6 => parse_v6(ctx),
+        ETH_P_8021Q | ETH_P_8021AD => Err(Reason::PassVlan),
+        _ => Err(Reason::PassNotIp),
+    }
+}
+
+#[inline(always)]
+fn parse_v4(ctx: &XdpContext) -> Result<Parsed, Reason> {
+    let ip = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropMalformedL3)?;
+    // SAFETY: ptr_at checked the 20-byte fixed header.
+    let ip = unsafe { &*ip };
+    let hdr_len = usize::from(ip.vihl & 0x0f) * 4;
+    if ip.vihl >> 4 != 4 || hdr_len < IPV4_MIN_LEN {
+        return Err(Reason::DropMalformedL3);
+    }
+    let tot_len = usize::from(u16::from_be(ip.tot_len));
+    if tot_len < hdr_len || ETH_LEN + tot_len > frame_len(ctx) {
+        return Err(Reason::DropMalformedL3);
+    }
+    let key = FlowKey {
+        vip: VipKey {
+            addr: addr_bytes([ip.dst, 0, 0, 0]),
+            port: 0,
+            proto: ip.proto,
+            family: FAMILY_V4,
+        },
+        src: addr_bytes([ip.src, 0, 0, 0]),
+        sport: 0,
+        _pad: [0; 2],
+    };
+    if key.vip.proto != PROTO_TCP && key.vip.proto != PROTO_UDP {
+        return Err(Reason::PassNonVip);
+    }
+    if ip.frag & IPV4_FRAG_MASK != 0 {
+        return Err(unreadable_port(&key, Reason::DropFragment));
+    }
+    // IHL is at most 15, so the L4 offset is at most 14 + 60.
+    parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len)
+}
+
+#[inline(always)]
+fn parse_v6(ctx: &XdpContext) -> Result<Parsed, Reason> {
+    let ip = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN).ok_or(Reason::DropMalformedL3)?;
+    // SAFETY: ptr_at checked the 40-byte header.
+    let ip = unsafe { &*ip };
+    if u32::from_be(ip.vtcfl) >> 28 != 6 {
+        return Err(Reason::DropMalformedL3);
+    }
+    let l3_len = IPV6_LEN + usize::from(u16::from_be(ip.plen));
+    if ETH_LEN + l3_len > frame_len(ctx) {
+        return Err(Reason::DropMalformedL3);
+    }
+    let mut key = FlowKey {
+        vip: VipKey {
+            addr: addr_bytes(ip.dst),
+            port: 0,
+            proto: 0,
+            family: FAMILY_V6,
+        },
+        src: addr_bytes(ip.src),
+        sport: 0,
+        _pad: [0; 2],
+    };
+    let mut next = ip.next;
+    let mut off = ETH_LEN + IPV6_LEN;
+    let mut walked = 0;
+    loop {
+        match next {
+            PROTO_TCP | PROTO_UDP => break,
+            NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST | NEXTHDR_AUTH => {
+                if walked == MAX_IPV6_EXT_HEADERS {
+                    return Err(Reason::PassIpv6ExtHdr);
+                }
+                walked += 1;
+                // One two-byte read (next header, length): a single-byte read at a
+                // variable offset gives the verifier no packet range.
+                let Some(ext) = ptr_at::<[u8; 2]>(ctx, off) else {
+                    return Err(Reason::DropMalformedL3);
+                };
+                // SAFETY: ptr_at checked both bytes.
+                let [nh, units] = unsafe { *ext };
+                // AH counts 4-octet units minus 2 (RFC 4302); the others 8-octet units
+                // minus 1 (RFC 8200).
+                off += if next == NEXTHDR_AUTH {
+                    (usize::from(units) + 2) * 4
+                } else {
+                    (usize::from(units) + 1) * 8
+                };
+                next = nh;
+                if off > MAX_L4_OFFSET {
+                    return Err(Reason::DropMalformedL3);
+                }
+            }
+            NEXTHDR_FRAGMENT => {
+                key.vip.proto = NEXTHDR_FRAGMENT;
+                return Err(unreadable_port(&key, Reason::DropFragment));
+            }
+            NEXTHDR_ESP | NEXTHDR_MOBILITY | NEXTHDR_HIP | NEXTHDR_SHIM6 | NEXTHDR_EXPERIMENT1
+            | NEXTHDR_EXPERIMENT2 => return Err(Reason::PassIpv6ExtHdr),
+            _ => return Err(Reason::PassNonVip),
+        }
+    }
+    key.vip.proto = next;
+    parse_l4(ctx, key, off, ETH_LEN + l3_len, l3_len)
+}
+
+/// Reads the ports (and TCP flags) of the L4 header at `l4`, which must end before
+/// `l3_end` (the end of the IP packet per its header).
+#[inline(always)]
+fn parse_l4(
+    ctx: &XdpContext,
+    mut key: FlowKey,
+    l4: usize,
+    l3_end: usize,
+    l3_len: usize,
+) -> Result<Parsed, Reason> {
+    let is_tcp = key.vip.proto == PROTO_TCP;
+    // The frame bound is checked before the IP-length bound: the other way round, LLVM
+    // proves the frame check redundant (the IP length was checked against the frame)
+    // and drops it, and the verifier, which does not track that relation, rejects the
+    // read.
+    let (ports, tcp_flags) = if is_tcp {
+        let Some(tcp) = ptr_at::<[u8; TCP_MIN_LEN]>(ctx, l4) else {
+            return Err(unreadable_port(&key, Reason::DropMalformedL4));
+        };
+        // SAFETY: ptr_at checked the 20-byte TCP header.
+        unsafe { (*tcp.cast::<Ports>(), (*tcp)[13]) }
+    } else {
+        let Some(udp) = ptr_at::<[u8; UDP_LEN]>(ctx, l4) else {
+            return Err(unreadable_port(&key, Reason::DropMalformedL4));
+        };
+        // SAFETY: ptr_at checked the 8-byte UDP header.
+        (unsafe { *udp.cast::<Ports>() }, 0)
+    };
+    let min = if is_tcp { TCP_MIN_LEN } else { UDP_LEN };
+    if l4 + min > l3_end {
+        return Err(unreadable_port(&key, Reason::DropMalformedL4));
+    }
+    key.sport = ports.src;
+    key.vip.port = ports.dst;
+    Ok(Parsed {
+        key,
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "l3_len comes from a 16-bit length field plus 40"
+        )]
+        l3_len: l3_len as u32,
+        tcp_flags,
+    })
+}
+
+/// Verdict for a TCP/UDP packet whose port cannot be read: `reason` (a drop) when its
+/// destination is a VIP address, `pass_non_vip` otherwise.
+#[inline(always)]
+fn unreadable_port(key: &FlowKey, reason: Reason) -> Reason {
+    let addr = VipAddrKey {
+        addr: key.vip.addr,
+        family: key.vip.family,
+        _pad: [0; 3],
+    };
+    if select::is_vip_address(&addr) {
+        reason
+    } else {
+        Reason::PassNonVip
+    }
+}

@@ -1,0 +1,35 @@
+//! Counters: the per-CPU global verdict reasons, per-VIP and per-backend statistics.
+
+use lb_common::stats::{Reason, VipStats};
+
+use crate::maps::{BACKEND_STATS, GLOBAL_STATS, VIP_STATS};
+
+/// Counts one packet under `reason`.
+#[inline(always)]
+pub(crate) fn count(reason: Reason) {
+    if let Some(stats) = GLOBAL_STATS.get_ptr_mut(0) {
+        // SAFETY: per-CPU array element, used only by this CPU during this run.
+        let stats = unsafe { &mut *stats };
+        if let Some(counter) = stats.counters.get_mut(reason as usize) {
+            *counter += 1;
+        }
+    }
+}
+
+/// The per-CPU statistics of VIP `vip_id`.
+#[inline(always)]
+pub(crate) fn vip(vip_id: u32) -> Option<&'static mut VipStats> {
+    // SAFETY: per-CPU array element, used only by this CPU during this run.
+    VIP_STATS.get_ptr_mut(vip_id).map(|s| unsafe { &mut *s })
+}
+
+/// Counts a forwarded packet of `bytes` bytes for backend `id`.
+#[inline(always)]
+pub(crate) fn backend(id: u32, bytes: u64) {
+    if let Some(stats) = BACKEND_STATS.get_ptr_mut(id) {
+        // SAFETY: per-CPU array element, used only by this CPU during this run.
+        let stats = unsafe { &mut *stats };
+        stats.packets += 1;
+        stats.bytes += bytes;
+    }
+}
