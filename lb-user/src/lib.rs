@@ -1,8 +1,8 @@
-//! The load balancer's controller library: the data-plane interface (the only module
-//! that touches aya) and, as the project grows, the Maglev builder, configuration, the
-//! daemon and the CLI verbs.
+//! The load balancer's controller library: the data-plane interface ([`dataplane`], the
+//! only module that touches aya), flow keys and slot prediction ([`flow`]).
 
 pub mod dataplane;
+pub mod flow;
 
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary
 /// (ELF, BPF little-endian, 8-byte aligned as aya requires).

@@ -1,0 +1,307 @@
+//! [`FakeDataplane`]: an in-memory [`Dataplane`] with the kernel implementation's
+//! semantics (a failing call changes nothing; a table install replaces the VIP's table
+//! whole), an ordered log of every mutating call, and failure injection. Controller
+//! logic is unit-tested against it without root.
+
+use std::collections::{BTreeMap, HashMap};
+
+use lb_common::{
+    maps::{MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
+    stats::{BackendStats, GlobalStats, VipStats},
+    types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipAddrKey, VipEntry, VipKey},
+};
+
+use super::{AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage};
+
+/// One mutating call, as recorded in [`FakeDataplane::ops`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `attach(iface, mode)`.
+    Attach(String, AttachMode),
+    /// `detach()`.
+    Detach,
+    /// `set_config(..)`.
+    SetConfig,
+    /// `set_backend(id, entry)` with the entry's state.
+    SetBackend {
+        /// Backend id.
+        id: u32,
+        /// `BackendEntry::state` written.
+        state: u8,
+    },
+    /// `install_table(vip_id, ..)`.
+    InstallTable {
+        /// VIP id.
+        vip_id: u32,
+        /// Generation installed.
+        generation: u32,
+    },
+    /// `remove_table(vip_id)`.
+    RemoveTable(u32),
+    /// `set_vip(key, entry)`.
+    SetVip(VipKey, VipEntry),
+    /// `remove_vip(key)`.
+    RemoveVip(VipKey),
+    /// `reset_backend_stats(id)`.
+    ResetBackendStats(u32),
+}
+
+/// In-memory data plane. Fields are public so tests can inspect and seed state.
+#[derive(Debug, Default)]
+pub struct FakeDataplane {
+    /// Interface and mode attached to.
+    pub attached: Option<(String, AttachMode)>,
+    /// Attach modes that fail (to test fallbacks).
+    pub refuse_modes: Vec<AttachMode>,
+    /// The `CONFIG` element.
+    pub config: Option<LbConfig>,
+    /// `BACKENDS` entries written.
+    pub backends: BTreeMap<u32, BackendEntry>,
+    /// Installed tables by VIP id.
+    pub tables: BTreeMap<u32, InstalledTable>,
+    /// `VIPS`.
+    pub vips: HashMap<VipKey, VipEntry>,
+    /// `VIP_ADDRS` counts.
+    pub vip_addrs: HashMap<VipAddrKey, u32>,
+    /// Conntrack contents (seeded by tests).
+    pub conntrack: HashMap<FlowKey, (CtTable, CtEntry)>,
+    /// Global counters (seeded by tests).
+    pub global: GlobalStats,
+    /// Per-VIP counters (seeded by tests).
+    pub vip_counters: HashMap<u32, VipStats>,
+    /// Per-backend counters (seeded by tests).
+    pub backend_counters: HashMap<u32, BackendStats>,
+    /// Every successful mutating call, in order.
+    pub ops: Vec<Op>,
+    /// Mutating calls attempted so far (successful or not).
+    pub calls: usize,
+    /// When set, the mutating call with this index (0-based, counting every attempt)
+    /// fails with [`DataplaneError::Injected`] and changes nothing.
+    pub fail_at_call: Option<usize>,
+}
+
+impl FakeDataplane {
+    /// A fake with no state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the `n`-th mutating call from now (0 = the next one) fail.
+    pub fn fail_after(&mut self, n: usize) {
+        self.fail_at_call = Some(self.calls + n);
+    }
+
+    /// Counts a mutating call and fails it if injected.
+    fn mutate(&mut self, what: &str) -> Result<(), DataplaneError> {
+        let index = self.calls;
+        self.calls += 1;
+        if self.fail_at_call == Some(index) {
+            self.fail_at_call = None;
+            return Err(DataplaneError::Injected(format!("call {index} ({what})")));
+        }
+        Ok(())
+    }
+}
+
+fn addr_key(key: &VipKey) -> VipAddrKey {
+    VipAddrKey {
+        addr: key.addr,
+        family: key.family,
+        _pad: [0; 3],
+    }
+}
+
+impl Dataplane for FakeDataplane {
+    fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
+        self.mutate("attach")?;
+        if self.refuse_modes.contains(&mode) {
+            return Err(DataplaneError::Injected(format!(
+                "attach {iface} in {mode} mode refused"
+            )));
+        }
+        self.attached = Some((iface.to_owned(), mode));
+        self.ops.push(Op::Attach(iface.to_owned(), mode));
+        Ok(())
+    }
+
+    fn detach(&mut self) -> Result<(), DataplaneError> {
+        if self.attached.is_none() {
+            return Err(DataplaneError::NotAttached);
+        }
+        self.mutate("detach")?;
+        self.attached = None;
+        self.ops.push(Op::Detach);
+        Ok(())
+    }
+
+    fn set_config(&mut self, config: &LbConfig) -> Result<(), DataplaneError> {
+        self.mutate("set_config")?;
+        self.config = Some(*config);
+        self.ops.push(Op::SetConfig);
+        Ok(())
+    }
+
+    fn set_backend(&mut self, id: u32, entry: &BackendEntry) -> Result<(), DataplaneError> {
+        if id == 0 || id >= MAX_BACKENDS {
+            return Err(DataplaneError::OutOfRange(format!(
+                "backend id {id} is outside 1..{MAX_BACKENDS}"
+            )));
+        }
+        self.mutate("set_backend")?;
+        self.backends.insert(id, *entry);
+        self.ops.push(Op::SetBackend {
+            id,
+            state: entry.state,
+        });
+        Ok(())
+    }
+
+    fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
+        let size = table.slots.len();
+        if vip_id >= MAX_VIPS || size == 0 || size > MAX_TABLE_SIZE as usize {
+            return Err(DataplaneError::OutOfRange(format!(
+                "VIP id {vip_id} / table size {size} out of range"
+            )));
+        }
+        self.mutate("install_table")?;
+        self.tables.insert(
+            vip_id,
+            InstalledTable {
+                generation: table.generation,
+                slots: table.slots.to_vec(),
+            },
+        );
+        self.ops.push(Op::InstallTable {
+            vip_id,
+            generation: table.generation,
+        });
+        Ok(())
+    }
+
+    fn remove_table(&mut self, vip_id: u32) -> Result<(), DataplaneError> {
+        self.mutate("remove_table")?;
+        self.tables.remove(&vip_id);
+        self.ops.push(Op::RemoveTable(vip_id));
+        Ok(())
+    }
+
+    fn table(&self, vip_id: u32) -> Result<Option<InstalledTable>, DataplaneError> {
+        Ok(self.tables.get(&vip_id).cloned())
+    }
+
+    fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
+        if entry.vip_id >= MAX_VIPS {
+            return Err(DataplaneError::OutOfRange(format!(
+                "VIP id {} is beyond the map size {MAX_VIPS}",
+                entry.vip_id
+            )));
+        }
+        self.mutate("set_vip")?;
+        if self.vips.insert(*key, *entry).is_none() {
+            *self.vip_addrs.entry(addr_key(key)).or_default() += 1;
+        }
+        self.ops.push(Op::SetVip(*key, *entry));
+        Ok(())
+    }
+
+    fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        self.mutate("remove_vip")?;
+        if self.vips.remove(key).is_some() {
+            let addr = addr_key(key);
+            if let Some(count) = self.vip_addrs.get_mut(&addr) {
+                *count -= 1;
+                if *count == 0 {
+                    self.vip_addrs.remove(&addr);
+                }
+            }
+        }
+        self.ops.push(Op::RemoveVip(*key));
+        Ok(())
+    }
+
+    fn global_stats(&self) -> Result<GlobalStats, DataplaneError> {
+        Ok(self.global)
+    }
+
+    fn vip_stats(&self, vip_id: u32) -> Result<VipStats, DataplaneError> {
+        Ok(self.vip_counters.get(&vip_id).copied().unwrap_or_default())
+    }
+
+    fn backend_stats(&self, id: u32) -> Result<BackendStats, DataplaneError> {
+        Ok(self.backend_counters.get(&id).copied().unwrap_or_default())
+    }
+
+    fn reset_backend_stats(&mut self, id: u32) -> Result<(), DataplaneError> {
+        self.mutate("reset_backend_stats")?;
+        self.backend_counters.remove(&id);
+        self.ops.push(Op::ResetBackendStats(id));
+        Ok(())
+    }
+
+    fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
+        Ok(self.conntrack.get(key).copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lb_common::types::{BACKEND_ACTIVE, FAMILY_V4, PROTO_TCP};
+
+    use super::*;
+
+    fn vip(port: u16) -> VipKey {
+        VipKey {
+            addr: [203, 0, 113, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            port: port.to_be(),
+            proto: PROTO_TCP,
+            family: FAMILY_V4,
+        }
+    }
+
+    #[test]
+    fn injected_failure_changes_nothing_and_later_calls_succeed() {
+        let mut dp = FakeDataplane::new();
+        dp.fail_after(1);
+        let entry = BackendEntry {
+            state: BACKEND_ACTIVE,
+            family: FAMILY_V4,
+            ..BackendEntry::default()
+        };
+        dp.set_backend(1, &entry).unwrap();
+        let err = dp
+            .install_table(
+                0,
+                &TableImage {
+                    generation: 1,
+                    slots: &[1, 1, 1],
+                },
+            )
+            .unwrap_err();
+        assert!(matches!(err, DataplaneError::Injected(_)), "{err}");
+        assert!(dp.tables.is_empty());
+        dp.install_table(
+            0,
+            &TableImage {
+                generation: 1,
+                slots: &[1, 1, 1],
+            },
+        )
+        .unwrap();
+        assert_eq!(dp.ops.len(), 2);
+        assert_eq!(dp.table(0).unwrap().unwrap().slots, vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn vip_addresses_are_reference_counted() {
+        let mut dp = FakeDataplane::new();
+        let entry = VipEntry::default();
+        dp.set_vip(&vip(80), &entry).unwrap();
+        dp.set_vip(&vip(443), &entry).unwrap();
+        dp.set_vip(&vip(443), &entry).unwrap();
+        assert_eq!(dp.vip_addrs.get(&addr_key(&vip(80))), Some(&2));
+        dp.remove_vip(&vip(80)).unwrap();
+        assert_eq!(dp.vip_addrs.get(&addr_key(&vip(80))), Some(&1));
+        dp.remove_vip(&vip(443)).unwrap();
+        assert!(dp.vip_addrs.is_empty());
+    }
+}

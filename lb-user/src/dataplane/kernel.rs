@@ -1,0 +1,663 @@
+//! [`KernelDataplane`]: the XDP program loaded into the kernel with aya, its maps, and
+//! `BPF_PROG_TEST_RUN` access for fixtures and benchmarks.
+
+use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, ArrayOfMaps, HashMap, MapData, MapError, PerCpuArray, ProgramArray},
+    programs::{ProgramError, TestRun as _, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId},
+};
+use lb_common::{
+    maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
+    stats::{BackendStats, GlobalStats, VipStats},
+    types::{
+        BENCH_FRAME_MAX, BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey,
+        VipEntry, VipKey,
+    },
+};
+
+use super::{
+    AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage, table_map,
+};
+
+/// Sizes chosen at load time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Capacity of the established-flow conntrack map (entries).
+    pub ct_capacity: u32,
+    /// Capacity of the SYN-only conntrack map (entries).
+    pub ct_syn_capacity: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            ct_capacity: maps::DEFAULT_CT_CAPACITY,
+            ct_syn_capacity: maps::DEFAULT_CT_SYN_CAPACITY,
+        }
+    }
+}
+
+/// Result of one `BPF_PROG_TEST_RUN` invocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestRunOutput {
+    /// XDP action returned (`XDP_ABORTED` 0, `XDP_DROP` 1, `XDP_PASS` 2, `XDP_TX` 3,
+    /// `XDP_REDIRECT` 4).
+    pub action: u32,
+    /// The frame as the program left it.
+    pub data: Vec<u8>,
+    /// Mean run time per repetition in nanoseconds, as measured by the kernel.
+    pub duration_ns: u64,
+}
+
+/// The program a benchmark run tail-calls after restoring the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchTarget {
+    /// The load balancer (`lb_xdp`).
+    LoadBalancer,
+    /// The empty reference program (`lb_empty`).
+    Empty,
+}
+
+/// Bytes of headroom a test run's output buffer leaves for headers the program pushes.
+const TEST_RUN_OUT_SLACK: usize = 256;
+
+/// The loaded XDP program and its maps.
+pub struct KernelDataplane {
+    ebpf: Ebpf,
+    link: Option<XdpLinkId>,
+    config: Array<MapData, LbConfig>,
+    vips: HashMap<MapData, VipKey, VipEntry>,
+    vip_addrs: HashMap<MapData, VipAddrKey, u32>,
+    tables: ArrayOfMaps<MapData>,
+    tables_id: u32,
+    backends: Array<MapData, BackendEntry>,
+    conntrack: HashMap<MapData, FlowKey, CtEntry>,
+    conntrack_syn: HashMap<MapData, FlowKey, CtEntry>,
+    global_stats: PerCpuArray<MapData, GlobalStats>,
+    vip_stats: PerCpuArray<MapData, VipStats>,
+    backend_stats: PerCpuArray<MapData, BackendStats>,
+    bench_frame: Array<MapData, BenchFrame>,
+    bench_progs: ProgramArray<MapData>,
+    /// VIPs written, to keep `VIP_ADDRS` counts exact.
+    vip_keys: StdHashMap<VipKey, VipEntry>,
+}
+
+fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
+    move |source| DataplaneError::Map { map, op, source }
+}
+
+fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
+    move |source| DataplaneError::Program { program, source }
+}
+
+/// Takes map `name` out of the object as the typed map `T`.
+fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, DataplaneError>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or(DataplaneError::MissingMap(name))?;
+    T::try_from(map).map_err(map_err(name, "open"))
+}
+
+fn xdp<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp, DataplaneError> {
+    let prog = ebpf.program_mut(name).ok_or(DataplaneError::Program {
+        program: name,
+        source: ProgramError::NotLoaded,
+    })?;
+    prog.try_into().map_err(prog_err(name))
+}
+
+/// The address key counted in `VIP_ADDRS` for a VIP.
+fn addr_key(key: &VipKey) -> VipAddrKey {
+    VipAddrKey {
+        addr: key.addr,
+        family: key.family,
+        _pad: [0; 3],
+    }
+}
+
+impl KernelDataplane {
+    /// Loads the embedded object ([`crate::EBPF_OBJECT`]) with the conntrack sizes of
+    /// `options` and verifies the load balancer program.
+    ///
+    /// # Errors
+    /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
+    /// without `CAP_BPF`), [`DataplaneError::Program`] when the verifier rejects it.
+    pub fn load(options: LoadOptions) -> Result<Self, DataplaneError> {
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(maps::CONNTRACK, options.ct_capacity)
+            .map_max_entries(maps::CONNTRACK_SYN, options.ct_syn_capacity)
+            .load(crate::EBPF_OBJECT)?;
+        xdp(&mut ebpf, maps::XDP_PROGRAM)?
+            .load()
+            .map_err(prog_err(maps::XDP_PROGRAM))?;
+        let tables_id = match ebpf.map(maps::TABLES) {
+            Some(aya::maps::Map::ArrayOfMaps(data)) => {
+                data.info().map_err(map_err(maps::TABLES, "info"))?.id()
+            }
+            _ => return Err(DataplaneError::MissingMap(maps::TABLES)),
+        };
+        Ok(Self {
+            tables_id,
+            config: take(&mut ebpf, maps::CONFIG)?,
+            vips: take(&mut ebpf, maps::VIPS)?,
+            vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
+            tables: take(&mut ebpf, maps::TABLES)?,
+            backends: take(&mut ebpf, maps::BACKENDS)?,
+            conntrack: take(&mut ebpf, maps::CONNTRACK)?,
+            conntrack_syn: take(&mut ebpf, maps::CONNTRACK_SYN)?,
+            global_stats: take(&mut ebpf, maps::GLOBAL_STATS)?,
+            vip_stats: take(&mut ebpf, maps::VIP_STATS)?,
+            backend_stats: take(&mut ebpf, maps::BACKEND_STATS)?,
+            bench_frame: take(&mut ebpf, maps::BENCH_FRAME)?,
+            bench_progs: take(&mut ebpf, maps::BENCH_PROGS)?,
+            ebpf,
+            link: None,
+            vip_keys: StdHashMap::new(),
+        })
+    }
+
+    /// A second, independent handle on the `TABLES` map (reopened by map id).
+    ///
+    /// # Errors
+    /// When the map cannot be reopened.
+    pub fn table_writer(&self) -> Result<TableWriter, DataplaneError> {
+        let map = MapData::from_id(self.tables_id).map_err(map_err(maps::TABLES, "reopen"))?;
+        let tables = ArrayOfMaps::try_from(aya::maps::Map::ArrayOfMaps(map))
+            .map_err(map_err(maps::TABLES, "reopen"))?;
+        Ok(TableWriter { tables })
+    }
+
+    /// Whether the program is attached by this handle.
+    pub fn is_attached(&self) -> bool {
+        self.link.is_some()
+    }
+
+    /// Runs the load balancer once on `frame` with `BPF_PROG_TEST_RUN`.
+    ///
+    /// # Errors
+    /// [`DataplaneError::Program`] when the kernel refuses the run.
+    pub fn test_run(&mut self, frame: &[u8]) -> Result<TestRunOutput, DataplaneError> {
+        self.test_run_with(frame, None, 1)
+    }
+
+    /// Runs the load balancer `repeat` times on `frame`, with the context's ingress
+    /// interface set to `ingress_ifindex` (an interface of the calling thread's network
+    /// namespace; default: loopback). The kernel reuses one buffer, so from the second
+    /// repetition an encapsulating run sees its own output: use [`Self::bench_run`] for
+    /// timing.
+    ///
+    /// # Errors
+    /// [`DataplaneError::Program`] when the kernel refuses the run.
+    pub fn test_run_with(
+        &mut self,
+        frame: &[u8],
+        ingress_ifindex: Option<u32>,
+        repeat: u32,
+    ) -> Result<TestRunOutput, DataplaneError> {
+        run_program(
+            &mut self.ebpf,
+            maps::XDP_PROGRAM,
+            frame,
+            ingress_ifindex,
+            repeat,
+        )
+    }
+
+    /// Times `target` with the benchmark harness: `lb_bench` restores `frame` (exactly
+    /// `BENCH_FRAME_MAX` bytes) before every one of `repeat` repetitions, stamps a
+    /// counter at `vary_offset` when it is non-zero, and tail-calls `target`.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for a frame of another length; program or map
+    /// failures.
+    pub fn bench_run(
+        &mut self,
+        target: BenchTarget,
+        frame: &[u8],
+        vary_offset: u32,
+        repeat: u32,
+    ) -> Result<TestRunOutput, DataplaneError> {
+        let bytes: [u8; BENCH_FRAME_MAX] = frame.try_into().map_err(|_| {
+            DataplaneError::OutOfRange(format!(
+                "benchmark frames must be exactly {BENCH_FRAME_MAX} bytes, got {}",
+                frame.len()
+            ))
+        })?;
+        for name in [maps::EMPTY_PROGRAM, maps::BENCH_PROGRAM] {
+            let prog = xdp(&mut self.ebpf, name)?;
+            if prog.fd().is_err() {
+                prog.load().map_err(prog_err(name))?;
+            }
+        }
+        let target_name = match target {
+            BenchTarget::LoadBalancer => maps::XDP_PROGRAM,
+            BenchTarget::Empty => maps::EMPTY_PROGRAM,
+        };
+        let fd = xdp(&mut self.ebpf, target_name)?
+            .fd()
+            .map_err(prog_err(target_name))?
+            .try_clone()
+            .map_err(|source| DataplaneError::Syscall {
+                op: format!("dup fd of {target_name}"),
+                source,
+            })?;
+        self.bench_progs
+            .set(0, &fd, 0)
+            .map_err(map_err(maps::BENCH_PROGS, "update"))?;
+        let frame = BenchFrame {
+            len: u32::try_from(BENCH_FRAME_MAX).unwrap_or(u32::MAX),
+            vary_offset,
+            counter: 0,
+            _pad: 0,
+            bytes,
+        };
+        self.bench_frame
+            .set(0, frame, 0)
+            .map_err(map_err(maps::BENCH_FRAME, "update"))?;
+        run_program(&mut self.ebpf, maps::BENCH_PROGRAM, &bytes, None, repeat)
+    }
+
+    /// Instructions the verifier processed for program `name` (`verified_insns`,
+    /// kernel 5.16+).
+    ///
+    /// # Errors
+    /// When the program is unknown or its info cannot be read.
+    pub fn verified_instructions(
+        &mut self,
+        name: &'static str,
+    ) -> Result<Option<u32>, DataplaneError> {
+        let info = xdp(&mut self.ebpf, name)?.info().map_err(prog_err(name))?;
+        Ok(info.verified_instruction_count())
+    }
+
+    /// Installs a table map whose entries, header included, are `raw` verbatim, without
+    /// any validation: for tests of the data plane's guards against a corrupt table (a
+    /// size field of 0 or larger than the map). The controller never calls it.
+    ///
+    /// # Errors
+    /// Failures creating, filling or swapping the map.
+    #[doc(hidden)]
+    pub fn install_raw_table(&mut self, vip_id: u32, raw: &[u32]) -> Result<(), DataplaneError> {
+        check_vip_id(vip_id)?;
+        let slots = u32::try_from(raw.len())
+            .ok()
+            .and_then(|n| n.checked_sub(maps::TABLE_HEADER_LEN))
+            .ok_or_else(|| {
+                DataplaneError::OutOfRange("raw table shorter than its header".into())
+            })?;
+        let fd = table_map::create(slots).map_err(|source| DataplaneError::Syscall {
+            op: "creating a raw table map".to_owned(),
+            source,
+        })?;
+        table_map::fill_raw(fd.as_fd(), raw).map_err(|source| DataplaneError::Syscall {
+            op: "filling a raw table map".to_owned(),
+            source,
+        })?;
+        let inner = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
+        self.tables
+            .set(vip_id, &inner, 0)
+            .map_err(map_err(maps::TABLES, "update"))
+    }
+
+    /// Removes one flow from both conntrack maps (operator tooling and tests).
+    ///
+    /// # Errors
+    /// Map failures other than "not found".
+    pub fn delete_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
+        for (map, name) in [
+            (&mut self.conntrack, maps::CONNTRACK),
+            (&mut self.conntrack_syn, maps::CONNTRACK_SYN),
+        ] {
+            match map.remove(key) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(map_err(name, "delete")(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Empties both conntrack maps.
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn flush_conntrack(&mut self) -> Result<(), DataplaneError> {
+        for (map, name) in [
+            (&mut self.conntrack, maps::CONNTRACK),
+            (&mut self.conntrack_syn, maps::CONNTRACK_SYN),
+        ] {
+            let keys: Vec<FlowKey> = map
+                .keys()
+                .collect::<Result<_, _>>()
+                .map_err(map_err(name, "iterate"))?;
+            for key in keys {
+                match map.remove(&key) {
+                    Ok(()) | Err(MapError::KeyNotFound) => {}
+                    Err(MapError::SyscallError(e))
+                        if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => return Err(map_err(name, "delete")(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of entries in (established, SYN-only) conntrack.
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn conntrack_len(&self) -> Result<(usize, usize), DataplaneError> {
+        let established = self
+            .conntrack
+            .keys()
+            .try_fold(0usize, |n, k| k.map(|_| n + 1))
+            .map_err(map_err(maps::CONNTRACK, "iterate"))?;
+        let syn = self
+            .conntrack_syn
+            .keys()
+            .try_fold(0usize, |n, k| k.map(|_| n + 1))
+            .map_err(map_err(maps::CONNTRACK_SYN, "iterate"))?;
+        Ok((established, syn))
+    }
+}
+
+fn run_program(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    frame: &[u8],
+    ingress_ifindex: Option<u32>,
+    repeat: u32,
+) -> Result<TestRunOutput, DataplaneError> {
+    let mut out = vec![0u8; frame.len() + TEST_RUN_OUT_SLACK];
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+    // egress_ifindex (u32 each); data_end must equal the frame length.
+    let ctx: Option<Vec<u8>> = ingress_ifindex.map(|ifindex| {
+        let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+        [0, len, 0, ifindex, 0, 0]
+            .iter()
+            .flat_map(|v: &u32| v.to_ne_bytes())
+            .collect()
+    });
+    let prog = xdp(ebpf, name)?;
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(frame);
+    opts.data_out = Some(&mut out);
+    opts.ctx_in = ctx.as_deref();
+    opts.repeat = repeat;
+    let result = prog.test_run(opts).map_err(prog_err(name))?;
+    out.truncate(result.data_size_out as usize);
+    Ok(TestRunOutput {
+        action: result.return_value,
+        data: out,
+        duration_ns: u64::try_from(result.duration.as_nanos()).unwrap_or(u64::MAX),
+    })
+}
+
+/// Builds a new table map for `table`, fills it, and swaps it in as VIP `vip_id`'s
+/// table with one update of `TABLES`.
+fn install_table(
+    tables: &mut ArrayOfMaps<MapData>,
+    vip_id: u32,
+    table: &TableImage<'_>,
+) -> Result<(), DataplaneError> {
+    check_vip_id(vip_id)?;
+    let size = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
+    if size == 0 || size > MAX_TABLE_SIZE {
+        return Err(DataplaneError::OutOfRange(format!(
+            "table size {size} is outside 1..={MAX_TABLE_SIZE}"
+        )));
+    }
+    let fd = table_map::create(size).map_err(|source| DataplaneError::Syscall {
+        op: format!("creating a table map of {size} slots for VIP id {vip_id}"),
+        source,
+    })?;
+    table_map::fill(fd.as_fd(), table.generation, table.slots).map_err(|source| {
+        DataplaneError::Syscall {
+            op: format!("filling the table map of VIP id {vip_id}"),
+            source,
+        }
+    })?;
+    let inner = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
+    // The single update that makes the new table live.
+    tables
+        .set(vip_id, &inner, 0)
+        .map_err(map_err(maps::TABLES, "update"))
+}
+
+/// A second handle on the `TABLES` map that installs tables independently of the
+/// [`KernelDataplane`] it came from (for example from another thread while the first
+/// runs packets).
+pub struct TableWriter {
+    tables: ArrayOfMaps<MapData>,
+}
+
+impl TableWriter {
+    /// Installs `table` as VIP `vip_id`'s table (see [`Dataplane::install_table`]).
+    ///
+    /// # Errors
+    /// As [`Dataplane::install_table`].
+    pub fn install_table(
+        &mut self,
+        vip_id: u32,
+        table: &TableImage<'_>,
+    ) -> Result<(), DataplaneError> {
+        install_table(&mut self.tables, vip_id, table)
+    }
+}
+
+fn check_vip_id(vip_id: u32) -> Result<(), DataplaneError> {
+    if vip_id >= MAX_VIPS {
+        return Err(DataplaneError::OutOfRange(format!(
+            "VIP id {vip_id} is beyond the map size {MAX_VIPS}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_backend_id(id: u32) -> Result<(), DataplaneError> {
+    if id == 0 || id >= MAX_BACKENDS {
+        return Err(DataplaneError::OutOfRange(format!(
+            "backend id {id} is outside 1..{MAX_BACKENDS}"
+        )));
+    }
+    Ok(())
+}
+
+impl Dataplane for KernelDataplane {
+    fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
+        let mode = match mode {
+            AttachMode::Native => XdpMode::Driver,
+            AttachMode::Skb => XdpMode::Skb,
+        };
+        let link = xdp(&mut self.ebpf, maps::XDP_PROGRAM)?
+            .attach(iface, mode)
+            .map_err(prog_err(maps::XDP_PROGRAM))?;
+        self.link = Some(link);
+        Ok(())
+    }
+
+    fn detach(&mut self) -> Result<(), DataplaneError> {
+        let link = self.link.take().ok_or(DataplaneError::NotAttached)?;
+        xdp(&mut self.ebpf, maps::XDP_PROGRAM)?
+            .detach(link)
+            .map_err(prog_err(maps::XDP_PROGRAM))
+    }
+
+    fn set_config(&mut self, config: &LbConfig) -> Result<(), DataplaneError> {
+        self.config
+            .set(0, config, 0)
+            .map_err(map_err(maps::CONFIG, "update"))
+    }
+
+    fn set_backend(&mut self, id: u32, entry: &BackendEntry) -> Result<(), DataplaneError> {
+        check_backend_id(id)?;
+        self.backends
+            .set(id, entry, 0)
+            .map_err(map_err(maps::BACKENDS, "update"))
+    }
+
+    fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
+        install_table(&mut self.tables, vip_id, table)
+    }
+
+    fn remove_table(&mut self, vip_id: u32) -> Result<(), DataplaneError> {
+        check_vip_id(vip_id)?;
+        // aya 0.14's ArrayOfMaps has no delete; an empty one-slot table makes the VIP id
+        // drop as "no backend" should a stale VIP entry ever point at it.
+        self.install_table(
+            vip_id,
+            &TableImage {
+                generation: 0,
+                slots: &[0],
+            },
+        )
+    }
+
+    fn table(&self, vip_id: u32) -> Result<Option<InstalledTable>, DataplaneError> {
+        check_vip_id(vip_id)?;
+        let inner: MapData = match self.tables.get(&vip_id, 0) {
+            Ok(inner) => inner,
+            Err(MapError::KeyNotFound) => return Ok(None),
+            Err(e) => return Err(map_err(maps::TABLES, "lookup")(e)),
+        };
+        let entries = inner
+            .info()
+            .map_err(map_err(maps::TABLES, "inner info"))?
+            .max_entries() as usize;
+        let (generation, slots) =
+            table_map::read(inner.fd().as_fd(), entries).map_err(|source| {
+                DataplaneError::Syscall {
+                    op: format!("reading the table map of VIP id {vip_id}"),
+                    source,
+                }
+            })?;
+        Ok(Some(InstalledTable { generation, slots }))
+    }
+
+    fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
+        check_vip_id(entry.vip_id)?;
+        let addr = addr_key(key);
+        let is_new = !self.vip_keys.contains_key(key);
+        if is_new {
+            let count = self.vip_addrs.get(&addr, 0).unwrap_or(0);
+            self.vip_addrs
+                .insert(addr, count + 1, 0)
+                .map_err(map_err(maps::VIP_ADDRS, "update"))?;
+        }
+        if let Err(e) = self.vips.insert(key, entry, 0) {
+            if is_new {
+                // Undo the address count so a failed call changes nothing.
+                let _ = self.release_address(&addr);
+            }
+            return Err(map_err(maps::VIPS, "update")(e));
+        }
+        self.vip_keys.insert(*key, *entry);
+        Ok(())
+    }
+
+    fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        match self.vips.remove(key) {
+            Ok(()) | Err(MapError::KeyNotFound) => {}
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(map_err(maps::VIPS, "delete")(e)),
+        }
+        if self.vip_keys.remove(key).is_some() {
+            self.release_address(&addr_key(key))?;
+        }
+        Ok(())
+    }
+
+    fn global_stats(&self) -> Result<GlobalStats, DataplaneError> {
+        let per_cpu = self
+            .global_stats
+            .get(&0, 0)
+            .map_err(map_err(maps::GLOBAL_STATS, "lookup"))?;
+        let mut total = GlobalStats::default();
+        per_cpu.iter().for_each(|v| total.accumulate(v));
+        Ok(total)
+    }
+
+    fn vip_stats(&self, vip_id: u32) -> Result<VipStats, DataplaneError> {
+        check_vip_id(vip_id)?;
+        let per_cpu = self
+            .vip_stats
+            .get(&vip_id, 0)
+            .map_err(map_err(maps::VIP_STATS, "lookup"))?;
+        let mut total = VipStats::default();
+        per_cpu.iter().for_each(|v| total.accumulate(v));
+        Ok(total)
+    }
+
+    fn backend_stats(&self, id: u32) -> Result<BackendStats, DataplaneError> {
+        check_backend_id(id)?;
+        let per_cpu = self
+            .backend_stats
+            .get(&id, 0)
+            .map_err(map_err(maps::BACKEND_STATS, "lookup"))?;
+        let mut total = BackendStats::default();
+        per_cpu.iter().for_each(|v| total.accumulate(v));
+        Ok(total)
+    }
+
+    fn reset_backend_stats(&mut self, id: u32) -> Result<(), DataplaneError> {
+        check_backend_id(id)?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![
+            BackendStats::default();
+            aya::util::nr_cpus().map_err(
+                |(op, source)| DataplaneError::Syscall {
+                    op: op.to_owned(),
+                    source
+                }
+            )?
+        ])
+        .map_err(|source| DataplaneError::Syscall {
+            op: "per-CPU zero values".to_owned(),
+            source,
+        })?;
+        self.backend_stats
+            .set(id, zeros, 0)
+            .map_err(map_err(maps::BACKEND_STATS, "update"))
+    }
+
+    fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
+        for (map, name, table) in [
+            (&self.conntrack, maps::CONNTRACK, CtTable::Established),
+            (&self.conntrack_syn, maps::CONNTRACK_SYN, CtTable::SynOnly),
+        ] {
+            match map.get(key, 0) {
+                Ok(entry) => return Ok(Some((table, entry))),
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(name, "lookup")(e)),
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl KernelDataplane {
+    /// Decrements the `VIP_ADDRS` count of `addr`, deleting it at zero.
+    fn release_address(&mut self, addr: &VipAddrKey) -> Result<(), DataplaneError> {
+        let count = self.vip_addrs.get(addr, 0).unwrap_or(0);
+        if count > 1 {
+            self.vip_addrs
+                .insert(addr, count - 1, 0)
+                .map_err(map_err(maps::VIP_ADDRS, "update"))
+        } else {
+            match self.vip_addrs.remove(addr) {
+                Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+                Err(MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(map_err(maps::VIP_ADDRS, "delete")(e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The data-plane interface: everything the controller does to the XDP program's maps,
+//! behind the [`Dataplane`] trait.
+//!
+//! - [`kernel`]: the real implementation over aya — the only code of the workspace that
+//!   touches aya or BPF syscalls;
+//! - [`fake`]: an in-memory implementation with the same semantics and failure
+//!   injection, so controller logic is unit-tested without root.
+//!
+//! Ordering contract the controller relies on: every call is applied completely or not
+//! at all, and a table installed by [`Dataplane::install_table`] replaces the VIP's
+//! previous table in one map update (a packet sees the whole old or the whole new table).
+
+pub mod fake;
+pub mod kernel;
+mod table_map;
+
+use lb_common::{
+    stats::{BackendStats, GlobalStats, VipStats},
+    types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipEntry, VipKey},
+};
+
+pub use fake::FakeDataplane;
+pub use kernel::{BenchTarget, KernelDataplane, LoadOptions, TableWriter, TestRunOutput};
+
+/// Errors of the data-plane interface. Each names the object (map, program, interface)
+/// and the operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DataplaneError {
+    /// The embedded object could not be parsed or its maps created.
+    #[error("loading the eBPF object: {0}")]
+    Load(#[from] aya::EbpfError),
+    /// A program operation (verify, attach, detach, test run) failed.
+    #[error("program {program}: {source}")]
+    Program {
+        /// Program name in the object.
+        program: &'static str,
+        /// What aya reported.
+        source: aya::programs::ProgramError,
+    },
+    /// A map lookup or update failed.
+    #[error("map {map}: {op}: {source}")]
+    Map {
+        /// Map name in the object.
+        map: &'static str,
+        /// The operation (`update`, `lookup`, `delete`, ...).
+        op: &'static str,
+        /// What aya reported.
+        source: aya::maps::MapError,
+    },
+    /// A BPF system call or mmap made directly (table maps) failed.
+    #[error("{op}: {source}")]
+    Syscall {
+        /// The operation.
+        op: String,
+        /// The kernel's error.
+        source: std::io::Error,
+    },
+    /// A map the program must define is missing from the object.
+    #[error("map {0} is missing from the eBPF object")]
+    MissingMap(&'static str),
+    /// An argument is out of the range the maps can hold.
+    #[error("{0}")]
+    OutOfRange(String),
+    /// The program is not attached, so it cannot be detached.
+    #[error("the program is not attached")]
+    NotAttached,
+    /// A failure injected by the in-memory fake.
+    #[error("injected failure at {0}")]
+    Injected(String),
+}
+
+/// How to attach the XDP program (kernel doc: `Documentation/networking/xdp-*` and
+/// `XDP_FLAGS_*` in `include/uapi/linux/if_link.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttachMode {
+    /// Native (driver) XDP, `XDP_FLAGS_DRV_MODE`.
+    Native,
+    /// Generic XDP in the kernel stack, `XDP_FLAGS_SKB_MODE`.
+    Skb,
+}
+
+impl std::fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AttachMode::Native => "native",
+            AttachMode::Skb => "skb",
+        })
+    }
+}
+
+/// One complete Maglev table as the data plane stores it.
+#[derive(Clone, Copy, Debug)]
+pub struct TableImage<'a> {
+    /// Generation number (low 32 bits), stored in the table's header; increases with
+    /// every table the controller installs for a VIP.
+    pub generation: u32,
+    /// Backend id of every slot (`0` = no backend), length M (the table size, at most
+    /// `lb_common::maps::MAX_TABLE_SIZE`).
+    pub slots: &'a [u32],
+}
+
+/// A table as read back from the data plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstalledTable {
+    /// Generation from the table's header.
+    pub generation: u32,
+    /// Backend id of every slot.
+    pub slots: Vec<u32>,
+}
+
+/// Which conntrack map holds a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtTable {
+    /// Established flows (`CONNTRACK`).
+    Established,
+    /// TCP flows of which only a SYN was seen (`CONNTRACK_SYN`).
+    SynOnly,
+}
+
+/// Operations the controller performs on the data plane.
+pub trait Dataplane {
+    /// Attaches the XDP program to `iface` in `mode`.
+    ///
+    /// # Errors
+    /// When the interface does not exist or the kernel refuses the mode.
+    fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), DataplaneError>;
+
+    /// Detaches the program.
+    ///
+    /// # Errors
+    /// [`DataplaneError::NotAttached`] if it is not attached.
+    fn detach(&mut self) -> Result<(), DataplaneError>;
+
+    /// Writes the global configuration.
+    ///
+    /// # Errors
+    /// When the map update fails.
+    fn set_config(&mut self, config: &LbConfig) -> Result<(), DataplaneError>;
+
+    /// Writes backend `id` (`1..MAX_BACKENDS`).
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for id 0 or beyond the map; map update failures.
+    fn set_backend(&mut self, id: u32, entry: &BackendEntry) -> Result<(), DataplaneError>;
+
+    /// Installs `table` as VIP `vip_id`'s Maglev table, replacing the previous one in a
+    /// single map update.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an empty or oversized table or a VIP id beyond
+    /// the map; failures creating, filling or swapping the table map (the previous table
+    /// then stays in force).
+    fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError>;
+
+    /// Removes VIP `vip_id`'s table (after its VIP entry is gone).
+    ///
+    /// # Errors
+    /// When the map update fails.
+    fn remove_table(&mut self, vip_id: u32) -> Result<(), DataplaneError>;
+
+    /// Reads VIP `vip_id`'s installed table, if any.
+    ///
+    /// # Errors
+    /// When the maps cannot be read.
+    fn table(&self, vip_id: u32) -> Result<Option<InstalledTable>, DataplaneError>;
+
+    /// Adds or updates a VIP (and counts its address in `VIP_ADDRS`).
+    ///
+    /// # Errors
+    /// When a map update fails (nothing is changed then).
+    fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError>;
+
+    /// Removes a VIP (and uncounts its address).
+    ///
+    /// # Errors
+    /// When a map update fails.
+    fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError>;
+
+    /// Global counters summed over CPUs.
+    ///
+    /// # Errors
+    /// When the map cannot be read.
+    fn global_stats(&self) -> Result<GlobalStats, DataplaneError>;
+
+    /// Counters of VIP `vip_id` summed over CPUs.
+    ///
+    /// # Errors
+    /// When the map cannot be read.
+    fn vip_stats(&self, vip_id: u32) -> Result<VipStats, DataplaneError>;
+
+    /// Counters of backend `id` summed over CPUs.
+    ///
+    /// # Errors
+    /// When the map cannot be read.
+    fn backend_stats(&self, id: u32) -> Result<BackendStats, DataplaneError>;
+
+    /// Clears the counters of a backend id before it is given to a new backend.
+    ///
+    /// # Errors
+    /// When the map update fails.
+    fn reset_backend_stats(&mut self, id: u32) -> Result<(), DataplaneError>;
+
+    /// The conntrack entry of a flow, if any, and which map holds it.
+    ///
+    /// # Errors
+    /// When the maps cannot be read.
+    fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError>;
+}

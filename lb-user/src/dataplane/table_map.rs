@@ -1,0 +1,193 @@
+//! Inner Maglev table maps, created and filled directly: `BPF_MAP_CREATE` of a
+//! `BPF_MAP_TYPE_ARRAY` of `u32` with `lb_common::maps::TABLE_MAP_FLAGS`
+//! (`BPF_F_INNER_MAP | BPF_F_MMAPABLE`), then the header and slots written through an
+//! `mmap` of the map (kernel doc: `Documentation/bpf/map_array.rst`, "BPF_F_MMAPABLE").
+//! One pass over memory instead of one `bpf_map_update_elem` per slot keeps a
+//! 65,537-slot table fill in the tens of microseconds.
+//!
+//! The kernel stores array elements at a stride of `round_up(value_size, 8)` bytes
+//! (`kernel/bpf/arraymap.c`), so in the mapping entry `i` is the first `u32` of the
+//! `i`-th 8-byte cell.
+//!
+//! aya 0.14 can create standalone maps but exposes neither the flags' effect nor an
+//! mmap of them, hence the two system calls here (kept in the dataplane module, the only
+//! place that talks to the kernel's BPF interface).
+
+use std::{
+    io,
+    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
+    ptr::NonNull,
+};
+
+use lb_common::maps::{
+    TABLE_GENERATION_INDEX, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SIZE_INDEX,
+};
+
+/// `BPF_MAP_CREATE` command number (`include/uapi/linux/bpf.h`).
+const BPF_MAP_CREATE: libc::c_long = 0;
+/// `BPF_MAP_TYPE_ARRAY`.
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
+
+/// The leading fields of `union bpf_attr` for `BPF_MAP_CREATE` (kernel 5.x layout);
+/// fields not listed are zero.
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+/// Creates an empty table map for `size` slots (`size + TABLE_HEADER_LEN` entries).
+pub(crate) fn create(size: u32) -> io::Result<OwnedFd> {
+    let mut name = [0u8; 16];
+    name[..8].copy_from_slice(b"lb_table");
+    let attr = MapCreateAttr {
+        map_type: BPF_MAP_TYPE_ARRAY,
+        key_size: 4,
+        value_size: 4,
+        max_entries: size
+            .checked_add(TABLE_HEADER_LEN)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?,
+        map_flags: TABLE_MAP_FLAGS,
+        map_name: name,
+        ..MapCreateAttr::default()
+    };
+    // SAFETY: attr is a valid, fully initialised BPF_MAP_CREATE attribute of the size
+    // passed; the kernel only reads it.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_CREATE,
+            &raw const attr,
+            size_of::<MapCreateAttr>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// One array element as laid out in the mapping: the `u32` value, then padding.
+type Cell = [u32; 2];
+
+/// A shared memory mapping of a table map's entries, unmapped on drop.
+pub(crate) struct Mapping {
+    ptr: NonNull<Cell>,
+    entries: usize,
+    len: usize,
+}
+
+impl Mapping {
+    /// Maps the `entries` entries of the `u32` array map `fd` (read-write when
+    /// `writable`).
+    pub(crate) fn new(fd: BorrowedFd<'_>, entries: usize, writable: bool) -> io::Result<Self> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .map_err(|_| io::Error::last_os_error())?;
+        let bytes = entries
+            .checked_mul(size_of::<Cell>())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let len = bytes.div_ceil(page) * page;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping of an mmapable BPF array; the kernel checks the
+        // length against the map's size.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<Cell>())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
+        Ok(Self { ptr, entries, len })
+    }
+
+    /// The element cells.
+    fn cells(&self) -> &[Cell] {
+        // SAFETY: the mapping covers `entries` cells and lives as long as self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.entries) }
+    }
+
+    /// The element cells, writable (only for mappings created writable).
+    fn cells_mut(&mut self) -> &mut [Cell] {
+        // SAFETY: as above; &mut self guarantees exclusive access through this mapping.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.entries) }
+    }
+
+    /// Entry `i`.
+    fn get(&self, i: usize) -> Option<u32> {
+        self.cells().get(i).map(|cell| cell[0])
+    }
+
+    /// Writes `values` into entries `start..start + values.len()`.
+    fn write(&mut self, start: usize, values: &[u32]) {
+        for (cell, value) in self.cells_mut()[start..start + values.len()]
+            .iter_mut()
+            .zip(values)
+        {
+            cell[0] = *value;
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the region mapped in `new`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Writes the header (size, generation) and the slots into a freshly created table.
+pub(crate) fn fill(fd: BorrowedFd<'_>, generation: u32, slots: &[u32]) -> io::Result<()> {
+    let size =
+        u32::try_from(slots.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut mapping = Mapping::new(fd, slots.len() + TABLE_HEADER_LEN as usize, true)?;
+    mapping.write(TABLE_SIZE_INDEX as usize, &[size]);
+    mapping.write(TABLE_GENERATION_INDEX as usize, &[generation]);
+    mapping.write(TABLE_HEADER_LEN as usize, slots);
+    Ok(())
+}
+
+/// Writes `entries` verbatim (header included) into a freshly created table map of
+/// exactly that many entries.
+pub(crate) fn fill_raw(fd: BorrowedFd<'_>, entries: &[u32]) -> io::Result<()> {
+    let mut mapping = Mapping::new(fd, entries.len(), true)?;
+    mapping.write(0, entries);
+    Ok(())
+}
+
+/// Reads (generation, slots) from a table map with `entries` entries.
+pub(crate) fn read(fd: BorrowedFd<'_>, entries: usize) -> io::Result<(u32, Vec<u32>)> {
+    let mapping = Mapping::new(fd, entries, false)?;
+    let invalid = || io::Error::from(io::ErrorKind::InvalidData);
+    let size = mapping.get(TABLE_SIZE_INDEX as usize).ok_or_else(invalid)? as usize;
+    let generation = mapping
+        .get(TABLE_GENERATION_INDEX as usize)
+        .ok_or_else(invalid)?;
+    let header = TABLE_HEADER_LEN as usize;
+    let cells = mapping
+        .cells()
+        .get(header..header + size)
+        .ok_or_else(invalid)?;
+    Ok((generation, cells.iter().map(|cell| cell[0]).collect()))
+}
