@@ -1,14 +1,33 @@
 //! Support code for the privileged tests, the demo and the data-plane benchmarks:
-//! network namespaces that clean up after themselves, and packet builders.
+//! network namespaces that clean up after themselves, packet builders, and a fixture
+//! load balancer for BPF_PROG_TEST_RUN.
 //!
 //! Everything here needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN for setns).
 
+pub mod fixture;
 pub mod netns;
 pub mod packets;
 
-/// Whether the process runs as root; privileged tests skip themselves otherwise (and
-/// `cargo xtask test` reports the suite as skipped before ever running it).
+/// Whether the process runs as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Pins the calling thread to `cpu` (BPF_PROG_TEST_RUN for XDP runs on the calling CPU).
+///
+/// # Errors
+/// When the kernel refuses the affinity (CPU offline or absent).
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
+    // sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

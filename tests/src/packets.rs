@@ -1,24 +1,276 @@
-//! Packet builders for fixtures, using etherparse (no hand-written headers).
+//! Packet builders for fixtures and traffic, using etherparse (no hand-written headers),
+//! and the expected encapsulated output built independently of the XDP program.
 //!
-//! Addresses follow ../shared/cases F-1: client 192.0.2.10 / 2001:db8:c::10, LB MAC
-//! 02:00:00:00:00:01, client MAC 02:00:00:00:00:0a.
+//! Addresses follow ../shared/cases F-1: client 192.0.2.10 / 2001:db8:c::10, LB (outer
+//! source) 192.0.2.1 / 2001:db8:c::1, VIPs 203.0.113.10 / 2001:db8:f::10, backend k at
+//! 198.51.100.(10+k) / 2001:db8:b::(10+k); MACs: LB 02:00:00:00:00:01, client
+//! 02:00:00:00:00:0a, gateway 02:00:00:00:00:fe.
 
-use etherparse::PacketBuilder;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use etherparse::{
+    EtherType, Ethernet2Header, IpHeaders, IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv6Header,
+    Ipv6HeaderSlice, PacketBuilder, TcpHeader,
+};
 
 /// MAC of the load balancer's interface.
 pub const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 /// MAC of the default client.
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+/// MAC of the LB's gateway (next hop in gateway mode).
+pub const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+/// LB address, IPv4 (outer source).
+pub const LB4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// LB address, IPv6 (outer source).
+pub const LB6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 1);
+/// Client C1, IPv4.
+pub const CLIENT4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+/// Client C1, IPv6.
+pub const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 0x10);
+/// VIP4.
+pub const VIP4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+/// VIP6.
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xf, 0, 0, 0, 0, 0x10);
 
-/// An Ethernet + IPv4 + TCP SYN frame from `src:sport` to `dst:dport` with `payload`.
-pub fn tcp4_syn(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, payload: &[u8]) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
-        .ipv4(src, dst, 64)
-        .tcp(sport, dport, 1000, 64240)
-        .syn();
-    let mut frame = Vec::with_capacity(builder.size(payload.len()));
-    builder
-        .write(&mut frame, payload)
-        .expect("writing to a Vec cannot fail");
-    frame
+/// Backend k's IPv4 address, 198.51.100.(10+k).
+pub fn backend4(k: u8) -> Ipv4Addr {
+    Ipv4Addr::new(198, 51, 100, 10 + k)
+}
+
+/// Backend k's IPv6 address, 2001:db8:b::(10+k).
+pub fn backend6(k: u8) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 0x10 + u16::from(k))
+}
+
+/// TCP flags of a built segment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpFlags {
+    /// SYN.
+    pub syn: bool,
+    /// ACK.
+    pub ack: bool,
+    /// RST.
+    pub rst: bool,
+    /// FIN.
+    pub fin: bool,
+}
+
+/// SYN only.
+pub const SYN: TcpFlags = TcpFlags {
+    syn: true,
+    ack: false,
+    rst: false,
+    fin: false,
+};
+/// ACK only.
+pub const ACK: TcpFlags = TcpFlags {
+    syn: false,
+    ack: true,
+    rst: false,
+    fin: false,
+};
+/// RST only.
+pub const RST: TcpFlags = TcpFlags {
+    syn: false,
+    ack: false,
+    rst: true,
+    fin: false,
+};
+
+/// Transport of a built packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L4 {
+    /// TCP with these flags.
+    Tcp(TcpFlags),
+    /// UDP.
+    Udp,
+}
+
+/// A client → VIP flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flow {
+    /// Client address.
+    pub src: IpAddr,
+    /// Client port.
+    pub sport: u16,
+    /// Destination (VIP) address.
+    pub dst: IpAddr,
+    /// Destination port.
+    pub dport: u16,
+}
+
+impl Flow {
+    /// A flow from `src:sport` to `dst:dport`.
+    pub fn new(src: impl Into<IpAddr>, sport: u16, dst: impl Into<IpAddr>, dport: u16) -> Self {
+        Self {
+            src: src.into(),
+            sport,
+            dst: dst.into(),
+            dport,
+        }
+    }
+
+    /// The IP header of this flow with `payload_len` bytes after it (TTL 64).
+    pub fn ip_headers(&self, proto: IpNumber, payload_len: usize) -> IpHeaders {
+        match (self.src, self.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut h = Ipv4Header::new(
+                    u16::try_from(payload_len).expect("payload fits"),
+                    64,
+                    proto,
+                    s.octets(),
+                    d.octets(),
+                )
+                .expect("valid IPv4 header");
+                h.identification = 0x1234;
+                h.dont_fragment = true;
+                IpHeaders::Ipv4(h, Default::default())
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => IpHeaders::Ipv6(
+                Ipv6Header {
+                    traffic_class: 0,
+                    flow_label: Default::default(),
+                    payload_length: u16::try_from(payload_len).expect("payload fits"),
+                    next_header: proto,
+                    hop_limit: 64,
+                    source: s.octets(),
+                    destination: d.octets(),
+                },
+                Default::default(),
+            ),
+            _ => panic!("mixed address families in {self:?}"),
+        }
+    }
+
+    /// A frame of this flow with the given transport and payload.
+    pub fn frame(&self, l4: L4, payload: &[u8]) -> Vec<u8> {
+        let proto = match l4 {
+            L4::Tcp(_) => IpNumber::TCP,
+            L4::Udp => IpNumber::UDP,
+        };
+        self.frame_with_ip(self.ip_headers(proto, 0), l4, payload)
+    }
+
+    /// A frame of this flow whose IP header (with options or extension headers) is
+    /// `ip`; lengths and checksums are filled in by etherparse.
+    pub fn frame_with_ip(&self, ip: IpHeaders, l4: L4, payload: &[u8]) -> Vec<u8> {
+        let base = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC).ip(ip);
+        let mut frame = Vec::new();
+        match l4 {
+            L4::Tcp(flags) => {
+                let mut tcp = TcpHeader::new(self.sport, self.dport, 1000, 64240);
+                tcp.syn = flags.syn;
+                tcp.ack = flags.ack;
+                tcp.rst = flags.rst;
+                tcp.fin = flags.fin;
+                if flags.ack {
+                    tcp.acknowledgment_number = 5001;
+                }
+                base.tcp_header(tcp)
+                    .write(&mut frame, payload)
+                    .expect("write to Vec");
+            }
+            L4::Udp => {
+                base.udp(self.sport, self.dport)
+                    .write(&mut frame, payload)
+                    .expect("write to Vec");
+            }
+        }
+        frame
+    }
+}
+
+/// The frame the load balancer must emit for `frame` sent to `backend`: Ethernet
+/// `dmac` ← `smac`, then an outer IPv4 (protocol 4: TTL 64, TOS, identification and DF
+/// copied from the inner header, source [`LB4`]) or IPv6 (next header 41: hop limit 64,
+/// traffic class and flow label copied, source [`LB6`]) header, then every byte of the
+/// frame after its Ethernet header, unchanged.
+pub fn encapsulated(frame: &[u8], backend: IpAddr, dmac: [u8; 6], smac: [u8; 6]) -> Vec<u8> {
+    let inner = &frame[Ethernet2Header::LEN..];
+    let mut out = Vec::new();
+    match backend {
+        IpAddr::V4(b) => {
+            let h = Ipv4HeaderSlice::from_slice(inner)
+                .expect("inner IPv4")
+                .to_header();
+            let mut outer =
+                Ipv4Header::new(h.total_len, 64, IpNumber::IPV4, LB4.octets(), b.octets())
+                    .expect("outer header");
+            outer.dscp = h.dscp;
+            outer.ecn = h.ecn;
+            outer.identification = h.identification;
+            outer.dont_fragment = h.dont_fragment;
+            outer.header_checksum = outer.calc_header_checksum();
+            Ethernet2Header {
+                destination: dmac,
+                source: smac,
+                ether_type: EtherType::IPV4,
+            }
+            .write(&mut out)
+            .expect("write");
+            outer.write(&mut out).expect("write");
+        }
+        IpAddr::V6(b) => {
+            let h = Ipv6HeaderSlice::from_slice(inner)
+                .expect("inner IPv6")
+                .to_header();
+            let outer = Ipv6Header {
+                traffic_class: h.traffic_class,
+                flow_label: h.flow_label,
+                payload_length: h.payload_length + 40,
+                next_header: IpNumber::IPV6,
+                hop_limit: 64,
+                source: LB6.octets(),
+                destination: b.octets(),
+            };
+            Ethernet2Header {
+                destination: dmac,
+                source: smac,
+                ether_type: EtherType::IPV6,
+            }
+            .write(&mut out)
+            .expect("write");
+            outer.write(&mut out).expect("write");
+        }
+    }
+    out.extend_from_slice(inner);
+    out
+}
+
+/// The outer destination (the chosen backend) of an encapsulated frame.
+pub fn outer_destination(frame: &[u8]) -> Option<IpAddr> {
+    let ip = frame.get(Ethernet2Header::LEN..)?;
+    match u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]) {
+        0x0800 => Ipv4HeaderSlice::from_slice(ip)
+            .ok()
+            .map(|h| IpAddr::V4(h.destination_addr())),
+        0x86dd => Ipv6HeaderSlice::from_slice(ip)
+            .ok()
+            .map(|h| IpAddr::V6(h.destination_addr())),
+        _ => None,
+    }
+}
+
+/// An ARP request frame (who-has `target` tell `sender`), broadcast.
+pub fn arp_request(sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let arp = etherparse::ArpPacket::new(
+        etherparse::ArpHardwareId::ETHERNET,
+        EtherType::IPV4,
+        etherparse::ArpOperation::REQUEST,
+        &CLIENT_MAC,
+        &sender.octets(),
+        &[0; 6],
+        &target.octets(),
+    )
+    .expect("valid ARP");
+    let mut out = Vec::new();
+    Ethernet2Header {
+        destination: [0xff; 6],
+        source: CLIENT_MAC,
+        ether_type: EtherType::ARP,
+    }
+    .write(&mut out)
+    .expect("write");
+    out.extend_from_slice(&arp.to_bytes());
+    out
 }

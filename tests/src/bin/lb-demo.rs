@@ -6,7 +6,7 @@ use std::{net::UdpSocket, time::Duration};
 
 use anyhow::{Context as _, bail};
 use lb_tests::netns::NetNs;
-use lb_user::dataplane::{AttachMode, Dataplane};
+use lb_user::dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions};
 
 fn main() -> anyhow::Result<()> {
     if !lb_tests::is_root() {
@@ -23,9 +23,10 @@ fn main() -> anyhow::Result<()> {
     client.ip(&["link", "set", "c0", "up"])?;
 
     println!("demo: loading the XDP program and attaching it to lb0 (native mode)");
-    let mut dp = Dataplane::load().context("loading the XDP program")?;
+    let mut dp =
+        KernelDataplane::load(LoadOptions::default()).context("loading the XDP program")?;
     lb.enter(|| dp.attach("lb0", AttachMode::Native))??;
-    let before = dp.global_stats()?.rx_packets;
+    let before = dp.global_stats()?.total();
 
     println!("demo: sending 20 UDP datagrams from the client namespace to 192.0.2.1:9");
     client.enter(|| -> anyhow::Result<()> {
@@ -37,7 +38,7 @@ fn main() -> anyhow::Result<()> {
         Ok(())
     })??;
     std::thread::sleep(Duration::from_millis(100));
-    let seen = dp.global_stats()?.rx_packets - before;
+    let seen = dp.global_stats()?.total() - before;
     println!("demo: the XDP program counted {seen} packets on lb0 (20 UDP plus ARP)");
 
     println!("demo: detaching and deleting the namespaces");

@@ -1,0 +1,357 @@
+//! Connection-tracking semantics through BPF_PROG_TEST_RUN: what keeps a flow on its
+//! backend across table changes, drains and removals, and what does not. Cases from
+//! ../shared/cases: BR-03.T2, BR-08.T3–T5, BR-12.T1, BR-13.T1/T2/T4, BR-15.T1, BR-16.T1/T2.
+
+use std::{net::IpAddr, time::Duration};
+
+use lb_common::{
+    stats::Reason,
+    types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP},
+};
+use lb_tests::{
+    fixture::{Lb, XDP_DROP, XDP_PASS, XDP_TX, default_config, flow_key, round_robin},
+    packets::{self, ACK, CLIENT4, Flow, L4, RST, SYN, VIP4},
+};
+use lb_user::dataplane::{CtTable, Dataplane as _, TableImage};
+
+fn b4(id: u32) -> Option<IpAddr> {
+    #[expect(clippy::cast_possible_truncation, reason = "fixture ids are small")]
+    Some(packets::backend4(id as u8).into())
+}
+
+/// A client port whose flow to VIP4:`dport` the current table of `vip_id` gives to
+/// backend `id`.
+fn port_landing_on(lb: &Lb, vip_id: u32, dport: u16, id: u32, from: u16) -> u16 {
+    (from..u16::MAX)
+        .find(|&p| lb.predict(vip_id, &Flow::new(CLIENT4, p, VIP4, dport), PROTO_TCP) == id)
+        .expect("some port lands on the backend")
+}
+
+/// Opens `flow` with SYN then ACK and returns the backend it went to.
+fn establish(lb: &mut Lb, flow: &Flow) -> Option<IpAddr> {
+    let (a, first) = lb.send(&flow.frame(L4::Tcp(SYN), &[]));
+    assert_eq!(a, XDP_TX);
+    let (a, second) = lb.send(&flow.frame(L4::Tcp(ACK), &[]));
+    assert_eq!(a, XDP_TX);
+    assert_eq!(first, second);
+    first
+}
+
+#[test]
+fn syn_pins_in_the_syn_table_and_the_handshake_promotes_it() {
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, 44000, VIP4, 80);
+    let key = flow_key(&flow, PROTO_TCP);
+    lb.send(&flow.frame(L4::Tcp(SYN), &[]));
+    let (table, entry) = lb.dp.lookup_flow(&key).expect("lookup").expect("pinned");
+    assert_eq!(table, CtTable::SynOnly);
+    assert_eq!(entry.backend_id, lb.predict(0, &flow, PROTO_TCP));
+    lb.send(&flow.frame(L4::Tcp(ACK), &[]));
+    let (table, _) = lb.dp.lookup_flow(&key).expect("lookup").expect("pinned");
+    assert_eq!(table, CtTable::Established);
+}
+
+#[test]
+fn rst_is_forwarded_but_creates_no_state() {
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, 44001, VIP4, 80);
+    let (action, _) = lb.send(&flow.frame(L4::Tcp(RST), &[]));
+    assert_eq!(action, XDP_TX);
+    assert!(
+        lb.dp
+            .lookup_flow(&flow_key(&flow, PROTO_TCP))
+            .expect("lookup")
+            .is_none()
+    );
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").new_flows, 0);
+}
+
+#[test]
+fn established_flow_keeps_its_backend_when_the_table_changes() {
+    // BR-13.T1.
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 2, 44100);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    lb.table(0, &[3; 65_537]);
+    let hits = lb.dp.vip_stats(0).expect("stats").ct_hits;
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(2)));
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_hits, hits + 1);
+    // A new flow follows the new table.
+    let other = Flow::new(CLIENT4, sport + 1, VIP4, 80);
+    assert_eq!(lb.send(&other.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(3)));
+}
+
+#[test]
+fn drained_backend_keeps_its_flows_and_gets_no_new_ones() {
+    // BR-03.T2.
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 2, 44200);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    lb.backend(2, packets::backend4(2), BACKEND_DRAINING);
+    lb.table(0, &round_robin(65_537, &[1, 3]));
+    let no_backend = lb.counter(Reason::DropNoBackend);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(2)));
+    for p in 45000..45200 {
+        let (action, dst) = lb.send(&Flow::new(CLIENT4, p, VIP4, 80).frame(L4::Tcp(SYN), &[]));
+        assert_eq!(action, XDP_TX);
+        assert_ne!(dst, b4(2), "new flow on the drained backend");
+    }
+    assert_eq!(lb.counter(Reason::DropNoBackend), no_backend);
+}
+
+#[test]
+fn removed_backend_flows_are_repicked_on_the_current_table() {
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 2, 44300);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    lb.table(0, &round_robin(65_537, &[1, 3]));
+    lb.backend(2, packets::backend4(2), BACKEND_DOWN);
+    let owner = lb.predict(0, &flow, PROTO_TCP);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(owner)));
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_stale_repicked, 1);
+    let (_, entry) = lb
+        .dp
+        .lookup_flow(&flow_key(&flow, PROTO_TCP))
+        .expect("lookup")
+        .expect("re-pinned");
+    assert_eq!(entry.backend_id, owner, "the entry is overwritten");
+}
+
+#[test]
+fn mid_flow_miss_is_rehashed_on_the_current_table() {
+    // BR-13.T2 (no second-chance lookup: the table owner gets the flow).
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 2, 44400);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    establish(&mut lb, &flow);
+    lb.table(0, &[3; 65_537]);
+    lb.dp
+        .delete_flow(&flow_key(&flow, PROTO_TCP))
+        .expect("delete");
+    let misses = lb.dp.vip_stats(0).expect("stats").ct_misses_non_syn;
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
+    assert_eq!(
+        lb.dp.vip_stats(0).expect("stats").ct_misses_non_syn,
+        misses + 1
+    );
+    let (table, entry) = lb
+        .dp
+        .lookup_flow(&flow_key(&flow, PROTO_TCP))
+        .expect("lookup")
+        .expect("pinned again");
+    assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
+}
+
+#[test]
+fn last_backend_drained_keeps_established_flows() {
+    // BR-08.T3 (regression of cilium PR #31840).
+    let mut lb = Lb::standard();
+    lb.table(0, &[1; 65_537]);
+    let flow = Flow::new(CLIENT4, 44500, VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(1));
+    lb.backend(1, packets::backend4(1), BACKEND_DRAINING);
+    lb.table(0, &[0; 65_537]);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
+    let other = Flow::new(CLIENT4, 44501, VIP4, 80);
+    let before = lb.counter(Reason::DropNoBackend);
+    assert_eq!(lb.send(&other.frame(L4::Tcp(SYN), &[])).0, XDP_DROP);
+    assert_eq!(lb.counter(Reason::DropNoBackend), before + 1);
+}
+
+#[test]
+fn removing_the_last_healthy_backend_never_selects_a_down_one() {
+    // BR-08.T4.
+    let mut lb = Lb::standard();
+    lb.backend(2, packets::backend4(2), BACKEND_DOWN);
+    lb.table(0, &[1; 65_537]);
+    lb.backend(1, packets::backend4(1), BACKEND_DOWN);
+    lb.table(0, &[0; 65_537]);
+    for p in 44600..44700 {
+        let (action, _) = lb.send(&Flow::new(CLIENT4, p, VIP4, 80).frame(L4::Tcp(SYN), &[]));
+        assert_eq!(action, XDP_DROP);
+    }
+}
+
+#[test]
+fn a_stale_table_slot_pointing_at_a_down_backend_drops() {
+    // BR-12.T4: never forward to a backend entry that is not active.
+    let mut lb = Lb::standard();
+    lb.backend(9, packets::backend4(9), BACKEND_DOWN);
+    lb.table(0, &[9; 65_537]);
+    let (action, _) = lb.send(&Flow::new(CLIENT4, 44650, VIP4, 80).frame(L4::Tcp(SYN), &[]));
+    assert_eq!(action, XDP_DROP);
+}
+
+#[test]
+fn deleted_vip_stops_forwarding_its_old_flows() {
+    // BR-08.T5, documented behaviour: the packet is no longer for a VIP, so it passes
+    // (pass_non_vip) and is never forwarded to the old backend.
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, 44700, VIP4, 80);
+    establish(&mut lb, &flow);
+    let key = lb_tests::fixture::vip_key(VIP4.into(), 80, PROTO_TCP);
+    lb.dp.remove_vip(&key).expect("remove vip");
+    let before = lb.counter(Reason::PassNonVip);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_PASS, None));
+    assert_eq!(lb.counter(Reason::PassNonVip), before + 1);
+}
+
+#[test]
+fn udp_flows_expire_after_the_idle_timeout() {
+    // BR-13.T4 with a 300 ms timeout.
+    let mut lb = Lb::standard();
+    let mut cfg = default_config();
+    cfg.udp_timeout_ns = 300_000_000;
+    lb.dp.set_config(&cfg).expect("config");
+    lb.table(1, &[1; 65_537]);
+    let flow = Flow::new(CLIENT4, 50000, VIP4, 53);
+    let datagram = flow.frame(L4::Udp, b"q");
+    assert_eq!(lb.send(&datagram), (XDP_TX, b4(1)));
+    lb.table(1, &[3; 65_537]);
+    assert_eq!(lb.send(&datagram), (XDP_TX, b4(1)), "within the timeout");
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(lb.send(&datagram), (XDP_TX, b4(3)), "after the timeout");
+    assert_eq!(lb.dp.vip_stats(1).expect("stats").ct_udp_expired, 1);
+    let (_, entry) = lb
+        .dp
+        .lookup_flow(&flow_key(&flow, PROTO_UDP))
+        .expect("lookup")
+        .expect("refreshed");
+    assert_eq!(entry.backend_id, 3);
+    assert_eq!(lb.send(&datagram), (XDP_TX, b4(3)));
+}
+
+#[test]
+fn a_flow_keeps_its_backend_on_another_cpu() {
+    // BR-15.T1: the conntrack map is shared between CPUs (per-CPU LRU lists only).
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        eprintln!("single CPU: nothing to check");
+        return;
+    }
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 2, 44800);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            lb_tests::pin_to_cpu(0).expect("pin to CPU 0");
+            assert_eq!(establish(&mut lb, &flow), b4(2));
+            lb.table(0, &[3; 65_537]);
+        })
+        .join()
+        .expect("cpu 0");
+    });
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            lb_tests::pin_to_cpu(1).expect("pin to CPU 1");
+            assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(2)));
+        })
+        .join()
+        .expect("cpu 1");
+    });
+}
+
+#[test]
+fn syn_flood_does_not_evict_established_flows() {
+    // BR-16.T1/T2: 500 established flows, a CT of 4,096 entries and a SYN-only table of
+    // 1,024; 100,000 spoofed SYNs; then the table moves and every established flow
+    // still reaches its backend; legitimate SYNs are forwarded throughout.
+    let mut lb = Lb::with_ct(4_096, 1_024);
+    lb.backends(3, false);
+    lb.table(0, &round_robin(65_537, &[1, 2, 3]));
+    lb.vip(0, VIP4, 80, PROTO_TCP);
+    let flows: Vec<Flow> = (0..500u16)
+        .map(|i| Flow::new(CLIENT4, 20_000 + i, VIP4, 80))
+        .collect();
+    let owners: Vec<Option<IpAddr>> = flows.iter().map(|f| establish(&mut lb, f)).collect();
+    let mut rng = 0x1234_5678_u32;
+    for i in 0..100_000u32 {
+        rng ^= rng << 13;
+        rng ^= rng >> 17;
+        rng ^= rng << 5;
+        let src = std::net::Ipv4Addr::from(0xc612_0000 | (rng & 0x0001_ffff)); // 198.18.0.0/15
+        let port = u16::try_from(rng >> 16).expect("16 bits") | 1;
+        let syn = Flow::new(src, port, VIP4, 80).frame(L4::Tcp(SYN), &[]);
+        assert_eq!(lb.send(&syn).0, XDP_TX);
+        if i % 10_000 == 0 {
+            let n = u16::try_from(i / 10_000).expect("small");
+            let legit = Flow::new(CLIENT4, 30_000 + n, VIP4, 80);
+            assert_eq!(lb.send(&legit.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
+        }
+    }
+    lb.table(0, &round_robin(65_537, &[3, 1, 2]));
+    for (flow, owner) in flows.iter().zip(&owners) {
+        assert_eq!(
+            lb.send(&flow.frame(L4::Tcp(ACK), &[])),
+            (XDP_TX, *owner),
+            "{flow:?}"
+        );
+    }
+    let (established, syn_only) = lb.dp.conntrack_len().expect("ct size");
+    assert!(established >= 500, "{established}");
+    assert!(
+        syn_only <= 1_024,
+        "the SYN-only table keeps its size: {syn_only}"
+    );
+}
+
+#[test]
+fn table_swaps_are_atomic_under_traffic() {
+    // BR-12.T1: while one thread runs SYNs, another keeps swapping between a 2-backend
+    // and a 3-backend table: every packet is forwarded to one of the three, none is
+    // dropped or sent to an unset slot.
+    let mut lb = Lb::standard();
+    let old = round_robin(65_537, &[1, 2]);
+    let new = round_robin(65_537, &[1, 2, 3]);
+    lb.table(0, &old);
+    let mut writer = lb.dp.table_writer().expect("writer");
+    let frames: Vec<Vec<u8>> = (0..2_000u16)
+        .map(|p| Flow::new(CLIENT4, 10_000 + p, VIP4, 80).frame(L4::Tcp(RST), &[]))
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut generation = 100;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for slots in [&new, &old] {
+                    generation += 1;
+                    writer
+                        .install_table(0, &TableImage { generation, slots })
+                        .expect("swap");
+                }
+            }
+        });
+        for _ in 0..5 {
+            for frame in &frames {
+                let (action, dst) = lb.send(frame);
+                assert_eq!(action, XDP_TX);
+                assert!([b4(1), b4(2), b4(3)].contains(&dst), "{dst:?}");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(lb.counter(Reason::DropNoBackend), 0);
+    assert_eq!(lb.counter(Reason::DropBadConfig), 0);
+}
+
+#[test]
+fn backend_states_are_honoured_per_state() {
+    // Active and draining keep CT flows; down does not; unused ids are never used.
+    let mut lb = Lb::standard();
+    for (i, state) in [(0u16, BACKEND_ACTIVE), (1, BACKEND_DRAINING)] {
+        lb.backend(1, packets::backend4(1), BACKEND_ACTIVE);
+        lb.table(0, &round_robin(65_537, &[1, 2, 3]));
+        let sport = port_landing_on(&lb, 0, 80, 1, 46000 + 100 * i);
+        let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+        assert_eq!(establish(&mut lb, &flow), b4(1));
+        lb.backend(1, packets::backend4(1), state);
+        lb.table(0, &[2; 65_537]);
+        assert_eq!(
+            lb.send(&flow.frame(L4::Tcp(ACK), &[])),
+            (XDP_TX, b4(1)),
+            "state {state}"
+        );
+    }
+}
