@@ -51,7 +51,11 @@ pub const MAX_BACKENDS: u32 = 65_536;
 /// Default capacity of `CONNTRACK` (the controller sets the real one at load time).
 pub const DEFAULT_CT_CAPACITY: u32 = 1_048_576;
 /// Default capacity of `CONNTRACK_SYN` (the controller sets the real one at load time).
-pub const DEFAULT_CT_SYN_CAPACITY: u32 = 65_536;
+/// It only has to hold flows for one handshake round trip; a small map also keeps LRU
+/// eviction in cache under a SYN flood. A SYN-only entry that is evicted before the
+/// handshake completes only matters if the table changed meanwhile: the ACK is then
+/// re-hashed on the current table.
+pub const DEFAULT_CT_SYN_CAPACITY: u32 = 16_384;
 
 /// Number of `u32` header entries before the slots in an inner table map:
 /// entry 0 = table size M, entry 1 = table generation (low 32 bits). Slots follow:

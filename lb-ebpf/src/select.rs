@@ -4,8 +4,8 @@
 //! 1. `CONNTRACK` hit whose backend is active or draining (and, for UDP, not idle longer
 //!    than the timeout) wins; a hit on a backend that is down or removed, or of another
 //!    VIP generation, is re-picked and overwritten.
-//! 2. TCP only: `CONNTRACK_SYN` (flows of which only a SYN was seen) likewise; a
-//!    non-SYN packet of such a flow promotes it into `CONNTRACK`.
+//! 2. TCP packets other than a pure SYN: `CONNTRACK_SYN` (flows of which only a SYN was
+//!    seen) likewise; a non-SYN packet of such a flow promotes it into `CONNTRACK`.
 //! 3. Otherwise `table[flow_hash % M]` of the VIP's current Maglev table. The choice is
 //!    recorded: SYN-only TCP in `CONNTRACK_SYN`, other TCP (mid-flow after a restart or
 //!    eviction) and UDP in `CONNTRACK`; a TCP RST creates no entry.
@@ -115,12 +115,16 @@ pub(crate) fn pick_backend(
     let flags = p.tcp_flags;
     let syn_only = flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
     let rst = flags & TCP_RST != 0;
-    if !is_udp {
+    // A pure SYN skips CONNTRACK_SYN: it re-picks from the current table and overwrites
+    // any SYN-only entry (a retransmitted SYN lands on the same backend unless the table
+    // changed in between, and then the newest choice is the one recorded). This keeps
+    // the new-flow path to one conntrack lookup.
+    if !is_udp && !syn_only {
         if let Some(entry) = CONNTRACK_SYN.get_ptr(&p.key) {
             // SAFETY: as above; the 16-byte value is copied out at once.
             let entry = unsafe { *entry };
             if let Some(choice) = pinned(entry.backend_id, entry.vip_id, vip.vip_id) {
-                if !syn_only && !rst {
+                if !rst {
                     // The handshake completed: the flow is established. An LRU insert
                     // only fails on allocation failure; the flow then stays in
                     // CONNTRACK_SYN, which still pins it.
@@ -130,7 +134,7 @@ pub(crate) fn pick_backend(
                 return Ok(choice);
             }
         }
-        if !syn_only && !had_entry {
+        if !had_entry {
             stats.ct_misses_non_syn += 1;
         }
     }

@@ -210,7 +210,9 @@ impl KernelDataplane {
 
     /// Times `target` with the benchmark harness: `lb_bench` restores `frame` (exactly
     /// `BENCH_FRAME_MAX` bytes) before every one of `repeat` repetitions, stamps a
-    /// counter at `vary_offset` when it is non-zero, and tail-calls `target`.
+    /// counter (continued from the previous run) at `vary_offset` when it is non-zero,
+    /// and tail-calls `target`. The
+    /// context's ingress interface is `ingress_ifindex` (see [`Self::test_run_with`]).
     ///
     /// # Errors
     /// [`DataplaneError::OutOfRange`] for a frame of another length; program or map
@@ -220,6 +222,7 @@ impl KernelDataplane {
         target: BenchTarget,
         frame: &[u8],
         vary_offset: u32,
+        ingress_ifindex: Option<u32>,
         repeat: u32,
     ) -> Result<TestRunOutput, DataplaneError> {
         let bytes: [u8; BENCH_FRAME_MAX] = frame.try_into().map_err(|_| {
@@ -249,17 +252,26 @@ impl KernelDataplane {
         self.bench_progs
             .set(0, &fd, 0)
             .map_err(map_err(maps::BENCH_PROGS, "update"))?;
+        // The per-repetition counter continues across runs, so that flows varied by it
+        // stay new in every run.
+        let counter = self.bench_frame.get(&0, 0).map_or(0, |f| f.counter);
         let frame = BenchFrame {
             len: u32::try_from(BENCH_FRAME_MAX).unwrap_or(u32::MAX),
             vary_offset,
-            counter: 0,
+            counter,
             _pad: 0,
             bytes,
         };
         self.bench_frame
             .set(0, frame, 0)
             .map_err(map_err(maps::BENCH_FRAME, "update"))?;
-        run_program(&mut self.ebpf, maps::BENCH_PROGRAM, &bytes, None, repeat)
+        run_program(
+            &mut self.ebpf,
+            maps::BENCH_PROGRAM,
+            &bytes,
+            ingress_ifindex,
+            repeat,
+        )
     }
 
     /// Instructions the verifier processed for program `name` (`verified_insns`,
