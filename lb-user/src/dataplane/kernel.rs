@@ -411,6 +411,47 @@ fn run_program(
     })
 }
 
+/// The empty XDP program (`lb_empty`, returns `XDP_PASS`) attached to an interface,
+/// detached on drop. Attached to the veth peer of the load balancer's interface, it gives
+/// that peer the NAPI context without which frames sent with `XDP_TX` on a veth are
+/// dropped (../shared/cases BR-24).
+pub struct PassProgram {
+    ebpf: Ebpf,
+    link: Option<XdpLinkId>,
+}
+
+impl PassProgram {
+    /// Loads `lb_empty` (with minimal conntrack maps) and attaches it to `iface` in
+    /// native mode.
+    ///
+    /// # Errors
+    /// When loading or attaching fails.
+    pub fn attach(iface: &str) -> Result<Self, DataplaneError> {
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(maps::CONNTRACK, 64)
+            .map_max_entries(maps::CONNTRACK_SYN, 64)
+            .load(crate::EBPF_OBJECT)?;
+        let prog = xdp(&mut ebpf, maps::EMPTY_PROGRAM)?;
+        prog.load().map_err(prog_err(maps::EMPTY_PROGRAM))?;
+        let link = prog
+            .attach(iface, XdpMode::Driver)
+            .map_err(prog_err(maps::EMPTY_PROGRAM))?;
+        Ok(Self {
+            ebpf,
+            link: Some(link),
+        })
+    }
+}
+
+impl Drop for PassProgram {
+    fn drop(&mut self) {
+        if let (Some(link), Ok(prog)) = (self.link.take(), xdp(&mut self.ebpf, maps::EMPTY_PROGRAM))
+        {
+            let _ = prog.detach(link);
+        }
+    }
+}
+
 /// Builds a new table map for `table`, fills it, and swaps it in as VIP `vip_id`'s
 /// table with one update of `TABLES`.
 fn install_table(

@@ -20,7 +20,9 @@ use lb_common::{
 };
 
 pub use fake::FakeDataplane;
-pub use kernel::{BenchTarget, KernelDataplane, LoadOptions, TableWriter, TestRunOutput};
+pub use kernel::{
+    BenchTarget, KernelDataplane, LoadOptions, PassProgram, TableWriter, TestRunOutput,
+};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)
 /// and the operation that failed.
