@@ -3,6 +3,7 @@
 //! daemon and the CLI verbs.
 
 pub mod dataplane;
+pub mod maglev;
 
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary
 /// (ELF, BPF little-endian, 8-byte aligned as aya requires).
