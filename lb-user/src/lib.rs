@@ -1,7 +1,8 @@
 //! The load balancer's controller library: the data-plane interface (the only module
-//! that touches aya) and, as the project grows, the Maglev builder, configuration, the
-//! daemon and the CLI verbs.
+//! that touches aya), the Maglev table builder (`maglev`, pure), the CLI verbs (`cli`)
+//! and, as the project grows, configuration and the daemon.
 
+pub mod cli;
 pub mod dataplane;
 pub mod maglev;
 
