@@ -1,8 +1,11 @@
 //! The load balancer's controller library: the data-plane interface ([`dataplane`], the
-//! only module that touches aya), flow keys and slot prediction ([`flow`]).
+//! only module that touches aya), the Maglev table builder ([`maglev`], pure), flow keys
+//! and slot prediction ([`flow`]), and the CLI verbs ([`cli`]).
 
+pub mod cli;
 pub mod dataplane;
 pub mod flow;
+pub mod maglev;
 
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary
 /// (ELF, BPF little-endian, 8-byte aligned as aya requires).

@@ -14,6 +14,8 @@ struct Cli {
 enum Command {
     /// Print facts about the embedded XDP object (size in bytes).
     Object,
+    /// Build and compare Maglev tables offline (no root needed).
+    Table(lb_user::cli::table::TableArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -28,6 +30,12 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Object => {
             println!("embedded eBPF object: {} bytes", lb_user::EBPF_OBJECT.len());
+        }
+        Command::Table(args) => {
+            let status = lb_user::cli::table::main(&args);
+            if status != 0 {
+                std::process::exit(status);
+            }
         }
     }
     Ok(())

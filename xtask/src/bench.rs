@@ -1,7 +1,12 @@
 //! `cargo xtask bench`: the single entry point for benchmarks.
 //!
-//! Runs the data-plane benchmark (BPF_PROG_TEST_RUN ns/packet against an empty XDP
-//! program measured in the same run; needs root).
+//! 1. The Maglev table builder (no root needed): the criterion benchmarks of
+//!    `lb-user/benches/maglev.rs` (build time for the issue-3 configurations, the paper's
+//!    pseudocode as a same-run yardstick, the fingerprint), then
+//!    `lb-user/benches/maglev_memory.rs` (median build time and peak heap memory as one
+//!    Markdown table).
+//! 2. The data-plane benchmark (BPF_PROG_TEST_RUN ns/packet against an empty XDP
+//!    program measured in the same run; needs root).
 
 use anyhow::bail;
 
@@ -10,7 +15,7 @@ use crate::{cmd, setup};
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Extra arguments passed to the benchmark binaries.
+    /// Extra arguments passed to the data-plane benchmark binary.
     #[arg(trailing_var_arg = true)]
     rest: Vec<String>,
 }
@@ -20,8 +25,19 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if setup::anything_missing() {
         setup::run()?;
     }
+    cmd::run(cmd::cargo().args([
+        "bench",
+        "--package",
+        "lb-user",
+        "--bench",
+        "maglev",
+        "--bench",
+        "maglev_memory",
+    ]))?;
     if !cmd::is_root() {
-        bail!("the data-plane benchmarks load XDP programs: run as root");
+        bail!(
+            "the Maglev benchmarks ran; the data-plane benchmarks load XDP programs: run as root"
+        );
     }
     cmd::run(
         cmd::cargo()

@@ -1,0 +1,7 @@
+//! Operator command-line verbs of the `lb` binary, one module per verb group. Each
+//! module owns its clap arguments, its run function (writing to any `io::Write`, so
+//! tests need no process) and its error type, whose text names the offending argument.
+//!
+//! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection.
+
+pub mod table;
