@@ -3,6 +3,7 @@
 //! and slot prediction ([`flow`]), and the CLI verbs ([`cli`]).
 
 pub mod cli;
+pub mod config;
 pub mod dataplane;
 pub mod flow;
 pub mod maglev;

@@ -1,0 +1,207 @@
+//! The configuration file as written: TOML deserialised with serde into these types,
+//! unknown keys rejected. Values stay close to the text here (addresses as strings);
+//! [`super::validate`] turns them into a [`super::Config`].
+//!
+//! Integer fields go through [`UInt`], whose errors read
+//! `expected an integer >= 0, got "abc"` instead of serde's type names.
+
+use std::{fmt, marker::PhantomData};
+
+use serde::{Deserialize, Deserializer, de};
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Interface to attach the XDP program to.
+    pub interface: String,
+    /// `auto` (native, falling back to skb with a warning), `native` or `skb`.
+    #[serde(default)]
+    pub xdp_mode: Option<String>,
+    /// Path of the control socket.
+    #[serde(default)]
+    pub control_socket: Option<String>,
+    /// Largest outer IP packet on the LB → backend path (bytes).
+    #[serde(default)]
+    pub mtu: Option<UInt<u16>>,
+    /// Seed of the data plane's flow hash.
+    #[serde(default)]
+    pub hash_seed: Option<UInt<u32>>,
+    /// Seed of the Maglev permutations.
+    #[serde(default)]
+    pub maglev_seed: Option<UInt<u64>>,
+    /// Cap on the memory of all Maglev table maps together (MiB).
+    #[serde(default)]
+    pub max_table_memory_mib: Option<UInt<u32>>,
+    /// Outer source addresses.
+    #[serde(default)]
+    pub encap: EncapFile,
+    /// How the next-hop MAC is found.
+    #[serde(default)]
+    pub nexthop: NexthopFile,
+    /// Connection tracking sizes and timeouts.
+    #[serde(default)]
+    pub conntrack: ConntrackFile,
+    /// The VIPs, `[[vip]]` tables.
+    #[serde(default, rename = "vip")]
+    pub vips: Vec<VipFile>,
+}
+
+/// `[encap]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncapFile {
+    /// Outer source for IPv4-in-IPv4.
+    #[serde(default)]
+    pub source_v4: Option<String>,
+    /// Outer source for IPv6-in-IPv6.
+    #[serde(default)]
+    pub source_v6: Option<String>,
+}
+
+/// `[nexthop]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NexthopFile {
+    /// `fib` or `gateway`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// The gateway's MAC (`gateway` mode).
+    #[serde(default)]
+    pub gateway_mac: Option<String>,
+}
+
+/// `[conntrack]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConntrackFile {
+    /// Established-flow entries.
+    #[serde(default)]
+    pub capacity: Option<UInt<u32>>,
+    /// SYN-only entries.
+    #[serde(default)]
+    pub syn_capacity: Option<UInt<u32>>,
+    /// UDP idle timeout (seconds).
+    #[serde(default)]
+    pub udp_timeout_secs: Option<UInt<u32>>,
+}
+
+/// One `[[vip]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VipFile {
+    /// VIP address.
+    pub address: String,
+    /// Port.
+    pub port: UInt<u16>,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Maglev table size (a prime).
+    #[serde(default)]
+    pub table_size: Option<UInt<u32>>,
+    /// The backends, `[[vip.backend]]` tables.
+    #[serde(default, rename = "backend")]
+    pub backends: Vec<BackendFile>,
+}
+
+/// One `[[vip.backend]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendFile {
+    /// Backend address.
+    pub address: String,
+    /// Relative weight (default 1; 0 drains).
+    #[serde(default)]
+    pub weight: Option<UInt<u32>>,
+    /// `active` (default), `drain` or `down`.
+    #[serde(default)]
+    pub state: Option<String>,
+}
+
+/// An unsigned integer field with a readable error for anything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UInt<T>(pub T);
+
+impl<'de, T> Deserialize<'de> for UInt<T>
+where
+    T: TryFrom<u64> + Into<u64> + Copy + num_max::Max,
+{
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UIntVisitor(PhantomData))
+    }
+}
+
+struct UIntVisitor<T>(PhantomData<T>);
+
+impl<T> UIntVisitor<T>
+where
+    T: TryFrom<u64> + Into<u64> + Copy + num_max::Max,
+{
+    fn expected() -> String {
+        format!("an integer >= 0 and <= {}", T::MAX_U64)
+    }
+
+    fn fail<E: de::Error>(got: impl fmt::Display) -> E {
+        E::custom(format_args!("expected {}, got {got}", Self::expected()))
+    }
+}
+
+impl<'de, T> de::Visitor<'de> for UIntVisitor<T>
+where
+    T: TryFrom<u64> + Into<u64> + Copy + num_max::Max,
+{
+    type Value = UInt<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&Self::expected())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        T::try_from(v).map(UInt).map_err(|_| Self::fail(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        match u64::try_from(v) {
+            Ok(v) => self.visit_u64(v),
+            Err(_) => Err(Self::fail(v)),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Err(Self::fail(v))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Err(Self::fail(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Err(Self::fail(format_args!("{v:?}")))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(Self::fail("a table"))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(Self::fail("an array"))
+    }
+}
+
+/// The largest value of the integer types [`UInt`] accepts, as `u64`.
+pub mod num_max {
+    /// Implemented for `u16`, `u32`, `u64`.
+    pub trait Max {
+        /// `Self::MAX` as `u64`.
+        const MAX_U64: u64;
+    }
+    impl Max for u16 {
+        const MAX_U64: u64 = u16::MAX as u64;
+    }
+    impl Max for u32 {
+        const MAX_U64: u64 = u32::MAX as u64;
+    }
+    impl Max for u64 {
+        const MAX_U64: u64 = u64::MAX;
+    }
+}

@@ -1,0 +1,220 @@
+//! Configuration: the TOML file ([`file`]), parsed with serde and then validated
+//! ([`validate`]) into the [`Config`] the daemon uses.
+//!
+//! Every error names the key path and the value, e.g.
+//! `vip[1].backend[2].weight: expected an integer >= 0 and <= 4294967295, got "abc" (line 14)`.
+//! Array indices in paths count from 0 in file order. Unknown keys are errors. An
+//! example file with every key is `lb.example.toml` at the repository root.
+
+pub mod file;
+mod validate;
+mod vip;
+
+use std::{
+    fmt,
+    net::{Ipv4Addr, Ipv6Addr},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+pub use vip::{Protocol, Vip};
+
+use crate::maglev::BackendKey;
+
+/// Default path of the control socket.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/lb/lb.sock";
+/// Default MTU of the LB → backend path (bytes of outer IP packet).
+pub const DEFAULT_MTU: u16 = 1500;
+/// Default UDP conntrack idle timeout.
+pub const DEFAULT_UDP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap on the memory of all Maglev table maps (MiB). The kernel stores each
+/// `u32` slot in an 8-byte cell: a 65,537-slot table takes 512 KiB, so the default
+/// allows 512 such VIPs (../shared/cases BR-10.T3).
+pub const DEFAULT_MAX_TABLE_MEMORY_MIB: u32 = 256;
+/// Default flow-hash seed.
+pub const DEFAULT_HASH_SEED: u32 = 0x6c62_5f31;
+
+/// How the XDP program is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpMode {
+    /// Native, falling back to generic (skb) mode with a warning.
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// Generic (skb) mode.
+    Skb,
+}
+
+/// How the next-hop MAC of encapsulated packets is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nexthop {
+    /// `bpf_fib_lookup`: the kernel's routes and neighbours (needs forwarding enabled on
+    /// the interface, and the neighbours resolved).
+    Fib,
+    /// Every encapsulated frame goes to this MAC (a router); about twice as fast on the
+    /// packet path (see the data-plane benchmark).
+    Gateway {
+        /// The gateway's MAC.
+        mac: [u8; 6],
+    },
+}
+
+/// A backend's administrative state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendState {
+    /// In the table with its weight.
+    Active,
+    /// Out of the table (as weight 0); its established flows stay.
+    Drain,
+    /// Out of the table; its flows are re-hashed on the current table (as if removed).
+    Down,
+}
+
+impl fmt::Display for BackendState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendState::Active => "active",
+            BackendState::Drain => "drain",
+            BackendState::Down => "down",
+        })
+    }
+}
+
+/// A backend of a VIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Identity (address; ports are rejected with IP-in-IP encapsulation).
+    pub key: BackendKey,
+    /// Relative weight.
+    pub weight: u32,
+    /// Administrative state.
+    pub state: BackendState,
+}
+
+/// A VIP and its backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipConfig {
+    /// The VIP.
+    pub vip: Vip,
+    /// Maglev table size (prime).
+    pub table_size: u32,
+    /// Backends, in file order.
+    pub backends: Vec<BackendConfig>,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Interface the program attaches to.
+    pub interface: String,
+    /// Attach mode.
+    pub xdp_mode: XdpMode,
+    /// Control socket path.
+    pub control_socket: PathBuf,
+    /// MTU of the LB → backend path (bytes).
+    pub mtu: u16,
+    /// Flow-hash seed.
+    pub hash_seed: u32,
+    /// Maglev permutation seed.
+    pub maglev_seed: u64,
+    /// Cap on the memory of all table maps (bytes).
+    pub max_table_memory: u64,
+    /// Outer source for IPv4 VIPs.
+    pub source_v4: Option<Ipv4Addr>,
+    /// Outer source for IPv6 VIPs.
+    pub source_v6: Option<Ipv6Addr>,
+    /// Next-hop mode.
+    pub nexthop: Nexthop,
+    /// Capacity of the established-flow conntrack map.
+    pub ct_capacity: u32,
+    /// Capacity of the SYN-only conntrack map.
+    pub ct_syn_capacity: u32,
+    /// UDP idle timeout.
+    pub udp_timeout: Duration,
+    /// VIPs in file order.
+    pub vips: Vec<VipConfig>,
+}
+
+/// A configuration problem: where (key path, line) and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Key path, e.g. `vip[1].backend[2].weight` (indices from 0); empty for the file
+    /// as a whole.
+    pub path: String,
+    /// What is wrong, naming the value.
+    pub message: String,
+    /// 1-based line in the file, when known.
+    pub line: Option<usize>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)?;
+        } else {
+            write!(f, "{}: {}", self.path, self.message)?;
+        }
+        if let Some(line) = self.line {
+            write!(f, " (line {line})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in a configuration (at least one).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A loaded configuration with the warnings it raised.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The configuration.
+    pub config: Config,
+    /// Advice that does not stop the configuration (e.g. a VIP whose backends all have
+    /// weight 0).
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Parses and validates TOML text.
+    ///
+    /// # Errors
+    /// Every problem found, each with its key path.
+    pub fn from_toml(text: &str) -> Result<Loaded, ConfigErrors> {
+        validate::parse(text)
+    }
+
+    /// Reads, parses and validates the file at `path`.
+    ///
+    /// # Errors
+    /// An unreadable file, or every problem found.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                path: String::new(),
+                message: format!("cannot read {}: {e}", path.display()),
+                line: None,
+            }])
+        })?;
+        Self::from_toml(&text)
+    }
+
+    /// The configured VIP `vip`, if any.
+    pub fn vip(&self, vip: &Vip) -> Option<&VipConfig> {
+        self.vips.iter().find(|v| v.vip == *vip)
+    }
+}

@@ -1,0 +1,243 @@
+//! Validation: good files load; a table of bad files, each with the exact error text.
+
+use super::*;
+
+const BASE: &str = r#"
+interface = "eth0"
+[encap]
+source_v4 = "192.0.2.1"
+source_v6 = "2001:db8:c::1"
+"#;
+
+const VIP: &str = r#"
+[[vip]]
+address = "203.0.113.10"
+port = 80
+protocol = "tcp"
+[[vip.backend]]
+address = "198.51.100.11"
+[[vip.backend]]
+address = "198.51.100.12"
+weight = 2
+[[vip.backend]]
+address = "198.51.100.13"
+state = "drain"
+"#;
+
+fn load(text: &str) -> Result<Loaded, ConfigErrors> {
+    parse(text)
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match load(text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn a_complete_file_loads_with_defaults_filled_in() {
+    let loaded = load(&format!("{BASE}{VIP}")).expect("valid");
+    let c = loaded.config;
+    assert_eq!(c.interface, "eth0");
+    assert_eq!(c.xdp_mode, XdpMode::Auto);
+    assert_eq!(c.control_socket, PathBuf::from(DEFAULT_CONTROL_SOCKET));
+    assert_eq!(c.mtu, 1500);
+    assert_eq!(c.nexthop, Nexthop::Fib);
+    assert_eq!(c.udp_timeout, Duration::from_secs(30));
+    assert_eq!(c.vips.len(), 1);
+    let v = &c.vips[0];
+    assert_eq!(v.vip.to_string(), "203.0.113.10:80/tcp");
+    assert_eq!(v.table_size, 65_537);
+    assert_eq!(
+        v.backends
+            .iter()
+            .map(|b| (b.key.to_string(), b.weight, b.state))
+            .collect::<Vec<_>>(),
+        vec![
+            ("198.51.100.11".to_owned(), 1, BackendState::Active),
+            ("198.51.100.12".to_owned(), 2, BackendState::Active),
+            ("198.51.100.13".to_owned(), 1, BackendState::Drain),
+        ]
+    );
+    assert!(loaded.warnings.is_empty());
+}
+
+#[test]
+fn the_example_file_in_the_repository_is_valid() {
+    let text = include_str!("../../../../lb.example.toml");
+    let loaded = load(text).expect("lb.example.toml is valid");
+    assert!(!loaded.config.vips.is_empty());
+}
+
+#[test]
+fn bad_files_are_rejected_with_the_key_path_and_value() {
+    let with_vip = |extra: &str| format!("{BASE}{VIP}{extra}");
+    let cases: Vec<(String, &str)> = vec![
+        // Types: the key path, the value, the line.
+        (
+            with_vip("").replace("weight = 2", "weight = \"abc\""),
+            "vip[0].backend[1].weight: expected an integer >= 0 and <= 4294967295, got \"abc\" (line 15)",
+        ),
+        (
+            with_vip("").replace("weight = 2", "weight = -1"),
+            "vip[0].backend[1].weight: expected an integer >= 0 and <= 4294967295, got -1 (line 15)",
+        ),
+        (
+            with_vip("").replace("weight = 2", "weight = 1.5"),
+            "vip[0].backend[1].weight: expected an integer >= 0 and <= 4294967295, got 1.5 (line 15)",
+        ),
+        (
+            with_vip("").replace("port = 80", "port = 70000"),
+            "vip[0].port: expected an integer >= 0 and <= 65535, got 70000 (line 9)",
+        ),
+        (
+            format!("colour = \"blue\"{BASE}"),
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `vip` (line 1)",
+        ),
+        (
+            with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
+            "vip[0].backend[2].stat: unknown field `stat`, expected one of `address`, `weight`, `state` (line 18)",
+        ),
+        (
+            "[encap]\nsource_v4 = \"192.0.2.1\"\n".to_owned(),
+            "missing field `interface` (line 1)",
+        ),
+        (
+            "interface = \n".to_owned(),
+            "string values must be quoted, expected literal string (line 1)",
+        ),
+        // Semantics.
+        (
+            with_vip("").replace("protocol = \"tcp\"", "protocol = \"sctp\""),
+            "vip[0].protocol: expected \"tcp\" or \"udp\", got \"sctp\"",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 65536\n"),
+            "vip[0].table_size: table_size 65536 is not prime (nearest primes: 65521 and 65537)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 1\n"),
+            "vip[0].table_size: table_size must be a prime >= 2 (got 1)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 10000019\n"),
+            "vip[0].table_size: table_size 10000019 exceeds maximum 4000037",
+        ),
+        (
+            with_vip("")
+                .replace("[[vip]]\n", "[[vip]]\ntable_size = 2\n")
+                .replace("state = \"drain\"", "state = \"active\""),
+            "vip[0].table_size: table_size 2 is smaller than backend count 3",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "198.51.100.11"),
+            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0])",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "::ffff:198.51.100.11"),
+            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0])",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "198.51.100.12:8080"),
+            "vip[0].backend[1].address: backend port not supported with IP-in-IP encapsulation (the VIP's port is kept), got \"198.51.100.12:8080\"",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "203.0.113.10"),
+            "vip[0].backend[1].address: backend 203.0.113.10 is the VIP or the LB's own address (a forwarding loop)",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "192.0.2.1"),
+            "vip[0].backend[1].address: backend 192.0.2.1 is the VIP or the LB's own address (a forwarding loop)",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "2001:db8:b::12"),
+            "vip[0].backend[1].address: backend 2001:db8:b::12 is not of the same address family as VIP 203.0.113.10:80/tcp",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "not-an-address"),
+            "vip[0].backend[1].address: invalid backend address \"not-an-address\": expected ADDR, ADDR:PORT or [V6ADDR]:PORT",
+        ),
+        (
+            with_vip("").replace("state = \"drain\"", "state = \"paused\""),
+            "vip[0].backend[2].state: expected \"active\", \"drain\" or \"down\", got \"paused\"",
+        ),
+        (
+            format!("{BASE}{VIP}{VIP}"),
+            "vip[1]: duplicate VIP 203.0.113.10:80/tcp (also vip[0])",
+        ),
+        (
+            format!("interface = \"eth0\"\n{VIP}"),
+            "encap.source_v4: required by vip[0] (203.0.113.10:80/tcp): the outer IPv4 source address",
+        ),
+        (
+            format!("{BASE}[nexthop]\nmode = \"gateway\"\n"),
+            "nexthop.gateway_mac: required with mode = \"gateway\"",
+        ),
+        (
+            format!("{BASE}[nexthop]\nmode = \"gateway\"\ngateway_mac = \"01:00:5e:00:00:01\"\n"),
+            "nexthop.gateway_mac: expected a unicast MAC like \"02:00:00:00:00:fe\", got \"01:00:5e:00:00:01\"",
+        ),
+        (
+            format!("{BASE}[conntrack]\ncapacity = 10\n"),
+            "conntrack.capacity: expected a value from 1024 to 67108864, got 10",
+        ),
+        (
+            format!("xdp_mode = \"offload\"{BASE}"),
+            "xdp_mode: expected \"auto\", \"native\" or \"skb\", got \"offload\"",
+        ),
+        (
+            format!("max_table_memory_mib = 1{}", with_vip(""))
+                .replace("[[vip]]\n", "[[vip]]\ntable_size = 4000037\n"),
+            "max_table_memory_mib: table memory 31 MiB exceeds limit 1 MiB (each slot takes 8 bytes in the kernel)",
+        ),
+    ];
+    let mut mismatches = Vec::new();
+    for (text, expected) in cases {
+        let got = errors(&text);
+        if !got.iter().any(|e| e == expected) {
+            mismatches.push(format!(
+                "expected: {expected}\n     got: {}",
+                got.join(" | ")
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn every_problem_is_reported_not_just_the_first() {
+    let text = format!("{BASE}{VIP}")
+        .replace("198.51.100.12", "198.51.100.11")
+        .replace(
+            "protocol = \"tcp\"",
+            "protocol = \"tcp\"\ntable_size = 65536",
+        );
+    assert_eq!(errors(&text).len(), 2);
+}
+
+#[test]
+fn all_weights_zero_is_a_warning_not_an_error() {
+    // BR-03.T3.
+    let text = format!("{BASE}{VIP}")
+        .replace("weight = 2", "weight = 0")
+        .replace(
+            "address = \"198.51.100.11\"",
+            "address = \"198.51.100.11\"\nweight = 0",
+        );
+    let loaded = load(&text).expect("valid");
+    assert_eq!(
+        loaded.warnings,
+        vec!["VIP 203.0.113.10:80/tcp has no backend with weight > 0: new flows to it are dropped"]
+    );
+}
+
+#[test]
+fn extreme_weights_are_accepted() {
+    // BR-01.T2: weights are u32; u32::MAX is fine.
+    let text = format!("{BASE}{VIP}").replace("weight = 2", "weight = 4294967295");
+    assert_eq!(
+        load(&text).expect("valid").config.vips[0].backends[1].weight,
+        u32::MAX
+    );
+}
