@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod dataplane;
 pub mod flow;
 pub mod maglev;

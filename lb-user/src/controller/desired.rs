@@ -1,0 +1,265 @@
+//! [`Desired`]: the state the controller drives the data plane to — the configuration
+//! file's VIPs and backends plus runtime changes made through the control socket — and
+//! the operations that edit it.
+
+use std::{
+    collections::BTreeMap,
+    net::{Ipv4Addr, Ipv6Addr},
+    time::Duration,
+};
+
+use lb_common::types::{CONFIG_VALID, LbConfig, NEXTHOP_FIB, NEXTHOP_GATEWAY};
+
+use crate::{
+    config::{BackendState, Config, Nexthop, Vip},
+    flow::addr_bytes,
+    maglev::BackendKey,
+};
+
+/// Settings that apply to every VIP (the data plane's `CONFIG` element).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Globals {
+    /// MTU of the LB → backend path.
+    pub mtu: u16,
+    /// Flow-hash seed.
+    pub hash_seed: u32,
+    /// Outer IPv4 source.
+    pub source_v4: Option<Ipv4Addr>,
+    /// Outer IPv6 source.
+    pub source_v6: Option<Ipv6Addr>,
+    /// Next-hop mode.
+    pub nexthop: Nexthop,
+    /// MAC of the interface (source MAC in gateway mode).
+    pub if_mac: [u8; 6],
+    /// UDP idle timeout.
+    pub udp_timeout: Duration,
+}
+
+impl Globals {
+    /// The `CONFIG` map element.
+    pub fn lb_config(&self) -> LbConfig {
+        let (src_v6, _) = self
+            .source_v6
+            .map_or(([0; 16], 0), |a| addr_bytes(a.into()));
+        let (nexthop_mode, gateway_mac) = match self.nexthop {
+            Nexthop::Fib => (NEXTHOP_FIB, [0; 6]),
+            Nexthop::Gateway { mac } => (NEXTHOP_GATEWAY, mac),
+        };
+        LbConfig {
+            src_v6,
+            src_v4: self.source_v4.map_or([0; 4], |a| a.octets()),
+            if_mac: self.if_mac,
+            gateway_mac,
+            mtu: self.mtu,
+            nexthop_mode,
+            _pad: 0,
+            flags: CONFIG_VALID,
+            hash_seed: self.hash_seed,
+            _pad2: 0,
+            udp_timeout_ns: u64::try_from(self.udp_timeout.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// A backend's desired weight and state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendSpec {
+    /// Relative weight.
+    pub weight: u32,
+    /// Administrative state.
+    pub state: BackendState,
+}
+
+/// A VIP's desired table size and backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipSpec {
+    /// Maglev table size.
+    pub table_size: u32,
+    /// Backends by key.
+    pub backends: BTreeMap<BackendKey, BackendSpec>,
+}
+
+/// The whole desired state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    /// Global settings.
+    pub globals: Globals,
+    /// Maglev permutation seed.
+    pub maglev_seed: u64,
+    /// Cap on all table maps' memory (bytes).
+    pub max_table_memory: u64,
+    /// VIPs.
+    pub vips: BTreeMap<Vip, VipSpec>,
+}
+
+/// Why a runtime change was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    /// The VIP is not configured.
+    #[error("VIP {0} is not configured")]
+    UnknownVip(Vip),
+    /// The backend is not in the VIP.
+    #[error("backend {backend} is not in VIP {vip}")]
+    UnknownBackend {
+        /// The VIP.
+        vip: Vip,
+        /// The backend.
+        backend: BackendKey,
+    },
+    /// The backend is already in the VIP.
+    #[error("backend {backend} is already in VIP {vip}")]
+    DuplicateBackend {
+        /// The VIP.
+        vip: Vip,
+        /// The backend.
+        backend: BackendKey,
+    },
+    /// The backend cannot belong to the VIP.
+    #[error("backend {backend} cannot be added to VIP {vip}: {reason}")]
+    Invalid {
+        /// The VIP.
+        vip: Vip,
+        /// The backend.
+        backend: BackendKey,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Desired {
+    /// The desired state of a configuration; `if_mac` is the interface's MAC.
+    pub fn from_config(config: &Config, if_mac: [u8; 6]) -> Self {
+        let vips = config
+            .vips
+            .iter()
+            .map(|v| {
+                let backends = v
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        (
+                            b.key,
+                            BackendSpec {
+                                weight: b.weight,
+                                state: b.state,
+                            },
+                        )
+                    })
+                    .collect();
+                (
+                    v.vip,
+                    VipSpec {
+                        table_size: v.table_size,
+                        backends,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            globals: Globals {
+                mtu: config.mtu,
+                hash_seed: config.hash_seed,
+                source_v4: config.source_v4,
+                source_v6: config.source_v6,
+                nexthop: config.nexthop,
+                if_mac,
+                udp_timeout: config.udp_timeout,
+            },
+            maglev_seed: config.maglev_seed,
+            max_table_memory: config.max_table_memory,
+            vips,
+        }
+    }
+
+    fn vip_mut(&mut self, vip: &Vip) -> Result<&mut VipSpec, EditError> {
+        self.vips.get_mut(vip).ok_or(EditError::UnknownVip(*vip))
+    }
+
+    /// Adds `backend` to `vip` with `weight`, active.
+    ///
+    /// # Errors
+    /// Unknown VIP, backend already present, a port, another family, or the VIP's or
+    /// LB's own address.
+    pub fn add_backend(
+        &mut self,
+        vip: &Vip,
+        backend: BackendKey,
+        weight: u32,
+    ) -> Result<(), EditError> {
+        let invalid = |reason: &str| EditError::Invalid {
+            vip: *vip,
+            backend,
+            reason: reason.to_owned(),
+        };
+        if backend.port().is_some() {
+            return Err(invalid(
+                "backend port not supported with IP-in-IP encapsulation",
+            ));
+        }
+        if backend.ip().is_ipv4() != vip.addr.is_ipv4() {
+            return Err(invalid("not of the VIP's address family"));
+        }
+        let lb_addr = match backend.ip() {
+            std::net::IpAddr::V4(_) => self.globals.source_v4.map(std::net::IpAddr::V4),
+            std::net::IpAddr::V6(_) => self.globals.source_v6.map(std::net::IpAddr::V6),
+        };
+        if backend.ip() == vip.addr || Some(backend.ip()) == lb_addr {
+            return Err(invalid(
+                "it is the VIP or the LB's own address (a forwarding loop)",
+            ));
+        }
+        let spec = self.vip_mut(vip)?;
+        if spec.backends.contains_key(&backend) {
+            return Err(EditError::DuplicateBackend { vip: *vip, backend });
+        }
+        spec.backends.insert(
+            backend,
+            BackendSpec {
+                weight,
+                state: BackendState::Active,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes `backend` from `vip`.
+    ///
+    /// # Errors
+    /// Unknown VIP or backend.
+    pub fn remove_backend(&mut self, vip: &Vip, backend: &BackendKey) -> Result<(), EditError> {
+        self.vip_mut(vip)?
+            .backends
+            .remove(backend)
+            .map(|_| ())
+            .ok_or(EditError::UnknownBackend {
+                vip: *vip,
+                backend: *backend,
+            })
+    }
+
+    /// Sets `backend`'s state (and weight, when given).
+    ///
+    /// # Errors
+    /// Unknown VIP or backend.
+    pub fn set_backend(
+        &mut self,
+        vip: &Vip,
+        backend: &BackendKey,
+        state: BackendState,
+        weight: Option<u32>,
+    ) -> Result<(), EditError> {
+        let spec =
+            self.vip_mut(vip)?
+                .backends
+                .get_mut(backend)
+                .ok_or(EditError::UnknownBackend {
+                    vip: *vip,
+                    backend: *backend,
+                })?;
+        spec.state = state;
+        if let Some(w) = weight {
+            spec.weight = w;
+        }
+        Ok(())
+    }
+}
