@@ -4,7 +4,9 @@
 
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod controller;
+pub mod daemon;
 pub mod dataplane;
 pub mod flow;
 pub mod maglev;

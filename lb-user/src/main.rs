@@ -1,6 +1,9 @@
 //! `lb`: the load balancer's command-line entry point.
 
+use std::path::PathBuf;
+
 use clap::Parser;
+use lb_user::cli::{ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -12,31 +15,65 @@ struct Cli {
 
 #[derive(Debug, clap::Subcommand)]
 enum Command {
+    /// Run the load balancer daemon (needs root).
+    Run {
+        /// Configuration file (TOML; see lb.example.toml).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Show the running VIPs, backends and tables.
+    Status(ops::ReadArgs),
+    /// Show counters and rates.
+    Stats(ops::ReadArgs),
+    /// Add, remove, drain or undrain a backend of a running VIP.
+    Backend(ops::BackendArgs),
+    /// Show where a client's flow to a VIP goes.
+    Flow(ops::FlowArgs),
+    /// Build and compare Maglev tables offline (no root needed).
+    Table(table::TableArgs),
     /// Print facts about the embedded XDP object (size in bytes).
     Object,
-    /// Build and compare Maglev tables offline (no root needed).
-    Table(lb_user::cli::table::TableArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn print_or_exit(result: Result<String, lb_user::control::ClientError>) {
+    match result {
+        Ok(text) => print!("{text}"),
+        Err(e) => {
+            eprintln!("lb: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Object => {
-            println!("embedded eBPF object: {} bytes", lb_user::EBPF_OBJECT.len());
+        Command::Run { config } => {
+            if let Err(e) = lb_user::daemon::run(&config) {
+                eprintln!("lb: {e:#}");
+                std::process::exit(1);
+            }
         }
+        Command::Status(args) => print_or_exit(ops::status(&args)),
+        Command::Stats(args) => print_or_exit(ops::stats(&args)),
+        Command::Backend(args) => print_or_exit(ops::backend(&args)),
+        Command::Flow(args) => print_or_exit(ops::flow(&args)),
         Command::Table(args) => {
-            let status = lb_user::cli::table::main(&args);
+            let status = table::main(&args);
             if status != 0 {
                 std::process::exit(status);
             }
         }
+        Command::Object => {
+            println!("embedded eBPF object: {} bytes", lb_user::EBPF_OBJECT.len());
+        }
     }
-    Ok(())
 }

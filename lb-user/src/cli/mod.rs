@@ -2,6 +2,9 @@
 //! module owns its clap arguments, its run function (writing to any `io::Write`, so
 //! tests need no process) and its error type, whose text names the offending argument.
 //!
-//! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection.
+//! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection;
+//! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
+//!   control socket.
 
+pub mod ops;
 pub mod table;

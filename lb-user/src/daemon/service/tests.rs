@@ -1,0 +1,195 @@
+//! The daemon's logic against the in-memory data plane.
+
+use super::*;
+use crate::dataplane::FakeDataplane;
+
+const FILE: &str = r#"
+interface = "eth0"
+[encap]
+source_v4 = "192.0.2.1"
+[[vip]]
+address = "203.0.113.10"
+port = 80
+protocol = "tcp"
+table_size = 1009
+[[vip.backend]]
+address = "198.51.100.11"
+[[vip.backend]]
+address = "198.51.100.12"
+"#;
+
+fn start() -> Service<FakeDataplane> {
+    let loaded = Config::from_toml(FILE).unwrap();
+    Service::start(
+        FakeDataplane::new(),
+        "/etc/lb.toml".into(),
+        &loaded,
+        [2, 0, 0, 0, 0, 1],
+        "native".into(),
+    )
+    .unwrap()
+    .0
+}
+
+fn backend(action: BackendAction, address: &str) -> Request {
+    Request::Backend {
+        action,
+        vip: "203.0.113.10:80/tcp".into(),
+        backend: address.into(),
+        weight: None,
+    }
+}
+
+fn call(s: &mut Service<FakeDataplane>, r: &Request) -> Response {
+    s.handle(r, &mut |_| {})
+}
+
+#[test]
+fn runtime_changes_apply_and_a_reload_replaces_them() {
+    let mut s = start();
+    assert!(!s.differs_from_file());
+    let r = call(&mut s, &backend(BackendAction::Add, "198.51.100.13"));
+    assert!(r.ok, "{:?}", r.error);
+    assert!(s.differs_from_file());
+    let status = s.status();
+    assert!(status.differs_from_file);
+    assert_eq!(status.vips[0].backends.len(), 3);
+    assert_eq!(status.vips[0].generation, 2);
+    let r = call(&mut s, &backend(BackendAction::Drain, "198.51.100.11"));
+    assert!(r.ok);
+    assert_eq!(s.status().vips[0].backends[0].state, "drain");
+    assert_eq!(s.status().vips[0].backends[0].slots, 0);
+    // A reload from the file drops the runtime changes.
+    s.reload(&Config::from_toml(FILE).unwrap()).unwrap();
+    assert!(!s.differs_from_file());
+    assert_eq!(s.status().vips[0].backends.len(), 2);
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_change_nothing() {
+    let mut s = start();
+    let ops = s.controller().dataplane().ops.len();
+    let cases = [
+        (
+            Request::Backend {
+                action: BackendAction::Add,
+                vip: "203.0.113.10:81/tcp".into(),
+                backend: "198.51.100.13".into(),
+                weight: None,
+            },
+            "VIP 203.0.113.10:81/tcp is not configured",
+        ),
+        (
+            Request::Backend {
+                action: BackendAction::Add,
+                vip: "203.0.113.10".into(),
+                backend: "198.51.100.13".into(),
+                weight: None,
+            },
+            "--vip: expected ADDR:PORT/PROTO (e.g. 203.0.113.10:80/tcp), got \"203.0.113.10\"",
+        ),
+        (
+            backend(BackendAction::Add, "198.51.100.11"),
+            "backend 198.51.100.11 is already in VIP 203.0.113.10:80/tcp",
+        ),
+        (
+            backend(BackendAction::Remove, "198.51.100.99"),
+            "backend 198.51.100.99 is not in VIP 203.0.113.10:80/tcp",
+        ),
+        (
+            backend(BackendAction::Add, "bogus"),
+            "--backend: invalid backend address \"bogus\": expected ADDR, ADDR:PORT or [V6ADDR]:PORT",
+        ),
+        (
+            backend(BackendAction::Add, "2001:db8::1"),
+            "backend 2001:db8::1 cannot be added to VIP 203.0.113.10:80/tcp: not of the VIP's address family",
+        ),
+        (
+            Request::Flow {
+                vip: "203.0.113.10:80/tcp".into(),
+                client: "192.0.2.10".into(),
+            },
+            "--client: expected ADDR:PORT, got \"192.0.2.10\"",
+        ),
+    ];
+    for (request, expected) in cases {
+        let r = call(&mut s, &request);
+        assert!(!r.ok);
+        assert_eq!(r.error.as_deref(), Some(expected));
+    }
+    assert_eq!(s.controller().dataplane().ops.len(), ops);
+}
+
+#[test]
+fn a_reload_that_needs_a_restart_or_fails_changes_nothing() {
+    let mut s = start();
+    let ops = s.controller().dataplane().ops.len();
+    let moved = FILE.replace("eth0", "eth1");
+    assert_eq!(
+        s.reload(&Config::from_toml(&moved).unwrap()).unwrap_err(),
+        "interface changed: these settings take effect only at start (restart lb); nothing applied"
+    );
+    s.controller_mut().dataplane_mut().fail_after(0);
+    let more = FILE.replace("198.51.100.12", "198.51.100.14");
+    let err = s.reload(&Config::from_toml(&more).unwrap()).unwrap_err();
+    assert!(err.contains("the previous state is kept"), "{err}");
+    assert_eq!(s.controller().dataplane().ops.len(), ops);
+    assert_eq!(s.status().vips[0].backends[1].address, "198.51.100.12");
+}
+
+#[test]
+fn stats_report_counters_and_rates() {
+    let mut s = start();
+    let ids: Vec<u32> = s.status().vips[0].backends.iter().map(|b| b.id).collect();
+    s.tick();
+    {
+        let dp = s.controller_mut().dataplane_mut();
+        dp.global.counters[Reason::TxEncap as usize] = 100;
+        dp.vip_counters.insert(
+            0,
+            VipStats {
+                packets: 100,
+                new_flows: 10,
+                ..VipStats::default()
+            },
+        );
+        dp.backend_counters.insert(
+            ids[0],
+            BackendStats {
+                packets: 60,
+                bytes: 6000,
+            },
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let stats = s.stats().unwrap();
+    assert!(stats.interval_secs > 0.0);
+    assert_eq!(stats.reasons.len(), 1);
+    assert_eq!(
+        (stats.reasons[0].name.as_str(), stats.reasons[0].value),
+        ("tx_encap", 100)
+    );
+    assert!(stats.reasons[0].rate > 0.0);
+    let vip = &stats.vips[0];
+    assert_eq!(vip.counters[0].value, 100);
+    assert_eq!(vip.backends[0].packets.value, 60);
+    assert!(vip.backends[0].packets.rate > 0.0);
+    assert_eq!(vip.backends[1].packets.value, 0);
+}
+
+#[test]
+fn flow_and_status_requests_answer() {
+    let mut s = start();
+    let r = call(&mut s, &Request::Status);
+    assert!(r.ok);
+    let status: Status = serde_json::from_value(r.data.unwrap()).unwrap();
+    assert_eq!(status.interface, "eth0");
+    let r = call(
+        &mut s,
+        &Request::Flow {
+            vip: "203.0.113.10:80/tcp".into(),
+            client: "192.0.2.10:40000".into(),
+        },
+    );
+    assert!(r.ok, "{:?}", r.error);
+}
