@@ -22,7 +22,12 @@ use lb_tests::{
     netns::NetNs,
     packets::{ACK, CLIENT4, CLIENT6, Flow, L4, SYN, VIP4, VIP6},
 };
-use lb_user::dataplane::{BenchTarget, Dataplane as _};
+use lb_user::{
+    config::Config,
+    controller::{Controller, Desired},
+    dataplane::{BenchTarget, Dataplane as _, KernelDataplane, LoadOptions},
+    maglev::{Backend, BackendKey, MaglevTable},
+};
 
 const RUNS: usize = 5;
 const REPEAT: u32 = 1_000_000;
@@ -210,10 +215,71 @@ fn fib_namespace() -> anyhow::Result<NetNs> {
     Ok(ns)
 }
 
+/// Control plane: median time from a backend change to the new table being live
+/// (Maglev build + filling a new inner map + the swap), through the controller and the
+/// kernel data plane, for `n` backends and a table of `size` slots.
+fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<(f64, f64)> {
+    let dp = KernelDataplane::load(LoadOptions {
+        ct_capacity: 65_536,
+        ct_syn_capacity: 16_384,
+    })?;
+    let mut controller = Controller::new(dp);
+    let mut vips = format!(
+        "interface = \"lo\"\nmax_table_memory_mib = 64\n[encap]\nsource_v4 = \"192.0.2.1\"\n[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {size}\n"
+    );
+    for i in 0..n {
+        vips.push_str(&format!(
+            "[[vip.backend]]\naddress = \"10.{}.{}.{}\"\n",
+            i >> 16,
+            (i >> 8) & 0xff,
+            i & 0xff
+        ));
+    }
+    let loaded = Config::from_toml(&vips).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let base = Desired::from_config(&loaded.config, [2, 0, 0, 0, 0, 1]);
+    controller.apply(&base).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let vip = *base.vips.keys().next().context("one VIP")?;
+    let extra: BackendKey = "10.255.255.254".parse()?;
+    let mut with_extra = base.clone();
+    with_extra
+        .add_backend(&vip, extra, 1)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut total = Vec::with_capacity(runs);
+    let mut builds = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let target = if i % 2 == 0 { &with_extra } else { &base };
+        let started = std::time::Instant::now();
+        controller.apply(target).map_err(|e| anyhow::anyhow!("{e}"))?;
+        total.push(started.elapsed().as_secs_f64() * 1e3);
+        let started = std::time::Instant::now();
+        let inputs: Vec<Backend> = target.vips[&vip]
+            .backends
+            .iter()
+            .map(|(k, b)| Backend::new(*k, b.weight))
+            .collect();
+        MaglevTable::build(&inputs, size, target.maglev_seed)?;
+        builds.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(total), median(builds)))
+}
+
 fn main() -> anyhow::Result<()> {
     if !lb_tests::is_root() {
         bail!("the data-plane benchmark loads XDP programs: run it as root");
     }
+    println!("control plane: backend change -> new table live (build + fill inner map + swap), median of 21");
+    println!();
+    println!("| table size M | backends N | change to live (ms) | of which Maglev build (ms) |");
+    println!("|---:|---:|---:|---:|");
+    for (size, n) in [(65_537, 100), (655_373, 1_000)] {
+        let (total, build) = change_to_live(size, n, 21)?;
+        println!("| {size} | {n} | {total:.3} | {build:.3} |");
+    }
+    println!();
     let mut lb = Lb::with_ct(1_048_576, 65_536);
     setup(&mut lb);
     let ns = fib_namespace().context("benchmark namespace")?;
