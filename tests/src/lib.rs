@@ -1,12 +1,13 @@
 //! Support code for the privileged tests, the demo and the data-plane benchmarks:
-//! network namespaces that clean up after themselves, packet builders, and a fixture
-//! load balancer for BPF_PROG_TEST_RUN.
+//! network namespaces that clean up after themselves, packet builders, a fixture
+//! load balancer for BPF_PROG_TEST_RUN, and the end-to-end test bed.
 //!
 //! Everything here needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN for setns).
 
 pub mod fixture;
 pub mod netns;
 pub mod packets;
+pub mod testbed;
 
 /// Whether the process runs as root.
 pub fn is_root() -> bool {
