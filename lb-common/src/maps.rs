@@ -20,8 +20,17 @@ pub const VIPS: &str = "VIPS";
 /// address). Consulted only for packets whose port cannot be read (fragments, truncated
 /// L4), to tell "for a VIP address" from "for someone else".
 pub const VIP_ADDRS: &str = "VIP_ADDRS";
-/// `BPF_MAP_TYPE_ARRAY_OF_MAPS` indexed by VIP id; each inner map is one complete Maglev
-/// table (see [`TABLE_HEADER_LEN`]).
+/// `BPF_MAP_TYPE_ARRAY_OF_MAPS` of [`TABLE_SLOTS`] entries: each VIP has two table
+/// buffers, at indexes `2 * vip_id` (buffer A) and `2 * vip_id + 1` (buffer B); its
+/// [`crate::types::VipEntry`] says which one is live. Each inner map is one complete
+/// Maglev table (see [`TABLE_HEADER_LEN`]).
+///
+/// Why two buffers: replacing an inner map from userspace makes the kernel wait for an
+/// RCU grace period inside the system call (`maybe_wait_bpf_programs()`), several
+/// milliseconds. Instead userspace writes the new table into the buffer no packet reads
+/// (through mmap), then switches the VIP entry to it with one hash-map update: a packet
+/// sees the whole old or the whole new table. Before a buffer is written again,
+/// userspace waits for a grace period, so no packet can still be reading it.
 pub const TABLES: &str = "TABLES";
 /// `BPF_MAP_TYPE_ARRAY`: backend id → [`crate::types::BackendEntry`]. Id 0 means "none".
 pub const BACKENDS: &str = "BACKENDS";
@@ -43,9 +52,11 @@ pub const BENCH_FRAME: &str = "BENCH_FRAME";
 /// `BPF_MAP_TYPE_PROG_ARRAY` of one program: the program under benchmark.
 pub const BENCH_PROGS: &str = "BENCH_PROGS";
 
-/// Maximum number of VIPs (size of `VIPS`, `TABLES`, `VIP_STATS`); VIP ids are
+/// Maximum number of VIPs (size of `VIPS`, `VIP_STATS`, half of `TABLES`); VIP ids are
 /// `0..MAX_VIPS`.
 pub const MAX_VIPS: u32 = 1024;
+/// Entries of `TABLES`: two table buffers per VIP.
+pub const TABLE_SLOTS: u32 = MAX_VIPS * 2;
 /// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).
 pub const MAX_BACKENDS: u32 = 65_536;
 /// Default capacity of `CONNTRACK` (the controller sets the real one at load time).

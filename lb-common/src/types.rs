@@ -41,10 +41,21 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipEntry {
-    /// Index into `TABLES` and `VIP_STATS`, `0..MAX_VIPS`.
+    /// Index into `VIP_STATS`, and (times two) into `TABLES`; `0..MAX_VIPS`.
     pub vip_id: u32,
-    /// Reserved for per-VIP options; 0 today.
+    /// Bit set: [`VIP_TABLE_B`]; other bits zero.
     pub flags: u32,
+}
+
+/// `VipEntry::flags`: the VIP's live table is buffer B (`TABLES[2 * vip_id + 1]`);
+/// clear means buffer A (`TABLES[2 * vip_id]`).
+pub const VIP_TABLE_B: u32 = 1;
+
+impl VipEntry {
+    /// Index of the VIP's live table in `TABLES`.
+    pub const fn table_index(&self) -> u32 {
+        self.vip_id * 2 + (self.flags & VIP_TABLE_B)
+    }
 }
 const _: () = assert!(size_of::<VipEntry>() == 8);
 

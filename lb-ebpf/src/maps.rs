@@ -10,7 +10,7 @@ use aya_ebpf::{
 use lb_common::{
     maps::{
         CT_MAP_FLAGS, DEFAULT_CT_CAPACITY, DEFAULT_CT_SYN_CAPACITY, MAX_BACKENDS, MAX_VIPS,
-        TABLE_HEADER_LEN, TABLE_MAP_FLAGS,
+        TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
     },
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey, VipEntry, VipKey},
@@ -35,7 +35,7 @@ pub(crate) static VIPS: HashMap<VipKey, VipEntry, VIPS_MAX> = HashMap::new();
 pub(crate) static VIP_ADDRS: HashMap<VipAddrKey, u32, VIPS_MAX> = HashMap::new();
 
 #[btf_map]
-pub(crate) static TABLES: ArrayOfMaps<TableMap, VIPS_MAX> = ArrayOfMaps::new();
+pub(crate) static TABLES: ArrayOfMaps<TableMap, { TABLE_SLOTS as usize }> = ArrayOfMaps::new();
 
 #[btf_map]
 pub(crate) static BACKENDS: Array<BackendEntry, BACKENDS_MAX> = Array::new();

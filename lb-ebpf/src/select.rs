@@ -139,7 +139,7 @@ pub(crate) fn pick_backend(
         }
     }
 
-    let choice = table_pick(p, vip.vip_id, cfg.hash_seed)?;
+    let choice = table_pick(p, vip, cfg.hash_seed)?;
     if is_udp {
         if now == 0 {
             now = now_coarse_ns();
@@ -171,14 +171,14 @@ pub(crate) fn pick_backend(
     Ok(choice)
 }
 
-/// `table[flow_hash % M]` of VIP `vip_id`'s current Maglev table.
+/// `table[flow_hash % M]` of the VIP's live Maglev table (the buffer its entry names).
 ///
 /// `drop_bad_config` when the VIP has no table or its size is 0 or above
 /// `MAX_TABLE_SIZE` (a modulo by zero would return the dividend in BPF; ../shared/cases
 /// BR-04.T9); `drop_no_backend` when the slot is empty or its backend is not active.
 #[inline(always)]
-fn table_pick(p: &Parsed, vip_id: u32, seed: u32) -> Result<Choice, Reason> {
-    let table = TABLES.get(vip_id).ok_or(Reason::DropBadConfig)?;
+fn table_pick(p: &Parsed, vip: &VipEntry, seed: u32) -> Result<Choice, Reason> {
+    let table = TABLES.get(vip.table_index()).ok_or(Reason::DropBadConfig)?;
     let size = *table.get(TABLE_SIZE_INDEX).ok_or(Reason::DropBadConfig)?;
     if size == 0 || size > MAX_TABLE_SIZE {
         return Err(Reason::DropBadConfig);

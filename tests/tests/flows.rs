@@ -306,7 +306,7 @@ fn table_swaps_are_atomic_under_traffic() {
     let old = round_robin(65_537, &[1, 2]);
     let new = round_robin(65_537, &[1, 2, 3]);
     lb.table(0, &old);
-    let mut writer = lb.dp.table_writer().expect("writer");
+    let mut writer = lb.dp.table_writer();
     let frames: Vec<Vec<u8>> = (0..2_000u16)
         .map(|p| Flow::new(CLIENT4, 10_000 + p, VIP4, 80).frame(L4::Tcp(RST), &[]))
         .collect();

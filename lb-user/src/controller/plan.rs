@@ -10,8 +10,9 @@
 //!    without a table);
 //! 3. removed VIPs: the `VIPS` entry first (their packets become non-VIP traffic), then
 //!    the table;
-//! 4. last, backend entries that become *less* usable (active → draining → down), once
-//!    no table references them any more.
+//! 4. last, after waiting until no packet still reads a replaced table
+//!    ([`Dataplane::quiesce`]), backend entries that become *less* usable
+//!    (active → draining → down).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -50,6 +51,7 @@ pub(super) enum Op {
     RemoveTable(u32),
     SetVip(VipKey, VipEntry),
     RemoveVip(VipKey),
+    Quiesce,
 }
 
 impl Op {
@@ -64,6 +66,7 @@ impl Op {
             Op::RemoveTable(id) => format!("removing the table of VIP id {id}"),
             Op::SetVip(_, e) => format!("writing VIP id {}", e.vip_id),
             Op::RemoveVip(_) => "removing a VIP".to_owned(),
+            Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
     }
 
@@ -86,6 +89,7 @@ impl Op {
             Op::RemoveTable(id) => dp.remove_table(*id),
             Op::SetVip(k, e) => dp.set_vip(k, e),
             Op::RemoveVip(k) => dp.remove_vip(k),
+            Op::Quiesce => dp.quiesce(),
         }
     }
 }
@@ -357,7 +361,13 @@ pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyErro
     }
 
     ops.extend(before_tables);
+    let swapped = tables.iter().any(|o| matches!(o, Op::InstallTable { .. }));
     ops.extend(tables);
+    if swapped && !after_tables.is_empty() {
+        // Backends lose usability only once no packet can still be reading a table
+        // that references them.
+        ops.push(Op::Quiesce);
+    }
     ops.extend(after_tables);
     report.operations = ops.len();
     next.vips = vips;
@@ -407,7 +417,7 @@ impl Shadow {
             Op::SetBackend(id, _) => {
                 Op::SetBackend(*id, self.entries.get(id).copied().unwrap_or_default())
             }
-            Op::ResetBackendStats(_) => return None,
+            Op::ResetBackendStats(_) | Op::Quiesce => return None,
             Op::InstallTable { vip_id, .. } | Op::RemoveTable(vip_id) => {
                 match self.tables.get(vip_id) {
                     Some((generation, slots)) => Op::InstallTable {
@@ -431,7 +441,7 @@ impl Shadow {
             Op::SetBackend(id, e) => {
                 self.entries.insert(*id, *e);
             }
-            Op::ResetBackendStats(_) => {}
+            Op::ResetBackendStats(_) | Op::Quiesce => {}
             Op::InstallTable {
                 vip_id,
                 generation,

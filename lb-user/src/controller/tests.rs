@@ -488,3 +488,27 @@ fn flow_reports_the_table_choice_and_the_conntrack_pin() {
             .is_err()
     );
 }
+
+#[test]
+fn backends_lose_usability_only_after_the_data_plane_quiesced() {
+    let mut c = controller();
+    c.apply(&three()).unwrap();
+    let mut d = three();
+    d.set_backend(&vip80(), &key(12), BackendState::Drain, None)
+        .unwrap();
+    let before = c.dataplane().ops.len();
+    c.apply(&d).unwrap();
+    let ops = &c.dataplane().ops[before..];
+    let table = pos(ops, |o| matches!(o, FOp::InstallTable { .. }));
+    let quiesce = pos(ops, |o| matches!(o, FOp::Quiesce));
+    let drain = pos(
+        ops,
+        |o| matches!(o, FOp::SetBackend { state, .. } if *state == BACKEND_DRAINING),
+    );
+    assert!(table < quiesce && quiesce < drain, "{ops:#?}");
+    // Adding a backend needs no wait.
+    let before = c.dataplane().ops.len();
+    d.add_backend(&vip80(), key(14), 1).unwrap();
+    c.apply(&d).unwrap();
+    assert!(!c.dataplane().ops[before..].contains(&FOp::Quiesce));
+}

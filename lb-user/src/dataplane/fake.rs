@@ -38,6 +38,8 @@ pub enum Op {
     },
     /// `remove_table(vip_id)`.
     RemoveTable(u32),
+    /// `quiesce()`.
+    Quiesce,
     /// `set_vip(key, entry)`.
     SetVip(VipKey, VipEntry),
     /// `remove_vip(key)`.
@@ -175,6 +177,12 @@ impl Dataplane for FakeDataplane {
             vip_id,
             generation: table.generation,
         });
+        Ok(())
+    }
+
+    fn quiesce(&mut self) -> Result<(), DataplaneError> {
+        self.mutate("quiesce")?;
+        self.ops.push(Op::Quiesce);
         Ok(())
     }
 

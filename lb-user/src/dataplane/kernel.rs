@@ -1,11 +1,14 @@
 //! [`KernelDataplane`]: the XDP program loaded into the kernel with aya, its maps, and
 //! `BPF_PROG_TEST_RUN` access for fixtures and benchmarks.
 
-use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _};
+use std::{
+    collections::HashMap as StdHashMap,
+    sync::{Arc, Mutex},
+};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, ArrayOfMaps, HashMap, MapData, MapError, PerCpuArray, ProgramArray},
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, ProgramArray},
     programs::{ProgramError, TestRun as _, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId},
 };
 use lb_common::{
@@ -18,7 +21,7 @@ use lb_common::{
 };
 
 use super::{
-    AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage, table_map,
+    AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage, tables::TableSet,
 };
 
 /// Sizes chosen at load time.
@@ -68,10 +71,8 @@ pub struct KernelDataplane {
     ebpf: Ebpf,
     link: Option<XdpLinkId>,
     config: Array<MapData, LbConfig>,
-    vips: HashMap<MapData, VipKey, VipEntry>,
     vip_addrs: HashMap<MapData, VipAddrKey, u32>,
-    tables: ArrayOfMaps<MapData>,
-    tables_id: u32,
+    tables: Arc<Mutex<TableSet>>,
     backends: Array<MapData, BackendEntry>,
     conntrack: HashMap<MapData, FlowKey, CtEntry>,
     conntrack_syn: HashMap<MapData, FlowKey, CtEntry>,
@@ -141,12 +142,16 @@ impl KernelDataplane {
             }
             _ => return Err(DataplaneError::MissingMap(maps::TABLES)),
         };
+        let tables_raw = MapData::from_id(tables_id).map_err(map_err(maps::TABLES, "reopen"))?;
+        let tables = TableSet::new(
+            take(&mut ebpf, maps::TABLES)?,
+            tables_raw,
+            take(&mut ebpf, maps::VIPS)?,
+        );
         Ok(Self {
-            tables_id,
             config: take(&mut ebpf, maps::CONFIG)?,
-            vips: take(&mut ebpf, maps::VIPS)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
-            tables: take(&mut ebpf, maps::TABLES)?,
+            tables: Arc::new(Mutex::new(tables)),
             backends: take(&mut ebpf, maps::BACKENDS)?,
             conntrack: take(&mut ebpf, maps::CONNTRACK)?,
             conntrack_syn: take(&mut ebpf, maps::CONNTRACK_SYN)?,
@@ -161,15 +166,16 @@ impl KernelDataplane {
         })
     }
 
-    /// A second, independent handle on the `TABLES` map (reopened by map id).
-    ///
-    /// # Errors
-    /// When the map cannot be reopened.
-    pub fn table_writer(&self) -> Result<TableWriter, DataplaneError> {
-        let map = MapData::from_id(self.tables_id).map_err(map_err(maps::TABLES, "reopen"))?;
-        let tables = ArrayOfMaps::try_from(aya::maps::Map::ArrayOfMaps(map))
-            .map_err(map_err(maps::TABLES, "reopen"))?;
-        Ok(TableWriter { tables })
+    /// A second handle on the tables, usable from another thread.
+    pub fn table_writer(&self) -> TableWriter {
+        TableWriter {
+            tables: Arc::clone(&self.tables),
+        }
+    }
+
+    /// RCU grace periods waited for by table changes so far.
+    pub fn grace_periods(&self) -> u64 {
+        lock(&self.tables).grace_periods()
     }
 
     /// Whether the program is attached by this handle.
@@ -296,24 +302,7 @@ impl KernelDataplane {
     #[doc(hidden)]
     pub fn install_raw_table(&mut self, vip_id: u32, raw: &[u32]) -> Result<(), DataplaneError> {
         check_vip_id(vip_id)?;
-        let slots = u32::try_from(raw.len())
-            .ok()
-            .and_then(|n| n.checked_sub(maps::TABLE_HEADER_LEN))
-            .ok_or_else(|| {
-                DataplaneError::OutOfRange("raw table shorter than its header".into())
-            })?;
-        let fd = table_map::create(slots).map_err(|source| DataplaneError::Syscall {
-            op: "creating a raw table map".to_owned(),
-            source,
-        })?;
-        table_map::fill_raw(fd.as_fd(), raw).map_err(|source| DataplaneError::Syscall {
-            op: "filling a raw table map".to_owned(),
-            source,
-        })?;
-        let inner = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
-        self.tables
-            .set(vip_id, &inner, 0)
-            .map_err(map_err(maps::TABLES, "update"))
+        lock(&self.tables).install_raw(vip_id, raw)
     }
 
     /// Removes one flow from both conntrack maps (operator tooling and tests).
@@ -452,42 +441,10 @@ impl Drop for PassProgram {
     }
 }
 
-/// Builds a new table map for `table`, fills it, and swaps it in as VIP `vip_id`'s
-/// table with one update of `TABLES`.
-fn install_table(
-    tables: &mut ArrayOfMaps<MapData>,
-    vip_id: u32,
-    table: &TableImage<'_>,
-) -> Result<(), DataplaneError> {
-    check_vip_id(vip_id)?;
-    let size = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
-    if size == 0 || size > MAX_TABLE_SIZE {
-        return Err(DataplaneError::OutOfRange(format!(
-            "table size {size} is outside 1..={MAX_TABLE_SIZE}"
-        )));
-    }
-    let fd = table_map::create(size).map_err(|source| DataplaneError::Syscall {
-        op: format!("creating a table map of {size} slots for VIP id {vip_id}"),
-        source,
-    })?;
-    table_map::fill(fd.as_fd(), table.generation, table.slots).map_err(|source| {
-        DataplaneError::Syscall {
-            op: format!("filling the table map of VIP id {vip_id}"),
-            source,
-        }
-    })?;
-    let inner = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
-    // The single update that makes the new table live.
-    tables
-        .set(vip_id, &inner, 0)
-        .map_err(map_err(maps::TABLES, "update"))
-}
-
-/// A second handle on the `TABLES` map that installs tables independently of the
-/// [`KernelDataplane`] it came from (for example from another thread while the first
-/// runs packets).
+/// A second handle on the tables (shared with the [`KernelDataplane`] it came from),
+/// to install tables from another thread while the first runs packets.
 pub struct TableWriter {
-    tables: ArrayOfMaps<MapData>,
+    tables: Arc<Mutex<TableSet>>,
 }
 
 impl TableWriter {
@@ -500,8 +457,26 @@ impl TableWriter {
         vip_id: u32,
         table: &TableImage<'_>,
     ) -> Result<(), DataplaneError> {
-        install_table(&mut self.tables, vip_id, table)
+        check_table(vip_id, table)?;
+        lock(&self.tables).install(vip_id, table)
     }
+}
+
+fn lock(tables: &Mutex<TableSet>) -> std::sync::MutexGuard<'_, TableSet> {
+    tables
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn check_table(vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
+    check_vip_id(vip_id)?;
+    let size = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
+    if size == 0 || size > MAX_TABLE_SIZE {
+        return Err(DataplaneError::OutOfRange(format!(
+            "table size {size} is outside 1..={MAX_TABLE_SIZE}"
+        )));
+    }
+    Ok(())
 }
 
 fn check_vip_id(vip_id: u32) -> Result<(), DataplaneError> {
@@ -556,41 +531,22 @@ impl Dataplane for KernelDataplane {
     }
 
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
-        install_table(&mut self.tables, vip_id, table)
+        check_table(vip_id, table)?;
+        lock(&self.tables).install(vip_id, table)
+    }
+
+    fn quiesce(&mut self) -> Result<(), DataplaneError> {
+        lock(&self.tables).quiesce()
     }
 
     fn remove_table(&mut self, vip_id: u32) -> Result<(), DataplaneError> {
         check_vip_id(vip_id)?;
-        // aya 0.14's ArrayOfMaps has no delete; an empty one-slot table makes the VIP id
-        // drop as "no backend" should a stale VIP entry ever point at it.
-        self.install_table(
-            vip_id,
-            &TableImage {
-                generation: 0,
-                slots: &[0],
-            },
-        )
+        lock(&self.tables).remove(vip_id)
     }
 
     fn table(&self, vip_id: u32) -> Result<Option<InstalledTable>, DataplaneError> {
         check_vip_id(vip_id)?;
-        let inner: MapData = match self.tables.get(&vip_id, 0) {
-            Ok(inner) => inner,
-            Err(MapError::KeyNotFound) => return Ok(None),
-            Err(e) => return Err(map_err(maps::TABLES, "lookup")(e)),
-        };
-        let entries = inner
-            .info()
-            .map_err(map_err(maps::TABLES, "inner info"))?
-            .max_entries() as usize;
-        let (generation, slots) =
-            table_map::read(inner.fd().as_fd(), entries).map_err(|source| {
-                DataplaneError::Syscall {
-                    op: format!("reading the table map of VIP id {vip_id}"),
-                    source,
-                }
-            })?;
-        Ok(Some(InstalledTable { generation, slots }))
+        lock(&self.tables).read(vip_id)
     }
 
     fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
@@ -603,23 +559,20 @@ impl Dataplane for KernelDataplane {
                 .insert(addr, count + 1, 0)
                 .map_err(map_err(maps::VIP_ADDRS, "update"))?;
         }
-        if let Err(e) = self.vips.insert(key, entry, 0) {
+        let written = lock(&self.tables).set_vip(key, entry);
+        if let Err(e) = written {
             if is_new {
                 // Undo the address count so a failed call changes nothing.
                 let _ = self.release_address(&addr);
             }
-            return Err(map_err(maps::VIPS, "update")(e));
+            return Err(e);
         }
         self.vip_keys.insert(*key, *entry);
         Ok(())
     }
 
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
-        match self.vips.remove(key) {
-            Ok(()) | Err(MapError::KeyNotFound) => {}
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => return Err(map_err(maps::VIPS, "delete")(e)),
-        }
+        lock(&self.tables).remove_vip(key)?;
         if self.vip_keys.remove(key).is_some() {
             self.release_address(&addr_key(key))?;
         }

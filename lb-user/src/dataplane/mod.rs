@@ -13,6 +13,7 @@
 pub mod fake;
 pub mod kernel;
 mod table_map;
+mod tables;
 
 use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
@@ -153,6 +154,15 @@ pub trait Dataplane {
     /// the map; failures creating, filling or swapping the table map (the previous table
     /// then stays in force).
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError>;
+
+    /// Waits until no packet can still be using a table replaced by
+    /// [`Self::install_table`] (an RCU grace period in the kernel). The controller calls
+    /// it before changes that must come after every packet sees the new tables (marking
+    /// a backend drained or down).
+    ///
+    /// # Errors
+    /// When the wait cannot be started.
+    fn quiesce(&mut self) -> Result<(), DataplaneError>;
 
     /// Removes VIP `vip_id`'s table (after its VIP entry is gone).
     ///

@@ -139,6 +139,40 @@ impl Mapping {
         self.cells().get(i).map(|cell| cell[0])
     }
 
+    /// Writes a table: header (size, generation) then the slots. The mapping must hold
+    /// exactly `slots.len() + TABLE_HEADER_LEN` entries.
+    pub(crate) fn write_table(&mut self, generation: u32, slots: &[u32]) -> io::Result<()> {
+        let size =
+            u32::try_from(slots.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        if slots.len() + TABLE_HEADER_LEN as usize != self.entries {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        self.write(TABLE_HEADER_LEN as usize, slots);
+        self.write(TABLE_GENERATION_INDEX as usize, &[generation]);
+        self.write(TABLE_SIZE_INDEX as usize, &[size]);
+        Ok(())
+    }
+
+    /// Writes `entries` verbatim from entry 0 (header included).
+    pub(crate) fn write_raw(&mut self, entries: &[u32]) {
+        self.write(0, entries);
+    }
+
+    /// Reads (generation, slots) of the table in the mapping.
+    pub(crate) fn read_table(&self) -> io::Result<(u32, Vec<u32>)> {
+        let invalid = || io::Error::from(io::ErrorKind::InvalidData);
+        let size = self.get(TABLE_SIZE_INDEX as usize).ok_or_else(invalid)? as usize;
+        let generation = self
+            .get(TABLE_GENERATION_INDEX as usize)
+            .ok_or_else(invalid)?;
+        let header = TABLE_HEADER_LEN as usize;
+        let cells = self
+            .cells()
+            .get(header..header + size)
+            .ok_or_else(invalid)?;
+        Ok((generation, cells.iter().map(|cell| cell[0]).collect()))
+    }
+
     /// Writes `values` into entries `start..start + values.len()`.
     fn write(&mut self, start: usize, values: &[u32]) {
         for (cell, value) in self.cells_mut()[start..start + values.len()]
@@ -150,6 +184,10 @@ impl Mapping {
     }
 }
 
+// SAFETY: the mapping is plain shared memory owned by this value; it has no thread
+// affinity, and `&mut self` guards every write.
+unsafe impl Send for Mapping {}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the region mapped in `new`.
@@ -157,37 +195,45 @@ impl Drop for Mapping {
     }
 }
 
-/// Writes the header (size, generation) and the slots into a freshly created table.
-pub(crate) fn fill(fd: BorrowedFd<'_>, generation: u32, slots: &[u32]) -> io::Result<()> {
-    let size =
-        u32::try_from(slots.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut mapping = Mapping::new(fd, slots.len() + TABLE_HEADER_LEN as usize, true)?;
-    mapping.write(TABLE_SIZE_INDEX as usize, &[size]);
-    mapping.write(TABLE_GENERATION_INDEX as usize, &[generation]);
-    mapping.write(TABLE_HEADER_LEN as usize, slots);
-    Ok(())
+/// `BPF_MAP_DELETE_ELEM` command number.
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+
+/// The leading fields of `union bpf_attr` for element commands.
+#[repr(C)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
 }
 
-/// Writes `entries` verbatim (header included) into a freshly created table map of
-/// exactly that many entries.
-pub(crate) fn fill_raw(fd: BorrowedFd<'_>, entries: &[u32]) -> io::Result<()> {
-    let mut mapping = Mapping::new(fd, entries.len(), true)?;
-    mapping.write(0, entries);
+/// Deletes entry `index` of the array-of-maps `fd` (the kernel releases the inner map
+/// after an RCU grace period; the call waits for it).
+pub(crate) fn delete_index(fd: BorrowedFd<'_>, index: u32) -> io::Result<()> {
+    let attr = ElemAttr {
+        map_fd: u32::try_from(fd.as_raw_fd())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        _pad: 0,
+        key: &raw const index as u64,
+        value: 0,
+        flags: 0,
+    };
+    // SAFETY: attr is a valid BPF_MAP_DELETE_ELEM attribute whose key pointer refers to
+    // `index`, alive for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_DELETE_ELEM,
+            &raw const attr,
+            size_of::<ElemAttr>(),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(e);
+        }
+    }
     Ok(())
-}
-
-/// Reads (generation, slots) from a table map with `entries` entries.
-pub(crate) fn read(fd: BorrowedFd<'_>, entries: usize) -> io::Result<(u32, Vec<u32>)> {
-    let mapping = Mapping::new(fd, entries, false)?;
-    let invalid = || io::Error::from(io::ErrorKind::InvalidData);
-    let size = mapping.get(TABLE_SIZE_INDEX as usize).ok_or_else(invalid)? as usize;
-    let generation = mapping
-        .get(TABLE_GENERATION_INDEX as usize)
-        .ok_or_else(invalid)?;
-    let header = TABLE_HEADER_LEN as usize;
-    let cells = mapping
-        .cells()
-        .get(header..header + size)
-        .ok_or_else(invalid)?;
-    Ok((generation, cells.iter().map(|cell| cell[0]).collect()))
 }

@@ -237,7 +237,9 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<(f64, f64)> 
     }
     let loaded = Config::from_toml(&vips).map_err(|e| anyhow::anyhow!("{e}"))?;
     let base = Desired::from_config(&loaded.config, [2, 0, 0, 0, 0, 1]);
-    controller.apply(&base).map_err(|e| anyhow::anyhow!("{e}"))?;
+    controller
+        .apply(&base)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let vip = *base.vips.keys().next().context("one VIP")?;
     let extra: BackendKey = "10.255.255.254".parse()?;
     let mut with_extra = base.clone();
@@ -249,7 +251,9 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<(f64, f64)> 
     for i in 0..runs {
         let target = if i % 2 == 0 { &with_extra } else { &base };
         let started = std::time::Instant::now();
-        controller.apply(target).map_err(|e| anyhow::anyhow!("{e}"))?;
+        controller
+            .apply(target)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         total.push(started.elapsed().as_secs_f64() * 1e3);
         let started = std::time::Instant::now();
         let inputs: Vec<Backend> = target.vips[&vip]
@@ -271,7 +275,9 @@ fn main() -> anyhow::Result<()> {
     if !lb_tests::is_root() {
         bail!("the data-plane benchmark loads XDP programs: run it as root");
     }
-    println!("control plane: backend change -> new table live (build + fill inner map + swap), median of 21");
+    println!(
+        "control plane: backend change -> new table live (build + fill inner map + swap), median of 21"
+    );
     println!();
     println!("| table size M | backends N | change to live (ms) | of which Maglev build (ms) |");
     println!("|---:|---:|---:|---:|");

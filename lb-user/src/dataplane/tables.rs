@@ -1,0 +1,271 @@
+//! [`TableSet`]: the VIPs' double-buffered Maglev tables and the `VIPS` entries that
+//! select them (see `lb_common::maps::TABLES` for the layout and the reason).
+//!
+//! Installing a table for a VIP:
+//! 1. pick the buffer that is not live; if it was live until a change that has not yet
+//!    been followed by an RCU grace period, wait for one first ([`TableSet::quiesce`]),
+//!    so no packet can still be reading it;
+//! 2. write the header and slots into it through its mmap (a new map, inserted into
+//!    `TABLES`, when the buffer does not exist yet or has another size);
+//! 3. switch the VIP's `VIPS` entry to it — one hash-map update, after which new packets
+//!    read only the new table; the old buffer becomes stale.
+//!
+//! The grace period is the kernel's own: re-setting an existing `TABLES` entry makes the
+//! update wait in `synchronize_rcu()` (`maybe_wait_bpf_programs()` in
+//! `kernel/bpf/syscall.c`), and every XDP program runs inside an RCU read-side section.
+
+use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _};
+
+use aya::maps::{ArrayOfMaps, HashMap, MapData, MapError};
+use lb_common::{
+    maps::{self, TABLE_HEADER_LEN},
+    types::{VIP_TABLE_B, VipEntry, VipKey},
+};
+
+use super::{DataplaneError, InstalledTable, TableImage, table_map};
+
+/// One table buffer: its map (kept open) and a writable mapping of it.
+struct Buffer {
+    map: MapData,
+    mapping: table_map::Mapping,
+    /// Entries of the map (slots + header).
+    entries: usize,
+}
+
+/// A VIP's two buffers.
+#[derive(Default)]
+struct VipBuffers {
+    buffers: [Option<Buffer>; 2],
+    /// The buffer the VIP entry selects (or will select once written).
+    live: Option<usize>,
+    /// Buffers replaced since the last grace period: packets may still read them.
+    stale: [bool; 2],
+    /// The VIP's key, once its `VIPS` entry exists.
+    key: Option<VipKey>,
+}
+
+/// The `TABLES` and `VIPS` maps and the buffer bookkeeping.
+pub(crate) struct TableSet {
+    outer: ArrayOfMaps<MapData>,
+    /// A second handle on `TABLES` for deletes (aya's `ArrayOfMaps` has none).
+    outer_raw: MapData,
+    vips: HashMap<MapData, VipKey, VipEntry>,
+    by_id: StdHashMap<u32, VipBuffers>,
+    /// Grace periods waited for (for tests and benchmarks).
+    grace_periods: u64,
+}
+
+fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
+    move |source| DataplaneError::Map { map, op, source }
+}
+
+fn syscall_err(op: String) -> impl FnOnce(std::io::Error) -> DataplaneError {
+    move |source| DataplaneError::Syscall { op, source }
+}
+
+fn index(vip_id: u32, buffer: usize) -> u32 {
+    vip_id * 2 + u32::from(buffer == 1)
+}
+
+impl TableSet {
+    pub(crate) fn new(
+        outer: ArrayOfMaps<MapData>,
+        outer_raw: MapData,
+        vips: HashMap<MapData, VipKey, VipEntry>,
+    ) -> Self {
+        Self {
+            outer,
+            outer_raw,
+            vips,
+            by_id: StdHashMap::new(),
+            grace_periods: 0,
+        }
+    }
+
+    /// Waits for an RCU grace period if any buffer is stale; afterwards none is.
+    pub(crate) fn quiesce(&mut self) -> Result<(), DataplaneError> {
+        if !self.by_id.values().any(|v| v.stale.iter().any(|s| *s)) {
+            return Ok(());
+        }
+        // Re-set an existing entry to itself: the kernel waits for a grace period.
+        let Some((vip_id, buffer, map)) = self.by_id.iter().find_map(|(id, v)| {
+            v.buffers
+                .iter()
+                .enumerate()
+                .find_map(|(i, b)| b.as_ref().map(|b| (*id, i, &b.map)))
+        }) else {
+            return Ok(());
+        };
+        self.outer
+            .set(index(vip_id, buffer), map, 0)
+            .map_err(map_err(maps::TABLES, "update (grace period)"))?;
+        self.grace_periods += 1;
+        for v in self.by_id.values_mut() {
+            v.stale = [false; 2];
+        }
+        Ok(())
+    }
+
+    /// Grace periods waited for so far.
+    pub(crate) fn grace_periods(&self) -> u64 {
+        self.grace_periods
+    }
+
+    /// Makes `table` VIP `vip_id`'s live table (see the module documentation).
+    pub(crate) fn install(
+        &mut self,
+        vip_id: u32,
+        table: &TableImage<'_>,
+    ) -> Result<(), DataplaneError> {
+        let size = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
+        let entries = table.slots.len() + TABLE_HEADER_LEN as usize;
+        let target = self
+            .by_id
+            .get(&vip_id)
+            .and_then(|v| v.live)
+            .map_or(0, |live| 1 - live);
+        if self.by_id.get(&vip_id).is_some_and(|v| v.stale[target]) {
+            self.quiesce()?;
+        }
+        let vip = self.by_id.entry(vip_id).or_default();
+        match &mut vip.buffers[target] {
+            Some(buffer) if buffer.entries == entries => {
+                buffer
+                    .mapping
+                    .write_table(table.generation, table.slots)
+                    .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
+            }
+            slot => {
+                let fd = table_map::create(size).map_err(syscall_err(format!(
+                    "creating a table map of {size} slots for VIP id {vip_id}"
+                )))?;
+                let mut mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
+                    .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
+                mapping
+                    .write_table(table.generation, table.slots)
+                    .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
+                let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
+                // Not live yet: the kernel's grace-period wait in this update is the
+                // price of a new buffer (first table of a VIP, or a new size).
+                self.outer
+                    .set(index(vip_id, target), &map, 0)
+                    .map_err(map_err(maps::TABLES, "update"))?;
+                *slot = Some(Buffer {
+                    map,
+                    mapping,
+                    entries,
+                });
+            }
+        }
+        let vip = self.by_id.entry(vip_id).or_default();
+        if let Some(key) = vip.key {
+            let entry = VipEntry {
+                vip_id,
+                flags: if target == 1 { VIP_TABLE_B } else { 0 },
+            };
+            // The switch: one element replacement in the VIPS hash map.
+            self.vips
+                .insert(key, entry, 0)
+                .map_err(map_err(maps::VIPS, "update"))?;
+        }
+        if let Some(old) = vip.live {
+            vip.stale[old] = true;
+        }
+        vip.live = Some(target);
+        Ok(())
+    }
+
+    /// Installs `raw` entries verbatim as VIP `vip_id`'s live buffer (tests of the data
+    /// plane's guards).
+    pub(crate) fn install_raw(&mut self, vip_id: u32, raw: &[u32]) -> Result<(), DataplaneError> {
+        let slots = u32::try_from(raw.len())
+            .ok()
+            .and_then(|n| n.checked_sub(TABLE_HEADER_LEN))
+            .ok_or_else(|| {
+                DataplaneError::OutOfRange("raw table shorter than its header".into())
+            })?;
+        let vip = self.by_id.entry(vip_id).or_default();
+        let target = vip.live.unwrap_or(0);
+        let fd =
+            table_map::create(slots).map_err(syscall_err("creating a raw table map".into()))?;
+        let mut mapping = table_map::Mapping::new(fd.as_fd(), raw.len(), true)
+            .map_err(syscall_err("mapping a raw table".into()))?;
+        mapping.write_raw(raw);
+        let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
+        self.outer
+            .set(index(vip_id, target), &map, 0)
+            .map_err(map_err(maps::TABLES, "update"))?;
+        vip.buffers[target] = Some(Buffer {
+            map,
+            mapping,
+            entries: raw.len(),
+        });
+        vip.live = Some(target);
+        Ok(())
+    }
+
+    /// Drops both buffers of VIP `vip_id` (after its `VIPS` entry is gone).
+    pub(crate) fn remove(&mut self, vip_id: u32) -> Result<(), DataplaneError> {
+        let Some(vip) = self.by_id.get(&vip_id) else {
+            return Ok(());
+        };
+        if vip.key.is_some() {
+            return Err(DataplaneError::OutOfRange(format!(
+                "the table of VIP id {vip_id} is still selected by a VIP entry"
+            )));
+        }
+        for buffer in 0..2 {
+            if vip.buffers[buffer].is_some() {
+                table_map::delete_index(self.outer_raw.fd().as_fd(), index(vip_id, buffer))
+                    .map_err(syscall_err(format!("deleting a table of VIP id {vip_id}")))?;
+            }
+        }
+        self.by_id.remove(&vip_id);
+        Ok(())
+    }
+
+    /// VIP `vip_id`'s live table.
+    pub(crate) fn read(&self, vip_id: u32) -> Result<Option<InstalledTable>, DataplaneError> {
+        let Some(buffer) = self
+            .by_id
+            .get(&vip_id)
+            .and_then(|v| v.live.and_then(|l| v.buffers[l].as_ref()))
+        else {
+            return Ok(None);
+        };
+        let (generation, slots) = buffer
+            .mapping
+            .read_table()
+            .map_err(syscall_err(format!("reading the table of VIP id {vip_id}")))?;
+        Ok(Some(InstalledTable { generation, slots }))
+    }
+
+    /// Writes a `VIPS` entry, selecting the VIP's live buffer.
+    pub(crate) fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
+        let vip = self.by_id.entry(entry.vip_id).or_default();
+        let entry = VipEntry {
+            vip_id: entry.vip_id,
+            flags: if vip.live == Some(1) { VIP_TABLE_B } else { 0 },
+        };
+        self.vips
+            .insert(key, entry, 0)
+            .map_err(map_err(maps::VIPS, "update"))?;
+        vip.key = Some(*key);
+        Ok(())
+    }
+
+    /// Removes a `VIPS` entry.
+    pub(crate) fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        match self.vips.remove(key) {
+            Ok(()) | Err(MapError::KeyNotFound) => {}
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(map_err(maps::VIPS, "delete")(e)),
+        }
+        for v in self.by_id.values_mut() {
+            if v.key.as_ref() == Some(key) {
+                v.key = None;
+            }
+        }
+        Ok(())
+    }
+}
