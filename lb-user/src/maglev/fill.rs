@@ -4,7 +4,7 @@
 //! # Turns
 //! Backends take turns; on its turn a backend walks its permutation from where it
 //! stopped last time to the first empty slot and claims it. Each backend takes exactly
-//! as many turns as its quota (see [`quota`](super::quota)), so it ends with exactly that
+//! as many turns as its quota (see [`quota`]), so it ends with exactly that
 //! many slots. The turns are spread over `R = max(quota)` rounds: backend `i` with quota
 //! `q_i` takes its `k`-th turn (`k` in `0..q_i`) in round `floor(k * R / q_i)`, so every
 //! backend's turns are spread evenly over the whole fill in proportion to its weight and

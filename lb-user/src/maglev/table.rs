@@ -38,11 +38,13 @@ impl MaglevTable {
     ///
     /// Each backend with weight > 0 owns a number of slots proportional to its weight
     /// (within one slot of `M * w / sum(w)`, equal weights giving `floor(M/N)` or
-    /// `ceil(M/N)`, and at least one slot each; see [`quota`](super::quota)). Backends
+    /// `ceil(M/N)`, and at least one slot each; see [`quota`]). Backends
     /// with weight 0 are kept in [`MaglevTable::backends`] with no slots.
     ///
-    /// Time O(M log(M/N) + N log N) expected, memory O(M + N) (see
-    /// [`fill`](super::fill)).
+    /// Time: O(N log N) to sort and apportion, then about `M ln(M / 256)` probes plus
+    /// O(256²) for the last slots (see [`fill`]): 1.2 to 1.5 ms for `M = 65,537` here.
+    /// Memory: O(M + N), at most about 12 bytes per slot during the build (see
+    /// [`MAX_TABLE_SIZE`](super::MAX_TABLE_SIZE)), 4 bytes per slot kept.
     ///
     /// # Errors
     /// Checked in this order, nothing being allocated before the size checks pass:
