@@ -233,9 +233,11 @@ impl Filler {
         let filled = self.filled.as_mut_ptr();
         loop {
             let slot = next;
-            // next, skip < size <= MAX_TABLE_SIZE < u32::MAX / 2: no overflow.
+            // next, skip < size <= MAX_TABLE_SIZE < u32::MAX / 2: no overflow, and
+            // `step - size` wraps above `step` exactly when step < size, so `min` is the
+            // reduction mod size, compiled without a (50/50, unpredictable) branch.
             let step = next + skip;
-            next = if step >= size { step - size } else { step };
+            next = step.min(step.wrapping_sub(size));
             let index = (slot >> 6) as usize;
             // SAFETY: slot < size (an entry of the walk, which stays in 0..size), so
             // slot / 64 < ceil(size / 64) = filled.len().
@@ -495,6 +497,49 @@ mod tests {
             fill_slots(size, &permutations).unwrap(),
             reference_fill(size, &permutations)
         );
+    }
+
+    /// Walks every turn (no tail computation), in the documented turn order.
+    fn walking_fill(size: u32, permutations: &[Permutation], quotas: &[u32]) -> Vec<u32> {
+        let rounds = *quotas.iter().max().unwrap();
+        let mut slots = vec![u32::MAX; size as usize];
+        let mut next: Vec<u32> = permutations.iter().map(|p| p.offset).collect();
+        for i in turn_order(quotas, rounds) {
+            let p = permutations[i as usize];
+            let mut c = next[i as usize];
+            while slots[c as usize] != u32::MAX {
+                c = (c + p.skip) % size;
+            }
+            slots[c as usize] = i;
+            next[i as usize] = (c + p.skip) % size;
+        }
+        slots
+    }
+
+    #[test]
+    fn weighted_fill_equals_walking_every_turn() {
+        let mut state = 5_u64;
+        let mut random = |below: u32| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) % u64::from(below)) as u32
+        };
+        for (size, n) in [(65_537, 7), (65_537, 40), (1_009, 30), (257, 5)] {
+            let permutations: Vec<_> = (0..n)
+                .map(|_| perm(random(size), random(size - 1) + 1))
+                .collect();
+            let weights: Vec<u32> = (0..n).map(|_| random(50)).collect();
+            let quotas = quota::apportion(&weights, size).quotas;
+            if quotas.iter().all(|&q| q == 0) {
+                continue;
+            }
+            assert_eq!(
+                fill_with_quotas(size, &permutations, &quotas),
+                walking_fill(size, &permutations, &quotas),
+                "size {size}, n {n}"
+            );
+        }
     }
 
     #[test]
