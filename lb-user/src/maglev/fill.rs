@@ -18,8 +18,8 @@
 //!
 //! # Cost
 //! Permutation entries are computed on the fly (`next += skip; if next >= M { next -= M }`,
-//! no division in the probe loop), testing a bitmap of filled slots (`M / 8` bytes, so
-//! probes hit L1/L2 cache). Walking costs about `M ln M` probes in all, most of them at
+//! compiled branch-free; no division in the probe loop), testing a bitmap of filled
+//! slots (`M / 8` bytes, so probes hit L1/L2 cache). Walking costs about `M ln M` probes in all, most of them at
 //! the end, when a turn passes about `M / empty` filled slots; so once at most
 //! `TAIL_SLOTS` (256) slots are empty, a turn instead computes where each remaining
 //! empty slot lies along the backend's walk (`(slot - cursor) * skip^-1 mod M`, one
