@@ -60,7 +60,7 @@ fn build(backends: &[Backend], size: u32, seed: u64) -> Option<MaglevTable> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
     fn every_slot_is_owned_by_a_backend_with_weight(

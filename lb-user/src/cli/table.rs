@@ -69,9 +69,12 @@ pub struct BuildArgs {
     /// Size, seed and output format.
     #[command(flatten)]
     pub options: TableOptions,
-    /// Backends: ADDR, ADDR:PORT or [V6ADDR]:PORT, each optionally followed by =WEIGHT
-    /// (default 1; 0 = drained).
-    #[arg(value_name = "BACKEND")]
+    /// The backends, in the `BACKEND` form of the module documentation.
+    #[arg(
+        value_name = "BACKEND",
+        help = "Backends: ADDR, ADDR:PORT or [V6ADDR]:PORT, each optionally followed by \
+                =WEIGHT (default 1; 0 = drained)"
+    )]
     pub backends: Vec<Backend>,
 }
 

@@ -4,7 +4,7 @@
 //! # Turns
 //! Backends take turns; on its turn a backend walks its permutation from where it
 //! stopped last time to the first empty slot and claims it. Each backend takes exactly
-//! as many turns as its quota (see [`quota`](super::quota)), so it ends with exactly that
+//! as many turns as its quota (see [`quota`]), so it ends with exactly that
 //! many slots. The turns are spread over `R = max(quota)` rounds: backend `i` with quota
 //! `q_i` takes its `k`-th turn (`k` in `0..q_i`) in round `floor(k * R / q_i)`, so every
 //! backend's turns are spread evenly over the whole fill in proportion to its weight and
@@ -18,20 +18,29 @@
 //!
 //! # Cost
 //! Permutation entries are computed on the fly (`next += skip; if next >= M { next -= M }`,
-//! no division in the probe loop), testing a bitmap of filled slots (`M / 8` bytes, so
-//! probes hit L1/L2 cache). Walking costs about `M ln M` probes in all, most of them at
-//! the end, when a turn passes about `M / empty` filled slots; so once at most
-//! `TAIL_SLOTS` (256) slots are empty, a turn instead computes where each remaining
-//! empty slot lies along the backend's walk (`(slot - cursor) * skip^-1 mod M`, one
-//! modular multiplication each) and claims the nearest: the same slot, found in
-//! O(empty) rather than O(M / empty). This halves the probes for `M = 65,537`.
+//! compiled branch-free; no division in the probe loop), testing a bitmap of filled
+//! slots (`M / 8` bytes, so probes hit L1/L2 cache). Walking costs about `M ln M` probes
+//! in all, most of them at the end, when a turn passes about `M / empty` filled slots.
+//! Three measures keep this down, none of which changes the result:
+//! - once the table is half full, walks test eight entries per step where the CPU has
+//!   AVX2 (module `walk`);
+//! - once at most 128 (256 without AVX2) slots are empty, a turn instead computes where
+//!   each remaining empty slot lies along the backend's walk
+//!   (`(slot - cursor) * skip^-1 mod M`, one modular multiplication each) and claims the
+//!   nearest: the same slot, found in O(empty) rather than O(M / empty) (this halves
+//!   the probes for `M = 65,537`);
+//! - equal quotas skip the turn schedule (plain round robin).
 //!
-//! Memory: the `M` slots (`u32`), the bitmap, one cursor per backend and, only for
-//! unequal quotas, the turn order (`M` `u32`s) and one counter per round.
+//! Memory: the `M` slots (`u32`), the bitmap, one cursor per backend (plus 36 bytes of
+//! eight-wide steps with AVX2) and, only for unequal quotas, the turn order (`M` `u32`s)
+//! and one counter per round.
 //! Termination: `M` is prime and `1 <= skip < M`, so each walk visits every slot within
 //! `M` steps, and a turn is only taken while some slot is empty (the quotas sum to `M`).
 
-use super::{MaglevError, Permutation, quota, validate_table_size};
+use super::{
+    MaglevError, Permutation, quota, validate_table_size,
+    walk::{self, Bitmap, Wide},
+};
 
 /// Fills a table of `size` slots from explicit permutations with equal weights: the
 /// paper's algorithm as published (section 3.4), e.g. its worked example (Table 1:
@@ -71,6 +80,11 @@ pub(crate) fn fill_with_quotas(
     permutations: &[Permutation],
     quotas: &[u32],
 ) -> Vec<u32> {
+    fill_using(size, permutations, quotas, Wide::detect())
+}
+
+/// [`fill_with_quotas`] with the given wide walker (tests compare the walkers).
+fn fill_using(size: u32, permutations: &[Permutation], quotas: &[u32], wide: Wide) -> Vec<u32> {
     assert_eq!(
         permutations.len(),
         quotas.len(),
@@ -81,7 +95,7 @@ pub(crate) fn fill_with_quotas(
         return Vec::new();
     }
     assert_eq!(total, u64::from(size), "quotas must sum to the table size");
-    let mut filler = Filler::new(size, permutations);
+    let mut filler = Filler::new(size, permutations, wide);
     let rounds = quotas.iter().copied().max().unwrap_or(0);
     let min_active = quotas.iter().copied().filter(|&q| q > 0).min().unwrap_or(0);
     if min_active + 1 >= rounds {
@@ -170,30 +184,52 @@ struct Cursor {
 /// empty slot lies in the backend's permutation instead of walking it (see
 /// [`Filler::tail_turn`]): walking costs about `M / empty` probes per turn, the
 /// computation one modular multiplication per empty slot, and the two meet near
-/// `sqrt(M)`. Measured best at 256 for M = 65,537 and 655,373.
-const TAIL_SLOTS: u32 = 256;
+/// `sqrt(M)` for the scalar walk, lower for the eight-wide one. Measured best at these
+/// values for M = 65,537 and 655,373.
+const TAIL_SLOTS_SCALAR: u32 = 256;
+/// See [`TAIL_SLOTS_SCALAR`].
+const TAIL_SLOTS_WIDE: u32 = 128;
 
 /// The table being filled.
 struct Filler {
     size: u32,
-    /// One bit per slot, set once the slot is claimed; `ceil(size / 64)` words.
-    filled: Vec<u64>,
+    /// Filled slots.
+    filled: Bitmap,
     /// Slot owners (valid where `filled` is set); `size` entries.
     slots: Vec<u32>,
     cursors: Vec<Cursor>,
     /// Slots not yet claimed.
     empty: u32,
-    /// The empty slots, once `empty <= TAIL_SLOTS` (any order).
+    /// The eight-wide walker, used while `tail_from < empty <= wide_from`.
+    wide: Wide,
+    wide_from: u32,
+    /// Per backend, the steps of the eight-wide walker (empty without one).
+    wide_steps: Vec<[u32; 9]>,
+    /// The tail computation takes over when `empty <= tail_from`.
+    tail_from: u32,
+    /// The empty slots, once `empty <= tail_from` (any order).
     tail: Vec<u32>,
     /// Per backend, `skip^-1 mod M` and its Shoup constant, once computed (0: not yet).
     inverses: Vec<(u32, u32)>,
 }
 
 impl Filler {
-    fn new(size: u32, permutations: &[Permutation]) -> Self {
+    fn new(size: u32, permutations: &[Permutation], wide: Wide) -> Self {
+        let (wide_from, tail_from, wide_steps) = match wide {
+            Wide::None => (0, TAIL_SLOTS_SCALAR, Vec::new()),
+            #[cfg(target_arch = "x86_64")]
+            Wide::Avx2 => (
+                size / 2,
+                TAIL_SLOTS_WIDE,
+                permutations
+                    .iter()
+                    .map(|p| walk::wide_steps(p.skip, size))
+                    .collect(),
+            ),
+        };
         Self {
             size,
-            filled: vec![0; (size as usize).div_ceil(64)],
+            filled: Bitmap::new(size),
             slots: vec![0; size as usize],
             cursors: permutations
                 .iter()
@@ -203,6 +239,10 @@ impl Filler {
                 })
                 .collect(),
             empty: size,
+            wide,
+            wide_from,
+            wide_steps,
+            tail_from,
             tail: Vec::new(),
             inverses: Vec::new(),
         }
@@ -212,65 +252,49 @@ impl Filler {
     #[inline]
     fn turn(&mut self, i: u32) {
         debug_assert!(self.empty > 0, "a turn needs an empty slot");
-        if self.empty > TAIL_SLOTS {
-            self.walk_turn(i);
-        } else {
+        if self.empty <= self.tail_from {
             self.tail_turn(i);
+        } else {
+            let cursor = self.cursors[i as usize];
+            let slot = if self.empty > self.wide_from {
+                walk::first_empty_scalar(&self.filled, self.size, cursor.next, cursor.skip)
+            } else {
+                let steps = &self.wide_steps[i as usize];
+                walk::first_empty_wide(self.wide, &self.filled, self.size, cursor.next, steps)
+            };
+            self.claim(i, slot);
         }
         self.empty -= 1;
     }
 
-    /// A turn by walking the permutation (the paper's loop), one bitmap test per entry.
+    /// Backend `i` takes `slot`; its walk continues after it.
     #[inline]
-    fn walk_turn(&mut self, i: u32) {
-        let size = self.size;
+    fn claim(&mut self, i: u32, slot: u32) {
+        self.filled.set(slot);
+        self.slots[slot as usize] = i;
         let cursor = &mut self.cursors[i as usize];
-        let skip = cursor.skip;
-        let mut next = cursor.next;
-        debug_assert!(next < size && skip < size);
-        debug_assert_eq!(self.filled.len(), (size as usize).div_ceil(64));
-        debug_assert_eq!(self.slots.len(), size as usize);
-        let filled = self.filled.as_mut_ptr();
-        loop {
-            let slot = next;
-            // next, skip < size <= MAX_TABLE_SIZE < u32::MAX / 2: no overflow.
-            let step = next + skip;
-            next = if step >= size { step - size } else { step };
-            let index = (slot >> 6) as usize;
-            // SAFETY: slot < size (an entry of the walk, which stays in 0..size), so
-            // slot / 64 < ceil(size / 64) = filled.len().
-            let word = unsafe { *filled.add(index) };
-            if word >> (slot & 63) & 1 == 0 {
-                // SAFETY: as above for `filled`; slots.len() = size > slot.
-                unsafe {
-                    *filled.add(index) = word | 1 << (slot & 63);
-                    *self.slots.get_unchecked_mut(slot as usize) = i;
-                }
-                break;
-            }
-        }
-        cursor.next = next;
+        // slot, skip < size < 2^31: the sum does not overflow.
+        cursor.next = walk::reduce(slot + cursor.skip, self.size);
     }
 
     /// A turn near the end of the fill: among the few empty slots, claim the one that
     /// comes first in backend `i`'s walk from its cursor, found by computing each empty
     /// slot's distance along the walk, `(slot - cursor) * skip^-1 mod M`. Gives exactly
-    /// the slot [`Filler::walk_turn`] would find (every slot the walk passes before it is
-    /// filled), in O(empty) instead of about O(M / empty).
+    /// the slot a walk would find (every slot the walk passes before it is filled), in
+    /// O(empty) instead of about O(M / empty).
     fn tail_turn(&mut self, i: u32) {
         let size = self.size;
         if self.tail.is_empty() {
-            self.collect_tail();
+            self.tail = self.filled.empty_slots(size);
+            debug_assert_eq!(self.tail.len(), self.empty as usize);
+            self.inverses = vec![(0, 0); self.cursors.len()];
         }
         let cursor = self.cursors[i as usize];
         let (inverse, shoup) = self.inverse(i);
         let back = size - cursor.next; // adding it subtracts the cursor mod size
         let (mut best_distance, mut best_at) = (u32::MAX, 0);
         for (at, &slot) in self.tail.iter().enumerate() {
-            let mut delta = slot + back;
-            if delta >= size {
-                delta -= size;
-            }
+            let delta = walk::reduce(slot + back, size);
             let distance = mul_mod_shoup(delta, inverse, shoup, size);
             if distance < best_distance {
                 (best_distance, best_at) = (distance, at);
@@ -282,28 +306,7 @@ impl Filler {
             (u64::from(cursor.next) + u64::from(best_distance) * u64::from(cursor.skip))
                 % u64::from(size)
         );
-        self.filled[(slot >> 6) as usize] |= 1 << (slot & 63);
-        self.slots[slot as usize] = i;
-        let step = slot + cursor.skip;
-        self.cursors[i as usize].next = if step >= size { step - size } else { step };
-    }
-
-    /// Lists the empty slots (called once, when `empty <= TAIL_SLOTS`).
-    fn collect_tail(&mut self) {
-        self.tail.reserve_exact(self.empty as usize);
-        for (w, &word) in self.filled.iter().enumerate() {
-            let mut free = !word;
-            while free != 0 {
-                let slot = index_u32(w * 64) + free.trailing_zeros();
-                if slot >= self.size {
-                    break;
-                }
-                self.tail.push(slot);
-                free &= free - 1;
-            }
-        }
-        debug_assert_eq!(self.tail.len(), self.empty as usize);
-        self.inverses = vec![(0, 0); self.cursors.len()];
+        self.claim(i, slot);
     }
 
     /// `skip^-1 mod M` of backend `i` and its Shoup constant `floor(inverse * 2^32 / M)`,
@@ -445,7 +448,7 @@ mod tests {
         ] {
             assert_eq!(quotas.iter().sum::<u32>(), 101);
             let rounds = *quotas.iter().max().unwrap();
-            let mut general = Filler::new(101, &permutations);
+            let mut general = Filler::new(101, &permutations, Wide::detect());
             for i in turn_order(&quotas, rounds) {
                 general.turn(i);
             }
@@ -495,6 +498,74 @@ mod tests {
             fill_slots(size, &permutations).unwrap(),
             reference_fill(size, &permutations)
         );
+    }
+
+    /// Walks every turn (no tail computation), in the documented turn order.
+    fn walking_fill(size: u32, permutations: &[Permutation], quotas: &[u32]) -> Vec<u32> {
+        let rounds = *quotas.iter().max().unwrap();
+        let mut slots = vec![u32::MAX; size as usize];
+        let mut next: Vec<u32> = permutations.iter().map(|p| p.offset).collect();
+        for i in turn_order(quotas, rounds) {
+            let p = permutations[i as usize];
+            let mut c = next[i as usize];
+            while slots[c as usize] != u32::MAX {
+                c = (c + p.skip) % size;
+            }
+            slots[c as usize] = i;
+            next[i as usize] = (c + p.skip) % size;
+        }
+        slots
+    }
+
+    #[test]
+    fn weighted_fill_equals_walking_every_turn() {
+        let mut state = 5_u64;
+        let mut random = |below: u32| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) % u64::from(below)) as u32
+        };
+        for (size, n) in [(65_537, 7), (65_537, 40), (1_009, 30), (257, 5)] {
+            let permutations: Vec<_> = (0..n)
+                .map(|_| perm(random(size), random(size - 1) + 1))
+                .collect();
+            let weights: Vec<u32> = (0..n).map(|_| random(50)).collect();
+            let quotas = quota::apportion(&weights, size).quotas;
+            if quotas.iter().all(|&q| q == 0) {
+                continue;
+            }
+            assert_eq!(
+                fill_with_quotas(size, &permutations, &quotas),
+                walking_fill(size, &permutations, &quotas),
+                "size {size}, n {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn wide_and_scalar_walks_build_the_same_tables() {
+        let mut state = 11_u64;
+        let mut random = |below: u32| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) % u64::from(below)) as u32
+        };
+        for (size, n, weighted) in [(65_537, 100, false), (65_537, 13, true), (2_003, 40, true)] {
+            let permutations: Vec<_> = (0..n)
+                .map(|_| perm(random(size), random(size - 1) + 1))
+                .collect();
+            let weights: Vec<u32> = (0..n)
+                .map(|_| if weighted { 1 + random(9) } else { 1 })
+                .collect();
+            let quotas = quota::apportion(&weights, size).quotas;
+            assert_eq!(
+                fill_using(size, &permutations, &quotas, Wide::detect()),
+                fill_using(size, &permutations, &quotas, Wide::None),
+                "size {size}, n {n}"
+            );
+        }
     }
 
     #[test]

@@ -18,8 +18,9 @@
 //!   ([`Permutation::for_key`]: seeded XXH3-128, [`DEFAULT_SEED`]) or given explicitly;
 //! - [`quota`]: weights to exact per-backend slot counts (largest remainder, at least one
 //!   slot for every backend with weight > 0);
-//! - [`fill`]: the turn schedule and the probe loop ([`fill_slots`] for explicit
-//!   permutations, e.g. the paper's worked example);
+//! - [`fill`]: the turn schedule and the fill loop ([`fill_slots`] for explicit
+//!   permutations, e.g. the paper's worked example); `walk`: the probe loop itself
+//!   (scalar, and eight entries per step with AVX2);
 //! - [`table`]: [`MaglevTable::build`], validation and warnings;
 //! - [`fingerprint`]: the versioned SHA-256 [`Fingerprint`] of a table;
 //! - [`diff`]: [`TableDiff`], what changes between two tables.
@@ -41,6 +42,7 @@ pub mod permutation;
 pub mod quota;
 pub mod size;
 pub mod table;
+mod walk;
 
 pub use backend::{Backend, parse_backend_list};
 pub use diff::TableDiff;

@@ -19,7 +19,10 @@
 //! # Bounds
 //! With `F` backends raised in step 2, every backend's quota is within `1 + F` slots of
 //! its ideal `M * w_i / W` (less than one slot when `F = 0`, which holds whenever every
-//! ideal share is at least one slot). Equal weights give `floor(M/N)` or `ceil(M/N)`,
+//! ideal share is at least one slot). The bound, every backend within 0.5% of `M`
+//! of its ideal, therefore holds whenever `1 + F <= 0.005 * M` (for `M = 65,537`: up to
+//! 326 backends below one slot). Whenever `F > 0` the table carries a warning naming
+//! the raised backends. Equal weights give `floor(M/N)` or `ceil(M/N)`,
 //! the `M mod N` first backends getting the larger count, as in the paper's unweighted
 //! round robin. Only weight ratios matter: multiplying all weights by a constant gives
 //! the same quotas (all comparisons are exact integer cross-multiplications), so
