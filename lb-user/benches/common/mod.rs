@@ -44,7 +44,9 @@ pub(crate) fn paper_reference(size: u32, permutations: &[Permutation]) -> Vec<i3
     let mut filled = 0;
     loop {
         for (i, p) in permutations.iter().enumerate() {
-            let slot = |j: u64| ((u64::from(p.offset) + j * u64::from(p.skip)) % m) as usize;
+            let slot = |j: u64| {
+                usize::try_from((u64::from(p.offset) + j * u64::from(p.skip)) % m).expect("fits")
+            };
             let mut c = slot(next[i]);
             while entry[c] >= 0 {
                 next[i] += 1;

@@ -122,7 +122,7 @@ pub enum ApplyError {
         /// The failed step.
         step: String,
         /// The data plane's error.
-        source: DataplaneError,
+        source: Box<DataplaneError>,
         /// Empty, or a note that undoing also failed.
         undo: String,
     },
@@ -483,7 +483,7 @@ pub(super) fn execute<D: Dataplane>(
             }
             return Err(ApplyError::Dataplane {
                 step: op.describe(),
-                source,
+                source: Box::new(source),
                 undo: if failures.is_empty() {
                     String::new()
                 } else {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use lb_common::types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING};
+use lb_common::types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, BackendEntry};
 
 use super::*;
 use crate::{
@@ -67,7 +67,7 @@ fn snapshot(dp: &FakeDataplane) -> String {
     let backends: Vec<_> = dp
         .backends
         .iter()
-        .filter(|(_, e)| **e != lb_common::types::BackendEntry::default())
+        .filter(|(_, e)| **e != BackendEntry::default())
         .collect();
     let mut vips: Vec<String> = dp.vips.iter().map(|v| format!("{v:?}")).collect();
     vips.sort();
@@ -452,7 +452,7 @@ fn status_reports_backends_with_state_weight_and_share() {
     assert_eq!(b[0].0, "198.51.100.11");
     assert_eq!(b[2], ("198.51.100.13".to_owned(), "drain".to_owned(), 1, 0));
     assert_eq!(b[0].3 + b[1].3, 1009);
-    assert!((b[1].3 as f64 / 1009.0 - 0.75).abs() < 0.01);
+    assert!((f64::from(b[1].3) / 1009.0 - 0.75).abs() < 0.01);
     assert_eq!(status[0].generation, 1);
     assert_eq!(status[0].fingerprint.len(), 64);
 }

@@ -290,12 +290,7 @@ async fn event_loop(
             _ = hangup.recv() => reload(&service, &path, "SIGHUP"),
             Some(()) = file_events.recv() => {
                 // Debounce: wait until the file has been quiet for a while.
-                loop {
-                    match tokio::time::timeout(DEBOUNCE, file_events.recv()).await {
-                        Ok(Some(())) => {}
-                        _ => break,
-                    }
-                }
+                while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, file_events.recv()).await {}
                 reload(&service, &path, "file changed");
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),

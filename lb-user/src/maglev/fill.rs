@@ -318,6 +318,10 @@ impl Filler {
         }
         let inverse = inverse_mod_prime(self.cursors[i as usize].skip, self.size);
         // inverse < size, so the quotient is < 2^32.
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "inverse < size, so the quotient is below 2^32"
+        )]
         let shoup = ((u64::from(inverse) << 32) / u64::from(self.size)) as u32;
         self.inverses[i as usize] = (inverse, shoup);
         (inverse, shoup)
@@ -345,8 +349,8 @@ fn inverse_mod_prime(a: u32, m: u32) -> u32 {
         (t0, t1) = (t1, t0 - q * t1);
     }
     debug_assert_eq!(r0, 1, "{a} is invertible modulo the prime {m}");
-    // t0 is in (-m, m).
-    t0.rem_euclid(i64::from(m)) as u32
+    // t0 is in (-m, m), so the remainder is in 0..m.
+    u32::try_from(t0.rem_euclid(i64::from(m))).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -385,7 +389,7 @@ mod tests {
                     next[i] += 1;
                     c = perm[i][next[i]];
                 }
-                entry[c as usize] = i as u32;
+                entry[c as usize] = u32::try_from(i).expect("backend index fits u32");
                 next[i] += 1;
                 n += 1;
                 if n == m {
@@ -469,6 +473,10 @@ mod tests {
                     1,
                     "{a} mod {m}"
                 );
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "inverse < m, so the quotient is below 2^32"
+                )]
                 let shoup = ((u64::from(inverse) << 32) / u64::from(m)) as u32;
                 for x in [0, 1, m / 3, m - 1] {
                     assert_eq!(

@@ -390,6 +390,10 @@ mod tests {
             // Make zero groups frequent so that every run length occurs.
             let mut groups = [0u16; 8];
             for (n, group) in groups.iter_mut().enumerate() {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "takes one byte of the random state on purpose"
+                )]
                 let bits = (state >> (n * 8)) as u8;
                 *group = if bits & 1 == 0 {
                     0

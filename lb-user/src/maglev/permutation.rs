@@ -44,10 +44,15 @@ impl Permutation {
     pub fn for_key(key: &BackendKey, size: u32, seed: u64) -> Self {
         assert!(size >= 2, "table_size must be >= 2, got {size}");
         let digest = xxh3_128_with_seed(key.canonical_text().as_bytes(), seed);
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "h1 is the low 64 bits of the 128-bit digest"
+        )]
         let h1 = digest as u64;
         let h2 = (digest >> 64) as u64;
         let size = u64::from(size);
         // Both results are below size <= u32::MAX.
+        #[expect(clippy::cast_possible_truncation, reason = "below size, a u32")]
         let offset = (h1 % size) as u32;
         let skip = (h2 % (size - 1)) as u32 + 1;
         Self { offset, skip }
@@ -83,8 +88,8 @@ impl Permutation {
     pub fn entry(&self, j: u32, size: u32) -> u32 {
         let value =
             (u64::from(self.offset) + u64::from(j) * u64::from(self.skip)) % u64::from(size);
-        // value < size.
-        value as u32
+        // value < size, a u32.
+        u32::try_from(value).unwrap_or(0)
     }
 }
 

@@ -92,7 +92,7 @@ pub(crate) fn apportion(weights: &[u32], size: u32) -> Quotas {
         let share = slots_left * u128::from(w);
         let quota = share / weight_left;
         // quota <= slots_left <= size.
-        quotas[i] = quota as u32;
+        quotas[i] = u32::try_from(quota).unwrap_or(u32::MAX);
         assigned += quota;
         remainders.push((share % weight_left, i));
     }

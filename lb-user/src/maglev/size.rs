@@ -84,7 +84,11 @@ mod tests {
                     composite[multiple] = true;
                 }
             }
-            assert_eq!(is_prime(n as u32), !composite[n], "n = {n}");
+            assert_eq!(
+                is_prime(u32::try_from(n).unwrap()),
+                !composite[n],
+                "n = {n}"
+            );
         }
         assert!(!is_prime(0) && !is_prime(1));
         assert!(is_prime(4_294_967_291)); // largest u32 prime

@@ -38,6 +38,10 @@ impl Bitmap {
         for (w, &word) in self.words.iter().enumerate() {
             let mut free = !word;
             while free != 0 {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "word indexes are below size / 32"
+                )]
                 let slot = (w as u32) * 32 + free.trailing_zeros();
                 if slot >= size {
                     break;
@@ -144,6 +148,7 @@ fn first_empty_avx2(bitmap: &Bitmap, size: u32, start: u32, steps: &[u32; 9]) ->
     debug_assert!(start < size && steps.iter().all(|&s| s < size));
     debug_assert_eq!(bitmap.words.len(), (size as usize).div_ceil(32));
     // size <= MAX_TABLE_SIZE < 2^31: every lane value below fits in i32 and in u32 sums.
+    #[expect(clippy::cast_possible_wrap, reason = "size <= MAX_TABLE_SIZE < 2^31")]
     let size_lanes = _mm256_set1_epi32(size as i32);
     // SAFETY: `steps` holds 9 u32s, so its first 8 are 32 readable bytes; loadu has no
     // alignment requirement.
@@ -157,6 +162,7 @@ fn first_empty_avx2(bitmap: &Bitmap, size: u32, start: u32, steps: &[u32; 9]) ->
     let mut base = start;
     loop {
         // Lanes: base + k * skip (mod size), k = 0..8; all in 0..size.
+        #[expect(clippy::cast_possible_wrap, reason = "base < size < 2^31")]
         let sums = _mm256_add_epi32(_mm256_set1_epi32(base as i32), offsets);
         let positions = _mm256_min_epu32(sums, _mm256_sub_epi32(sums, size_lanes));
         // SAFETY: every position is < size, so position / 32 < ceil(size / 32) =
