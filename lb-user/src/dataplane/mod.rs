@@ -11,6 +11,7 @@
 //! previous table in one map update (a packet sees the whole old or the whole new table).
 
 pub mod fake;
+pub mod inspect;
 pub mod kernel;
 mod table_map;
 mod tables;
@@ -21,6 +22,7 @@ use lb_common::{
 };
 
 pub use fake::FakeDataplane;
+pub use inspect::Inspector;
 pub use kernel::{
     BenchTarget, KernelDataplane, LoadOptions, PassProgram, TableWriter, TestRunOutput,
 };

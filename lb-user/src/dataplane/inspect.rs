@@ -1,0 +1,135 @@
+//! [`Inspector`]: read-only access to the maps of a load balancer program already
+//! loaded in the kernel (by another process, e.g. a running `lb run`), found by its
+//! program id. Tests use it to check that the maps agree with `lb status`; operators can
+//! use it when the daemon cannot answer.
+
+use std::os::fd::AsFd as _;
+
+use aya::{
+    maps::{Array, ArrayOfMaps, HashMap, Map, MapData, MapError},
+    programs::loaded_programs,
+};
+use lb_common::{
+    maps,
+    types::{BackendEntry, VipEntry, VipKey},
+};
+
+use super::{DataplaneError, InstalledTable, table_map};
+
+/// The maps of a loaded load balancer program.
+pub struct Inspector {
+    vips: HashMap<MapData, VipKey, VipEntry>,
+    tables: ArrayOfMaps<MapData>,
+    backends: Array<MapData, BackendEntry>,
+}
+
+fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
+    move |source| DataplaneError::Map { map, op, source }
+}
+
+impl Inspector {
+    /// Opens the maps of the loaded program with id `program_id` (as shown by
+    /// `ip link` or `bpftool prog`).
+    ///
+    /// # Errors
+    /// No such program, or one without the load balancer's maps.
+    pub fn for_program(program_id: u32) -> Result<Self, DataplaneError> {
+        let info = loaded_programs()
+            .filter_map(Result::ok)
+            .find(|p| p.id() == program_id)
+            .ok_or_else(|| {
+                DataplaneError::OutOfRange(format!("no loaded program with id {program_id}"))
+            })?;
+        let ids = info
+            .map_ids()
+            .map_err(|source| DataplaneError::Program {
+                program: maps::XDP_PROGRAM,
+                source,
+            })?
+            .unwrap_or_default();
+        let (mut vips, mut tables, mut backends) = (None, None, None);
+        for id in ids {
+            let data = MapData::from_id(id).map_err(map_err("?", "open by id"))?;
+            let name = data
+                .info()
+                .map_err(map_err("?", "info"))?
+                .name_as_str()
+                .map(ToOwned::to_owned)
+                .unwrap_or_default();
+            match name.as_str() {
+                n if n == maps::VIPS => vips = Some(data),
+                n if n == maps::TABLES => tables = Some(data),
+                n if n == maps::BACKENDS => backends = Some(data),
+                _ => {}
+            }
+        }
+        let vips = vips.ok_or(DataplaneError::MissingMap(maps::VIPS))?;
+        let backends = backends.ok_or(DataplaneError::MissingMap(maps::BACKENDS))?;
+        Ok(Self {
+            vips: HashMap::try_from(Map::from_map_data(vips).map_err(map_err(maps::VIPS, "open"))?)
+                .map_err(map_err(maps::VIPS, "open"))?,
+            tables: ArrayOfMaps::try_from(
+                Map::from_map_data(tables.ok_or(DataplaneError::MissingMap(maps::TABLES))?)
+                    .map_err(map_err(maps::TABLES, "open"))?,
+            )
+            .map_err(map_err(maps::TABLES, "open"))?,
+            backends: Array::try_from(
+                Map::from_map_data(backends).map_err(map_err(maps::BACKENDS, "open"))?,
+            )
+            .map_err(map_err(maps::BACKENDS, "open"))?,
+        })
+    }
+
+    /// Every `VIPS` entry.
+    ///
+    /// # Errors
+    /// When the map cannot be read.
+    pub fn vips(&self) -> Result<Vec<(VipKey, VipEntry)>, DataplaneError> {
+        self.vips
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(maps::VIPS, "iterate"))
+    }
+
+    /// The live table of a VIP entry (the buffer it selects).
+    ///
+    /// # Errors
+    /// When the maps cannot be read.
+    pub fn table(&self, entry: &VipEntry) -> Result<Option<InstalledTable>, DataplaneError> {
+        let index = entry.table_index();
+        let inner: MapData = match self.tables.get(&index, 0) {
+            Ok(inner) => inner,
+            Err(MapError::KeyNotFound) => return Ok(None),
+            Err(e) => return Err(map_err(maps::TABLES, "lookup")(e)),
+        };
+        let entries = inner
+            .info()
+            .map_err(map_err(maps::TABLES, "inner info"))?
+            .max_entries() as usize;
+        let mapping =
+            table_map::Mapping::new(inner.fd().as_fd(), entries, false).map_err(|source| {
+                DataplaneError::Syscall {
+                    op: format!("mapping TABLES[{index}]"),
+                    source,
+                }
+            })?;
+        let (generation, slots) =
+            mapping
+                .read_table()
+                .map_err(|source| DataplaneError::Syscall {
+                    op: format!("reading TABLES[{index}]"),
+                    source,
+                })?;
+        Ok(Some(InstalledTable { generation, slots }))
+    }
+
+    /// Backend entry `id`.
+    ///
+    /// # Errors
+    /// When the map cannot be read.
+    pub fn backend(&self, id: u32) -> Result<BackendEntry, DataplaneError> {
+        self.backends
+            .get(&id, 0)
+            .map_err(map_err(maps::BACKENDS, "lookup"))
+    }
+}

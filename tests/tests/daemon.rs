@@ -1,0 +1,416 @@
+//! `lb run` as operators run it: the daemon on a veth in a throw-away namespace, changed
+//! through the CLI and through reloads of its file; after every change the kernel maps
+//! (read with `lb_user::dataplane::Inspector`) must agree with `lb status`.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use lb_common::types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING};
+use lb_tests::netns::NetNs;
+use lb_user::{config::Vip, controller::report::Status, dataplane::Inspector};
+
+/// The `lb` binary next to this test's target directory.
+fn lb_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let lb = dir.join("lb");
+    assert!(
+        lb.exists(),
+        "{} is missing: run `cargo build -p lb-user --bin lb` first (cargo xtask test does)",
+        lb.display()
+    );
+    lb
+}
+
+/// A running `lb run` inside a namespace, stopped (SIGTERM, then SIGKILL) on drop.
+struct Daemon {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("lb.log")).unwrap_or_default()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("lb.sock")
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.join("lb.toml")
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill with a pid we own; at worst the process has already exited.
+        unsafe { libc::kill(i32::try_from(child.id()).expect("pid"), libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return child.wait().expect("wait");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lb-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String {
+    let mut s = format!(
+        "interface = \"lb0\"\ncontrol_socket = \"{}\"\n[encap]\nsource_v4 = \"192.0.2.1\"\nsource_v6 = \"2001:db8:c::1\"\n[conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
+        dir.join("lb.sock").display()
+    );
+    s.push_str(&format!(
+        "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {size_80}\n"
+    ));
+    for (addr, weight) in backends_80 {
+        s.push_str(&format!(
+            "[[vip.backend]]\naddress = \"{addr}\"\nweight = {weight}\n"
+        ));
+    }
+    s.push_str(
+        "[[vip]]\naddress = \"2001:db8:f::10\"\nport = 53\nprotocol = \"udp\"\ntable_size = 1009\n\
+         [[vip.backend]]\naddress = \"2001:db8:b::11\"\n[[vip.backend]]\naddress = \"2001:db8:b::12\"\n",
+    );
+    s
+}
+
+fn start(ns: &NetNs, dir: &Path) -> Daemon {
+    let log = std::fs::File::create(dir.join("lb.log")).expect("log file");
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(lb_binary())
+        .args(["run", "--config"])
+        .arg(dir.join("lb.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start lb run");
+    let daemon = Daemon {
+        child: Some(child),
+        dir: dir.to_path_buf(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while lb(&daemon, &["status", "--json"]).status.code() != Some(0) {
+        assert!(
+            Instant::now() < deadline,
+            "lb run did not come up:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon
+}
+
+fn lb(daemon: &Daemon, args: &[&str]) -> Output {
+    Command::new(lb_binary())
+        .args(args)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .output()
+        .expect("run lb")
+}
+
+fn status(daemon: &Daemon) -> Status {
+    let out = lb(daemon, &["status", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Id of the XDP program attached to `iface` in `ns`, if any.
+fn attached_program(ns: &NetNs, iface: &str) -> Option<u32> {
+    let out = ns
+        .exec("ip", &["-j", "link", "show", "dev", iface])
+        .expect("ip link");
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+    links[0]["xdp"]["prog"]["id"]
+        .as_u64()
+        .and_then(|id| u32::try_from(id).ok())
+}
+
+/// Asserts the kernel maps hold exactly what `lb status` reports.
+fn assert_maps_agree(ns: &NetNs, status: &Status) {
+    let program = attached_program(ns, "lb0").expect("program attached");
+    let maps = Inspector::for_program(program).expect("inspect the daemon's maps");
+    let vips = maps.vips().expect("VIPS");
+    assert_eq!(vips.len(), status.vips.len(), "one VIPS entry per VIP");
+    for v in &status.vips {
+        let vip: Vip = v.vip.parse().expect("vip");
+        let (_, entry) = vips
+            .iter()
+            .find(|(k, _)| *k == vip.key())
+            .unwrap_or_else(|| panic!("{} missing from VIPS", v.vip));
+        assert_eq!(entry.vip_id, v.id);
+        let table = maps.table(entry).expect("read table").expect("live table");
+        assert_eq!(table.generation, v.generation, "{}", v.vip);
+        assert_eq!(table.slots.len(), v.table_size as usize, "{}", v.vip);
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for id in &table.slots {
+            *counts.entry(*id).or_default() += 1;
+        }
+        for b in &v.backends {
+            assert_eq!(
+                counts.get(&b.id).copied().unwrap_or(0),
+                b.slots,
+                "{} backend {} slots",
+                v.vip,
+                b.address
+            );
+            let entry = maps.backend(b.id).expect("backend entry");
+            let expected = match b.state.as_str() {
+                "active" => BACKEND_ACTIVE,
+                "drain" => BACKEND_DRAINING,
+                _ => BACKEND_DOWN,
+            };
+            assert_eq!(
+                entry.state, expected,
+                "{} backend {} state",
+                v.vip, b.address
+            );
+        }
+        let listed: u32 = v.backends.iter().map(|b| b.slots).sum();
+        assert_eq!(
+            listed, v.table_size,
+            "every slot belongs to a listed backend"
+        );
+    }
+}
+
+fn wait_for(daemon: &Daemon, what: &str, f: impl Fn(&Status) -> bool) -> Status {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = status(daemon);
+        if f(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = NetNs::create("lbt-daemon").expect("netns");
+    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
+        .expect("veth");
+    ns.ip(&["link", "set", "lb0", "up"]).expect("up");
+    ns.ip(&["link", "set", "lb1", "up"]).expect("up");
+    let dir = temp_dir("daemon");
+    let config = |b: &[(&str, u32)], size| config_text(&dir, b, size);
+    std::fs::write(
+        dir.join("lb.toml"),
+        config(&[("198.51.100.11", 1), ("198.51.100.12", 1)], 65_537),
+    )
+    .expect("config");
+    let mut daemon = start(&ns, &dir);
+
+    let s = status(&daemon);
+    assert_eq!((s.interface.as_str(), s.mode.as_str()), ("lb0", "native"));
+    assert!(!s.differs_from_file);
+    assert_maps_agree(&ns, &s);
+
+    // Through the CLI: add, drain, remove.
+    let vip = "203.0.113.10:80/tcp";
+    let out = lb(
+        &daemon,
+        &[
+            "backend",
+            "add",
+            "--vip",
+            vip,
+            "--backend",
+            "198.51.100.13",
+            "--weight",
+            "2",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("slots changed owner"));
+    let s = status(&daemon);
+    assert!(s.differs_from_file);
+    assert_eq!(s.vips[0].backends.len(), 3);
+    assert_maps_agree(&ns, &s);
+    assert!(
+        lb(
+            &daemon,
+            &[
+                "backend",
+                "drain",
+                "--vip",
+                vip,
+                "--backend",
+                "198.51.100.11"
+            ]
+        )
+        .status
+        .success()
+    );
+    let s = status(&daemon);
+    assert_eq!(s.vips[0].backends[0].state, "drain");
+    assert_maps_agree(&ns, &s);
+    let removed_id = s.vips[0].backends[1].id;
+    assert!(
+        lb(
+            &daemon,
+            &[
+                "backend",
+                "remove",
+                "--vip",
+                vip,
+                "--backend",
+                "198.51.100.12"
+            ]
+        )
+        .status
+        .success()
+    );
+    let s = status(&daemon);
+    assert_maps_agree(&ns, &s);
+    let program = attached_program(&ns, "lb0").expect("attached");
+    assert_eq!(
+        Inspector::for_program(program)
+            .expect("inspect")
+            .backend(removed_id)
+            .expect("entry")
+            .state,
+        BACKEND_DOWN,
+        "a removed backend is marked down"
+    );
+
+    // Errors reach the CLI with a non-zero exit.
+    let out = lb(
+        &daemon,
+        &[
+            "backend",
+            "add",
+            "--vip",
+            "203.0.113.10:81/tcp",
+            "--backend",
+            "198.51.100.13",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "lb: VIP 203.0.113.10:81/tcp is not configured"
+    );
+
+    // A reload from the file replaces the runtime changes.
+    std::fs::write(
+        daemon.config(),
+        config(
+            &[
+                ("198.51.100.11", 1),
+                ("198.51.100.12", 3),
+                ("198.51.100.14", 1),
+            ],
+            65_521,
+        ),
+    )
+    .expect("config");
+    let s = wait_for(&daemon, "the reload", |s| s.vips[0].table_size == 65_521);
+    assert!(!s.differs_from_file);
+    assert_eq!(
+        s.vips[0]
+            .backends
+            .iter()
+            .map(|b| b.address.as_str())
+            .collect::<Vec<_>>(),
+        ["198.51.100.11", "198.51.100.12", "198.51.100.14"]
+    );
+    assert_maps_agree(&ns, &s);
+
+    // An invalid file changes nothing; SIGHUP reloads too.
+    std::fs::write(daemon.config(), "interface = \"lb0\"\nbogus = 1\n").expect("config");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon
+        .log()
+        .contains("reload: invalid configuration, nothing applied: bogus: unknown field `bogus`")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no error logged:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let unchanged = status(&daemon);
+    assert_eq!(unchanged.vips[0].generation, s.vips[0].generation);
+    assert_maps_agree(&ns, &unchanged);
+
+    // SIGTERM: exit 0, nothing left attached, socket removed.
+    let code = daemon.stop();
+    assert!(code.success(), "{code:?}\n{}", daemon.log());
+    assert_eq!(attached_program(&ns, "lb0"), None);
+    assert!(!daemon.socket().exists());
+}
+
+#[test]
+fn an_invalid_file_at_start_attaches_nothing() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = NetNs::create("lbt-badcfg").expect("netns");
+    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
+        .expect("veth");
+    let dir = temp_dir("badcfg");
+    let text = config_text(&dir, &[("198.51.100.11", 1)], 65_536);
+    std::fs::write(dir.join("lb.toml"), text).expect("config");
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(lb_binary())
+        .args(["run", "--config"])
+        .arg(dir.join("lb.toml"))
+        .output()
+        .expect("lb run");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "vip[0].table_size: table_size 65536 is not prime (nearest primes: 65521 and 65537)"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(attached_program(&ns, "lb0"), None);
+}
