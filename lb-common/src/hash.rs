@@ -14,7 +14,23 @@
 //! ([`crate::types::LbConfig::hash_seed`]). The result does not depend on the host's byte
 //! order. The slot of a flow is `flow_hash(key, seed) % M`.
 
-use crate::types::{FAMILY_V4, FlowKey};
+use crate::{
+    maps::VIP_FILTER_BITS,
+    types::{FAMILY_V4, FlowKey, VipKey},
+};
+
+/// The bit of `key` in the `VIP_FILTER` bitmap: the four address words XORed, folded to
+/// 16 bits, XORed with the port (wire bytes read little-endian) and the protocol. Any
+/// mixing works as long as both sides use this one function; it only has to be cheap
+/// and spread VIPs over the bitmap.
+#[inline(always)]
+pub fn vip_filter_bit(key: &VipKey) -> u32 {
+    let w = key.words();
+    let a = w[0] ^ w[1] ^ w[2] ^ w[3];
+    let p = key.port.to_ne_bytes();
+    let port = u32::from_le_bytes([p[0], p[1], 0, 0]);
+    (a ^ (a >> 16) ^ port ^ (u32::from(key.proto) << 3)) & (VIP_FILTER_BITS - 1)
+}
 
 #[inline(always)]
 fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {

@@ -16,6 +16,17 @@ pub const BENCH_PROGRAM: &str = "lb_bench";
 pub const CONFIG: &str = "CONFIG";
 /// `BPF_MAP_TYPE_HASH`: [`crate::types::VipKey`] → [`crate::types::VipEntry`].
 pub const VIPS: &str = "VIPS";
+/// `BPF_MAP_TYPE_ARRAY` of [`VIP_FILTER_WORDS`] `u64`: a bitmap with one bit set for
+/// every VIP ([`crate::hash::vip_filter_bit`]). A packet whose bit is clear is not for a
+/// VIP and passes without a hash-map lookup; a set bit only means "maybe", and the
+/// packet goes on to the exact lookups. Userspace sets a VIP's bit before writing its
+/// `VIPS` entry and clears it only after removing the entry (bits are only ever added
+/// or removed for VIPs that are absent), so no VIP is ever filtered out.
+pub const VIP_FILTER: &str = "VIP_FILTER";
+/// `BPF_MAP_TYPE_ARRAY`: VIP id → [`crate::types::VipInfo`], the VIP a conntrack entry's
+/// `vip_id` stands for. A conntrack hit whose VIP still matches is forwarded without
+/// the `VIPS` lookup.
+pub const VIP_INFO: &str = "VIP_INFO";
 /// `BPF_MAP_TYPE_HASH`: [`crate::types::VipAddrKey`] → `u32` (number of VIPs on the
 /// address). Consulted only for packets whose port cannot be read (fragments, truncated
 /// L4), to tell "for a VIP address" from "for someone else".
@@ -55,6 +66,10 @@ pub const BENCH_PROGS: &str = "BENCH_PROGS";
 /// Maximum number of VIPs (size of `VIPS`, `VIP_STATS`, half of `TABLES`); VIP ids are
 /// `0..MAX_VIPS`.
 pub const MAX_VIPS: u32 = 1024;
+/// Bits of `VIP_FILTER` (a power of two).
+pub const VIP_FILTER_BITS: u32 = 65_536;
+/// `u64` words of `VIP_FILTER`.
+pub const VIP_FILTER_WORDS: u32 = VIP_FILTER_BITS / 64;
 /// Entries of `TABLES`: two table buffers per VIP.
 pub const TABLE_SLOTS: u32 = MAX_VIPS * 2;
 /// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).

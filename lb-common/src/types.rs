@@ -19,9 +19,9 @@ pub const PROTO_UDP: u8 = 17;
 
 /// Key of the `VIPS` map: a VIP is (address, port, protocol, family).
 ///
-/// Layout (20 bytes): `addr` 0..16 (network order), `port` 16..18 (network order),
-/// `proto` 18, `family` 19.
-#[repr(C)]
+/// Layout (20 bytes, 4-byte aligned): `addr` 0..16 (network order), `port` 16..18
+/// (network order), `proto` 18, `family` 19.
+#[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VipKey {
     /// VIP address, network byte order (IPv4 in bytes 0..4, rest zero).
@@ -45,6 +45,44 @@ pub struct VipEntry {
     pub vip_id: u32,
     /// Bit set: [`VIP_TABLE_B`]; other bits zero.
     pub flags: u32,
+}
+
+/// Element of the `VIP_INFO` array (index = VIP id).
+///
+/// Layout (24 bytes): `key` 0..20, `live` 20..24.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipInfo {
+    /// The VIP that has this id.
+    pub key: VipKey,
+    /// 1 while the VIP is configured, 0 otherwise.
+    pub live: u32,
+}
+const _: () = assert!(size_of::<VipInfo>() == 24);
+
+impl VipKey {
+    /// Whether `self` and `other` are the same VIP, compared as five 32-bit words
+    /// (cheaper in BPF than a byte-wise comparison).
+    #[inline(always)]
+    pub fn same_as(&self, other: &VipKey) -> bool {
+        let a = self.words();
+        let b = other.words();
+        (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) == 0
+    }
+
+    /// The key's 20 bytes as five `u32` (memory order).
+    #[inline(always)]
+    pub fn words(&self) -> [u32; 5] {
+        let a = &self.addr;
+        let p = self.port.to_ne_bytes();
+        [
+            u32::from_ne_bytes([a[0], a[1], a[2], a[3]]),
+            u32::from_ne_bytes([a[4], a[5], a[6], a[7]]),
+            u32::from_ne_bytes([a[8], a[9], a[10], a[11]]),
+            u32::from_ne_bytes([a[12], a[13], a[14], a[15]]),
+            u32::from_ne_bytes([p[0], p[1], self.proto, self.family]),
+        ]
+    }
 }
 
 /// `VipEntry::flags`: the VIP's live table is buffer B (`TABLES[2 * vip_id + 1]`);
@@ -229,6 +267,7 @@ impl Default for BenchFrame {
 impl_pod!(
     VipKey,
     VipEntry,
+    VipInfo,
     VipAddrKey,
     BackendEntry,
     FlowKey,

@@ -58,29 +58,58 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         Ok(parsed) => parsed,
         Err(reason) => return verdict(reason),
     };
+    if !select::maybe_vip(&parsed.key.vip) {
+        return verdict(Reason::PassNonVip);
+    }
+    let cfg = maps::CONFIG
+        .get(0)
+        .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
+    let bytes = packet::frame_len(ctx) as u64;
+    let ct = select::lookup_flow(&parsed);
+    // Established flows: no VIPS lookup.
+    if let Some(cfg) = cfg
+        && let Some((vip_id, choice)) = select::established(&parsed, ct, cfg)
+        && let Some(vip_stats) = stats::vip(vip_id)
+    {
+        vip_stats.packets += 1;
+        vip_stats.bytes += bytes;
+        vip_stats.ct_hits += 1;
+        return send(ctx, &parsed, choice, cfg, vip_stats, bytes);
+    }
     let Some(vip) = select::find_vip(&parsed) else {
         return verdict(Reason::PassNonVip);
     };
     let Some(vip_stats) = stats::vip(vip.vip_id) else {
         return verdict(Reason::DropBadConfig);
     };
-    let bytes = packet::frame_len(ctx) as u64;
     vip_stats.packets += 1;
     vip_stats.bytes += bytes;
-    let Some(cfg) = maps::CONFIG.get(0) else {
+    let Some(cfg) = cfg else {
         vip_stats.drops += 1;
         return verdict(Reason::DropBadConfig);
     };
-    if cfg.flags & CONFIG_VALID == 0 {
-        vip_stats.drops += 1;
-        return verdict(Reason::DropBadConfig);
+    match select::pick_backend(&parsed, &vip, cfg, vip_stats, ct) {
+        Ok(choice) => send(ctx, &parsed, choice, cfg, vip_stats, bytes),
+        Err(reason) => {
+            vip_stats.drops += 1;
+            verdict(reason)
+        }
     }
-    let sent = select::pick_backend(&parsed, &vip, cfg, vip_stats).and_then(|choice| {
-        forward::encapsulate(ctx, &parsed, choice.backend, cfg).map(|sent| (choice.id, sent))
-    });
-    match sent {
-        Ok((backend_id, sent)) => {
-            stats::backend(backend_id, bytes);
+}
+
+/// Encapsulates and sends a VIP packet to `choice`, counting it.
+#[inline(always)]
+fn send(
+    ctx: &XdpContext,
+    parsed: &parse::Parsed,
+    choice: select::Choice,
+    cfg: &lb_common::types::LbConfig,
+    vip_stats: &mut lb_common::stats::VipStats,
+    bytes: u64,
+) -> (u32, Reason) {
+    match forward::encapsulate(ctx, parsed, choice.backend, cfg) {
+        Ok(sent) => {
+            stats::backend(choice.id, bytes);
             (sent.action, sent.reason)
         }
         Err(reason) => {

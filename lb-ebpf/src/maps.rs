@@ -10,10 +10,12 @@ use aya_ebpf::{
 use lb_common::{
     maps::{
         CT_MAP_FLAGS, DEFAULT_CT_CAPACITY, DEFAULT_CT_SYN_CAPACITY, MAX_BACKENDS, MAX_VIPS,
-        TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
+        TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
     },
     stats::{BackendStats, GlobalStats, VipStats},
-    types::{BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey, VipEntry, VipKey},
+    types::{
+        BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey, VipEntry, VipInfo, VipKey,
+    },
 };
 
 const VIPS_MAX: usize = MAX_VIPS as usize;
@@ -30,6 +32,12 @@ pub(crate) static CONFIG: Array<LbConfig, 1> = Array::new();
 
 #[btf_map]
 pub(crate) static VIPS: HashMap<VipKey, VipEntry, VIPS_MAX> = HashMap::new();
+
+#[btf_map]
+pub(crate) static VIP_FILTER: Array<u64, { VIP_FILTER_WORDS as usize }> = Array::new();
+
+#[btf_map]
+pub(crate) static VIP_INFO: Array<VipInfo, VIPS_MAX> = Array::new();
 
 #[btf_map]
 pub(crate) static VIP_ADDRS: HashMap<VipAddrKey, u32, VIPS_MAX> = HashMap::new();

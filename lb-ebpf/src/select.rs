@@ -1,5 +1,10 @@
 //! Backend selection: the VIP lookup, connection tracking, and the Maglev table pick.
 //!
+//! First the cheap tests: [`maybe_vip`] (the `VIP_FILTER` bitmap) lets most non-VIP
+//! traffic pass without a hash lookup; [`established`] forwards a conntrack hit whose VIP
+//! id still names the packet's VIP (`VIP_INFO`) without the `VIPS` lookup. Everything
+//! else takes the full path below.
+//!
 //! Order for a VIP packet (../shared/DESIGN.md, "Flow semantics"):
 //! 1. `CONNTRACK` hit whose backend is active or draining (and, for UDP, not idle longer
 //!    than the timeout) wins; a hit on a backend that is down or removed, or of another
@@ -18,17 +23,17 @@
 
 use aya_ebpf::helpers::generated::bpf_ktime_get_coarse_ns;
 use lb_common::{
-    hash::flow_hash,
+    hash::{flow_hash, vip_filter_bit},
     maps::{MAX_TABLE_SIZE, TABLE_HEADER_LEN, TABLE_SIZE_INDEX},
     stats::{Reason, VipStats},
     types::{
         BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CtEntry, LbConfig, PROTO_UDP, VipAddrKey,
-        VipEntry,
+        VipEntry, VipKey,
     },
 };
 
 use crate::{
-    maps::{BACKENDS, CONNTRACK, CONNTRACK_SYN, TABLES, VIP_ADDRS, VIPS},
+    maps::{BACKENDS, CONNTRACK, CONNTRACK_SYN, TABLES, VIP_ADDRS, VIP_FILTER, VIP_INFO, VIPS},
     parse::{Parsed, TCP_ACK, TCP_RST, TCP_SYN},
 };
 
@@ -42,6 +47,51 @@ pub(crate) struct Choice {
     pub(crate) id: u32,
     /// Its entry.
     pub(crate) backend: &'static BackendEntry,
+}
+
+/// False when the packet is certainly not for a VIP (its `VIP_FILTER` bit is clear).
+#[inline(always)]
+pub(crate) fn maybe_vip(key: &VipKey) -> bool {
+    let bit = vip_filter_bit(key);
+    VIP_FILTER
+        .get(bit / 64)
+        .is_some_and(|word| word & (1u64 << (bit % 64)) != 0)
+}
+
+/// A conntrack entry of the packet's flow, from one lookup shared by both paths.
+pub(crate) type CtHit = Option<*mut CtEntry>;
+
+/// Looks the packet's flow up in `CONNTRACK`.
+#[inline(always)]
+pub(crate) fn lookup_flow(p: &Parsed) -> CtHit {
+    CONNTRACK.get_ptr_mut(&p.key)
+}
+
+/// The fast path of an established flow: a conntrack hit whose VIP id still names the
+/// packet's VIP (`VIP_INFO`), on a backend that may keep it, and for UDP not idle past
+/// the timeout. Returns the VIP id and the backend; `None` sends the packet to the full
+/// path (which counts stale and expired entries).
+#[inline(always)]
+pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32, Choice)> {
+    // SAFETY: the pointer comes from a successful lookup and the value is only used
+    // within this program run.
+    let entry = unsafe { &mut *ct? };
+    let info = VIP_INFO.get(entry.vip_id)?;
+    if info.live == 0 || !info.key.same_as(&p.key.vip) {
+        return None;
+    }
+    let choice = pinned(entry.backend_id, entry.vip_id, entry.vip_id)?;
+    if p.key.vip.proto == PROTO_UDP {
+        let now = now_coarse_ns();
+        let idle = now.wrapping_sub(entry.last_seen_ns);
+        if idle > cfg.udp_timeout_ns {
+            return None;
+        }
+        if idle > UDP_REFRESH_NS {
+            entry.last_seen_ns = now;
+        }
+    }
+    Some((entry.vip_id, choice))
 }
 
 /// The VIP the packet is addressed to, if any.
@@ -83,11 +133,12 @@ pub(crate) fn pick_backend(
     vip: &VipEntry,
     cfg: &LbConfig,
     stats: &mut VipStats,
+    ct: CtHit,
 ) -> Result<Choice, Reason> {
     let is_udp = p.key.vip.proto == PROTO_UDP;
     let mut had_entry = false;
     let mut now = 0;
-    if let Some(entry) = CONNTRACK.get_ptr_mut(&p.key) {
+    if let Some(entry) = ct {
         // SAFETY: the pointer comes from a successful lookup and the value is only used
         // within this program run.
         let entry = unsafe { &mut *entry };

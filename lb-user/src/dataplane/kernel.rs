@@ -12,11 +12,12 @@ use aya::{
     programs::{ProgramError, TestRun as _, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId},
 };
 use lb_common::{
+    hash::vip_filter_bit,
     maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
         BENCH_FRAME_MAX, BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey,
-        VipEntry, VipKey,
+        VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -72,6 +73,8 @@ pub struct KernelDataplane {
     link: Option<XdpLinkId>,
     config: Array<MapData, LbConfig>,
     vip_addrs: HashMap<MapData, VipAddrKey, u32>,
+    vip_filter: Array<MapData, u64>,
+    vip_info: Array<MapData, VipInfo>,
     tables: Arc<Mutex<TableSet>>,
     backends: Array<MapData, BackendEntry>,
     conntrack: HashMap<MapData, FlowKey, CtEntry>,
@@ -151,6 +154,8 @@ impl KernelDataplane {
         Ok(Self {
             config: take(&mut ebpf, maps::CONFIG)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
+            vip_filter: take(&mut ebpf, maps::VIP_FILTER)?,
+            vip_info: take(&mut ebpf, maps::VIP_INFO)?,
             tables: Arc::new(Mutex::new(tables)),
             backends: take(&mut ebpf, maps::BACKENDS)?,
             conntrack: take(&mut ebpf, maps::CONNTRACK)?,
@@ -553,6 +558,12 @@ impl Dataplane for KernelDataplane {
         check_vip_id(entry.vip_id)?;
         let addr = addr_key(key);
         let is_new = !self.vip_keys.contains_key(key);
+        // Before the VIPS entry: its filter bit and its id's info, so that neither the
+        // filter nor the established-flow path can miss it.
+        self.vip_info
+            .set(entry.vip_id, VipInfo { key: *key, live: 1 }, 0)
+            .map_err(map_err(maps::VIP_INFO, "update"))?;
+        self.write_filter_word(key, Some(key))?;
         if is_new {
             let count = self.vip_addrs.get(&addr, 0).unwrap_or(0);
             self.vip_addrs
@@ -573,7 +584,12 @@ impl Dataplane for KernelDataplane {
 
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
         lock(&self.tables).remove_vip(key)?;
-        if self.vip_keys.remove(key).is_some() {
+        if let Some(entry) = self.vip_keys.remove(key) {
+            // After the VIPS entry is gone: the id's info and the filter bit.
+            self.vip_info
+                .set(entry.vip_id, VipInfo::default(), 0)
+                .map_err(map_err(maps::VIP_INFO, "update"))?;
+            self.write_filter_word(key, None)?;
             self.release_address(&addr_key(key))?;
         }
         Ok(())
@@ -647,6 +663,26 @@ impl Dataplane for KernelDataplane {
 }
 
 impl KernelDataplane {
+    /// Rewrites the `VIP_FILTER` word holding `key`'s bit from the VIPs recorded, plus
+    /// `extra` (a VIP about to be written).
+    fn write_filter_word(
+        &mut self,
+        key: &VipKey,
+        extra: Option<&VipKey>,
+    ) -> Result<(), DataplaneError> {
+        let word = vip_filter_bit(key) / 64;
+        let value = self
+            .vip_keys
+            .keys()
+            .chain(extra)
+            .map(vip_filter_bit)
+            .filter(|bit| bit / 64 == word)
+            .fold(0u64, |w, bit| w | 1u64 << (bit % 64));
+        self.vip_filter
+            .set(word, value, 0)
+            .map_err(map_err(maps::VIP_FILTER, "update"))
+    }
+
     /// Decrements the `VIP_ADDRS` count of `addr`, deleting it at zero.
     fn release_address(&mut self, addr: &VipAddrKey) -> Result<(), DataplaneError> {
         let count = self.vip_addrs.get(addr, 0).unwrap_or(0);
