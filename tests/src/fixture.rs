@@ -77,6 +77,50 @@ pub fn round_robin(size: usize, ids: &[u32]) -> Vec<u32> {
     (0..size).map(|i| ids[i % ids.len()]).collect()
 }
 
+/// A namespace for FIB next-hop tests: `lb0` (MAC 02:00:00:00:00:01, 192.0.2.1/24,
+/// 2001:db8:c::1/64) routes the backend prefixes 198.51.100.0/24 and 2001:db8:b::/64 via a
+/// gateway whose neighbour entry (02:00:00:00:00:fe) is permanent; forwarding is on, as
+/// `bpf_fib_lookup` requires. Run test runs from a thread inside it
+/// ([`crate::netns::NetNs::enter`]) with the ingress interface set to `lb0`.
+///
+/// # Errors
+/// When a namespace command fails.
+pub fn fib_namespace(prefix: &str) -> anyhow::Result<crate::netns::NetNs> {
+    let ns = crate::netns::NetNs::create(prefix)?;
+    for cmd in [
+        "link add lb0 address 02:00:00:00:00:01 type veth peer name lb1",
+        "link set lb0 up",
+        "link set lb1 up",
+        "addr add 192.0.2.1/24 dev lb0",
+        "addr add 2001:db8:c::1/64 dev lb0 nodad",
+        "route add 198.51.100.0/24 via 192.0.2.254 dev lb0",
+        "route add 2001:db8:b::/64 via 2001:db8:c::fe dev lb0",
+        "neigh add 192.0.2.254 lladdr 02:00:00:00:00:fe nud permanent dev lb0",
+        "neigh add 2001:db8:c::fe lladdr 02:00:00:00:00:fe nud permanent dev lb0",
+    ] {
+        let args: Vec<&str> = cmd.split(' ').collect();
+        ns.ip(&args)?;
+    }
+    for sysctl in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
+        let out = ns.exec("sysctl", &["-qw", sysctl])?;
+        anyhow::ensure!(
+            out.status.success(),
+            "sysctl {sysctl} failed in {}",
+            ns.name()
+        );
+    }
+    Ok(ns)
+}
+
+/// The index of interface `name` in the calling thread's network namespace (0 if none).
+pub fn ifindex(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return 0;
+    };
+    // SAFETY: c is a valid NUL-terminated string.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
+}
+
 /// The fixture load balancer.
 pub struct Lb {
     /// The loaded program and maps.

@@ -417,12 +417,23 @@ fn an_invalid_file_at_start_attaches_nothing() {
 
 #[test]
 fn without_privileges_it_refuses_with_a_hint() {
-    assert!(lb_tests::is_root(), "privileged test: run as root (to drop privileges)");
+    assert!(
+        lb_tests::is_root(),
+        "privileged test: run as root (to drop privileges)"
+    );
     let dir = temp_dir("unpriv");
-    std::fs::write(dir.join("lb.toml"), config_text(&dir, &[("198.51.100.11", 1)], 65_537))
-        .expect("config");
+    std::fs::write(
+        dir.join("lb.toml"),
+        config_text(&dir, &[("198.51.100.11", 1)], 65_537),
+    )
+    .expect("config");
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(lb_binary())
         .args(["run", "--config"])
         .arg(dir.join("lb.toml"))
@@ -432,7 +443,9 @@ fn without_privileges_it_refuses_with_a_hint() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.starts_with("lb: lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config"),
+        stderr.starts_with(
+            "lb: lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config"
+        ),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");

@@ -10,40 +10,25 @@ use lb_common::{
     types::{BACKEND_ACTIVE, NEXTHOP_FIB, PROTO_TCP},
 };
 use lb_tests::{
-    fixture::{Lb, XDP_DROP, XDP_TX, default_config},
-    netns::NetNs,
+    fixture::{Lb, XDP_DROP, XDP_TX, default_config, fib_namespace, ifindex},
     packets::{self, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, VIP6, encapsulated},
 };
 use lb_user::dataplane::Dataplane as _;
 
-fn ifindex(name: &str) -> u32 {
-    let c = std::ffi::CString::new(name).expect("name");
-    // SAFETY: c is a valid NUL-terminated string.
-    unsafe { libc::if_nametoindex(c.as_ptr()) }
-}
-
 #[test]
 fn fib_mode_takes_macs_from_the_kernel_and_counts_unresolved_neighbours() {
-    let ns = NetNs::create("lbt-fib").expect("netns");
-    for cmd in [
-        "link add lb0 address 02:00:00:00:00:01 type veth peer name lb1",
-        "link set lb0 up",
-        "link set lb1 up",
-        "addr add 192.0.2.1/24 dev lb0",
-        "addr add 2001:db8:c::1/64 dev lb0 nodad",
-        "route add 198.51.100.0/24 via 192.0.2.254 dev lb0",
-        "route add 2001:db8:b::/64 via 2001:db8:c::fe dev lb0",
-        "neigh add 192.0.2.254 lladdr 02:00:00:00:00:fe nud permanent dev lb0",
-        "neigh add 2001:db8:c::fe lladdr 02:00:00:00:00:fe nud permanent dev lb0",
-        "route add 198.51.101.0/24 via 192.0.2.253 dev lb0",
-    ] {
-        let args: Vec<&str> = cmd.split(' ').collect();
-        ns.ip(&args).expect(cmd);
-    }
-    for sysctl in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
-        let out = ns.exec("sysctl", &["-qw", sysctl]).expect("sysctl");
-        assert!(out.status.success(), "{sysctl}");
-    }
+    let ns = fib_namespace("lbt-fib").expect("netns");
+    // A prefix whose next hop has no neighbour entry.
+    ns.ip(&[
+        "route",
+        "add",
+        "198.51.101.0/24",
+        "via",
+        "192.0.2.253",
+        "dev",
+        "lb0",
+    ])
+    .expect("route");
 
     let mut lb = Lb::standard();
     let mut cfg = default_config();

@@ -484,6 +484,19 @@ fn check_table(vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError
     Ok(())
 }
 
+/// Element `index` of a per-CPU counter array, summed over the CPUs.
+fn sum_per_cpu<T: aya::Pod + Default>(
+    map: &PerCpuArray<MapData, T>,
+    index: u32,
+    name: &'static str,
+    accumulate: fn(&mut T, &T),
+) -> Result<T, DataplaneError> {
+    let per_cpu = map.get(&index, 0).map_err(map_err(name, "lookup"))?;
+    let mut total = T::default();
+    per_cpu.iter().for_each(|v| accumulate(&mut total, v));
+    Ok(total)
+}
+
 fn check_vip_id(vip_id: u32) -> Result<(), DataplaneError> {
     if vip_id >= MAX_VIPS {
         return Err(DataplaneError::OutOfRange(format!(
@@ -596,35 +609,32 @@ impl Dataplane for KernelDataplane {
     }
 
     fn global_stats(&self) -> Result<GlobalStats, DataplaneError> {
-        let per_cpu = self
-            .global_stats
-            .get(&0, 0)
-            .map_err(map_err(maps::GLOBAL_STATS, "lookup"))?;
-        let mut total = GlobalStats::default();
-        per_cpu.iter().for_each(|v| total.accumulate(v));
-        Ok(total)
+        sum_per_cpu(
+            &self.global_stats,
+            0,
+            maps::GLOBAL_STATS,
+            GlobalStats::accumulate,
+        )
     }
 
     fn vip_stats(&self, vip_id: u32) -> Result<VipStats, DataplaneError> {
         check_vip_id(vip_id)?;
-        let per_cpu = self
-            .vip_stats
-            .get(&vip_id, 0)
-            .map_err(map_err(maps::VIP_STATS, "lookup"))?;
-        let mut total = VipStats::default();
-        per_cpu.iter().for_each(|v| total.accumulate(v));
-        Ok(total)
+        sum_per_cpu(
+            &self.vip_stats,
+            vip_id,
+            maps::VIP_STATS,
+            VipStats::accumulate,
+        )
     }
 
     fn backend_stats(&self, id: u32) -> Result<BackendStats, DataplaneError> {
         check_backend_id(id)?;
-        let per_cpu = self
-            .backend_stats
-            .get(&id, 0)
-            .map_err(map_err(maps::BACKEND_STATS, "lookup"))?;
-        let mut total = BackendStats::default();
-        per_cpu.iter().for_each(|v| total.accumulate(v));
-        Ok(total)
+        sum_per_cpu(
+            &self.backend_stats,
+            id,
+            maps::BACKEND_STATS,
+            BackendStats::accumulate,
+        )
     }
 
     fn reset_backend_stats(&mut self, id: u32) -> Result<(), DataplaneError> {

@@ -18,8 +18,7 @@ use lb_common::{
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
-    fixture::{Lb, XDP_PASS, XDP_TX, default_config, round_robin},
-    netns::NetNs,
+    fixture::{Lb, XDP_PASS, XDP_TX, default_config, fib_namespace, ifindex, round_robin},
     packets::{ACK, CLIENT4, CLIENT6, Flow, L4, SYN, VIP4, VIP6},
 };
 use lb_user::{
@@ -182,39 +181,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn ifindex(name: &str) -> u32 {
-    let c = std::ffi::CString::new(name).expect("name");
-    // SAFETY: c is a valid NUL-terminated string.
-    unsafe { libc::if_nametoindex(c.as_ptr()) }
-}
-
-/// A namespace whose `lb0` routes the backends via a resolved gateway, for FIB mode.
-fn fib_namespace() -> anyhow::Result<NetNs> {
-    let ns = NetNs::create("lbbench")?;
-    for cmd in [
-        "link add lb0 address 02:00:00:00:00:01 type veth peer name lb1",
-        "link set lb0 up",
-        "link set lb1 up",
-        "addr add 192.0.2.1/24 dev lb0",
-        "addr add 2001:db8:c::1/64 dev lb0 nodad",
-        "route add 198.51.100.0/24 via 192.0.2.254 dev lb0",
-        "route add 2001:db8:b::/64 via 2001:db8:c::fe dev lb0",
-        "neigh add 192.0.2.254 lladdr 02:00:00:00:00:fe nud permanent dev lb0",
-        "neigh add 2001:db8:c::fe lladdr 02:00:00:00:00:fe nud permanent dev lb0",
-    ] {
-        let args: Vec<&str> = cmd.split(' ').collect();
-        ns.ip(&args)?;
-    }
-    for sysctl in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
-        let out = ns.exec("sysctl", &["-qw", sysctl])?;
-        ensure!(
-            out.status.success(),
-            "sysctl {sysctl} failed in the benchmark namespace"
-        );
-    }
-    Ok(ns)
-}
-
 /// Control-plane timings of one configuration (medians, ms).
 struct ChangeTiming {
     /// Adding a backend: build + write the idle buffer + switch (the change is live
@@ -308,7 +274,7 @@ fn main() -> anyhow::Result<()> {
     println!();
     let mut lb = Lb::with_ct(1_048_576, 65_536);
     setup(&mut lb);
-    let ns = fib_namespace().context("benchmark namespace")?;
+    let ns = fib_namespace("lbbench").context("benchmark namespace")?;
     println!(
         "data plane: ns/packet by BPF_PROG_TEST_RUN, median of {RUNS} runs x {REPEAT} repetitions, CPU {CPU} pinned"
     );
