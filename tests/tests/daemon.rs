@@ -233,6 +233,9 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
         .expect("veth");
     ns.ip(&["link", "set", "lb0", "up"]).expect("up");
     ns.ip(&["link", "set", "lb1", "up"]).expect("up");
+    // Backends on-link: the daemon has the kernel manage their neighbour entries.
+    ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
+        .expect("addr");
     let dir = temp_dir("daemon");
     let config = |b: &[(&str, u32)], size| config_text(&dir, b, size);
     std::fs::write(
@@ -244,6 +247,14 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
 
     let s = status(&daemon);
     assert_eq!((s.interface.as_str(), s.mode.as_str()), ("lb0", "native"));
+    let neigh = ns
+        .exec("ip", &["neigh", "show", "198.51.100.12"])
+        .expect("ip neigh");
+    assert!(
+        String::from_utf8_lossy(&neigh.stdout).contains("managed"),
+        "FIB mode: the backend's neighbour is managed: {}",
+        String::from_utf8_lossy(&neigh.stdout)
+    );
     assert!(!s.differs_from_file);
     assert_maps_agree(&ns, &s);
 

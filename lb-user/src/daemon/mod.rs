@@ -6,6 +6,7 @@
 //! and the parts that need the real system (privileges, the interface's MAC, the
 //! socket, signals, file watching).
 
+mod neighbours;
 pub mod service;
 
 use std::{
@@ -75,6 +76,22 @@ fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
     Ok(mac)
 }
 
+/// In FIB next-hop mode, has the kernel keep the backends' next hops resolved.
+fn manage_neighbours(service: &Service<KernelDataplane>) {
+    let Some(desired) = service.controller().applied() else {
+        return;
+    };
+    if desired.globals.nexthop != crate::config::Nexthop::Fib {
+        return;
+    }
+    let backends = desired
+        .vips
+        .values()
+        .flat_map(|v| v.backends.keys().map(crate::maglev::BackendKey::ip))
+        .collect::<Vec<_>>();
+    neighbours::manage(service.interface(), backends);
+}
+
 fn log_report(report: &ApplyReport) {
     for line in &report.lines {
         info!("{line}");
@@ -137,7 +154,11 @@ async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> io::Resul
     let response = match serde_json::from_str::<Request>(&line) {
         Ok(request) => {
             let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-            service.handle(&request, &mut log_report)
+            let response = service.handle(&request, &mut log_report);
+            if matches!(request, Request::Backend { .. }) && response.ok {
+                manage_neighbours(&service);
+            }
+            response
         }
         Err(e) => Response::error(format!("bad request: {e}")),
     };
@@ -161,6 +182,7 @@ fn reload(service: &Shared, path: &Path, why: &str) {
                         info!("reload: no change");
                     }
                     log_report(&report);
+                    manage_neighbours(&service);
                 }
                 Err(e) => error!("reload failed, the running state is kept: {e}"),
             }
@@ -222,6 +244,7 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         Service::start(dp, path.to_path_buf(), &loaded, if_mac, String::new())
             .map_err(|e| anyhow::anyhow!("applying the configuration: {e}"))?;
     log_report(&report);
+    manage_neighbours(&service);
     let mode = attach(
         service.controller_mut().dataplane_mut(),
         &config.interface,

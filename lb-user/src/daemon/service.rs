@@ -161,6 +161,11 @@ impl<D: Dataplane> Service<D> {
         self.mode = mode;
     }
 
+    /// The interface the program is attached to.
+    pub fn interface(&self) -> &str {
+        &self.interface
+    }
+
     /// The controller.
     pub fn controller(&self) -> &Controller<D> {
         &self.controller
