@@ -1,8 +1,9 @@
 //! The XDP program of the load balancer.
 //!
-//! `lb_xdp` per packet: parse ([`parse`]); not for a VIP → `XDP_PASS` untouched; otherwise
-//! choose the backend ([`select`]: connection tracking, then the VIP's Maglev table),
-//! encapsulate it IP-in-IP and send it ([`forward`]). It always returns a verdict (never
+//! `lb_xdp` per packet: parse ([`parse`]); not for a VIP → `XDP_PASS` untouched; an
+//! established flow whose VIP still exists → its pinned backend; otherwise the VIP
+//! lookup and the backend choice ([`select`]: connection tracking, then the VIP's Maglev
+//! table); then IP-in-IP encapsulation and the send ([`forward`]). It always returns a verdict (never
 //! `XDP_ABORTED`) and counts its reason ([`stats`]); nothing is logged per packet.
 //! `lb_empty` and `lb_bench` serve the benchmarks ([`bench`]).
 #![no_std]
@@ -18,7 +19,10 @@ mod select;
 mod stats;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use lb_common::{stats::Reason, types::CONFIG_VALID};
+use lb_common::{
+    stats::{Reason, VipStats},
+    types::{CONFIG_VALID, LbConfig},
+};
 
 /// The load balancer.
 #[xdp]
@@ -103,8 +107,8 @@ fn send(
     ctx: &XdpContext,
     parsed: &parse::Parsed,
     choice: select::Choice,
-    cfg: &lb_common::types::LbConfig,
-    vip_stats: &mut lb_common::stats::VipStats,
+    cfg: &LbConfig,
+    vip_stats: &mut VipStats,
     bytes: u64,
 ) -> (u32, Reason) {
     match forward::encapsulate(ctx, parsed, choice.backend, cfg) {
