@@ -23,6 +23,8 @@
 //!   the daemon gets SIGTERM when the thread that started it exits
 //!   (`PR_SET_PDEATHSIG`): start it on the thread that owns the [`Daemon`] until the end
 //!   (a test's own thread, the demo's main thread), not on a short-lived helper thread.
+//!   What a process killed outright cannot remove is its temporary directory
+//!   (`$TMPDIR/lb-run-<pid>-<n>`), like the bed's namespaces: delete those by hand.
 //!   The daemon runs in its own process group, so a Ctrl-C on the terminal reaches only
 //!   the test or demo process, which then stops the daemon itself.
 //! - The [`Daemon`] borrows the [`TestBed`] it runs in, so it is always dropped before
