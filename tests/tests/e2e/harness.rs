@@ -1,11 +1,12 @@
-//! The harness itself: `lb run` is stopped gracefully (its XDP program detached), and its
-//! temporary directory, the daemon process and the bed's namespaces are gone afterwards,
-//! also when the test panics.
+//! The harness itself: `lb run` reloads on SIGHUP ([`Daemon::reload`]) and is stopped
+//! gracefully (its XDP program detached); its temporary directory, the daemon process and
+//! the bed's namespaces are gone afterwards, also when the test panics.
 
 use std::{
     panic::AssertUnwindSafe,
     path::{Path, PathBuf},
     process::Command,
+    time::{Duration, Instant},
 };
 
 use lb_tests::{
@@ -59,6 +60,15 @@ fn the_daemon_stops_gracefully_and_everything_goes_also_on_panic() {
     let pid = lb.pid();
     assert!(xdp_attached(&bed), "lb run attached nothing to {LB_IFACE}");
     assert!(lb.socket_path().exists() && lb.log_path().exists());
+    // SIGHUP with an unchanged file: a reload that changes nothing.
+    lb.reload().expect("SIGHUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !lb.log().contains("reload: no change") {
+        assert!(Instant::now() < deadline, "no reload logged:\n{}", lb.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(lb.log().contains("(SIGHUP)"), "{}", lb.log());
+    lb.status().expect("lb status after the reload");
     let log = lb.stop().expect("a graceful stop");
     assert!(log.contains("SIGTERM"), "{log}");
     assert!(log.contains("detached from lb0"), "{log}");
