@@ -1,13 +1,16 @@
 //! Support code for the privileged tests, the demo and the data-plane benchmarks:
 //! network namespaces that clean up after themselves, packet builders, a fixture
-//! load balancer for BPF_PROG_TEST_RUN, and the end-to-end test bed.
+//! load balancer for BPF_PROG_TEST_RUN, the end-to-end test bed, the real `lb run`
+//! daemon inside it, and client traffic helpers.
 //!
 //! Everything here needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN for setns).
 
+pub mod daemon;
 pub mod fixture;
 pub mod netns;
 pub mod packets;
 pub mod testbed;
+pub mod traffic;
 
 /// Whether the process runs as root.
 pub fn is_root() -> bool {

@@ -2,7 +2,8 @@
 //!
 //! Order: setup (only when something is missing), `cargo fmt --check`, clippy with
 //! `-D warnings` on the host crates and on the eBPF crate (BPF target), the unit tests,
-//! then the privileged tests (BPF_PROG_TEST_RUN and netns) when running as root. It ends
+//! then the privileged tests (BPF_PROG_TEST_RUN, netns, and the end-to-end tests that run
+//! the `lb` binary, built just before them) when running as root. It ends
 //! with one line `test: N passed, N failed, N skipped`, where each check (fmt, clippy)
 //! counts as one test, and a privileged suite that could not run counts as skipped.
 
@@ -154,16 +155,25 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let (ok, lines) = cmd::run_capture(&mut unit)?;
     tally.cargo_test("unit tests", ok, &lines);
 
-    eprintln!("xtask test: [5/5] privileged tests (BPF_PROG_TEST_RUN, netns)");
+    eprintln!("xtask test: [5/5] privileged tests (BPF_PROG_TEST_RUN, netns, lb run)");
     let mut privileged = cmd::cargo();
     privileged.args(["test", "--package", "lb-tests", "--no-fail-fast"]);
     if cmd::is_root() {
-        privileged.arg("--");
-        if let Some(filter) = &args.filter {
-            privileged.arg(filter);
+        // The end-to-end tests run the real `lb` binary, which `cargo test` does not
+        // build for another package: build it in the same (dev) profile first.
+        eprintln!("xtask test: building the lb binary for the end-to-end tests");
+        let built =
+            cmd::succeeds(cmd::cargo().args(["build", "--package", "lb-user", "--bin", "lb"]));
+        if built {
+            privileged.arg("--");
+            if let Some(filter) = &args.filter {
+                privileged.arg(filter);
+            }
+            let (ok, lines) = cmd::run_capture(&mut privileged)?;
+            tally.cargo_test("privileged tests", ok, &lines);
+        } else {
+            tally.check("building the lb binary (privileged tests not run)", false);
         }
-        let (ok, lines) = cmd::run_capture(&mut privileged)?;
-        tally.cargo_test("privileged tests", ok, &lines);
     } else {
         eprintln!("xtask test: not root: the privileged suite is SKIPPED (run as root)");
         privileged.args(["--", "--list", "--format", "terse"]);

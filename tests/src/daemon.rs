@@ -1,0 +1,638 @@
+//! The real `lb run` daemon in a test bed: a generated configuration, the process
+//! started inside the bed's LB namespace, and the `lb` CLI to talk to it.
+//!
+//! - Binary: [`lb_binary`] finds the `lb` built next to the running executable
+//!   (`target/<profile>/lb`; `cargo test` does not build other packages' binaries, so
+//!   `cargo build -p lb-user --bin lb` must run first, as `cargo xtask test` does).
+//!   `LB_BIN=/path/to/lb` overrides the search.
+//! - Configuration: [`DaemonConfig`] renders the TOML of `lb run --config`: interface
+//!   `lb0`, native XDP, FIB next hop (the bed keeps static neighbours and forwarding on
+//!   in the LB namespace), outer sources 192.0.2.1 / 2001:db8:c::1, a small conntrack
+//!   (65,536 entries: quick to create), and the four VIPs of the bed (VIP4 and VIP6,
+//!   80/tcp and 53/udp), each with the same backends (IPv4 addresses for the IPv4 VIPs,
+//!   IPv6 ones for the IPv6 VIPs).
+//! - Process: [`Daemon::start`] writes the file and the control socket into a fresh
+//!   temporary directory, runs `ip netns exec <lb-ns> lb run --config <dir>/lb.toml`
+//!   (`ip netns exec` execs, so the child's pid is the daemon's) with its stderr in
+//!   `<dir>/lb.log`, and waits until `lb status` answers. The CLI runs from the test's
+//!   own namespace: the control socket is a filesystem path.
+//! - Teardown: dropping a [`Daemon`] sends SIGTERM (the daemon detaches its program
+//!   and removes its socket), waits up to [`STOP_TIMEOUT`], then SIGKILLs; the temporary
+//!   directory is removed afterwards. When the drop happens during a panic, the daemon's
+//!   log is printed first. As a backstop for a test process that dies without unwinding,
+//!   the daemon gets SIGTERM when the thread that started it exits
+//!   (`PR_SET_PDEATHSIG`): start it on the thread that owns the [`Daemon`] until the end
+//!   (a test's own thread, the demo's main thread), not on a short-lived helper thread.
+//!   What a process killed outright cannot remove is its temporary directory
+//!   (`$TMPDIR/lb-run-<pid>-<n>`), like the bed's namespaces: delete those by hand.
+//!   The daemon runs in its own process group, so a Ctrl-C on the terminal reaches only
+//!   the test or demo process, which then stops the daemon itself.
+//! - The [`Daemon`] borrows the [`TestBed`] it runs in, so it is always dropped before
+//!   the bed's namespaces.
+//!
+//! ```no_run
+//! use lb_tests::{daemon::{Daemon, DaemonConfig, vip_text}, testbed::{TestBed, TestBedOptions}};
+//!
+//! let bed = TestBed::new(TestBedOptions::default())?;
+//! let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=3))?;
+//! let status = lb.status()?; // `lb status --json`, parsed
+//! lb.backend("drain", &vip_text(false, true), 2, None)?; // `lb backend drain ...`
+//! let stats = lb.stats()?; // `lb stats --json`, parsed
+//! # let _ = (status, stats);
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+use std::{
+    fmt::Write as _,
+    fs::File,
+    marker::PhantomData,
+    net::{IpAddr, SocketAddr},
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use lb_user::{
+    control::{self, Request},
+    controller::report::{FlowReport, Status},
+    daemon::service::Stats,
+};
+
+use crate::{
+    packets::{LB4, LB6},
+    testbed::{LB_IFACE, TestBed, backend4, backend6, vip_tcp, vip_udp},
+};
+
+/// How long [`Daemon::start`] waits for `lb status` to answer.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the drop waits after SIGTERM before it sends SIGKILL.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Conntrack capacity of the generated configuration (small: created quickly).
+pub const CT_CAPACITY: u32 = 65_536;
+/// SYN-only conntrack capacity of the generated configuration.
+pub const CT_SYN_CAPACITY: u32 = 16_384;
+/// Poll period of the waits.
+const POLL: Duration = Duration::from_millis(25);
+
+/// The VIP in `lb`'s text form (`203.0.113.10:80/tcp`, `[2001:db8:f::10]:53/udp`):
+/// the bed's TCP service (`tcp`) or UDP service of one family.
+pub fn vip_text(v6: bool, tcp: bool) -> String {
+    if tcp {
+        format!("{}/tcp", vip_tcp(v6))
+    } else {
+        format!("{}/udp", vip_udp(v6))
+    }
+}
+
+/// Backend `k`'s address of one family (what `lb status` and `lb stats` show).
+pub fn backend_addr(k: u8, v6: bool) -> IpAddr {
+    if v6 {
+        backend6(k).into()
+    } else {
+        backend4(k).into()
+    }
+}
+
+/// The bed's backend number `k` of a backend address as `lb` prints it (either
+/// family), if it is one.
+pub fn backend_of(addr: &str) -> Option<u8> {
+    let addr: IpAddr = addr.parse().ok()?;
+    (1..=crate::testbed::MAX_BACKENDS)
+        .find(|&k| backend_addr(k, false) == addr || backend_addr(k, true) == addr)
+}
+
+/// A backend's administrative state in the configuration file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendState {
+    /// In the table with its weight.
+    Active,
+    /// No new flows; established flows stay.
+    Drain,
+    /// No new flows; established flows are re-hashed.
+    Down,
+}
+
+impl BackendState {
+    fn text(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Drain => "drain",
+            Self::Down => "down",
+        }
+    }
+}
+
+/// One backend of every VIP in the generated configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendLine {
+    /// The bed's backend number (1-based).
+    pub k: u8,
+    /// Weight.
+    pub weight: u32,
+    /// State.
+    pub state: BackendState,
+}
+
+/// What [`Daemon::start`] writes as `lb.toml` (see the module documentation for the
+/// fixed parts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// The backends of every VIP, in file order.
+    pub backends: Vec<BackendLine>,
+    /// Maglev table size of every VIP (a prime).
+    pub table_size: u32,
+    /// UDP conntrack idle timeout.
+    pub udp_timeout_secs: u32,
+}
+
+impl DaemonConfig {
+    /// Backends `ks`, all active with weight 1; table size 65,537; UDP timeout 30 s.
+    pub fn equal(ks: impl IntoIterator<Item = u8>) -> Self {
+        Self::weighted(ks.into_iter().map(|k| (k, 1)))
+    }
+
+    /// Backends `(k, weight)`, all active; otherwise as [`Self::equal`].
+    pub fn weighted(backends: impl IntoIterator<Item = (u8, u32)>) -> Self {
+        Self {
+            backends: backends
+                .into_iter()
+                .map(|(k, weight)| BackendLine {
+                    k,
+                    weight,
+                    state: BackendState::Active,
+                })
+                .collect(),
+            table_size: lb_user::maglev::DEFAULT_TABLE_SIZE,
+            udp_timeout_secs: 30,
+        }
+    }
+
+    /// The configuration file for a daemon whose control socket is `socket`.
+    pub fn to_toml(&self, socket: &Path) -> String {
+        let mut out = format!(
+            "# Generated by lb-tests (daemon.rs) for one test bed.\n\
+             interface = \"{LB_IFACE}\"\n\
+             xdp_mode = \"native\"\n\
+             control_socket = \"{}\"\n\
+             mtu = 1500\n\n\
+             [encap]\nsource_v4 = \"{LB4}\"\nsource_v6 = \"{LB6}\"\n\n\
+             [nexthop]\nmode = \"fib\"\n\n\
+             [conntrack]\ncapacity = {CT_CAPACITY}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
+             udp_timeout_secs = {}\n",
+            socket.display(),
+            self.udp_timeout_secs,
+        );
+        for v6 in [false, true] {
+            for (tcp, port) in [(true, vip_tcp(v6).port()), (false, vip_udp(v6).port())] {
+                let addr = vip_tcp(v6).ip();
+                let proto = if tcp { "tcp" } else { "udp" };
+                let _ = write!(
+                    out,
+                    "\n[[vip]]\naddress = \"{addr}\"\nport = {port}\nprotocol = \"{proto}\"\n\
+                     table_size = {}\n",
+                    self.table_size
+                );
+                for b in &self.backends {
+                    let _ = write!(
+                        out,
+                        "\n[[vip.backend]]\naddress = \"{}\"\nweight = {}\nstate = \"{}\"\n",
+                        backend_addr(b.k, v6),
+                        b.weight,
+                        b.state.text()
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Finds the `lb` binary: `$LB_BIN` if set, else `lb` in the target directory of the
+/// running executable (`target/<profile>/deps/<test>` or `target/<profile>/<bin>`).
+///
+/// Prints a warning when it is older than the `lb-user` library built for this profile
+/// (a stale binary: the library changed since `lb` was built).
+///
+/// # Panics
+/// When the binary does not exist, saying how to build it.
+pub fn lb_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("LB_BIN") {
+        let path = PathBuf::from(path);
+        assert!(path.is_file(), "LB_BIN={} is not a file", path.display());
+        return path;
+    }
+    let exe = std::env::current_exe().expect("the path of the running executable");
+    let mut dir = exe.parent().expect("the executable's directory").to_owned();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let lb = dir.join("lb");
+    assert!(
+        lb.is_file(),
+        "the `lb` binary is missing at {}: run `cargo build -p lb-user --bin lb` first (with \
+         --release for a release build); `cargo xtask test` and `cargo xtask demo` do this",
+        lb.display()
+    );
+    warn_if_stale(&lb, &dir.join("deps"));
+    lb
+}
+
+/// Warns when `lb` is older than the newest `liblb_user-*.rlib` in `deps`.
+fn warn_if_stale(lb: &Path, deps: &Path) {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(lb_time) = modified(lb) else { return };
+    let Ok(entries) = std::fs::read_dir(deps) else {
+        return;
+    };
+    let newest_lib = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("liblb_user-") && name.ends_with(".rlib")
+        })
+        .filter_map(|e| modified(&e.path()))
+        .max();
+    if newest_lib.is_some_and(|lib| lib > lb_time) {
+        eprintln!(
+            "warning: {} is older than the lb-user library: it may be stale; rebuild it with \
+             `cargo build -p lb-user --bin lb`",
+            lb.display()
+        );
+    }
+}
+
+/// A directory under the system's temporary directory, removed on drop.
+#[derive(Debug)]
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new(prefix: &str) -> anyhow::Result<Self> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "{prefix}{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        // create_dir, not create_dir_all: fails if the path exists (never reuse one).
+        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A running `lb run` in a bed's LB namespace; stopped on drop (see the module
+/// documentation).
+#[derive(Debug)]
+pub struct Daemon<'bed> {
+    // Field order is drop order, but Drop stops the child explicitly before the
+    // directory goes.
+    child: Option<Child>,
+    lb: PathBuf,
+    dir: TempDir,
+    started: Duration,
+    _bed: PhantomData<&'bed TestBed>,
+}
+
+impl<'bed> Daemon<'bed> {
+    /// Writes `config` and starts `lb run` in `bed`'s LB namespace, then waits (at most
+    /// [`START_TIMEOUT`]) until `lb status` answers.
+    ///
+    /// # Errors
+    /// When the binary cannot start, the daemon exits, or it does not answer in time;
+    /// the message has the daemon's log. Nothing is left running.
+    ///
+    /// # Panics
+    /// When the `lb` binary is missing ([`lb_binary`]).
+    pub fn start(bed: &'bed TestBed, config: &DaemonConfig) -> anyhow::Result<Self> {
+        let begun = Instant::now();
+        let lb = lb_binary();
+        let dir = TempDir::new("lb-run-")?;
+        let mut daemon = Self {
+            child: None,
+            lb,
+            dir,
+            started: Duration::ZERO,
+            _bed: PhantomData,
+        };
+        daemon.write_config(config)?;
+        let log = File::create(daemon.log_path()).context("creating the daemon log")?;
+        let out = File::create(daemon.dir.path.join("lb.out")).context("creating lb.out")?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", bed.lb_ns().name()])
+            .arg(&daemon.lb)
+            .arg("run")
+            .arg("--config")
+            .arg(daemon.config_path())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(log)
+            .process_group(0);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // prctl(2), which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                let signal = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
+                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting `ip netns exec ... {} run`", daemon.lb.display()))?;
+        daemon.child = Some(child);
+        daemon.wait_ready()?;
+        daemon.started = begun.elapsed();
+        Ok(daemon)
+    }
+
+    /// Polls `lb status` until it answers.
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.exited()? {
+                bail!(
+                    "lb run exited during start-up ({status}); its log:\n{}",
+                    self.log()
+                );
+            }
+            if self.socket_path().exists() && self.cli(&["status"]).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "lb run did not answer `lb status` within {START_TIMEOUT:?}; its log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// The exit status, if the daemon has exited.
+    fn exited(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().context("waiting for lb run"),
+            None => Ok(None),
+        }
+    }
+
+    /// How long [`Self::start`] took (until `lb status` answered).
+    pub fn startup_time(&self) -> Duration {
+        self.started
+    }
+
+    /// The daemon's pid.
+    ///
+    /// # Panics
+    /// After [`Self::stop`].
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon runs").id()
+    }
+
+    /// The control socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.path.join("lb.sock")
+    }
+
+    /// The configuration file.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path.join("lb.toml")
+    }
+
+    /// The daemon's stderr (its log).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path.join("lb.log")
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path())
+            .unwrap_or_else(|e| format!("(cannot read {}: {e})", self.log_path().display()))
+    }
+
+    /// Replaces the configuration file with `config` atomically (written next to it,
+    /// then renamed over it). The daemon notices the change and reloads after its
+    /// debounce time; see [`Self::reload`] for the signal.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn write_config(&self, config: &DaemonConfig) -> anyhow::Result<()> {
+        let tmp = self.dir.path.join(".lb.toml.new");
+        std::fs::write(&tmp, config.to_toml(&self.socket_path()))
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, self.config_path()).context("replacing lb.toml")
+    }
+
+    /// Sends SIGHUP: the daemon reloads its configuration file.
+    ///
+    /// # Errors
+    /// When the signal cannot be sent (the daemon is gone).
+    pub fn reload(&self) -> anyhow::Result<()> {
+        self.signal(libc::SIGHUP)
+    }
+
+    fn signal(&self, signal: libc::c_int) -> anyhow::Result<()> {
+        let pid = libc::pid_t::try_from(self.pid()).context("pid")?;
+        // SAFETY: kill(2) with the pid of our own, not yet reaped, child.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("kill");
+        }
+        Ok(())
+    }
+
+    /// Runs `lb ARGS... --socket <socket>` from the test's namespace and returns its
+    /// standard output.
+    ///
+    /// # Errors
+    /// When `lb` cannot start or exits non-zero (the message has its stderr and the
+    /// daemon's log).
+    pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.lb)
+            .args(args)
+            .arg("--socket")
+            .arg(self.socket_path())
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("starting {}", self.lb.display()))?;
+        if !out.status.success() {
+            bail!(
+                "`lb {}` failed ({}): {}\ndaemon log:\n{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                self.log()
+            );
+        }
+        String::from_utf8(out.stdout).context("lb printed non-UTF-8")
+    }
+
+    /// `lb status --json`, parsed.
+    ///
+    /// # Errors
+    /// As [`Self::cli`], or an unreadable answer.
+    pub fn status(&self) -> anyhow::Result<Status> {
+        let text = self.cli(&["status", "--json"])?;
+        serde_json::from_str(&text).with_context(|| format!("parsing `lb status --json`: {text}"))
+    }
+
+    /// `lb stats --json`, parsed.
+    ///
+    /// # Errors
+    /// As [`Self::cli`], or an unreadable answer.
+    pub fn stats(&self) -> anyhow::Result<Stats> {
+        let text = self.cli(&["stats", "--json"])?;
+        serde_json::from_str(&text).with_context(|| format!("parsing `lb stats --json`: {text}"))
+    }
+
+    /// `lb backend ACTION --vip VIP --backend <backend k of the VIP's family>
+    /// [--weight W]`; returns what it printed (the changes applied).
+    ///
+    /// # Errors
+    /// As [`Self::cli`] (the daemon refused the change).
+    pub fn backend(
+        &self,
+        action: &str,
+        vip: &str,
+        k: u8,
+        weight: Option<u32>,
+    ) -> anyhow::Result<String> {
+        let v6 = vip.starts_with('[');
+        let backend = backend_addr(k, v6).to_string();
+        let weight = weight.map(|w| w.to_string());
+        let mut args = vec!["backend", action, "--vip", vip, "--backend", &backend];
+        if let Some(w) = &weight {
+            args.extend(["--weight", w.as_str()]);
+        }
+        self.cli(&args)
+    }
+
+    /// Where a flow from `client` to `vip` goes (`lb flow --json`): the table's choice
+    /// and the conntrack pin. Asked over the control socket directly (the CLI's own
+    /// protocol, [`lb_user::control::call`]), without a process per question, so that
+    /// thousands of flows can be asked about quickly.
+    ///
+    /// # Errors
+    /// When the daemon is unreachable or refuses.
+    pub fn flow(&self, vip: &str, client: SocketAddr) -> anyhow::Result<FlowReport> {
+        let data = control::call(
+            &self.socket_path(),
+            &Request::Flow {
+                vip: vip.to_owned(),
+                client: client.to_string(),
+            },
+        )
+        .with_context(|| format!("flow {client} -> {vip}"))?;
+        serde_json::from_value(data).context("parsing the flow report")
+    }
+
+    /// Polls `lb status` until `done` holds (then returns that status) or `timeout`
+    /// passes.
+    ///
+    /// # Errors
+    /// On timeout (naming `what`, with the last status and the daemon's log), or when
+    /// `lb status` fails.
+    pub fn wait_status(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Status) -> bool,
+    ) -> anyhow::Result<Status> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self.status()?;
+            if done(&status) {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "waited {timeout:?} for {what}; last status: {status:#?}\ndaemon log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Stops the daemon with SIGTERM and waits (at most [`STOP_TIMEOUT`]) for it to
+    /// exit; returns its log.
+    ///
+    /// # Errors
+    /// When it had already exited, does not exit in time (it is then killed), or exits
+    /// unsuccessfully; the message has its log.
+    pub fn stop(mut self) -> anyhow::Result<String> {
+        if let Some(status) = self.exited()? {
+            bail!(
+                "lb run had already exited ({status}); its log:\n{}",
+                self.log()
+            );
+        }
+        match self.terminate() {
+            Some(Ok(status)) if status.success() => Ok(self.log()),
+            Some(Ok(status)) => bail!("lb run exited with {status}; its log:\n{}", self.log()),
+            Some(Err(())) => bail!(
+                "lb run did not exit within {STOP_TIMEOUT:?} of SIGTERM (killed); its log:\n{}",
+                self.log()
+            ),
+            None => bail!("lb run was not running"),
+        }
+    }
+
+    /// SIGTERM, wait up to [`STOP_TIMEOUT`], else SIGKILL. `Ok(status)` when it exited
+    /// by itself, `Err(())` when it had to be killed, `None` when there was no child.
+    fn terminate(&mut self) -> Option<Result<ExitStatus, ()>> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(Ok(status));
+        }
+        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: kill(2) with the pid of our own, not yet reaped, child.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            match child.try_wait() {
+                Ok(Some(status)) => return Some(Ok(status)),
+                Ok(None) => std::thread::sleep(POLL),
+                Err(_) => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Some(Err(()))
+    }
+}
+
+impl Drop for Daemon<'_> {
+    fn drop(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of lb run ({}) ---\n{}--- end of log ---",
+                self.log_path().display(),
+                self.log()
+            );
+        }
+        if let Some(Err(())) = self.terminate() {
+            eprintln!("lb run did not exit within {STOP_TIMEOUT:?} of SIGTERM: killed");
+        }
+    }
+}

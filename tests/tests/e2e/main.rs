@@ -1,0 +1,70 @@
+//! End-to-end tests with real TCP and UDP traffic through the real `lb run` daemon
+//! (issue 6). Privileged: each test builds its own test bed (client, LB and backend
+//! namespaces, ../shared/cases F-2), starts `lb run` in the bed's LB namespace with a
+//! generated configuration ([`lb_tests::daemon`]) and drives it only through its
+//! configuration file, signals and the `lb` CLI. Beds are independent, so libtest runs
+//! the tests in parallel.
+//!
+//! Needs the `lb` binary of the same profile: `cargo build -p lb-user --bin lb` (done by
+//! `cargo xtask test`), then `cargo test -p lb-tests --test e2e`.
+//!
+//! | issue 6 | test |
+//! |---|---|
+//! | 1. 1,000 connections, 3 backends, shares within 15% of a third | [`distribution::three_equal_backends_share_1000_connections_evenly`] |
+//! | 2. weights 1:2:1 | [`distribution::weights_1_2_1_give_shares_of_25_50_25`] |
+//! | 3. stickiness through add, drain and reload | [`stickiness::live_connections_keep_their_backend_through_add_drain_and_reload`] |
+//! | 4. removal | [`removal::removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it`] |
+//! | 5. UDP | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
+//! | 6. IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
+//! | 7. `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
+//!
+//! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
+
+mod distribution;
+mod harness;
+mod ipv6;
+mod removal;
+mod stats;
+mod stickiness;
+mod udp;
+
+use lb_tests::{
+    daemon::{Daemon, DaemonConfig},
+    testbed::{TestBed, TestBedOptions, backend_name},
+    traffic::{Tally, within},
+};
+
+/// Client addresses per family in every bed (enough spread of source addresses).
+const CLIENTS: usize = 16;
+
+/// A bed with `backends` backends and [`CLIENTS`] client addresses per family.
+fn bed(backends: u8) -> TestBed {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    TestBed::new(TestBedOptions {
+        backends,
+        clients: CLIENTS,
+        ..TestBedOptions::default()
+    })
+    .expect("build the test bed")
+}
+
+/// `lb run` with `config` in `bed`.
+fn daemon<'bed>(bed: &'bed TestBed, config: &DaemonConfig) -> Daemon<'bed> {
+    let lb = Daemon::start(bed, config).unwrap_or_else(|e| panic!("start lb run: {e:#}"));
+    eprintln!("lb run answered after {:?}", lb.startup_time());
+    lb
+}
+
+/// Asserts that backend `k`'s share of `tally` is within 15% (relative) of `ideal`.
+fn assert_share(tally: &Tally, k: u8, ideal: f64) {
+    let share = tally.share(&backend_name(k));
+    assert!(
+        within(share, ideal, 0.15),
+        "b{k} has {:.2}% of the connections, outside 15% of the ideal {:.2}% \
+         ([{:.2}%, {:.2}%]): {tally}",
+        100.0 * share,
+        100.0 * ideal,
+        100.0 * ideal * 0.85,
+        100.0 * ideal * 1.15,
+    );
+}
