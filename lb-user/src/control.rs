@@ -96,13 +96,13 @@ impl Response {
 pub enum ClientError {
     /// The socket could not be reached.
     #[error(
-        "cannot reach the lb daemon at {path}: {source} (is `lb run` running, and are you root?)"
+        "cannot reach the lb daemon at {path}: {error} (is `lb run` running, and are you root?)"
     )]
     Connect {
         /// The socket path.
         path: String,
         /// The error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The exchange failed.
     #[error("talking to the lb daemon: {0}")]
@@ -124,9 +124,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`ClientError`], including the daemon's own error message as
 /// [`ClientError::Refused`].
 pub fn call(socket: &Path, request: &Request) -> Result<serde_json::Value, ClientError> {
-    let stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
+    let stream = UnixStream::connect(socket).map_err(|error| ClientError::Connect {
         path: socket.display().to_string(),
-        source,
+        error,
     })?;
     stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;

@@ -98,16 +98,16 @@ impl Op {
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// A table could not be built.
-    #[error("VIP {vip}: {source}")]
+    #[error("VIP {vip}: {error}")]
     Table {
         /// The VIP.
         vip: Vip,
         /// The builder's error.
-        source: MaglevError,
+        error: MaglevError,
     },
     /// Out of ids.
     #[error("{0}")]
-    Ids(#[from] IdError),
+    Ids(IdError),
     /// The tables would take more memory than allowed.
     #[error("table memory {need_mib} MiB exceeds limit {limit_mib} MiB")]
     Memory {
@@ -117,12 +117,12 @@ pub enum ApplyError {
         limit_mib: u64,
     },
     /// A map write failed; everything done before it was undone.
-    #[error("{step} failed: {source}; the previous state is kept{undo}")]
+    #[error("{step} failed: {error}; the previous state is kept{undo}")]
     Dataplane {
         /// The failed step.
         step: String,
         /// The data plane's error.
-        source: Box<DataplaneError>,
+        error: Box<DataplaneError>,
         /// Empty, or a note that undoing also failed.
         undo: String,
     },
@@ -202,10 +202,10 @@ pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyErro
     let mut vips = BTreeMap::new();
     for (vip, spec) in &desired.vips {
         let old = current.vips.get(vip);
-        let vip_id = next.ids.vip(*vip)?;
+        let vip_id = next.ids.vip(*vip).map_err(ApplyError::Ids)?;
         let mut backend_ids = BTreeMap::new();
         for (key, b) in &spec.backends {
-            let id = next.ids.backend(*vip, *key)?;
+            let id = next.ids.backend(*vip, *key).map_err(ApplyError::Ids)?;
             backend_ids.insert(*key, id);
             let new_entry = entry(key, b.state);
             let old_entry = entries.get(&id).copied();
@@ -260,7 +260,7 @@ pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyErro
             } else {
                 let t = Arc::new(
                     MaglevTable::build(&cache_key.0, spec.table_size, desired.maglev_seed)
-                        .map_err(|source| ApplyError::Table { vip: *vip, source })?,
+                        .map_err(|error| ApplyError::Table { vip: *vip, error })?,
                 );
                 next.builds_total += 1;
                 built.insert(cache_key, Arc::clone(&t));
@@ -474,7 +474,7 @@ pub(super) fn execute<D: Dataplane>(
     let mut undo: Vec<Op> = Vec::with_capacity(ops.len());
     for op in ops {
         let reverse = shadow.undo_of(op);
-        if let Err(source) = op.run(dp) {
+        if let Err(error) = op.run(dp) {
             let mut failures = Vec::new();
             for u in undo.iter().rev() {
                 if let Err(e) = u.run(dp) {
@@ -483,7 +483,7 @@ pub(super) fn execute<D: Dataplane>(
             }
             return Err(ApplyError::Dataplane {
                 step: op.describe(),
-                source: Box::new(source),
+                error: Box::new(error),
                 undo: if failures.is_empty() {
                     String::new()
                 } else {

@@ -147,6 +147,16 @@ fn bind_socket(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> 
 
 type Shared = Arc<Mutex<Service<KernelDataplane>>>;
 
+/// The control socket's file, removed on drop (at exit, and when start-up fails after
+/// the socket was bound).
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
@@ -238,6 +248,8 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     })
     .context("loading the XDP program")?;
     let listener = bind_socket(&config.control_socket)?;
+    // Removes the socket file however `run` ends from here on.
+    let _socket_file = SocketFile(config.control_socket.clone());
     // The maps are filled before the program is attached, so the first packet it sees
     // already meets the whole configuration.
     let (mut service, report) =
@@ -272,7 +284,6 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     } else {
         info!("detached from {}", config.interface);
     }
-    let _ = std::fs::remove_file(&config.control_socket);
     result
 }
 

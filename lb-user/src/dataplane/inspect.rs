@@ -24,7 +24,7 @@ pub struct Inspector {
 }
 
 fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
-    move |source| DataplaneError::Map { map, op, source }
+    move |error| DataplaneError::Map { map, op, error }
 }
 
 impl Inspector {
@@ -42,9 +42,9 @@ impl Inspector {
             })?;
         let ids = info
             .map_ids()
-            .map_err(|source| DataplaneError::Program {
+            .map_err(|error| DataplaneError::Program {
                 program: maps::XDP_PROGRAM,
-                source,
+                error,
             })?
             .unwrap_or_default();
         let (mut vips, mut tables, mut backends) = (None, None, None);
@@ -107,18 +107,18 @@ impl Inspector {
             .map_err(map_err(maps::TABLES, "inner info"))?
             .max_entries() as usize;
         let mapping =
-            table_map::Mapping::new(inner.fd().as_fd(), entries, false).map_err(|source| {
+            table_map::Mapping::new(inner.fd().as_fd(), entries, false).map_err(|error| {
                 DataplaneError::Syscall {
                     op: format!("mapping TABLES[{index}]"),
-                    source,
+                    error,
                 }
             })?;
         let (generation, slots) =
             mapping
                 .read_table()
-                .map_err(|source| DataplaneError::Syscall {
+                .map_err(|error| DataplaneError::Syscall {
                     op: format!("reading TABLES[{index}]"),
-                    source,
+                    error,
                 })?;
         Ok(Some(InstalledTable { generation, slots }))
     }

@@ -89,11 +89,11 @@ pub struct KernelDataplane {
 }
 
 fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
-    move |source| DataplaneError::Map { map, op, source }
+    move |error| DataplaneError::Map { map, op, error }
 }
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
-    move |source| DataplaneError::Program { program, source }
+    move |error| DataplaneError::Program { program, error }
 }
 
 /// Takes map `name` out of the object as the typed map `T`.
@@ -110,7 +110,7 @@ where
 fn xdp<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp, DataplaneError> {
     let prog = ebpf.program_mut(name).ok_or(DataplaneError::Program {
         program: name,
-        source: ProgramError::NotLoaded,
+        error: ProgramError::NotLoaded,
     })?;
     prog.try_into().map_err(prog_err(name))
 }
@@ -135,7 +135,8 @@ impl KernelDataplane {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::CONNTRACK, options.ct_capacity)
             .map_max_entries(maps::CONNTRACK_SYN, options.ct_syn_capacity)
-            .load(crate::EBPF_OBJECT)?;
+            .load(crate::EBPF_OBJECT)
+            .map_err(DataplaneError::Load)?;
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
@@ -256,9 +257,9 @@ impl KernelDataplane {
             .fd()
             .map_err(prog_err(target_name))?
             .try_clone()
-            .map_err(|source| DataplaneError::Syscall {
+            .map_err(|error| DataplaneError::Syscall {
                 op: format!("dup fd of {target_name}"),
-                source,
+                error,
             })?;
         self.bench_progs
             .set(0, &fd, 0)
@@ -424,7 +425,8 @@ impl PassProgram {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::CONNTRACK, 64)
             .map_max_entries(maps::CONNTRACK_SYN, 64)
-            .load(crate::EBPF_OBJECT)?;
+            .load(crate::EBPF_OBJECT)
+            .map_err(DataplaneError::Load)?;
         let prog = xdp(&mut ebpf, maps::EMPTY_PROGRAM)?;
         prog.load().map_err(prog_err(maps::EMPTY_PROGRAM))?;
         let link = prog
@@ -642,15 +644,15 @@ impl Dataplane for KernelDataplane {
         let zeros = aya::maps::PerCpuValues::try_from(vec![
             BackendStats::default();
             aya::util::nr_cpus().map_err(
-                |(op, source)| DataplaneError::Syscall {
+                |(op, error)| DataplaneError::Syscall {
                     op: op.to_owned(),
-                    source
+                    error
                 }
             )?
         ])
-        .map_err(|source| DataplaneError::Syscall {
+        .map_err(|error| DataplaneError::Syscall {
             op: "per-CPU zero values".to_owned(),
-            source,
+            error,
         })?;
         self.backend_stats
             .set(id, zeros, 0)

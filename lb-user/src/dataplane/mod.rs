@@ -32,33 +32,33 @@ pub use kernel::{
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
     /// The embedded object could not be parsed or its maps created.
-    #[error("loading the eBPF object: {0}")]
-    Load(#[from] aya::EbpfError),
+    #[error("loading the eBPF object: {}", chain(.0))]
+    Load(aya::EbpfError),
     /// A program operation (verify, attach, detach, test run) failed.
-    #[error("program {program}: {source}")]
+    #[error("program {program}: {}", chain(.error))]
     Program {
         /// Program name in the object.
         program: &'static str,
         /// What aya reported.
-        source: aya::programs::ProgramError,
+        error: aya::programs::ProgramError,
     },
     /// A map lookup or update failed.
-    #[error("map {map}: {op}: {source}")]
+    #[error("map {map}: {op}: {}", chain(.error))]
     Map {
         /// Map name in the object.
         map: &'static str,
         /// The operation (`update`, `lookup`, `delete`, ...).
         op: &'static str,
         /// What aya reported.
-        source: aya::maps::MapError,
+        error: aya::maps::MapError,
     },
     /// A BPF system call or mmap made directly (table maps) failed.
-    #[error("{op}: {source}")]
+    #[error("{op}: {error}")]
     Syscall {
         /// The operation.
         op: String,
         /// The kernel's error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A map the program must define is missing from the object.
     #[error("map {0} is missing from the eBPF object")]
@@ -72,6 +72,22 @@ pub enum DataplaneError {
     /// A failure injected by the in-memory fake.
     #[error("injected failure at {0}")]
     Injected(String),
+}
+
+/// An error and its causes on one line, `outer: inner: ...` (the data-plane errors
+/// carry aya's errors as text, not as `source()`, so that `{:#}` does not repeat them).
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let next = e.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = e.source();
+    }
+    text
 }
 
 /// How to attach the XDP program (kernel doc: `Documentation/networking/xdp-*` and
@@ -219,4 +235,28 @@ pub trait Dataplane {
     /// # Errors
     /// When the maps cannot be read.
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_print_their_causes_once() {
+        let io = std::io::Error::from_raw_os_error(libc::EOPNOTSUPP);
+        let e = DataplaneError::Syscall {
+            op: "creating a table map".into(),
+            error: io,
+        };
+        assert_eq!(
+            e.to_string(),
+            "creating a table map: Operation not supported (os error 95)"
+        );
+        assert!(
+            std::error::Error::source(&e).is_none(),
+            "no source: {{:#}} prints it once"
+        );
+        let nested = std::io::Error::other(DataplaneError::NotAttached);
+        assert_eq!(chain(&nested), "the program is not attached");
+    }
 }

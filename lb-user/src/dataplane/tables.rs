@@ -56,11 +56,11 @@ pub(crate) struct TableSet {
 }
 
 fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
-    move |source| DataplaneError::Map { map, op, source }
+    move |error| DataplaneError::Map { map, op, error }
 }
 
 fn syscall_err(op: String) -> impl FnOnce(std::io::Error) -> DataplaneError {
-    move |source| DataplaneError::Syscall { op, source }
+    move |error| DataplaneError::Syscall { op, error }
 }
 
 fn index(vip_id: u32, buffer: usize) -> u32 {
