@@ -5,8 +5,10 @@
 //!    pseudocode as a same-run yardstick, the fingerprint), then
 //!    `lb-user/benches/maglev_memory.rs` (median build time and peak heap memory as one
 //!    Markdown table).
-//! 2. The data-plane benchmark (BPF_PROG_TEST_RUN ns/packet against an empty XDP
-//!    program measured in the same run; needs root).
+//! 2. As root, `lb-bench`: the control-plane benchmark (backend change to live table
+//!    through the controller and the kernel maps), then the data-plane benchmark
+//!    (BPF_PROG_TEST_RUN ns/packet over an empty XDP program measured in the same run,
+//!    gateway and FIB next hop, and the verifier's instruction count).
 
 use anyhow::bail;
 
