@@ -230,14 +230,13 @@ pub const BENCH_FRAME_MAX: usize = 128;
 
 /// The single element of the `BENCH_FRAME` array (benchmark harness only).
 ///
-/// Layout (144 bytes): `len` 0..4, `vary_offset` 4..8, `counter` 8..12, `_pad` 12..16,
-/// `bytes` 16..144.
+/// The frame under test is exactly [`BENCH_FRAME_MAX`] bytes long (a constant the
+/// verifier can check).
+///
+/// Layout (136 bytes): `vary_offset` 0..4, `counter` 4..8, `bytes` 8..136.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BenchFrame {
-    /// Length of the frame under test; must equal [`BENCH_FRAME_MAX`] (the harness
-    /// restores exactly that many bytes, a constant the verifier can check).
-    pub len: u32,
     /// When non-zero, the byte offset (`4..=BENCH_FRAME_MAX - 4`) of a 4-byte field
     /// (e.g. the source address) that the harness overwrites with [`Self::counter`]
     /// before every repetition, so that every repetition is a new flow; 0 leaves the
@@ -245,20 +244,16 @@ pub struct BenchFrame {
     pub vary_offset: u32,
     /// Incremented by the harness on every repetition when `vary_offset` is set.
     pub counter: u32,
-    /// Explicit padding, always zero.
-    pub _pad: u32,
     /// The frame.
     pub bytes: [u8; BENCH_FRAME_MAX],
 }
-const _: () = assert!(size_of::<BenchFrame>() == 144);
+const _: () = assert!(size_of::<BenchFrame>() == 136);
 
 impl Default for BenchFrame {
     fn default() -> Self {
         Self {
-            len: 0,
             vary_offset: 0,
             counter: 0,
-            _pad: 0,
             bytes: [0; BENCH_FRAME_MAX],
         }
     }

@@ -80,7 +80,7 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     if info.live == 0 || !info.key.same_as(&p.key.vip) {
         return None;
     }
-    let choice = pinned(entry.backend_id, entry.vip_id, entry.vip_id)?;
+    let choice = keeps_flows(entry.backend_id)?;
     if p.key.vip.proto == PROTO_UDP {
         let now = now_coarse_ns();
         let idle = now.wrapping_sub(entry.last_seen_ns);
@@ -115,6 +115,12 @@ fn pinned(id: u32, entry_vip: u32, vip_id: u32) -> Option<Choice> {
     if entry_vip != vip_id {
         return None;
     }
+    keeps_flows(id)
+}
+
+/// Backend `id` if it may keep its conntrack flows (active or draining).
+#[inline(always)]
+fn keeps_flows(id: u32) -> Option<Choice> {
     let backend = BACKENDS.get(id)?;
     (backend.state == BACKEND_ACTIVE || backend.state == BACKEND_DRAINING)
         .then_some(Choice { id, backend })

@@ -267,12 +267,16 @@ fn warn_if_stale(lb: &Path, deps: &Path) {
 
 /// A directory under the system's temporary directory, removed on drop.
 #[derive(Debug)]
-struct TempDir {
+pub struct TempDir {
     path: PathBuf,
 }
 
 impl TempDir {
-    fn new(prefix: &str) -> anyhow::Result<Self> {
+    /// Creates `<tmp>/<prefix><pid>-<n>` (mode 0700), never reusing an existing path.
+    ///
+    /// # Errors
+    /// When the directory cannot be created.
+    pub fn new(prefix: &str) -> anyhow::Result<Self> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let path = std::env::temp_dir().join(format!(
             "{prefix}{}-{}",
@@ -283,6 +287,13 @@ impl TempDir {
         std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
         Ok(Self { path })
+    }
+}
+
+impl TempDir {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 

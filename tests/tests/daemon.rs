@@ -10,32 +10,19 @@ use std::{
 };
 
 use lb_common::types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING};
-use lb_tests::netns::NetNs;
+use lb_tests::{
+    daemon::{TempDir, lb_binary},
+    netns::NetNs,
+};
 use lb_user::{config::Vip, controller::report::Status, dataplane::Inspector};
 
-/// The `lb` binary next to this test's target directory.
-fn lb_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
-    let lb = dir.join("lb");
-    assert!(
-        lb.exists(),
-        "{} is missing: run `cargo build -p lb-user --bin lb` first (cargo xtask test does)",
-        lb.display()
-    );
-    lb
-}
-
 /// A running `lb run` inside a namespace, stopped (SIGTERM, then SIGKILL) on drop.
-struct Daemon {
+struct Daemon<'dir> {
     child: Option<Child>,
-    dir: PathBuf,
+    dir: &'dir Path,
 }
 
-impl Daemon {
+impl Daemon<'_> {
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("lb.log")).unwrap_or_default()
     }
@@ -67,20 +54,12 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
+impl Drop for Daemon<'_> {
     fn drop(&mut self) {
         if self.child.is_some() {
             let _ = self.stop();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lb-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String {
@@ -103,7 +82,7 @@ fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String 
     s
 }
 
-fn start(ns: &NetNs, dir: &Path) -> Daemon {
+fn start<'dir>(ns: &NetNs, dir: &'dir Path) -> Daemon<'dir> {
     let log = std::fs::File::create(dir.join("lb.log")).expect("log file");
     let child = Command::new("ip")
         .args(["netns", "exec", ns.name()])
@@ -117,7 +96,7 @@ fn start(ns: &NetNs, dir: &Path) -> Daemon {
         .expect("start lb run");
     let daemon = Daemon {
         child: Some(child),
-        dir: dir.to_path_buf(),
+        dir,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while lb(&daemon, &["status", "--json"]).status.code() != Some(0) {
@@ -131,7 +110,7 @@ fn start(ns: &NetNs, dir: &Path) -> Daemon {
     daemon
 }
 
-fn lb(daemon: &Daemon, args: &[&str]) -> Output {
+fn lb(daemon: &Daemon<'_>, args: &[&str]) -> Output {
     Command::new(lb_binary())
         .args(args)
         .arg("--socket")
@@ -140,7 +119,7 @@ fn lb(daemon: &Daemon, args: &[&str]) -> Output {
         .expect("run lb")
 }
 
-fn status(daemon: &Daemon) -> Status {
+fn status(daemon: &Daemon<'_>) -> Status {
     let out = lb(daemon, &["status", "--json"]);
     assert!(
         out.status.success(),
@@ -209,7 +188,7 @@ fn assert_maps_agree(ns: &NetNs, status: &Status) {
     }
 }
 
-fn wait_for(daemon: &Daemon, what: &str, f: impl Fn(&Status) -> bool) -> Status {
+fn wait_for(daemon: &Daemon<'_>, what: &str, f: impl Fn(&Status) -> bool) -> Status {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let s = status(daemon);
@@ -236,14 +215,15 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     // Backends on-link: the daemon has the kernel manage their neighbour entries.
     ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
         .expect("addr");
-    let dir = temp_dir("daemon");
-    let config = |b: &[(&str, u32)], size| config_text(&dir, b, size);
+    let tmp = TempDir::new("lbt-daemon-").expect("temp dir");
+    let dir = tmp.path();
+    let config = |b: &[(&str, u32)], size| config_text(dir, b, size);
     std::fs::write(
         dir.join("lb.toml"),
         config(&[("198.51.100.11", 1), ("198.51.100.12", 1)], 65_537),
     )
     .expect("config");
-    let mut daemon = start(&ns, &dir);
+    let mut daemon = start(&ns, dir);
 
     let s = status(&daemon);
     assert_eq!((s.interface.as_str(), s.mode.as_str()), ("lb0", "native"));
@@ -404,8 +384,9 @@ fn an_invalid_file_at_start_attaches_nothing() {
     let ns = NetNs::create("lbt-badcfg").expect("netns");
     ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
         .expect("veth");
-    let dir = temp_dir("badcfg");
-    let text = config_text(&dir, &[("198.51.100.11", 1)], 65_536);
+    let tmp = TempDir::new("lbt-badcfg-").expect("temp dir");
+    let dir = tmp.path();
+    let text = config_text(dir, &[("198.51.100.11", 1)], 65_536);
     std::fs::write(dir.join("lb.toml"), text).expect("config");
     let out = Command::new("ip")
         .args(["netns", "exec", ns.name()])
@@ -414,7 +395,6 @@ fn an_invalid_file_at_start_attaches_nothing() {
         .arg(dir.join("lb.toml"))
         .output()
         .expect("lb run");
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -432,10 +412,11 @@ fn without_privileges_it_refuses_with_a_hint() {
         lb_tests::is_root(),
         "privileged test: run as root (to drop privileges)"
     );
-    let dir = temp_dir("unpriv");
+    let tmp = TempDir::new("lbt-unpriv-").expect("temp dir");
+    let dir = tmp.path();
     std::fs::write(
         dir.join("lb.toml"),
-        config_text(&dir, &[("198.51.100.11", 1)], 65_537),
+        config_text(dir, &[("198.51.100.11", 1)], 65_537),
     )
     .expect("config");
     let out = Command::new("setpriv")
@@ -450,7 +431,6 @@ fn without_privileges_it_refuses_with_a_hint() {
         .arg(dir.join("lb.toml"))
         .output()
         .expect("setpriv (util-linux)");
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -112,6 +112,18 @@ pub struct Stats {
     pub vips: Vec<VipCounters>,
 }
 
+impl Stats {
+    /// Packets forwarded to `backend` (canonical address text) of `vip`
+    /// (`ADDR:PORT/PROTO`); 0 when either is not listed.
+    pub fn backend_packets(&self, vip: &str, backend: &str) -> u64 {
+        self.vips
+            .iter()
+            .find(|v| v.vip == vip)
+            .and_then(|v| v.backends.iter().find(|b| b.backend == backend))
+            .map_or(0, |b| b.packets.value)
+    }
+}
+
 /// The daemon's state.
 pub struct Service<D> {
     controller: Controller<D>,

@@ -268,10 +268,8 @@ impl KernelDataplane {
         // stay new in every run.
         let counter = self.bench_frame.get(&0, 0).map_or(0, |f| f.counter);
         let frame = BenchFrame {
-            len: u32::try_from(BENCH_FRAME_MAX).unwrap_or(u32::MAX),
             vary_offset,
             counter,
-            _pad: 0,
             bytes,
         };
         self.bench_frame

@@ -198,15 +198,7 @@ fn demo(progress: &Progress, bed: &TestBed, lb: &Daemon<'_>, vip: &str) -> anyho
         started.elapsed().as_secs_f64()
     ));
     let stats = lb.stats()?;
-    let lb_packets = |k: u8| {
-        let addr = backend_addr(k, false).to_string();
-        stats
-            .vips
-            .iter()
-            .find(|v| v.vip == vip)
-            .and_then(|v| v.backends.iter().find(|b| b.backend == addr))
-            .map_or(0, |b| b.packets.value)
-    };
+    let lb_packets = |k: u8| stats.backend_packets(vip, &backend_addr(k, false).to_string());
     let mut table = format!(
         "{:<8} {:<15} {:>11} {:>7} {:>7} {:>18}\n",
         "BACKEND", "ADDRESS", "CONNECTIONS", "SHARE", "IDEAL", "PACKETS (lb stats)"

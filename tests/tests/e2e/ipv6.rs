@@ -67,15 +67,8 @@ fn ipv6_vip_serves_tcp_end_to_end() {
     }
 
     let stats = lb.stats().expect("lb stats");
-    let packets = |vip: &str, k: u8, v6: bool| {
-        let addr = backend_addr(k, v6).to_string();
-        stats
-            .vips
-            .iter()
-            .find(|v| v.vip == vip)
-            .and_then(|v| v.backends.iter().find(|b| b.backend == addr))
-            .map_or(0, |b| b.packets.value)
-    };
+    let packets =
+        |vip: &str, k: u8, v6: bool| stats.backend_packets(vip, &backend_addr(k, v6).to_string());
     for k in 1..=3 {
         // At least SYN, ACK and three data segments per connection.
         let v6 = packets(&vip, k, true);

@@ -43,21 +43,8 @@ const UDP_FLOWS: usize = 100;
 
 /// Per-backend `packets` of `vip` in `stats`, for backends 1..=3.
 fn per_backend(stats: &Stats, vip: &str) -> [u64; 3] {
-    let v = stats
-        .vips
-        .iter()
-        .find(|v| v.vip == vip)
-        .unwrap_or_else(|| panic!("{vip} in lb stats"));
-    let mut out = [0; 3];
-    for (k, slot) in (1..=3).zip(&mut out) {
-        let addr = backend_addr(k, false).to_string();
-        *slot = v
-            .backends
-            .iter()
-            .find(|b| b.backend == addr)
-            .map_or(0, |b| b.packets.value);
-    }
-    out
+    assert!(stats.vips.iter().any(|v| v.vip == vip), "{vip} in lb stats");
+    [1, 2, 3].map(|k| stats.backend_packets(vip, &backend_addr(k, false).to_string()))
 }
 
 fn counter(stats: &Stats, vip: &str, name: &str) -> u64 {
