@@ -124,9 +124,9 @@ pub const BACKEND_DOWN: u8 = 3;
 
 /// Value of the `BACKENDS` array (index = backend id).
 ///
-/// Layout (20 bytes): `addr` 0..16 (network order), `family` 16, `state` 17,
-/// `_pad` 18..20 (zero).
-#[repr(C)]
+/// Layout (20 bytes, 4-byte aligned so the program reads `addr` as four words):
+/// `addr` 0..16 (network order), `family` 16, `state` 17, `_pad` 18..20 (zero).
+#[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BackendEntry {
     /// Backend address (outer destination of the encapsulated packet), network order.
@@ -162,6 +162,22 @@ pub struct FlowKey {
     pub _pad: [u8; 2],
 }
 const _: () = assert!(size_of::<FlowKey>() == 40);
+
+impl FlowKey {
+    /// The key whose 40 bytes are `words` in memory order (word 4 holds `vip.port`,
+    /// `vip.proto`, `vip.family`; word 9 holds `sport` and `_pad`).
+    ///
+    /// The eBPF program builds keys this way: whole-word stores, where field-by-field
+    /// initialisation lets LLVM turn runs of zero bytes into `memset` calls.
+    #[inline(always)]
+    #[must_use]
+    pub fn from_words(words: [u32; 10]) -> Self {
+        // SAFETY: FlowKey is repr(C), 40 bytes, without padding, and made only of
+        // integers, for which every bit pattern is valid; its alignment (4) equals
+        // the array's.
+        unsafe { core::mem::transmute::<[u32; 10], Self>(words) }
+    }
+}
 
 /// Value of the conntrack maps.
 ///

@@ -77,23 +77,7 @@ pub(crate) struct Ports {
     pub(crate) dst: u16,
 }
 
-/// The 16 address bytes of an IPv4 (first four) or IPv6 address held as words.
-#[inline(always)]
-pub(crate) fn addr_bytes(words: [u32; 4]) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    let mut i = 0;
-    while i < 4 {
-        let b = words[i].to_ne_bytes();
-        out[i * 4] = b[0];
-        out[i * 4 + 1] = b[1];
-        out[i * 4 + 2] = b[2];
-        out[i * 4 + 3] = b[3];
-        i += 1;
-    }
-    out
-}
-
-/// The words of 16 address bytes (inverse of [`addr_bytes`]).
+/// The words of 16 address bytes (network order kept: memory order).
 #[inline(always)]
 pub(crate) fn addr_words(bytes: &[u8; 16]) -> [u32; 4] {
     [

@@ -9,11 +9,11 @@
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
     stats::Reason,
-    types::{FAMILY_V4, FAMILY_V6, FlowKey, PROTO_TCP, PROTO_UDP, VipAddrKey, VipKey},
+    types::{FAMILY_V4, FAMILY_V6, FlowKey, PROTO_TCP, PROTO_UDP, VipAddrKey},
 };
 
 use crate::{
-    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, Ports, addr_bytes},
+    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, Ports},
     packet::{frame_len, ptr_at},
     select,
 };
@@ -93,17 +93,7 @@ fn parse_v4(ctx: &XdpContext) -> Result<Parsed, Reason> {
     if tot_len < hdr_len || ETH_LEN + tot_len > frame_len(ctx) {
         return Err(Reason::DropMalformedL3);
     }
-    let key = FlowKey {
-        vip: VipKey {
-            addr: addr_bytes([ip.dst, 0, 0, 0]),
-            port: 0,
-            proto: ip.proto,
-            family: FAMILY_V4,
-        },
-        src: addr_bytes([ip.src, 0, 0, 0]),
-        sport: 0,
-        _pad: [0; 2],
-    };
+    let key = flow_key([ip.dst, 0, 0, 0], [ip.src, 0, 0, 0], ip.proto, FAMILY_V4);
     if key.vip.proto != PROTO_TCP && key.vip.proto != PROTO_UDP {
         return Err(Reason::PassNonVip);
     }
@@ -126,17 +116,7 @@ fn parse_v6(ctx: &XdpContext) -> Result<Parsed, Reason> {
     if ETH_LEN + l3_len > frame_len(ctx) {
         return Err(Reason::DropMalformedL3);
     }
-    let mut key = FlowKey {
-        vip: VipKey {
-            addr: addr_bytes(ip.dst),
-            port: 0,
-            proto: 0,
-            family: FAMILY_V6,
-        },
-        src: addr_bytes(ip.src),
-        sport: 0,
-        _pad: [0; 2],
-    };
+    let mut key = flow_key(ip.dst, ip.src, 0, FAMILY_V6);
     let mut next = ip.next;
     let mut off = ETH_LEN + IPV6_LEN;
     let mut walked = 0;
@@ -178,6 +158,26 @@ fn parse_v6(ctx: &XdpContext) -> Result<Parsed, Reason> {
     }
     key.vip.proto = next;
     parse_l4(ctx, key, off, ETH_LEN + l3_len, l3_len)
+}
+
+/// The flow key of `src` → `dst` (address words in network order) with both ports zero.
+///
+/// Built as ten whole words: field-by-field, LLVM merges the zero bytes into `memset`
+/// calls, which BPF runs as a byte loop in a subprogram.
+#[inline(always)]
+fn flow_key(dst: [u32; 4], src: [u32; 4], proto: u8, family: u8) -> FlowKey {
+    FlowKey::from_words([
+        dst[0],
+        dst[1],
+        dst[2],
+        dst[3],
+        u32::from_ne_bytes([0, 0, proto, family]),
+        src[0],
+        src[1],
+        src[2],
+        src[3],
+        0,
+    ])
 }
 
 /// Reads the ports (and TCP flags) of the L4 header at `l4`, which must end before
