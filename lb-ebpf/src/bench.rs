@@ -14,9 +14,6 @@ use aya_ebpf::{
 };
 use lb_common::types::BENCH_FRAME_MAX;
 
-/// Bytes restored before every repetition (the Ethernet header).
-const RESTORE_LEN: usize = 14;
-
 use crate::{
     maps::{BENCH_FRAME, BENCH_PROGS},
     packet::{frame_len, ptr_at},
@@ -47,14 +44,21 @@ pub(crate) fn restore_and_call(ctx: &XdpContext) -> u32 {
     // Only the Ethernet header needs restoring: a program under test pushes at most an
     // Ethernet and an IP header in front of the unchanged inner packet, so once the
     // headroom is back, only the first 14 bytes differ from the original frame.
-    let Some(data) = ptr_at::<[u8; RESTORE_LEN]>(ctx, 0) else {
+    // Copied as seven 2-byte words with volatile stores: a plain 14-byte copy becomes a
+    // `memmove` call, a byte loop in a BPF subprogram.
+    let Some(data) = ptr_at::<[u16; 7]>(ctx, 0) else {
         return xdp_action::XDP_ABORTED;
     };
-    let Some(original) = frame.bytes.first_chunk::<RESTORE_LEN>() else {
-        return xdp_action::XDP_ABORTED;
-    };
-    // SAFETY: ptr_at checked the RESTORE_LEN bytes written.
-    unsafe { *data = *original };
+    let original = frame.bytes.as_ptr().cast::<[u16; 7]>();
+    // SAFETY: ptr_at checked the 14 bytes written; `bytes` (128 bytes at offset 8 of
+    // the 8-aligned map value) holds at least 14, 2-byte aligned.
+    unsafe {
+        let data = data.cast::<u16>();
+        let original = original.cast::<u16>();
+        for i in 0..7 {
+            core::ptr::write_volatile(data.add(i), *original.add(i));
+        }
+    }
     let at = frame.vary_offset as usize;
     if at != 0 && at + 4 <= BENCH_FRAME_MAX {
         frame.counter = frame.counter.wrapping_add(1);
