@@ -31,6 +31,12 @@ use lb_user::{
 const RUNS: usize = 5;
 const REPEAT: u32 = 1_000_000;
 const CPU: usize = 1;
+fn cpu() -> usize {
+    std::env::var("LB_BENCH_CPU")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(CPU)
+}
 
 /// One benchmarked packet.
 struct Case {
@@ -252,10 +258,61 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
     })
 }
 
+/// Command-line options (all optional): `--data-only` skips the control-plane part,
+/// `--case TEXT` keeps only data-plane cases whose name contains TEXT, `--ct N` sets the
+/// conntrack capacity (default 1,048,576), `--gateway-only` skips the FIB next hop,
+/// `--rounds N` measures the case list N times (default 1) to show the spread.
+#[derive(Default)]
+struct Options {
+    data_only: bool,
+    gateway_only: bool,
+    case: Option<String>,
+    ct: Option<u32>,
+    rounds: Option<usize>,
+}
+
+fn options() -> anyhow::Result<Options> {
+    let mut opts = Options::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--data-only" => opts.data_only = true,
+            "--gateway-only" => opts.gateway_only = true,
+            "--case" => opts.case = Some(args.next().context("--case needs a text")?),
+            "--rounds" => {
+                let n = args.next().context("--rounds needs a number")?;
+                opts.rounds = Some(
+                    n.parse()
+                        .with_context(|| format!("--rounds {n}: not a number"))?,
+                );
+            }
+            "--ct" => {
+                let n = args.next().context("--ct needs a number")?;
+                opts.ct = Some(
+                    n.parse()
+                        .with_context(|| format!("--ct {n}: not a number"))?,
+                );
+            }
+            other => bail!(
+                "unknown argument {other:?} (known: --data-only, --gateway-only, --case TEXT, --ct N, --rounds N)"
+            ),
+        }
+    }
+    Ok(opts)
+}
+
 fn main() -> anyhow::Result<()> {
+    let opts = options()?;
     if !lb_tests::is_root() {
         bail!("the data-plane benchmark loads XDP programs: run it as root");
     }
+    if !opts.data_only {
+        control_plane()?;
+    }
+    data_plane(&opts)
+}
+
+fn control_plane() -> anyhow::Result<()> {
     println!(
         "control plane: backend change -> new table live (Maglev build + write the idle table buffer + switch the VIP entry), median of 21"
     );
@@ -272,7 +329,11 @@ fn main() -> anyhow::Result<()> {
         );
     }
     println!();
-    let mut lb = Lb::with_ct(1_048_576, 65_536);
+    Ok(())
+}
+
+fn data_plane(opts: &Options) -> anyhow::Result<()> {
+    let mut lb = Lb::with_ct(opts.ct.unwrap_or(1_048_576), 65_536);
     setup(&mut lb);
     let ns = fib_namespace("lbbench").context("benchmark namespace")?;
     println!(
@@ -288,18 +349,26 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---:|---:|---:|");
     let results = ns
         .enter(|| -> anyhow::Result<()> {
-            lb_tests::pin_to_cpu(CPU).context("pinning the benchmark thread")?;
+            lb_tests::pin_to_cpu(cpu()).context("pinning the benchmark thread")?;
             let lb0 = ifindex("lb0");
             ensure!(lb0 != 0, "lb0 missing in the benchmark namespace");
             for (mode, ifindex) in [("gateway", None), ("fib", Some(lb0))] {
+                if opts.gateway_only && mode == "fib" {
+                    continue;
+                }
                 let mut cfg = default_config();
                 if mode == "fib" {
                     cfg.nexthop_mode = NEXTHOP_FIB;
                 }
                 lb.dp.set_config(&cfg)?;
                 lb.dp.flush_conntrack()?;
-                for case in cases() {
-                    if mode == "fib" && case.action != XDP_TX {
+                for case in (0..opts.rounds.unwrap_or(1)).flat_map(|_| cases()) {
+                    if mode == "fib" && case.action != XDP_TX
+                        || opts
+                            .case
+                            .as_ref()
+                            .is_some_and(|c| !case.name.contains(c.as_str()))
+                    {
                         continue;
                     }
                     let t = run_case(&mut lb, &case, ifindex)?;
