@@ -48,10 +48,16 @@ pub const BACKENDS: &str = "BACKENDS";
 /// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`] for
 /// established flows (TCP flows past the SYN, and UDP flows).
 pub const CONNTRACK: &str = "CONNTRACK";
-/// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`] for TCP
-/// flows of which only a SYN has been seen. Kept apart so that a SYN flood evicts other
-/// SYN-only entries, never established flows (../shared/cases BR-16).
-pub const CONNTRACK_SYN: &str = "CONNTRACK_SYN";
+/// `BPF_MAP_TYPE_PERCPU_ARRAY` of [`crate::types::SynEntry`]: the backend chosen for
+/// each TCP SYN, in slot `flow_hash & syn_cache_mask` of the receiving CPU, until the
+/// handshake's ACK promotes it into `CONNTRACK`. A direct-mapped per-CPU array instead of
+/// an LRU map: recording a SYN is one write to a cache-resident slot (no lock, no
+/// eviction walk), and a SYN flood only overwrites other SYNs' slots, never
+/// established flows (../shared/cases BR-16). The ACK finds the slot when it reaches
+/// the CPU of its SYN (NIC RSS hashes the 4-tuple); otherwise it is picked from the
+/// current table like an evicted SYN, which only differs if the table changed during
+/// the handshake.
+pub const SYN_CACHE: &str = "SYN_CACHE";
 /// Per-CPU array of one [`crate::stats::GlobalStats`].
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Per-CPU array: VIP id → [`crate::stats::VipStats`].
@@ -76,11 +82,11 @@ pub const TABLE_SLOTS: u32 = MAX_VIPS * 2;
 pub const MAX_BACKENDS: u32 = 65_536;
 /// Default capacity of `CONNTRACK` (the controller sets the real one at load time).
 pub const DEFAULT_CT_CAPACITY: u32 = 1_048_576;
-/// Default capacity of `CONNTRACK_SYN` (the controller sets the real one at load time).
-/// It only has to hold flows for one handshake round trip; a small map also keeps LRU
-/// eviction in cache under a SYN flood. A SYN-only entry that is evicted before the
-/// handshake completes only matters if the table changed meanwhile: the ACK is then
-/// re-hashed on the current table.
+/// Default slots per CPU of `SYN_CACHE` (a power of two; the controller sets the real
+/// one at load time). It only has to hold SYNs for one handshake round trip, and 16,384
+/// slots of 56 bytes (896 KiB per CPU) stay in the L2 cache. A SYN whose slot is taken
+/// by another before its handshake completes only matters if the table changed
+/// meanwhile: the ACK is then picked from the current table.
 pub const DEFAULT_CT_SYN_CAPACITY: u32 = 16_384;
 
 /// Number of `u32` header entries before the slots in an inner table map:

@@ -129,7 +129,7 @@ impl GlobalStats {
 
 /// Per-VIP counters (per-CPU `VIP_STATS`, index = VIP id).
 ///
-/// Layout (64 bytes, one cache line): eight `u64`.
+/// Layout (72 bytes): nine `u64`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipStats {
@@ -150,8 +150,12 @@ pub struct VipStats {
     pub ct_udp_expired: u64,
     /// Packets to the VIP that were dropped (any drop reason).
     pub drops: u64,
+    /// SYN-only state lost: a SYN took a `SYN_CACHE` slot still holding another flow's
+    /// SYN whose handshake had not completed there (SYN floods, or more handshakes in
+    /// flight than slots; ../shared/cases BR-16).
+    pub ct_syn_only_evicted: u64,
 }
-const _: () = assert!(size_of::<VipStats>() == 64);
+const _: () = assert!(size_of::<VipStats>() == 72);
 
 impl VipStats {
     /// Adds `other` field by field (summing per-CPU copies).
@@ -164,6 +168,9 @@ impl VipStats {
         self.ct_stale_repicked = self.ct_stale_repicked.wrapping_add(other.ct_stale_repicked);
         self.ct_udp_expired = self.ct_udp_expired.wrapping_add(other.ct_udp_expired);
         self.drops = self.drops.wrapping_add(other.drops);
+        self.ct_syn_only_evicted = self
+            .ct_syn_only_evicted
+            .wrapping_add(other.ct_syn_only_evicted);
     }
 }
 

@@ -37,7 +37,9 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 
 /// Value of the `VIPS` map.
 ///
-/// Layout (8 bytes): `vip_id` 0..4, `flags` 4..8.
+/// Layout (12 bytes): `vip_id` 0..4, `flags` 4..8, `epoch` 8..12. One hash-map update
+/// replaces the whole value, so a packet reads the live table buffer and its epoch as a
+/// consistent pair.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipEntry {
@@ -45,11 +47,15 @@ pub struct VipEntry {
     pub vip_id: u32,
     /// Bit set: [`VIP_TABLE_B`]; other bits zero.
     pub flags: u32,
+    /// Table epoch: a data-plane-wide counter, incremented by every table install of
+    /// any VIP (never reused, never 0 for an installed table). Conntrack entries record
+    /// the epoch of the table their backend came from ([`CtEntry::epoch`]).
+    pub epoch: u32,
 }
 
 /// Element of the `VIP_INFO` array (index = VIP id).
 ///
-/// Layout (24 bytes): `key` 0..20, `live` 20..24.
+/// Layout (28 bytes): `key` 0..20, `live` 20..24, `epoch` 24..28.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipInfo {
@@ -57,8 +63,13 @@ pub struct VipInfo {
     pub key: VipKey,
     /// 1 while the VIP is configured, 0 otherwise.
     pub live: u32,
+    /// Epoch of the VIP's live table ([`VipEntry::epoch`]). Written before the `VIPS`
+    /// entry switches to a new table, so it is never older than the table packets
+    /// pick from; the established-flow path only trusts a TCP conntrack entry whose
+    /// epoch equals it.
+    pub epoch: u32,
 }
-const _: () = assert!(size_of::<VipInfo>() == 24);
+const _: () = assert!(size_of::<VipInfo>() == 28);
 
 impl VipKey {
     /// Whether `self` and `other` are the same VIP, compared as five 32-bit words
@@ -95,7 +106,7 @@ impl VipEntry {
         self.vip_id * 2 + (self.flags & VIP_TABLE_B)
     }
 }
-const _: () = assert!(size_of::<VipEntry>() == 8);
+const _: () = assert!(size_of::<VipEntry>() == 12);
 
 /// Key of the `VIP_ADDRS` map: a VIP address without port and protocol.
 ///
@@ -177,11 +188,35 @@ impl FlowKey {
         // the array's.
         unsafe { core::mem::transmute::<[u32; 10], Self>(words) }
     }
+
+    /// The key's 40 bytes as ten `u32` in memory order (inverse of [`Self::from_words`]).
+    #[inline(always)]
+    #[must_use]
+    pub fn words(&self) -> [u32; 10] {
+        // SAFETY: as in from_words: same size and alignment, integers only.
+        unsafe { core::mem::transmute::<Self, [u32; 10]>(*self) }
+    }
+
+    /// Whether `self` and `other` are the same flow, compared as ten 32-bit words
+    /// (cheaper in BPF than a byte-wise comparison).
+    #[inline(always)]
+    #[must_use]
+    pub fn same_as(&self, other: &FlowKey) -> bool {
+        let (a, b) = (self.words(), other.words());
+        let mut diff = 0;
+        let mut i = 0;
+        while i < 10 {
+            diff |= a[i] ^ b[i];
+            i += 1;
+        }
+        diff == 0
+    }
 }
 
-/// Value of the conntrack maps.
+/// Value of the `CONNTRACK` map.
 ///
-/// Layout (16 bytes): `backend_id` 0..4, `vip_id` 4..8, `last_seen_ns` 8..16.
+/// Layout (24 bytes): `backend_id` 0..4, `vip_id` 4..8, `last_seen_ns` 8..16, `epoch`
+/// 16..20, `_pad` 20..24.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CtEntry {
@@ -192,8 +227,35 @@ pub struct CtEntry {
     /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE, ns) when the flow was last
     /// seen; maintained for UDP only (the idle timeout), 0 for TCP.
     pub last_seen_ns: u64,
+    /// Epoch ([`VipEntry::epoch`]) of a table that maps this flow to `backend_id`: the
+    /// table it was picked from, or a later one checked to agree. TCP only (0 for UDP).
+    pub epoch: u32,
+    /// Explicit padding, always zero.
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<CtEntry>() == 16);
+const _: () = assert!(size_of::<CtEntry>() == 24);
+
+/// Element of the per-CPU `SYN_CACHE` array: the choice made for a TCP SYN, kept until
+/// the handshake's ACK promotes it into `CONNTRACK` (or another SYN takes the slot).
+///
+/// Layout (56 bytes): `key` 0..40, `backend_id` 40..44, `vip_id` 44..48, `epoch`
+/// 48..52, `_pad` 52..56. An all-zero element is an empty slot (no real key has family
+/// 0); the program marks a promoted slot with `vip_id` = `MAX_VIPS` (no VIP has it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SynEntry {
+    /// The flow.
+    pub key: FlowKey,
+    /// Backend picked for its SYN.
+    pub backend_id: u32,
+    /// VIP the flow belongs to.
+    pub vip_id: u32,
+    /// Epoch of the table the backend was picked from.
+    pub epoch: u32,
+    /// Explicit padding, always zero.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<SynEntry>() == 56);
 
 /// `LbConfig::nexthop_mode`: next-hop MAC from `bpf_fib_lookup` on the outer
 /// destination (kernel routing and neighbour tables).
@@ -210,7 +272,7 @@ pub const CONFIG_VALID: u32 = 1;
 ///
 /// Layout (56 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
 /// `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `_pad` 35, `flags` 36..40,
-/// `hash_seed` 40..44, `_pad2` 44..48, `udp_timeout_ns` 48..56.
+/// `hash_seed` 40..44, `syn_cache_mask` 44..48, `udp_timeout_ns` 48..56.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LbConfig {
@@ -234,8 +296,10 @@ pub struct LbConfig {
     pub flags: u32,
     /// Seed of the flow hash ([`crate::hash::flow_hash`]).
     pub hash_seed: u32,
-    /// Explicit padding, always zero.
-    pub _pad2: u32,
+    /// `SYN_CACHE` slots per CPU minus one (the slot count is a power of two): a SYN's
+    /// slot is `flow_hash & syn_cache_mask`. The kernel data plane writes it from the
+    /// map's size; other writers' values are replaced.
+    pub syn_cache_mask: u32,
     /// UDP conntrack entries idle longer than this (ns) count as misses.
     pub udp_timeout_ns: u64,
 }
@@ -282,6 +346,7 @@ impl_pod!(
     VipAddrKey,
     BackendEntry,
     FlowKey,
+    SynEntry,
     CtEntry,
     LbConfig,
     BenchFrame

@@ -69,7 +69,13 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         .get(0)
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
     let bytes = packet::frame_len(ctx) as u64;
-    let ct = select::lookup_flow(&parsed);
+    // A SYN opens a connection: no conntrack lookup (see `select`).
+    let syn = select::is_syn(&parsed);
+    let ct = if syn {
+        None
+    } else {
+        select::lookup_flow(&parsed)
+    };
     // Established flows: no VIPS lookup.
     if let Some(cfg) = cfg
         && let Some((vip_id, choice)) = select::established(&parsed, ct, cfg)
@@ -92,7 +98,12 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         vip_stats.drops += 1;
         return verdict(Reason::DropBadConfig);
     };
-    match select::pick_backend(&parsed, &vip, cfg, vip_stats, ct) {
+    let picked = if syn {
+        select::pick_syn(&parsed, &vip, cfg, vip_stats)
+    } else {
+        select::pick_backend(&parsed, &vip, cfg, vip_stats, ct)
+    };
+    match picked {
         Ok(choice) => send(ctx, &parsed, choice, cfg, vip_stats, bytes),
         Err(reason) => {
             vip_stats.drops += 1;

@@ -1,7 +1,7 @@
 //! The program's maps (names, key/value types and sizes in `lb_common::maps`).
 //!
 //! All maps are BTF-defined (`#[btf_map]`, section `.maps`); userspace resizes the
-//! conntrack maps at load time.
+//! conntrack map and the SYN cache at load time.
 
 use aya_ebpf::{
     btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, ProgramArray},
@@ -14,7 +14,8 @@ use lb_common::{
     },
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
-        BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey, VipEntry, VipInfo, VipKey,
+        BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, SynEntry, VipAddrKey, VipEntry,
+        VipInfo, VipKey,
     },
 };
 
@@ -57,12 +58,8 @@ pub(crate) static CONNTRACK: LruHashMap<
 > = LruHashMap::new();
 
 #[btf_map]
-pub(crate) static CONNTRACK_SYN: LruHashMap<
-    FlowKey,
-    CtEntry,
-    { DEFAULT_CT_SYN_CAPACITY as usize },
-    { CT_MAP_FLAGS as usize },
-> = LruHashMap::new();
+pub(crate) static SYN_CACHE: PerCpuArray<SynEntry, { DEFAULT_CT_SYN_CAPACITY as usize }> =
+    PerCpuArray::new();
 
 #[btf_map]
 pub(crate) static GLOBAL_STATS: PerCpuArray<GlobalStats, 1> = PerCpuArray::new();

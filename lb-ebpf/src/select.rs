@@ -6,14 +6,26 @@
 //! else takes the full path below.
 //!
 //! Order for a VIP packet (../shared/DESIGN.md, "Flow semantics"):
-//! 1. `CONNTRACK` hit whose backend is active or draining (and, for UDP, not idle longer
-//!    than the timeout) wins; a hit on a backend that is down or removed, or of another
-//!    VIP generation, is re-picked and overwritten.
-//! 2. TCP packets other than a pure SYN: `CONNTRACK_SYN` (flows of which only a SYN was
-//!    seen) likewise; a non-SYN packet of such a flow promotes it into `CONNTRACK`.
-//! 3. Otherwise `table[flow_hash % M]` of the VIP's current Maglev table. The choice is
-//!    recorded: SYN-only TCP in `CONNTRACK_SYN`, other TCP (mid-flow after a restart or
-//!    eviction) and UDP in `CONNTRACK`; a TCP RST creates no entry.
+//! 1. A TCP SYN (SYN set, ACK and RST clear) opens a connection: it is picked from the
+//!    VIP's current table, `table[flow_hash % M]`, and the choice is written to the
+//!    receiving CPU's `SYN_CACHE` slot ([`pick_syn`]). It does not consult `CONNTRACK`
+//!    (as in Katran): a miss in a large hash map is a cache and TLB miss, the largest
+//!    cost of a new flow. A SYN that reuses the 4-tuple of an older connection is a new
+//!    connection and follows the current table (a drained backend gets no new
+//!    connection through port reuse either).
+//! 2. Other packets: a `CONNTRACK` hit whose backend is active or draining (and, for
+//!    UDP, not idle longer than the timeout) wins; a hit on a backend that is down or
+//!    removed, or of another VIP, is re-picked and overwritten. A TCP entry is trusted
+//!    directly only while its epoch equals the VIP's table epoch (`VIP_INFO`): then any
+//!    SYN since was picked from the very table that chose the entry's backend. After a
+//!    table change, [`pick_backend`] checks once whether a newer SYN of the 4-tuple went
+//!    elsewhere (its choice wins and replaces the entry), and re-labels the entry with
+//!    the current epoch when the current table agrees with it; entries that the change
+//!    moved keep their backend and keep being checked.
+//! 3. A TCP miss takes the SYN's choice from `SYN_CACHE` (the handshake completing: it
+//!    is promoted into `CONNTRACK`); otherwise, and for UDP, `table[flow_hash % M]` of
+//!    the current table, recorded in `CONNTRACK` (mid-flow TCP after a restart or an
+//!    eviction, new UDP flows). A TCP RST creates no entry.
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
@@ -24,18 +36,23 @@
 use aya_ebpf::helpers::generated::bpf_ktime_get_coarse_ns;
 use lb_common::{
     hash::{flow_hash, vip_filter_bit},
-    maps::{MAX_TABLE_SIZE, TABLE_HEADER_LEN, TABLE_SIZE_INDEX},
+    maps::{MAX_TABLE_SIZE, MAX_VIPS, TABLE_HEADER_LEN, TABLE_SIZE_INDEX},
     stats::{Reason, VipStats},
     types::{
-        BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CtEntry, LbConfig, PROTO_UDP, VipAddrKey,
-        VipEntry, VipKey,
+        BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CtEntry, LbConfig, PROTO_TCP, PROTO_UDP,
+        SynEntry, VipAddrKey, VipEntry, VipKey,
     },
 };
 
 use crate::{
-    maps::{BACKENDS, CONNTRACK, CONNTRACK_SYN, TABLES, VIP_ADDRS, VIP_FILTER, VIP_INFO, VIPS},
+    maps::{BACKENDS, CONNTRACK, SYN_CACHE, TABLES, VIP_ADDRS, VIP_FILTER, VIP_INFO, VIPS},
     parse::{Parsed, TCP_ACK, TCP_RST, TCP_SYN},
 };
+
+/// `SynEntry::vip_id` of a slot whose SYN was promoted (no VIP has it). Not `u32::MAX`:
+/// LLVM's BPF backend compares a zero-extended 32-bit load with that constant as a
+/// 64-bit jump whose immediate is sign-extended (`if r2 == -1`), which is never true.
+const SYN_SLOT_FREE: u32 = MAX_VIPS;
 
 /// A UDP entry's `last_seen_ns` is rewritten at most this often (ns), so a busy flow
 /// does not dirty its conntrack entry on every packet.
@@ -58,6 +75,12 @@ pub(crate) fn maybe_vip(key: &VipKey) -> bool {
         .is_some_and(|word| word & (1u64 << (bit % 64)) != 0)
 }
 
+/// Whether the packet opens a TCP connection: SYN set, ACK and RST clear.
+#[inline(always)]
+pub(crate) fn is_syn(p: &Parsed) -> bool {
+    p.key.vip.proto == PROTO_TCP && p.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST) == TCP_SYN
+}
+
 /// A conntrack entry of the packet's flow, from one lookup shared by both paths.
 pub(crate) type CtHit = Option<*mut CtEntry>;
 
@@ -68,9 +91,10 @@ pub(crate) fn lookup_flow(p: &Parsed) -> CtHit {
 }
 
 /// The fast path of an established flow: a conntrack hit whose VIP id still names the
-/// packet's VIP (`VIP_INFO`), on a backend that may keep it, and for UDP not idle past
-/// the timeout. Returns the VIP id and the backend; `None` sends the packet to the full
-/// path (which counts stale and expired entries).
+/// packet's VIP (`VIP_INFO`), on a backend that may keep it; for UDP not idle past the
+/// timeout, for TCP labelled with the VIP's current table epoch. Returns the VIP id and
+/// the backend; `None` sends the packet to the full path (which counts stale and
+/// expired entries and re-checks older TCP entries).
 #[inline(always)]
 pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32, Choice)> {
     // SAFETY: the pointer comes from a successful lookup and the value is only used
@@ -90,6 +114,8 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
         if idle > UDP_REFRESH_NS {
             entry.last_seen_ns = now;
         }
+    } else if entry.epoch != info.epoch {
+        return None;
     }
     Some((entry.vip_id, choice))
 }
@@ -132,7 +158,49 @@ fn now_coarse_ns() -> u64 {
     unsafe { bpf_ktime_get_coarse_ns() }
 }
 
-/// Chooses the backend for a VIP packet and maintains connection tracking.
+/// Chooses the backend for a TCP SYN from the VIP's current table and records the
+/// choice in this CPU's `SYN_CACHE` slot of the flow (step 1 of the module
+/// documentation).
+#[inline(always)]
+pub(crate) fn pick_syn(
+    p: &Parsed,
+    vip: &VipEntry,
+    cfg: &LbConfig,
+    stats: &mut VipStats,
+) -> Result<Choice, Reason> {
+    let hash = flow_hash(&p.key, cfg.hash_seed);
+    let choice = table_pick(vip, hash)?;
+    if let Some(slot) = SYN_CACHE.get_ptr_mut(hash & cfg.syn_cache_mask) {
+        // SAFETY: per-CPU array element, used only by this CPU during this run.
+        let slot = unsafe { &mut *slot };
+        if slot.vip_id != SYN_SLOT_FREE && slot.key.vip.family != 0 && !slot.key.same_as(&p.key) {
+            stats.ct_syn_only_evicted += 1;
+        }
+        slot.key = p.key;
+        slot.backend_id = choice.id;
+        slot.vip_id = vip.vip_id;
+        slot.epoch = vip.epoch;
+    }
+    stats.new_flows += 1;
+    Ok(choice)
+}
+
+/// This CPU's `SYN_CACHE` slot of the flow if it holds a SYN of this flow and VIP.
+#[inline(always)]
+fn syn_slot(
+    p: &Parsed,
+    vip: &VipEntry,
+    hash: u32,
+    cfg: &LbConfig,
+) -> Option<&'static mut SynEntry> {
+    let slot = SYN_CACHE.get_ptr_mut(hash & cfg.syn_cache_mask)?;
+    // SAFETY: per-CPU array element, used only by this CPU during this run.
+    let slot = unsafe { &mut *slot };
+    (slot.vip_id == vip.vip_id && slot.key.same_as(&p.key)).then_some(slot)
+}
+
+/// Chooses the backend for a VIP packet other than a TCP SYN and maintains connection
+/// tracking (steps 2 and 3 of the module documentation).
 #[inline(always)]
 pub(crate) fn pick_backend(
     p: &Parsed,
@@ -152,7 +220,7 @@ pub(crate) fn pick_backend(
         if let Some(choice) = pinned(entry.backend_id, entry.vip_id, vip.vip_id) {
             if !is_udp {
                 stats.ct_hits += 1;
-                return Ok(choice);
+                return Ok(recheck_tcp(p, vip, cfg, entry, choice));
             }
             now = now_coarse_ns();
             let idle = now.wrapping_sub(entry.last_seen_ns);
@@ -169,34 +237,36 @@ pub(crate) fn pick_backend(
         }
     }
 
-    let flags = p.tcp_flags;
-    let syn_only = flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
-    let rst = flags & TCP_RST != 0;
-    // A pure SYN skips CONNTRACK_SYN: it re-picks from the current table and overwrites
-    // any SYN-only entry (a retransmitted SYN lands on the same backend unless the table
-    // changed in between, and then the newest choice is the one recorded). This keeps
-    // the new-flow path to one conntrack lookup.
-    if !is_udp && !syn_only {
-        if let Some(entry) = CONNTRACK_SYN.get_ptr(&p.key) {
-            // SAFETY: as above; the 16-byte value is copied out at once.
-            let entry = unsafe { *entry };
-            if let Some(choice) = pinned(entry.backend_id, entry.vip_id, vip.vip_id) {
-                if !rst {
-                    // The handshake completed: the flow is established. An LRU insert
-                    // only fails on allocation failure; the flow then stays in
-                    // CONNTRACK_SYN, which still pins it.
-                    let _ = CONNTRACK.insert(&p.key, &entry, 0);
+    let hash = flow_hash(&p.key, cfg.hash_seed);
+    let rst = p.tcp_flags & TCP_RST != 0;
+    if !is_udp {
+        if let Some(slot) = syn_slot(p, vip, hash, cfg)
+            && let Some(choice) = pinned(slot.backend_id, slot.vip_id, vip.vip_id)
+        {
+            // The handshake completed: the flow is established where its SYN went. An
+            // LRU insert only fails on allocation failure; the next packet then takes
+            // the same choice from the slot again.
+            if !rst {
+                let entry = CtEntry {
+                    backend_id: choice.id,
+                    vip_id: vip.vip_id,
+                    last_seen_ns: 0,
+                    epoch: slot.epoch,
+                    _pad: 0,
+                };
+                if CONNTRACK.insert(&p.key, &entry, 0).is_ok() {
+                    slot.vip_id = SYN_SLOT_FREE;
                 }
-                stats.ct_hits += 1;
-                return Ok(choice);
             }
+            stats.ct_hits += 1;
+            return Ok(choice);
         }
         if !had_entry {
             stats.ct_misses_non_syn += 1;
         }
     }
 
-    let choice = table_pick(p, vip, cfg.hash_seed)?;
+    let choice = table_pick(vip, hash)?;
     if is_udp {
         if now == 0 {
             now = now_coarse_ns();
@@ -205,22 +275,21 @@ pub(crate) fn pick_backend(
             backend_id: choice.id,
             vip_id: vip.vip_id,
             last_seen_ns: now,
+            epoch: 0,
+            _pad: 0,
         };
+        // LRU maps evict instead of refusing inserts; a failed insert only loses the
+        // pin, never the packet (../shared/cases BR-16.T2).
         let _ = CONNTRACK.insert(&p.key, &entry, 0);
     } else if !rst {
         let entry = CtEntry {
             backend_id: choice.id,
             vip_id: vip.vip_id,
             last_seen_ns: 0,
+            epoch: vip.epoch,
+            _pad: 0,
         };
-        let map_result = if syn_only {
-            CONNTRACK_SYN.insert(&p.key, &entry, 0)
-        } else {
-            CONNTRACK.insert(&p.key, &entry, 0)
-        };
-        // LRU maps evict instead of refusing inserts; a failed insert only loses the
-        // pin, never the packet (../shared/cases BR-16.T2).
-        let _ = map_result;
+        let _ = CONNTRACK.insert(&p.key, &entry, 0);
     }
     if !rst {
         stats.new_flows += 1;
@@ -228,22 +297,67 @@ pub(crate) fn pick_backend(
     Ok(choice)
 }
 
-/// `table[flow_hash % M]` of the VIP's live Maglev table (the buffer its entry names).
+/// A TCP conntrack hit whose epoch is not the VIP's current one (the fast path declined
+/// it): the VIP changed tables since the entry's backend was chosen, so a SYN since
+/// may have reused the 4-tuple for a new connection and gone elsewhere. Returns the
+/// backend to use: that SYN's choice when its slot is still here (it replaces the
+/// entry), else the entry's own. The entry is re-labelled with the current epoch when
+/// the current table maps the flow to its backend, so that its next packets take the
+/// fast path again.
+#[inline(always)]
+fn recheck_tcp(
+    p: &Parsed,
+    vip: &VipEntry,
+    cfg: &LbConfig,
+    entry: &mut CtEntry,
+    choice: Choice,
+) -> Choice {
+    if entry.epoch == vip.epoch {
+        // `VIP_INFO` already names the next table while `VIPS` still selects this one.
+        return choice;
+    }
+    let hash = flow_hash(&p.key, cfg.hash_seed);
+    if let Some(slot) = syn_slot(p, vip, hash, cfg)
+        && slot.epoch >= entry.epoch
+        && let Some(newer) = pinned(slot.backend_id, slot.vip_id, vip.vip_id)
+    {
+        // Backend first: a reader on another CPU that sees the new backend with the old
+        // epoch only takes this path again.
+        entry.backend_id = newer.id;
+        entry.epoch = slot.epoch;
+        slot.vip_id = SYN_SLOT_FREE;
+        return newer;
+    }
+    if table_slot(vip, hash) == Ok(entry.backend_id) {
+        entry.epoch = vip.epoch;
+    }
+    choice
+}
+
+/// Backend id in slot `hash % M` of the VIP's live Maglev table (the buffer its entry
+/// names); 0 for an empty slot.
 ///
 /// `drop_bad_config` when the VIP has no table or its size is 0 or above
 /// `MAX_TABLE_SIZE` (a modulo by zero would return the dividend in BPF; ../shared/cases
-/// BR-04.T9); `drop_no_backend` when the slot is empty or its backend is not active.
+/// BR-04.T9).
 #[inline(always)]
-fn table_pick(p: &Parsed, vip: &VipEntry, seed: u32) -> Result<Choice, Reason> {
+fn table_slot(vip: &VipEntry, hash: u32) -> Result<u32, Reason> {
     let table = TABLES.get(vip.table_index()).ok_or(Reason::DropBadConfig)?;
     let size = *table.get(TABLE_SIZE_INDEX).ok_or(Reason::DropBadConfig)?;
     if size == 0 || size > MAX_TABLE_SIZE {
         return Err(Reason::DropBadConfig);
     }
-    let slot = flow_hash(&p.key, seed) % size;
-    let id = *table
-        .get(slot + TABLE_HEADER_LEN)
-        .ok_or(Reason::DropBadConfig)?;
+    table
+        .get(hash % size + TABLE_HEADER_LEN)
+        .copied()
+        .ok_or(Reason::DropBadConfig)
+}
+
+/// The backend in slot `hash % M` of the VIP's live table ([`table_slot`]);
+/// `drop_no_backend` when the slot is empty or its backend is not active.
+#[inline(always)]
+fn table_pick(vip: &VipEntry, hash: u32) -> Result<Choice, Reason> {
+    let id = table_slot(vip, hash)?;
     if id == 0 {
         return Err(Reason::DropNoBackend);
     }

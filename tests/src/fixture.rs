@@ -45,7 +45,7 @@ pub fn default_config() -> LbConfig {
         _pad: 0,
         flags: CONFIG_VALID,
         hash_seed: SEED,
-        _pad2: 0,
+        syn_cache_mask: 0,
         udp_timeout_ns: UDP_TIMEOUT_NS,
     }
 }
@@ -139,10 +139,17 @@ impl Lb {
 
     /// Like [`Lb::new`] with the given conntrack capacities.
     ///
+    /// Pins the calling thread to the CPU it runs on: `BPF_PROG_TEST_RUN` runs the
+    /// program on the caller's CPU, and the SYN cache is per CPU, so a test whose
+    /// thread migrated between a SYN and its ACK would see the cross-CPU case by chance.
+    ///
     /// # Panics
     /// When loading fails.
     pub fn with_ct(ct_capacity: u32, ct_syn_capacity: u32) -> Self {
         assert!(crate::is_root(), "privileged test: run as root");
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        crate::pin_to_cpu(usize::try_from(cpu).unwrap_or(0)).expect("pin the test thread");
         let mut dp = KernelDataplane::load(LoadOptions {
             ct_capacity,
             ct_syn_capacity,
@@ -198,7 +205,13 @@ impl Lb {
     pub fn vip(&mut self, vip_id: u32, addr: impl Into<IpAddr>, port: u16, proto: u8) -> VipKey {
         let key = vip_key(addr.into(), port, proto);
         self.dp
-            .set_vip(&key, &VipEntry { vip_id, flags: 0 })
+            .set_vip(
+                &key,
+                &VipEntry {
+                    vip_id,
+                    ..VipEntry::default()
+                },
+            )
             .expect("set vip");
         key
     }

@@ -9,7 +9,7 @@ use lb_common::{
     types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
-    fixture::{Lb, XDP_DROP, XDP_PASS, XDP_TX, default_config, flow_key, round_robin},
+    fixture::{Lb, SEED, XDP_DROP, XDP_PASS, XDP_TX, default_config, flow_key, round_robin},
     packets::{self, ACK, CLIENT4, Flow, L4, RST, SYN, VIP4},
 };
 use lb_user::dataplane::{CtTable, Dataplane as _, TableImage};
@@ -354,4 +354,162 @@ fn backend_states_are_honoured_per_state() {
             "state {state}"
         );
     }
+}
+
+#[test]
+fn a_syn_reusing_an_established_4tuple_follows_the_current_table() {
+    // A new connection on an old 4-tuple (port reuse) goes where the current table
+    // says, and its handshake's ACK follows the SYN, not the old conntrack entry.
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 2, 46000);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    lb.table(0, &[3; 65_537]);
+    // The old connection keeps its backend...
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"old")), (XDP_TX, b4(2)));
+    // ...a new one on the same 4-tuple does not.
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(3)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(3)));
+    let (table, entry) = lb
+        .dp
+        .lookup_flow(&flow_key(&flow, PROTO_TCP))
+        .expect("lookup")
+        .expect("pinned");
+    assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
+}
+
+#[test]
+fn a_reused_4tuple_follows_its_syn_when_the_table_changes_back() {
+    // Epoch order, not backend equality, decides: old entry on 2 (table A), SYN on 3
+    // (table B), then a table mapping the flow to 2 again: the handshake stays on 3.
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 2, 46100);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(3)));
+    lb.table(0, &[2; 65_537]);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(3)));
+}
+
+#[test]
+fn a_syn_during_a_handshake_table_change_keeps_the_handshake_together() {
+    // SYN picked from table A, table B moves the slot before the ACK: the ACK follows
+    // the SYN (its SYN cache slot), and so do later packets.
+    let mut lb = Lb::standard();
+    let sport = port_landing_on(&lb, 0, 80, 1, 46200);
+    let flow = Flow::new(CLIENT4, sport, VIP4, 80);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(1)));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(1)));
+    let (table, _) = lb
+        .dp
+        .lookup_flow(&flow_key(&flow, PROTO_TCP))
+        .expect("lookup")
+        .expect("pinned");
+    assert_eq!(table, CtTable::Established);
+}
+
+#[test]
+fn an_entry_the_new_table_agrees_with_is_relabelled_and_a_moved_one_is_not() {
+    let mut lb = Lb::standard();
+    let stays = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 1, 46300), VIP4, 80);
+    let moves = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46300), VIP4, 80);
+    assert_eq!(establish(&mut lb, &stays), b4(1));
+    assert_eq!(establish(&mut lb, &moves), b4(2));
+    let epoch = |lb: &Lb, f: &Flow| {
+        lb.dp
+            .lookup_flow(&flow_key(f, PROTO_TCP))
+            .expect("lookup")
+            .expect("pinned")
+            .1
+            .epoch
+    };
+    let before = epoch(&lb, &stays);
+    assert_eq!(epoch(&lb, &moves), before);
+    // Backend 2's slots go to 3; backend 1 keeps its own.
+    lb.table(0, &round_robin(65_537, &[1, 3, 3]));
+    assert_eq!(lb.predict(0, &stays, PROTO_TCP), 1);
+    assert_eq!(lb.predict(0, &moves, PROTO_TCP), 3);
+    for _ in 0..2 {
+        assert_eq!(lb.send(&stays.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
+        assert_eq!(lb.send(&moves.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(2)));
+    }
+    assert!(
+        epoch(&lb, &stays) > before,
+        "checked once, then on the fast path"
+    );
+    assert_eq!(
+        epoch(&lb, &moves),
+        before,
+        "keeps being checked for a newer SYN"
+    );
+}
+
+#[test]
+fn a_syn_taking_another_handshakes_slot_is_counted() {
+    // Two flows whose SYN cache slots collide (same flow hash bits under the mask).
+    let mut lb = Lb::standard();
+    let mask = 4_096 - 1;
+    let slot = |p: u16| {
+        lb_common::hash::flow_hash(&flow_key(&Flow::new(CLIENT4, p, VIP4, 80), PROTO_TCP), SEED)
+            & mask
+    };
+    let first = 47000;
+    let second = (first + 1..u16::MAX)
+        .find(|&p| slot(p) == slot(first))
+        .expect("a colliding port");
+    let a = Flow::new(CLIENT4, first, VIP4, 80);
+    let b = Flow::new(CLIENT4, second, VIP4, 80);
+    assert_eq!(lb.send(&a.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_syn_only_evicted, 0);
+    // A retransmitted SYN of the same flow is not an eviction.
+    assert_eq!(lb.send(&a.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_syn_only_evicted, 0);
+    assert_eq!(lb.send(&b.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_syn_only_evicted, 1);
+    // A completed handshake frees its slot: the next SYN there evicts nothing.
+    assert_eq!(lb.send(&b.frame(L4::Tcp(ACK), &[])).0, XDP_TX);
+    assert_eq!(lb.send(&a.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_syn_only_evicted, 1);
+    // a's SYN-only state was lost, and it keeps no stale choice: its ACK follows the
+    // table like any miss.
+    let expected = lb.predict(0, &a, PROTO_TCP);
+    assert_eq!(lb.send(&a.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(expected)));
+}
+
+#[test]
+fn a_handshake_split_across_cpus_follows_the_table() {
+    // The SYN cache is per CPU: an ACK on another CPU than its SYN (no RSS affinity)
+    // is picked from the current table, which is the SYN's choice unless the table
+    // changed during the handshake; it is then established like any other flow.
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        eprintln!("single CPU: nothing to check");
+        return;
+    }
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 46400), VIP4, 80);
+    for (cpu, l4, payload) in [
+        (0, SYN, &b""[..]),
+        (1, ACK, &b""[..]),
+        (0, ACK, &b"data"[..]),
+    ] {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                lb_tests::pin_to_cpu(cpu).expect("pin");
+                assert_eq!(lb.send(&flow.frame(L4::Tcp(l4), payload)), (XDP_TX, b4(3)));
+            })
+            .join()
+            .expect("sender");
+        });
+    }
+    let (table, entry) = lb
+        .dp
+        .lookup_flow(&flow_key(&flow, PROTO_TCP))
+        .expect("lookup")
+        .expect("pinned");
+    assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
 }

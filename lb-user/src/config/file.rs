@@ -78,7 +78,7 @@ pub struct ConntrackFile {
     /// Established-flow entries.
     #[serde(default)]
     pub capacity: Option<UInt<u32>>,
-    /// SYN-only entries.
+    /// SYN cache slots per CPU (a power of two).
     #[serde(default)]
     pub syn_capacity: Option<UInt<u32>>,
     /// UDP idle timeout (seconds).

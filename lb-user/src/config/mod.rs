@@ -129,7 +129,7 @@ pub struct Config {
     pub nexthop: Nexthop,
     /// Capacity of the established-flow conntrack map.
     pub ct_capacity: u32,
-    /// Capacity of the SYN-only conntrack map.
+    /// SYN cache slots per CPU (a power of two).
     pub ct_syn_capacity: u32,
     /// UDP idle timeout.
     pub udp_timeout: Duration,

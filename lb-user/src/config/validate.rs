@@ -34,7 +34,8 @@ const TABLE_SLOT_BYTES: u64 = 8;
 const TABLE_HEADER: u64 = lb_common::maps::TABLE_HEADER_LEN as u64;
 
 const CT_CAPACITY_RANGE: (u32, u32) = (1_024, 64 << 20);
-const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 64 << 20);
+/// SYN cache slots per CPU (56 bytes each): 14 KiB to 56 MiB per CPU.
+const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
 const MTU_RANGE: (u16, u16) = (576, 65_535);
 /// IPv6 links carry at least 1,280 bytes (RFC 8200 section 5).
@@ -244,6 +245,16 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
         ),
         CT_SYN_CAPACITY_RANGE,
     );
+    if !ct_syn_capacity.is_power_of_two() {
+        r.error(
+            "conntrack.syn_capacity",
+            format!(
+                "expected a power of two (SYN cache slots per CPU), got {ct_syn_capacity}; the nearest are {} and {}",
+                ct_syn_capacity.checked_next_power_of_two().map_or(0, |n| n / 2),
+                ct_syn_capacity.checked_next_power_of_two().unwrap_or(0)
+            ),
+        );
+    }
     let default_timeout = u32::try_from(DEFAULT_UDP_TIMEOUT.as_secs()).unwrap_or(u32::MAX);
     let udp_timeout_secs = in_range(
         &mut r,

@@ -55,7 +55,7 @@ impl Globals {
             _pad: 0,
             flags: CONFIG_VALID,
             hash_seed: self.hash_seed,
-            _pad2: 0,
+            syn_cache_mask: 0,
             udp_timeout_ns: u64::try_from(self.udp_timeout.as_nanos()).unwrap_or(u64::MAX),
         }
     }

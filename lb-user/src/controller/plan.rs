@@ -324,7 +324,13 @@ pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyErro
             }
         };
         if old.is_none() {
-            tables.push(Op::SetVip(vip.key(), VipEntry { vip_id, flags: 0 }));
+            tables.push(Op::SetVip(
+                vip.key(),
+                VipEntry {
+                    vip_id,
+                    ..VipEntry::default()
+                },
+            ));
         }
         vips.insert(*vip, applied);
     }
@@ -402,7 +408,7 @@ impl Shadow {
                         vip.key(),
                         VipEntry {
                             vip_id: v.id,
-                            flags: 0,
+                            ..VipEntry::default()
                         },
                     )
                 })

@@ -474,7 +474,7 @@ fn flow_reports_the_table_choice_and_the_conntrack_pin() {
             lb_common::types::CtEntry {
                 backend_id: id,
                 vip_id: 0,
-                last_seen_ns: 0,
+                ..Default::default()
             },
         ),
     );

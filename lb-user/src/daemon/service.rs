@@ -84,7 +84,7 @@ pub struct VipCounters {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
     /// Counters (packets, bytes, new_flows, ct_hits, ct_misses_non_syn,
-    /// ct_stale_repicked, ct_udp_expired, drops).
+    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted).
     pub counters: Vec<Counter>,
     /// Per-backend counters.
     pub backends: Vec<BackendCounters>,
@@ -368,6 +368,7 @@ impl<D: Dataplane> Service<D> {
                         ("ct_stale_repicked", v.ct_stale_repicked),
                         ("ct_udp_expired", v.ct_udp_expired),
                         ("drops", v.drops),
+                        ("ct_syn_only_evicted", v.ct_syn_only_evicted),
                     ]
                 };
                 let old_fields = old.as_ref().map(fields);

@@ -12,12 +12,12 @@ use aya::{
     programs::{ProgramError, TestRun as _, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId},
 };
 use lb_common::{
-    hash::vip_filter_bit,
+    hash::{flow_hash, vip_filter_bit},
     maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
-        BENCH_FRAME_MAX, BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, VipAddrKey,
-        VipEntry, VipInfo, VipKey,
+        BENCH_FRAME_MAX, BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, SynEntry,
+        VipAddrKey, VipEntry, VipKey,
     },
 };
 
@@ -30,7 +30,7 @@ use super::{
 pub struct LoadOptions {
     /// Capacity of the established-flow conntrack map (entries).
     pub ct_capacity: u32,
-    /// Capacity of the SYN-only conntrack map (entries).
+    /// Slots per CPU of the SYN cache (`SYN_CACHE`); a power of two.
     pub ct_syn_capacity: u32,
 }
 
@@ -74,11 +74,14 @@ pub struct KernelDataplane {
     config: Array<MapData, LbConfig>,
     vip_addrs: HashMap<MapData, VipAddrKey, u32>,
     vip_filter: Array<MapData, u64>,
-    vip_info: Array<MapData, VipInfo>,
     tables: Arc<Mutex<TableSet>>,
     backends: Array<MapData, BackendEntry>,
     conntrack: HashMap<MapData, FlowKey, CtEntry>,
-    conntrack_syn: HashMap<MapData, FlowKey, CtEntry>,
+    syn_cache: PerCpuArray<MapData, SynEntry>,
+    /// Slots per CPU of `syn_cache`.
+    syn_slots: u32,
+    /// The configuration last written (its hash seed locates SYN cache slots).
+    written_config: Option<LbConfig>,
     global_stats: PerCpuArray<MapData, GlobalStats>,
     vip_stats: PerCpuArray<MapData, VipStats>,
     backend_stats: PerCpuArray<MapData, BackendStats>,
@@ -132,9 +135,15 @@ impl KernelDataplane {
     /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
     /// without `CAP_BPF`), [`DataplaneError::Program`] when the verifier rejects it.
     pub fn load(options: LoadOptions) -> Result<Self, DataplaneError> {
+        if !options.ct_syn_capacity.is_power_of_two() {
+            return Err(DataplaneError::OutOfRange(format!(
+                "SYN cache slots {} is not a power of two",
+                options.ct_syn_capacity
+            )));
+        }
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::CONNTRACK, options.ct_capacity)
-            .map_max_entries(maps::CONNTRACK_SYN, options.ct_syn_capacity)
+            .map_max_entries(maps::SYN_CACHE, options.ct_syn_capacity)
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
@@ -151,16 +160,18 @@ impl KernelDataplane {
             take(&mut ebpf, maps::TABLES)?,
             tables_raw,
             take(&mut ebpf, maps::VIPS)?,
+            take(&mut ebpf, maps::VIP_INFO)?,
         );
         Ok(Self {
             config: take(&mut ebpf, maps::CONFIG)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
             vip_filter: take(&mut ebpf, maps::VIP_FILTER)?,
-            vip_info: take(&mut ebpf, maps::VIP_INFO)?,
             tables: Arc::new(Mutex::new(tables)),
             backends: take(&mut ebpf, maps::BACKENDS)?,
             conntrack: take(&mut ebpf, maps::CONNTRACK)?,
-            conntrack_syn: take(&mut ebpf, maps::CONNTRACK_SYN)?,
+            syn_cache: take(&mut ebpf, maps::SYN_CACHE)?,
+            syn_slots: options.ct_syn_capacity,
+            written_config: None,
             global_stats: take(&mut ebpf, maps::GLOBAL_STATS)?,
             vip_stats: take(&mut ebpf, maps::VIP_STATS)?,
             backend_stats: take(&mut ebpf, maps::BACKEND_STATS)?,
@@ -309,51 +320,72 @@ impl KernelDataplane {
         lock(&self.tables).install_raw(vip_id, raw)
     }
 
-    /// Removes one flow from both conntrack maps (operator tooling and tests).
+    /// Removes one flow from `CONNTRACK` and from every CPU's `SYN_CACHE` (operator
+    /// tooling and tests).
     ///
     /// # Errors
     /// Map failures other than "not found".
     pub fn delete_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
-        for (map, name) in [
-            (&mut self.conntrack, maps::CONNTRACK),
-            (&mut self.conntrack_syn, maps::CONNTRACK_SYN),
-        ] {
-            match map.remove(key) {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
-                Err(MapError::SyscallError(e))
-                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-                Err(e) => return Err(map_err(name, "delete")(e)),
+        match self.conntrack.remove(key) {
+            Ok(()) | Err(MapError::KeyNotFound) => {}
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(map_err(maps::CONNTRACK, "delete")(e)),
+        }
+        if let Some(index) = self.syn_slot(key) {
+            let mut values = self
+                .syn_cache
+                .get(&index, 0)
+                .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
+            if values.iter().any(|v| v.key == *key) {
+                let cleared: Vec<SynEntry> = values
+                    .iter()
+                    .map(|v| {
+                        if v.key == *key {
+                            SynEntry::default()
+                        } else {
+                            *v
+                        }
+                    })
+                    .collect();
+                values = per_cpu_values(cleared)?;
+                self.syn_cache
+                    .set(index, values, 0)
+                    .map_err(map_err(maps::SYN_CACHE, "update"))?;
             }
         }
         Ok(())
     }
 
-    /// Empties both conntrack maps.
+    /// Empties `CONNTRACK` and every CPU's `SYN_CACHE`.
     ///
     /// # Errors
     /// Map failures.
     pub fn flush_conntrack(&mut self) -> Result<(), DataplaneError> {
-        for (map, name) in [
-            (&mut self.conntrack, maps::CONNTRACK),
-            (&mut self.conntrack_syn, maps::CONNTRACK_SYN),
-        ] {
-            let keys: Vec<FlowKey> = map
-                .keys()
-                .collect::<Result<_, _>>()
-                .map_err(map_err(name, "iterate"))?;
-            for key in keys {
-                match map.remove(&key) {
-                    Ok(()) | Err(MapError::KeyNotFound) => {}
-                    Err(MapError::SyscallError(e))
-                        if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-                    Err(e) => return Err(map_err(name, "delete")(e)),
-                }
+        let keys: Vec<FlowKey> = self
+            .conntrack
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(maps::CONNTRACK, "iterate"))?;
+        for key in keys {
+            match self.conntrack.remove(&key) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(map_err(maps::CONNTRACK, "delete")(e)),
             }
+        }
+        let cpus = nr_cpus()?;
+        for index in 0..self.syn_slots {
+            let zeros = per_cpu_values(vec![SynEntry::default(); cpus])?;
+            self.syn_cache
+                .set(index, zeros, 0)
+                .map_err(map_err(maps::SYN_CACHE, "update"))?;
         }
         Ok(())
     }
 
-    /// Number of entries in (established, SYN-only) conntrack.
+    /// Number of (established flows in `CONNTRACK`, SYN-only flows held in `SYN_CACHE`
+    /// slots over all CPUs).
     ///
     /// # Errors
     /// Map failures.
@@ -363,13 +395,44 @@ impl KernelDataplane {
             .keys()
             .try_fold(0usize, |n, k| k.map(|_| n + 1))
             .map_err(map_err(maps::CONNTRACK, "iterate"))?;
-        let syn = self
-            .conntrack_syn
-            .keys()
-            .try_fold(0usize, |n, k| k.map(|_| n + 1))
-            .map_err(map_err(maps::CONNTRACK_SYN, "iterate"))?;
+        let mut syn = 0;
+        for index in 0..self.syn_slots {
+            let values = self
+                .syn_cache
+                .get(&index, 0)
+                .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
+            syn += values.iter().filter(|v| syn_held(v)).count();
+        }
         Ok((established, syn))
     }
+
+    /// The `SYN_CACHE` index of `key` under the configuration last written.
+    fn syn_slot(&self, key: &FlowKey) -> Option<u32> {
+        let cfg = self.written_config.as_ref()?;
+        Some(flow_hash(key, cfg.hash_seed) & (self.syn_slots - 1))
+    }
+}
+
+/// Whether a `SYN_CACHE` element holds a SYN: not empty (family 0), not promoted (the
+/// program then sets `vip_id` to `MAX_VIPS`, an id no VIP has).
+fn syn_held(v: &SynEntry) -> bool {
+    v.key.vip.family != 0 && v.vip_id < MAX_VIPS
+}
+
+fn nr_cpus() -> Result<usize, DataplaneError> {
+    aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
+        op: op.to_owned(),
+        error,
+    })
+}
+
+fn per_cpu_values<T: aya::Pod>(
+    values: Vec<T>,
+) -> Result<aya::maps::PerCpuValues<T>, DataplaneError> {
+    aya::maps::PerCpuValues::try_from(values).map_err(|error| DataplaneError::Syscall {
+        op: "per-CPU values".to_owned(),
+        error,
+    })
 }
 
 fn run_program(
@@ -422,7 +485,7 @@ impl PassProgram {
     pub fn attach(iface: &str) -> Result<Self, DataplaneError> {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::CONNTRACK, 64)
-            .map_max_entries(maps::CONNTRACK_SYN, 64)
+            .map_max_entries(maps::SYN_CACHE, 64)
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
         let prog = xdp(&mut ebpf, maps::EMPTY_PROGRAM)?;
@@ -536,9 +599,15 @@ impl Dataplane for KernelDataplane {
     }
 
     fn set_config(&mut self, config: &LbConfig) -> Result<(), DataplaneError> {
+        let config = LbConfig {
+            syn_cache_mask: self.syn_slots - 1,
+            ..*config
+        };
         self.config
             .set(0, config, 0)
-            .map_err(map_err(maps::CONFIG, "update"))
+            .map_err(map_err(maps::CONFIG, "update"))?;
+        self.written_config = Some(config);
+        Ok(())
     }
 
     fn set_backend(&mut self, id: u32, entry: &BackendEntry) -> Result<(), DataplaneError> {
@@ -571,11 +640,8 @@ impl Dataplane for KernelDataplane {
         check_vip_id(entry.vip_id)?;
         let addr = addr_key(key);
         let is_new = !self.vip_keys.contains_key(key);
-        // Before the VIPS entry: its filter bit and its id's info, so that neither the
-        // filter nor the established-flow path can miss it.
-        self.vip_info
-            .set(entry.vip_id, VipInfo { key: *key, live: 1 }, 0)
-            .map_err(map_err(maps::VIP_INFO, "update"))?;
+        // Before the VIPS entry: its filter bit (and, in the table set, its id's info),
+        // so that neither the filter nor the established-flow path can miss it.
         self.write_filter_word(key, Some(key))?;
         if is_new {
             let count = self.vip_addrs.get(&addr, 0).unwrap_or(0);
@@ -597,11 +663,8 @@ impl Dataplane for KernelDataplane {
 
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
         lock(&self.tables).remove_vip(key)?;
-        if let Some(entry) = self.vip_keys.remove(key) {
-            // After the VIPS entry is gone: the id's info and the filter bit.
-            self.vip_info
-                .set(entry.vip_id, VipInfo::default(), 0)
-                .map_err(map_err(maps::VIP_INFO, "update"))?;
+        if self.vip_keys.remove(key).is_some() {
+            // After the VIPS entry (and its id's info) is gone: the filter bit.
             self.write_filter_word(key, None)?;
             self.release_address(&addr_key(key))?;
         }
@@ -639,36 +702,40 @@ impl Dataplane for KernelDataplane {
 
     fn reset_backend_stats(&mut self, id: u32) -> Result<(), DataplaneError> {
         check_backend_id(id)?;
-        let zeros = aya::maps::PerCpuValues::try_from(vec![
-            BackendStats::default();
-            aya::util::nr_cpus().map_err(
-                |(op, error)| DataplaneError::Syscall {
-                    op: op.to_owned(),
-                    error
-                }
-            )?
-        ])
-        .map_err(|error| DataplaneError::Syscall {
-            op: "per-CPU zero values".to_owned(),
-            error,
-        })?;
+        let zeros = per_cpu_values(vec![BackendStats::default(); nr_cpus()?])?;
         self.backend_stats
             .set(id, zeros, 0)
             .map_err(map_err(maps::BACKEND_STATS, "update"))
     }
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
-        for (map, name, table) in [
-            (&self.conntrack, maps::CONNTRACK, CtTable::Established),
-            (&self.conntrack_syn, maps::CONNTRACK_SYN, CtTable::SynOnly),
-        ] {
-            match map.get(key, 0) {
-                Ok(entry) => return Ok(Some((table, entry))),
-                Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(map_err(name, "lookup")(e)),
-            }
+        match self.conntrack.get(key, 0) {
+            Ok(entry) => return Ok(Some((CtTable::Established, entry))),
+            Err(MapError::KeyNotFound) => {}
+            Err(e) => return Err(map_err(maps::CONNTRACK, "lookup")(e)),
         }
-        Ok(None)
+        let Some(index) = self.syn_slot(key) else {
+            return Ok(None);
+        };
+        let values = self
+            .syn_cache
+            .get(&index, 0)
+            .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
+        Ok(values
+            .iter()
+            .find(|v| syn_held(v) && v.key == *key)
+            .map(|v| {
+                (
+                    CtTable::SynOnly,
+                    CtEntry {
+                        backend_id: v.backend_id,
+                        vip_id: v.vip_id,
+                        last_seen_ns: 0,
+                        epoch: v.epoch,
+                        _pad: 0,
+                    },
+                )
+            }))
     }
 }
 

@@ -7,8 +7,13 @@
 //!    so no packet can still be reading it;
 //! 2. write the header and slots into it through its mmap (a new map, inserted into
 //!    `TABLES`, when the buffer does not exist yet or has another size);
-//! 3. switch the VIP's `VIPS` entry to it — one hash-map update, after which new packets
-//!    read only the new table; the old buffer becomes stale.
+//! 3. give it the next table epoch (a counter over all installs, see
+//!    `lb_common::types::VipEntry::epoch`), write that epoch into the VIP's `VIP_INFO`
+//!    element, then switch the VIP's `VIPS` entry (buffer and epoch) to it — one
+//!    hash-map update, after which new packets read only the new table; the old buffer
+//!    becomes stale. `VIP_INFO` goes first so that it never names an older table than
+//!    the one packets pick from: the established-flow path trusts a TCP conntrack
+//!    entry only when its epoch equals `VIP_INFO`'s.
 //!
 //! The grace period is the kernel's own: re-setting an existing `TABLES` entry makes the
 //! update wait in `synchronize_rcu()` (`maybe_wait_bpf_programs()` in
@@ -16,10 +21,10 @@
 
 use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _};
 
-use aya::maps::{ArrayOfMaps, HashMap, MapData, MapError};
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 use lb_common::{
     maps::{self, TABLE_HEADER_LEN},
-    types::{VIP_TABLE_B, VipEntry, VipKey},
+    types::{VIP_TABLE_B, VipEntry, VipInfo, VipKey},
 };
 
 use super::{DataplaneError, InstalledTable, TableImage, table_map};
@@ -42,6 +47,8 @@ struct VipBuffers {
     stale: [bool; 2],
     /// The VIP's key, once its `VIPS` entry exists.
     key: Option<VipKey>,
+    /// Epoch of the live buffer's table (0 before the first install).
+    epoch: u32,
 }
 
 /// The `TABLES` and `VIPS` maps and the buffer bookkeeping.
@@ -50,9 +57,12 @@ pub(crate) struct TableSet {
     /// A second handle on `TABLES` for deletes (aya's `ArrayOfMaps` has none).
     outer_raw: MapData,
     vips: HashMap<MapData, VipKey, VipEntry>,
+    vip_info: Array<MapData, VipInfo>,
     by_id: StdHashMap<u32, VipBuffers>,
     /// Grace periods waited for (for tests and benchmarks).
     grace_periods: u64,
+    /// Epoch of the latest install (any VIP).
+    epoch: u32,
 }
 
 fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
@@ -72,14 +82,53 @@ impl TableSet {
         outer: ArrayOfMaps<MapData>,
         outer_raw: MapData,
         vips: HashMap<MapData, VipKey, VipEntry>,
+        vip_info: Array<MapData, VipInfo>,
     ) -> Self {
         Self {
             outer,
             outer_raw,
             vips,
+            vip_info,
             by_id: StdHashMap::new(),
             grace_periods: 0,
+            epoch: 0,
         }
+    }
+
+    /// The next table epoch: never 0, never reused in practice (2^32 installs).
+    fn next_epoch(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        self.epoch
+    }
+
+    /// Writes VIP `vip_id`'s `VIP_INFO` element (`key` live at `epoch`, or cleared).
+    fn write_info(
+        &mut self,
+        vip_id: u32,
+        key: Option<&VipKey>,
+        epoch: u32,
+    ) -> Result<(), DataplaneError> {
+        let info = key.map_or_else(VipInfo::default, |key| VipInfo {
+            key: *key,
+            live: 1,
+            epoch,
+        });
+        self.vip_info
+            .set(vip_id, info, 0)
+            .map_err(map_err(maps::VIP_INFO, "update"))
+    }
+
+    /// Points VIP `vip_id`'s `VIPS` entry at its live buffer and epoch.
+    fn write_vip(&mut self, key: &VipKey, vip_id: u32) -> Result<(), DataplaneError> {
+        let vip = self.by_id.entry(vip_id).or_default();
+        let entry = VipEntry {
+            vip_id,
+            flags: if vip.live == Some(1) { VIP_TABLE_B } else { 0 },
+            epoch: vip.epoch,
+        };
+        self.vips
+            .insert(key, entry, 0)
+            .map_err(map_err(maps::VIPS, "update"))
     }
 
     /// Waits for an RCU grace period if any buffer is stale; afterwards none is.
@@ -157,21 +206,27 @@ impl TableSet {
                 });
             }
         }
-        let vip = self.by_id.entry(vip_id).or_default();
-        if let Some(key) = vip.key {
-            let entry = VipEntry {
-                vip_id,
-                flags: if target == 1 { VIP_TABLE_B } else { 0 },
-            };
-            // The switch: one element replacement in the VIPS hash map.
-            self.vips
-                .insert(key, entry, 0)
-                .map_err(map_err(maps::VIPS, "update"))?;
+        let epoch = self.next_epoch();
+        let key = self.by_id.get(&vip_id).and_then(|v| v.key);
+        if let Some(key) = key {
+            self.write_info(vip_id, Some(&key), epoch)?;
         }
-        if let Some(old) = vip.live {
+        let vip = self.by_id.entry(vip_id).or_default();
+        let previous = (vip.live, vip.epoch);
+        vip.live = Some(target);
+        vip.epoch = epoch;
+        if let Some(key) = key {
+            // The switch: one element replacement in the VIPS hash map.
+            if let Err(e) = self.write_vip(&key, vip_id) {
+                let vip = self.by_id.entry(vip_id).or_default();
+                (vip.live, vip.epoch) = previous;
+                return Err(e);
+            }
+        }
+        let vip = self.by_id.entry(vip_id).or_default();
+        if let Some(old) = previous.0 {
             vip.stale[old] = true;
         }
-        vip.live = Some(target);
         Ok(())
     }
 
@@ -240,29 +295,32 @@ impl TableSet {
         Ok(Some(InstalledTable { generation, slots }))
     }
 
-    /// Writes a `VIPS` entry, selecting the VIP's live buffer.
+    /// Writes VIP `vip_id`'s `VIP_INFO` element, then its `VIPS` entry selecting its
+    /// live buffer and epoch (the flags of `entry` are ignored).
     pub(crate) fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
-        let vip = self.by_id.entry(entry.vip_id).or_default();
-        let entry = VipEntry {
-            vip_id: entry.vip_id,
-            flags: if vip.live == Some(1) { VIP_TABLE_B } else { 0 },
-        };
-        self.vips
-            .insert(key, entry, 0)
-            .map_err(map_err(maps::VIPS, "update"))?;
-        vip.key = Some(*key);
+        let epoch = self.by_id.entry(entry.vip_id).or_default().epoch;
+        self.write_info(entry.vip_id, Some(key), epoch)?;
+        self.write_vip(key, entry.vip_id)?;
+        self.by_id.entry(entry.vip_id).or_default().key = Some(*key);
         Ok(())
     }
 
-    /// Removes a `VIPS` entry.
+    /// Removes a `VIPS` entry, then clears its id's `VIP_INFO` element.
     pub(crate) fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
         match self.vips.remove(key) {
             Ok(()) | Err(MapError::KeyNotFound) => {}
             Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(map_err(maps::VIPS, "delete")(e)),
         }
-        for v in self.by_id.values_mut() {
-            if v.key.as_ref() == Some(key) {
+        let ids: Vec<u32> = self
+            .by_id
+            .iter()
+            .filter(|(_, v)| v.key.as_ref() == Some(key))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.write_info(id, None, 0)?;
+            if let Some(v) = self.by_id.get_mut(&id) {
                 v.key = None;
             }
         }

@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::{Context as _, bail, ensure};
 use lb_common::{
-    maps::XDP_PROGRAM,
+    maps::{DEFAULT_CT_CAPACITY, DEFAULT_CT_SYN_CAPACITY, XDP_PROGRAM},
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
@@ -260,7 +260,8 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
 
 /// Command-line options (all optional): `--data-only` skips the control-plane part,
 /// `--case TEXT` keeps only data-plane cases whose name contains TEXT, `--ct N` sets the
-/// conntrack capacity (default 1,048,576), `--gateway-only` skips the FIB next hop,
+/// conntrack capacity (default `DEFAULT_CT_CAPACITY`, 1,048,576), `--syn N` the SYN-only
+/// conntrack capacity (default `DEFAULT_CT_SYN_CAPACITY`, 16,384), `--gateway-only` skips the FIB next hop,
 /// `--rounds N` measures the case list N times (default 1) to show the spread.
 #[derive(Default)]
 struct Options {
@@ -268,6 +269,7 @@ struct Options {
     gateway_only: bool,
     case: Option<String>,
     ct: Option<u32>,
+    syn: Option<u32>,
     rounds: Option<usize>,
 }
 
@@ -286,6 +288,13 @@ fn options() -> anyhow::Result<Options> {
                         .with_context(|| format!("--rounds {n}: not a number"))?,
                 );
             }
+            "--syn" => {
+                let n = args.next().context("--syn needs a number")?;
+                opts.syn = Some(
+                    n.parse()
+                        .with_context(|| format!("--syn {n}: not a number"))?,
+                );
+            }
             "--ct" => {
                 let n = args.next().context("--ct needs a number")?;
                 opts.ct = Some(
@@ -294,7 +303,7 @@ fn options() -> anyhow::Result<Options> {
                 );
             }
             other => bail!(
-                "unknown argument {other:?} (known: --data-only, --gateway-only, --case TEXT, --ct N, --rounds N)"
+                "unknown argument {other:?} (known: --data-only, --gateway-only, --case TEXT, --ct N, --syn N, --rounds N)"
             ),
         }
     }
@@ -333,7 +342,10 @@ fn control_plane() -> anyhow::Result<()> {
 }
 
 fn data_plane(opts: &Options) -> anyhow::Result<()> {
-    let mut lb = Lb::with_ct(opts.ct.unwrap_or(1_048_576), 65_536);
+    let mut lb = Lb::with_ct(
+        opts.ct.unwrap_or(DEFAULT_CT_CAPACITY),
+        opts.syn.unwrap_or(DEFAULT_CT_SYN_CAPACITY),
+    );
     setup(&mut lb);
     let ns = fib_namespace("lbbench").context("benchmark namespace")?;
     println!(

@@ -62,7 +62,7 @@ pub fn bed_config() -> LbConfig {
         _pad: 0,
         flags: CONFIG_VALID,
         hash_seed: SEED,
-        _pad2: 0,
+        syn_cache_mask: 0,
         udp_timeout_ns: UDP_TIMEOUT_NS,
     }
 }
@@ -107,7 +107,7 @@ impl BedLb {
                     &vip_key(addr, port, proto),
                     &VipEntry {
                         vip_id: id,
-                        flags: 0,
+                        ..VipEntry::default()
                     },
                 )
                 .with_context(|| format!("VIP {addr}:{port}/{proto}"))?;

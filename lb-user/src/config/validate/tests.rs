@@ -183,6 +183,14 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
             "conntrack.capacity: expected a value from 1024 to 67108864, got 10",
         ),
         (
+            format!("{BASE}[conntrack]\nsyn_capacity = 10000\n"),
+            "conntrack.syn_capacity: expected a power of two (SYN cache slots per CPU), got 10000; the nearest are 8192 and 16384",
+        ),
+        (
+            format!("{BASE}[conntrack]\nsyn_capacity = 4194304\n"),
+            "conntrack.syn_capacity: expected a value from 256 to 1048576, got 4194304",
+        ),
+        (
             format!("xdp_mode = \"offload\"{BASE}"),
             "xdp_mode: expected \"auto\", \"native\" or \"skb\", got \"offload\"",
         ),
