@@ -3,7 +3,9 @@
 //! - Rebuilds when the `bpf-linker` binary changes, and warns with an actionable message
 //!   when it is missing.
 //! - Passes `+alu32` (32-bit sub-registers, kernel 5.1+) to bpf-linker, which runs
-//!   LLVM's BPF back end on the whole program (rustc already passes `--cpu`). Not
+//!   LLVM's BPF back end on the whole program. The CPU (`--cpu v3`: 32-bit jumps) is set
+//!   by the linker wrapper `bpf-linker-v3` named in `.cargo/config.toml`, because rustc
+//!   passes its own `--cpu generic` and bpf-linker accepts the option once. Not
 //!   `+allows-misaligned-mem-access`: LLVM then also merges stack stores into misaligned
 //!   ones, which the verifier rejects (stack accesses must be aligned).
 use which::which;
@@ -19,6 +21,7 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=bpf-linker-v3");
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("bpf") {
         println!("cargo:rustc-link-arg-bins=--cpu-features=+alu32");
     }
