@@ -35,11 +35,17 @@ const REPEAT: u32 = 1_000_000;
 /// `LB_BENCH_RUNS` / `LB_BENCH_REPEAT` override the run count and size (for quick
 /// comparisons: many short runs, read the minimum column).
 fn runs() -> usize {
-    std::env::var("LB_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(RUNS)
+    std::env::var("LB_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RUNS)
 }
 
 fn repeat() -> u32 {
-    std::env::var("LB_BENCH_REPEAT").ok().and_then(|v| v.parse().ok()).unwrap_or(REPEAT)
+    std::env::var("LB_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(REPEAT)
 }
 const CPU: usize = 1;
 fn cpu() -> usize {
@@ -104,9 +110,13 @@ fn run_case(lb: &mut Lb, case: &Case, ifindex: Option<u32>) -> anyhow::Result<Ti
     }
     let (mut lbs, mut empties, mut overs) = (vec![], vec![], vec![]);
     for _ in 0..runs() {
-        let empty = lb
-            .dp
-            .bench_run(BenchTarget::Empty, &case.frame, case.vary, ifindex, repeat())?;
+        let empty = lb.dp.bench_run(
+            BenchTarget::Empty,
+            &case.frame,
+            case.vary,
+            ifindex,
+            repeat(),
+        )?;
         let full = lb.dp.bench_run(
             BenchTarget::LoadBalancer,
             &case.frame,
@@ -126,7 +136,8 @@ fn run_case(lb: &mut Lb, case: &Case, ifindex: Option<u32>) -> anyhow::Result<Ti
         lbs.push(full.duration_ns);
         empties.push(empty.duration_ns);
     }
-    let fastest = |v: &[u64]| i64::try_from(v.iter().min().copied().unwrap_or(0)).unwrap_or(i64::MAX);
+    let fastest =
+        |v: &[u64]| i64::try_from(v.iter().min().copied().unwrap_or(0)).unwrap_or(i64::MAX);
     Ok(Timing {
         min_over: fastest(&lbs) - fastest(&empties),
         lb: median(lbs),
