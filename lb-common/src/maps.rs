@@ -45,12 +45,17 @@ pub const VIP_ADDRS: &str = "VIP_ADDRS";
 pub const TABLES: &str = "TABLES";
 /// `BPF_MAP_TYPE_ARRAY`: backend id → [`crate::types::BackendEntry`]. Id 0 means "none".
 pub const BACKENDS: &str = "BACKENDS";
+/// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey4`] → [`crate::types::CtEntry`] for
+/// established IPv4 flows (TCP flows past the SYN, and UDP flows). IPv4 has its own map
+/// because the kernel hashes the whole key on every lookup (jhash, three rounds per 12
+/// bytes): the 16-byte key costs one round where the 40-byte one costs three.
+pub const CONNTRACK_V4: &str = "CONNTRACK_V4";
 /// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`] for
-/// established flows (TCP flows past the SYN, and UDP flows).
-pub const CONNTRACK: &str = "CONNTRACK";
+/// established IPv6 flows.
+pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
 /// `BPF_MAP_TYPE_PERCPU_ARRAY` of [`crate::types::SynEntry`]: the backend chosen for
 /// each TCP SYN, in slot `flow_hash & syn_cache_mask` of the receiving CPU, until the
-/// handshake's ACK promotes it into `CONNTRACK`. A direct-mapped per-CPU array instead of
+/// handshake's ACK promotes it into `CONNTRACK_V4`/`_V6`. A direct-mapped per-CPU array instead of
 /// an LRU map: recording a SYN is one write to a cache-resident slot (no lock, no
 /// eviction walk), and a SYN flood only overwrites other SYNs' slots, never
 /// established flows (../shared/cases BR-16). The ACK finds the slot when it reaches
@@ -80,7 +85,8 @@ pub const VIP_FILTER_WORDS: u32 = VIP_FILTER_BITS / 64;
 pub const TABLE_SLOTS: u32 = MAX_VIPS * 2;
 /// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).
 pub const MAX_BACKENDS: u32 = 65_536;
-/// Default capacity of `CONNTRACK` (the controller sets the real one at load time).
+/// Default capacity of `CONNTRACK_V4` and of `CONNTRACK_V6`, each (the controller sets
+/// the real one at load time).
 pub const DEFAULT_CT_CAPACITY: u32 = 1_048_576;
 /// Default slots per CPU of `SYN_CACHE` (a power of two; the controller sets the real
 /// one at load time). It only has to hold SYNs for one handshake round trip, and 16,384

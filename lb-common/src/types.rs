@@ -152,7 +152,8 @@ pub struct BackendEntry {
 }
 const _: () = assert!(size_of::<BackendEntry>() == 20);
 
-/// Key of the conntrack maps: the full 5-tuple plus family, client → VIP direction.
+/// The full 5-tuple plus family of a flow, client → VIP direction: the key of
+/// `CONNTRACK_V6` and of the flow hash (IPv4 flows are keyed by [`FlowKey4`]).
 ///
 /// The first 20 bytes are the flow's [`VipKey`], so the program looks the VIP up with a
 /// reference to the flow key instead of building a second key.
@@ -197,6 +198,21 @@ impl FlowKey {
         unsafe { core::mem::transmute::<Self, [u32; 10]>(*self) }
     }
 
+    /// The `CONNTRACK_V4` key of this (IPv4) flow; meaningless for IPv6.
+    #[inline(always)]
+    #[must_use]
+    pub fn v4(&self) -> FlowKey4 {
+        let w = self.words();
+        let sport = self.sport.to_ne_bytes();
+        let dport = self.vip.port.to_ne_bytes();
+        FlowKey4::from_words([
+            w[5],
+            w[0],
+            u32::from_ne_bytes([sport[0], sport[1], dport[0], dport[1]]),
+            u32::from_ne_bytes([self.vip.proto, 0, 0, 0]),
+        ])
+    }
+
     /// Whether `self` and `other` are the same flow, compared as ten 32-bit words
     /// (cheaper in BPF than a byte-wise comparison).
     #[inline(always)]
@@ -213,7 +229,41 @@ impl FlowKey {
     }
 }
 
-/// Value of the `CONNTRACK` map.
+/// Key of `CONNTRACK_V4`: the 5-tuple of an IPv4 flow, client → VIP direction.
+///
+/// Layout (16 bytes, 4-byte aligned): `src` 0..4, `dst` 4..8 (network order), `sport`
+/// 8..10, `dport` 10..12 (network order), `proto` 12, `_pad` 13..16 (zero).
+#[repr(C, align(4))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey4 {
+    /// Client address.
+    pub src: [u8; 4],
+    /// VIP address.
+    pub dst: [u8; 4],
+    /// Client port.
+    pub sport: u16,
+    /// VIP port.
+    pub dport: u16,
+    /// [`PROTO_TCP`] or [`PROTO_UDP`].
+    pub proto: u8,
+    /// Explicit padding, always zero.
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(size_of::<FlowKey4>() == 16);
+
+impl FlowKey4 {
+    /// The key whose 16 bytes are `words` in memory order (whole-word stores, as for
+    /// [`FlowKey::from_words`]).
+    #[inline(always)]
+    #[must_use]
+    pub fn from_words(words: [u32; 4]) -> Self {
+        // SAFETY: FlowKey4 is repr(C), 16 bytes, without padding, made only of integers
+        // (every bit pattern is valid); its alignment (4) equals the array's.
+        unsafe { core::mem::transmute::<[u32; 4], Self>(words) }
+    }
+}
+
+/// Value of the conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`).
 ///
 /// Layout (24 bytes): `backend_id` 0..4, `vip_id` 4..8, `last_seen_ns` 8..16, `epoch`
 /// 16..20, `_pad` 20..24.
@@ -236,7 +286,7 @@ pub struct CtEntry {
 const _: () = assert!(size_of::<CtEntry>() == 24);
 
 /// Element of the per-CPU `SYN_CACHE` array: the choice made for a TCP SYN, kept until
-/// the handshake's ACK promotes it into `CONNTRACK` (or another SYN takes the slot).
+/// the handshake's ACK promotes it into conntrack (or another SYN takes the slot).
 ///
 /// Layout (56 bytes): `key` 0..40, `backend_id` 40..44, `vip_id` 44..48, `epoch`
 /// 48..52, `_pad` 52..56. An all-zero element is an empty slot (no real key has family
@@ -346,6 +396,7 @@ impl_pod!(
     VipAddrKey,
     BackendEntry,
     FlowKey,
+    FlowKey4,
     SynEntry,
     CtEntry,
     LbConfig,

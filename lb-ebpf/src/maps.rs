@@ -1,7 +1,7 @@
 //! The program's maps (names, key/value types and sizes in `lb_common::maps`).
 //!
 //! All maps are BTF-defined (`#[btf_map]`, section `.maps`); userspace resizes the
-//! conntrack map and the SYN cache at load time.
+//! conntrack maps and the SYN cache at load time.
 
 use aya_ebpf::{
     btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, ProgramArray},
@@ -14,8 +14,8 @@ use lb_common::{
     },
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
-        BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, SynEntry, VipAddrKey, VipEntry,
-        VipInfo, VipKey,
+        BackendEntry, BenchFrame, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey,
+        VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -50,7 +50,15 @@ pub(crate) static TABLES: ArrayOfMaps<TableMap, { TABLE_SLOTS as usize }> = Arra
 pub(crate) static BACKENDS: Array<BackendEntry, BACKENDS_MAX> = Array::new();
 
 #[btf_map]
-pub(crate) static CONNTRACK: LruHashMap<
+pub(crate) static CONNTRACK_V4: LruHashMap<
+    FlowKey4,
+    CtEntry,
+    { DEFAULT_CT_CAPACITY as usize },
+    { CT_MAP_FLAGS as usize },
+> = LruHashMap::new();
+
+#[btf_map]
+pub(crate) static CONNTRACK_V6: LruHashMap<
     FlowKey,
     CtEntry,
     { DEFAULT_CT_CAPACITY as usize },

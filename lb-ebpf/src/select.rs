@@ -8,13 +8,13 @@
 //! Order for a VIP packet (../shared/DESIGN.md, "Flow semantics"):
 //! 1. A TCP SYN (SYN set, ACK and RST clear) opens a connection: it is picked from the
 //!    VIP's current table, `table[flow_hash % M]`, and the choice is written to the
-//!    receiving CPU's `SYN_CACHE` slot ([`pick_syn`]). It does not consult `CONNTRACK`
+//!    receiving CPU's `SYN_CACHE` slot ([`pick_syn`]). It does not consult conntrack
 //!    (as in Katran): a miss in a large hash map is a cache and TLB miss, the largest
 //!    cost of a new flow. A SYN that reuses the 4-tuple of an older connection is a new
 //!    connection and follows the current table (a drained backend gets no new
 //!    connection through port reuse either).
-//! 2. Other packets: a `CONNTRACK` hit whose backend is active or draining (and, for
-//!    UDP, not idle longer than the timeout) wins; a hit on a backend that is down or
+//! 2. Other packets: a conntrack hit (`CONNTRACK_V4` or `CONNTRACK_V6`) whose backend
+//!    is active or draining (and, for UDP, not idle longer than the timeout) wins; a hit on a backend that is down or
 //!    removed, or of another VIP, is re-picked and overwritten. A TCP entry is trusted
 //!    directly only while its epoch equals the VIP's table epoch (`VIP_INFO`): then any
 //!    SYN since was picked from the very table that chose the entry's backend. After a
@@ -23,8 +23,8 @@
 //!    the current epoch when the current table agrees with it; entries that the change
 //!    moved keep their backend and keep being checked.
 //! 3. A TCP miss takes the SYN's choice from `SYN_CACHE` (the handshake completing: it
-//!    is promoted into `CONNTRACK`); otherwise, and for UDP, `table[flow_hash % M]` of
-//!    the current table, recorded in `CONNTRACK` (mid-flow TCP after a restart or an
+//!    is promoted into conntrack); otherwise, and for UDP, `table[flow_hash % M]` of
+//!    the current table, recorded in conntrack (mid-flow TCP after a restart or an
 //!    eviction, new UDP flows). A TCP RST creates no entry.
 
 #![expect(
@@ -33,19 +33,22 @@
               by value would make another stack copy in the BPF program"
 )]
 
-use aya_ebpf::helpers::generated::bpf_ktime_get_coarse_ns;
+use aya_ebpf::{cty::c_int, helpers::generated::bpf_ktime_get_coarse_ns};
 use lb_common::{
     hash::{flow_hash, vip_filter_bit},
     maps::{MAX_TABLE_SIZE, MAX_VIPS, TABLE_HEADER_LEN, TABLE_SIZE_INDEX},
     stats::{Reason, VipStats},
     types::{
-        BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CtEntry, LbConfig, PROTO_TCP, PROTO_UDP,
-        SynEntry, VipAddrKey, VipEntry, VipKey,
+        BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CtEntry, FAMILY_V4, LbConfig, PROTO_TCP,
+        PROTO_UDP, SynEntry, VipAddrKey, VipEntry, VipKey,
     },
 };
 
 use crate::{
-    maps::{BACKENDS, CONNTRACK, SYN_CACHE, TABLES, VIP_ADDRS, VIP_FILTER, VIP_INFO, VIPS},
+    maps::{
+        BACKENDS, CONNTRACK_V4, CONNTRACK_V6, SYN_CACHE, TABLES, VIP_ADDRS, VIP_FILTER, VIP_INFO,
+        VIPS,
+    },
     parse::{Parsed, TCP_ACK, TCP_RST, TCP_SYN},
 };
 
@@ -84,10 +87,26 @@ pub(crate) fn is_syn(p: &Parsed) -> bool {
 /// A conntrack entry of the packet's flow, from one lookup shared by both paths.
 pub(crate) type CtHit = Option<*mut CtEntry>;
 
-/// Looks the packet's flow up in `CONNTRACK`.
+/// Looks the packet's flow up in its family's conntrack map.
 #[inline(always)]
 pub(crate) fn lookup_flow(p: &Parsed) -> CtHit {
-    CONNTRACK.get_ptr_mut(&p.key)
+    if p.key.vip.family == FAMILY_V4 {
+        CONNTRACK_V4.get_ptr_mut(&p.key.v4())
+    } else {
+        CONNTRACK_V6.get_ptr_mut(&p.key)
+    }
+}
+
+/// Records the packet's flow in its family's conntrack map. LRU maps evict instead of
+/// refusing inserts; an error (allocation failure) only loses the pin, never the
+/// packet (../shared/cases BR-16.T2).
+#[inline(always)]
+fn record_flow(p: &Parsed, entry: &CtEntry) -> Result<(), c_int> {
+    if p.key.vip.family == FAMILY_V4 {
+        CONNTRACK_V4.insert(&p.key.v4(), entry, 0)
+    } else {
+        CONNTRACK_V6.insert(&p.key, entry, 0)
+    }
 }
 
 /// The fast path of an established flow: a conntrack hit whose VIP id still names the
@@ -254,7 +273,7 @@ pub(crate) fn pick_backend(
                     epoch: slot.epoch,
                     _pad: 0,
                 };
-                if CONNTRACK.insert(&p.key, &entry, 0).is_ok() {
+                if record_flow(p, &entry).is_ok() {
                     slot.vip_id = SYN_SLOT_FREE;
                 }
             }
@@ -278,9 +297,7 @@ pub(crate) fn pick_backend(
             epoch: 0,
             _pad: 0,
         };
-        // LRU maps evict instead of refusing inserts; a failed insert only loses the
-        // pin, never the packet (../shared/cases BR-16.T2).
-        let _ = CONNTRACK.insert(&p.key, &entry, 0);
+        let _ = record_flow(p, &entry);
     } else if !rst {
         let entry = CtEntry {
             backend_id: choice.id,
@@ -289,7 +306,7 @@ pub(crate) fn pick_backend(
             epoch: vip.epoch,
             _pad: 0,
         };
-        let _ = CONNTRACK.insert(&p.key, &entry, 0);
+        let _ = record_flow(p, &entry);
     }
     if !rst {
         stats.new_flows += 1;

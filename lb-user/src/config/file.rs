@@ -75,7 +75,7 @@ pub struct NexthopFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConntrackFile {
-    /// Established-flow entries.
+    /// Established-flow entries, per address family.
     #[serde(default)]
     pub capacity: Option<UInt<u32>>,
     /// SYN cache slots per CPU (a power of two).

@@ -127,7 +127,7 @@ pub struct Config {
     pub source_v6: Option<Ipv6Addr>,
     /// Next-hop mode.
     pub nexthop: Nexthop,
-    /// Capacity of the established-flow conntrack map.
+    /// Capacity of each established-flow conntrack map (IPv4, IPv6).
     pub ct_capacity: u32,
     /// SYN cache slots per CPU (a power of two).
     pub ct_syn_capacity: u32,

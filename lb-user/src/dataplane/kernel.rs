@@ -16,8 +16,8 @@ use lb_common::{
     maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
-        BENCH_FRAME_MAX, BackendEntry, BenchFrame, CtEntry, FlowKey, LbConfig, SynEntry,
-        VipAddrKey, VipEntry, VipKey,
+        BENCH_FRAME_MAX, BackendEntry, BenchFrame, CtEntry, FAMILY_V4, FlowKey, FlowKey4, LbConfig,
+        SynEntry, VipAddrKey, VipEntry, VipKey,
     },
 };
 
@@ -28,7 +28,7 @@ use super::{
 /// Sizes chosen at load time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// Capacity of the established-flow conntrack map (entries).
+    /// Capacity of each established-flow conntrack map, IPv4 and IPv6 (entries).
     pub ct_capacity: u32,
     /// Slots per CPU of the SYN cache (`SYN_CACHE`); a power of two.
     pub ct_syn_capacity: u32,
@@ -76,7 +76,8 @@ pub struct KernelDataplane {
     vip_filter: Array<MapData, u64>,
     tables: Arc<Mutex<TableSet>>,
     backends: Array<MapData, BackendEntry>,
-    conntrack: HashMap<MapData, FlowKey, CtEntry>,
+    conntrack_v4: HashMap<MapData, FlowKey4, CtEntry>,
+    conntrack_v6: HashMap<MapData, FlowKey, CtEntry>,
     syn_cache: PerCpuArray<MapData, SynEntry>,
     /// Slots per CPU of `syn_cache`.
     syn_slots: u32,
@@ -142,7 +143,8 @@ impl KernelDataplane {
             )));
         }
         let mut ebpf = EbpfLoader::new()
-            .map_max_entries(maps::CONNTRACK, options.ct_capacity)
+            .map_max_entries(maps::CONNTRACK_V4, options.ct_capacity)
+            .map_max_entries(maps::CONNTRACK_V6, options.ct_capacity)
             .map_max_entries(maps::SYN_CACHE, options.ct_syn_capacity)
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
@@ -168,7 +170,8 @@ impl KernelDataplane {
             vip_filter: take(&mut ebpf, maps::VIP_FILTER)?,
             tables: Arc::new(Mutex::new(tables)),
             backends: take(&mut ebpf, maps::BACKENDS)?,
-            conntrack: take(&mut ebpf, maps::CONNTRACK)?,
+            conntrack_v4: take(&mut ebpf, maps::CONNTRACK_V4)?,
+            conntrack_v6: take(&mut ebpf, maps::CONNTRACK_V6)?,
             syn_cache: take(&mut ebpf, maps::SYN_CACHE)?,
             syn_slots: options.ct_syn_capacity,
             written_config: None,
@@ -320,16 +323,26 @@ impl KernelDataplane {
         lock(&self.tables).install_raw(vip_id, raw)
     }
 
-    /// Removes one flow from `CONNTRACK` and from every CPU's `SYN_CACHE` (operator
+    /// Removes one flow from its family's conntrack map and from every CPU's `SYN_CACHE` (operator
     /// tooling and tests).
     ///
     /// # Errors
     /// Map failures other than "not found".
     pub fn delete_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
-        match self.conntrack.remove(key) {
-            Ok(()) | Err(MapError::KeyNotFound) => {}
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => return Err(map_err(maps::CONNTRACK, "delete")(e)),
+        let removed = if key.vip.family == FAMILY_V4 {
+            self.conntrack_v4
+                .remove(&key.v4())
+                .map_err(|e| (maps::CONNTRACK_V4, e))
+        } else {
+            self.conntrack_v6
+                .remove(key)
+                .map_err(|e| (maps::CONNTRACK_V6, e))
+        };
+        match removed {
+            Ok(()) | Err((_, MapError::KeyNotFound)) => {}
+            Err((_, MapError::SyscallError(e)))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err((name, e)) => return Err(map_err(name, "delete")(e)),
         }
         if let Some(index) = self.syn_slot(key) {
             let mut values = self
@@ -356,24 +369,13 @@ impl KernelDataplane {
         Ok(())
     }
 
-    /// Empties `CONNTRACK` and every CPU's `SYN_CACHE`.
+    /// Empties both conntrack maps and every CPU's `SYN_CACHE`.
     ///
     /// # Errors
     /// Map failures.
     pub fn flush_conntrack(&mut self) -> Result<(), DataplaneError> {
-        let keys: Vec<FlowKey> = self
-            .conntrack
-            .keys()
-            .collect::<Result<_, _>>()
-            .map_err(map_err(maps::CONNTRACK, "iterate"))?;
-        for key in keys {
-            match self.conntrack.remove(&key) {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
-                Err(MapError::SyscallError(e))
-                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-                Err(e) => return Err(map_err(maps::CONNTRACK, "delete")(e)),
-            }
-        }
+        flush(&mut self.conntrack_v4, maps::CONNTRACK_V4)?;
+        flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)?;
         let cpus = nr_cpus()?;
         for index in 0..self.syn_slots {
             let zeros = per_cpu_values(vec![SynEntry::default(); cpus])?;
@@ -384,17 +386,14 @@ impl KernelDataplane {
         Ok(())
     }
 
-    /// Number of (established flows in `CONNTRACK`, SYN-only flows held in `SYN_CACHE`
-    /// slots over all CPUs).
+    /// Number of (established flows in both conntrack maps, SYN-only flows held in
+    /// `SYN_CACHE` slots over all CPUs).
     ///
     /// # Errors
     /// Map failures.
     pub fn conntrack_len(&self) -> Result<(usize, usize), DataplaneError> {
-        let established = self
-            .conntrack
-            .keys()
-            .try_fold(0usize, |n, k| k.map(|_| n + 1))
-            .map_err(map_err(maps::CONNTRACK, "iterate"))?;
+        let established = count(&self.conntrack_v4, maps::CONNTRACK_V4)?
+            + count(&self.conntrack_v6, maps::CONNTRACK_V6)?;
         let mut syn = 0;
         for index in 0..self.syn_slots {
             let values = self
@@ -411,6 +410,35 @@ impl KernelDataplane {
         let cfg = self.written_config.as_ref()?;
         Some(flow_hash(key, cfg.hash_seed) & (self.syn_slots - 1))
     }
+}
+
+/// Deletes every entry of a conntrack map.
+fn flush<K: aya::Pod>(
+    map: &mut HashMap<MapData, K, CtEntry>,
+    name: &'static str,
+) -> Result<(), DataplaneError> {
+    let keys: Vec<K> = map
+        .keys()
+        .collect::<Result<_, _>>()
+        .map_err(map_err(name, "iterate"))?;
+    for key in keys {
+        match map.remove(&key) {
+            Ok(()) | Err(MapError::KeyNotFound) => {}
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(map_err(name, "delete")(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Number of entries of a conntrack map.
+fn count<K: aya::Pod>(
+    map: &HashMap<MapData, K, CtEntry>,
+    name: &'static str,
+) -> Result<usize, DataplaneError> {
+    map.keys()
+        .try_fold(0usize, |n, k| k.map(|_| n + 1))
+        .map_err(map_err(name, "iterate"))
 }
 
 /// Whether a `SYN_CACHE` element holds a SYN: not empty (family 0), not promoted (the
@@ -484,7 +512,8 @@ impl PassProgram {
     /// When loading or attaching fails.
     pub fn attach(iface: &str) -> Result<Self, DataplaneError> {
         let mut ebpf = EbpfLoader::new()
-            .map_max_entries(maps::CONNTRACK, 64)
+            .map_max_entries(maps::CONNTRACK_V4, 64)
+            .map_max_entries(maps::CONNTRACK_V6, 64)
             .map_max_entries(maps::SYN_CACHE, 64)
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
@@ -709,10 +738,19 @@ impl Dataplane for KernelDataplane {
     }
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
-        match self.conntrack.get(key, 0) {
+        let found = if key.vip.family == FAMILY_V4 {
+            self.conntrack_v4
+                .get(&key.v4(), 0)
+                .map_err(|e| (maps::CONNTRACK_V4, e))
+        } else {
+            self.conntrack_v6
+                .get(key, 0)
+                .map_err(|e| (maps::CONNTRACK_V6, e))
+        };
+        match found {
             Ok(entry) => return Ok(Some((CtTable::Established, entry))),
-            Err(MapError::KeyNotFound) => {}
-            Err(e) => return Err(map_err(maps::CONNTRACK, "lookup")(e)),
+            Err((_, MapError::KeyNotFound)) => {}
+            Err((name, e)) => return Err(map_err(name, "lookup")(e)),
         }
         let Some(index) = self.syn_slot(key) else {
             return Ok(None);
