@@ -1,11 +1,13 @@
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet: parse ([`parse`]); not for a VIP → `XDP_PASS` untouched; an
-//! established flow whose VIP still exists → its pinned backend; otherwise the VIP
-//! lookup and the backend choice ([`select`]: connection tracking, then the VIP's Maglev
-//! table); then IP-in-IP encapsulation and the send ([`forward`]). It always returns a verdict (never
-//! `XDP_ABORTED`) and counts its reason ([`stats`]); nothing is logged per packet.
-//! `lb_empty` and `lb_bench` serve the benchmarks ([`bench`]).
+//! established flow whose VIP still exists (for TCP: at the VIP's current table epoch)
+//! → its pinned backend, without the VIP lookup; a TCP SYN → the VIP's current table,
+//! remembered in the SYN cache, without a conntrack lookup; otherwise the VIP lookup and
+//! the backend choice ([`select`]: connection tracking, then the VIP's Maglev table);
+//! then IP-in-IP encapsulation and the send ([`forward`]). It always returns a verdict
+//! (never `XDP_ABORTED`) and counts its reason ([`stats`]); nothing is logged per
+//! packet. `lb_empty` and `lb_bench` serve the benchmarks ([`bench`]).
 #![no_std]
 #![no_main]
 
