@@ -63,6 +63,11 @@ pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
 /// current table like an evicted SYN, which only differs if the table changed during
 /// the handshake.
 pub const SYN_CACHE: &str = "SYN_CACHE";
+/// Per-CPU array: backend id → [`crate::types::NextHopEntry`], the `bpf_fib_lookup`
+/// result of the backend's address reused for `LbConfig::nexthop_cache_ns` (FIB mode).
+/// The helper walks the routing and neighbour tables on every call, which costs more
+/// than the rest of the packet path; a per-CPU entry needs no lock and no atomics.
+pub const NEXTHOP_CACHE: &str = "NEXTHOP_CACHE";
 /// Per-CPU array of one [`crate::stats::GlobalStats`].
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Per-CPU array: VIP id → [`crate::stats::VipStats`].

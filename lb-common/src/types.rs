@@ -320,9 +320,10 @@ pub const CONFIG_VALID: u32 = 1;
 
 /// The single element of the `CONFIG` array.
 ///
-/// Layout (56 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
+/// Layout (64 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
 /// `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `_pad` 35, `flags` 36..40,
-/// `hash_seed` 40..44, `syn_cache_mask` 44..48, `udp_timeout_ns` 48..56.
+/// `hash_seed` 40..44, `syn_cache_mask` 44..48, `udp_timeout_ns` 48..56,
+/// `nexthop_cache_ns` 56..64.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LbConfig {
@@ -352,8 +353,34 @@ pub struct LbConfig {
     pub syn_cache_mask: u32,
     /// UDP conntrack entries idle longer than this (ns) count as misses.
     pub udp_timeout_ns: u64,
+    /// [`NEXTHOP_FIB`] mode: how long (ns) a CPU reuses a backend's `bpf_fib_lookup`
+    /// result (`NEXTHOP_CACHE`); 0 looks the FIB up for every packet.
+    pub nexthop_cache_ns: u64,
 }
-const _: () = assert!(size_of::<LbConfig>() == 56);
+const _: () = assert!(size_of::<LbConfig>() == 64);
+
+/// Element of the per-CPU `NEXTHOP_CACHE` array (index = backend id): a
+/// `bpf_fib_lookup` result for the backend's address, reused until `expires_ns`.
+///
+/// Layout (40 bytes): `addr` 0..16 (the backend address looked up, network order),
+/// `dmac` 16..22, `smac` 22..28, `ifindex` 28..32, `expires_ns` 32..40
+/// (`bpf_ktime_get_coarse_ns` time). An all-zero element is empty (expired).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NextHopEntry {
+    /// Backend address the entry was looked up for (a reused id with another address
+    /// misses).
+    pub addr: [u8; 16],
+    /// Next hop's MAC.
+    pub dmac: [u8; 6],
+    /// Egress interface's MAC.
+    pub smac: [u8; 6],
+    /// Egress interface index.
+    pub ifindex: u32,
+    /// Reuse the entry while `bpf_ktime_get_coarse_ns()` is below this.
+    pub expires_ns: u64,
+}
+const _: () = assert!(size_of::<NextHopEntry>() == 40);
 
 /// Largest frame the benchmark harness restores.
 pub const BENCH_FRAME_MAX: usize = 128;
@@ -397,6 +424,7 @@ impl_pod!(
     BackendEntry,
     FlowKey,
     FlowKey4,
+    NextHopEntry,
     SynEntry,
     CtEntry,
     LbConfig,

@@ -10,8 +10,10 @@
 //! Next hop: in `NEXTHOP_FIB` mode `bpf_fib_lookup` (with `BPF_FIB_LOOKUP_OUTPUT`, as the
 //! LB originates the outer packet) on the outer destination gives both MACs and the
 //! egress interface (kernel doc: `bpf_fib_lookup` in `include/uapi/linux/bpf.h`; it needs
-//! forwarding enabled on the interface); in `NEXTHOP_GATEWAY` mode the configured
-//! gateway and interface MACs are used. An unresolved neighbour is dropped and counted
+//! forwarding enabled on the interface); a successful result is reused by this CPU for
+//! the backend for `nexthop_cache_ns` (`NEXTHOP_CACHE`), so route and neighbour changes
+//! take effect within that time. In `NEXTHOP_GATEWAY` mode the configured gateway and
+//! interface MACs are used. An unresolved neighbour is dropped and counted
 //! rather than passed: passing would hand a VIP packet to the host stack.
 
 use aya_ebpf::{
@@ -19,7 +21,9 @@ use aya_ebpf::{
         BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, BPF_FIB_LOOKUP_OUTPUT,
         bpf_fib_lookup as FibParams, xdp_action,
     },
-    helpers::generated::{bpf_fib_lookup, bpf_redirect, bpf_xdp_adjust_head},
+    helpers::generated::{
+        bpf_fib_lookup, bpf_ktime_get_coarse_ns, bpf_redirect, bpf_xdp_adjust_head,
+    },
     programs::XdpContext,
 };
 use lb_common::{
@@ -29,6 +33,7 @@ use lb_common::{
 
 use crate::{
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
+    maps::NEXTHOP_CACHE,
     packet::ptr_at,
     parse::{ETH_LEN, Parsed},
 };
@@ -73,11 +78,12 @@ struct NextHop {
     ifindex: u32,
 }
 
-/// Encapsulates the packet to `backend` and returns how to send it.
+/// Encapsulates the packet to `backend` (id `backend_id`) and returns how to send it.
 #[inline(always)]
 pub(crate) fn encapsulate(
     ctx: &XdpContext,
     p: &Parsed,
+    backend_id: u32,
     backend: &BackendEntry,
     cfg: &LbConfig,
 ) -> Result<Sent, Reason> {
@@ -89,7 +95,7 @@ pub(crate) fn encapsulate(
     if outer_len > u32::from(cfg.mtu) {
         return Err(Reason::DropTooBig);
     }
-    let hop = next_hop(ctx, v4, backend, cfg)?;
+    let hop = next_hop(ctx, v4, backend_id, backend, cfg)?;
     #[expect(
         clippy::cast_possible_truncation,
         reason = "outer_len <= mtu, a u16, was checked above"
@@ -125,6 +131,7 @@ pub(crate) fn encapsulate(
 fn next_hop(
     ctx: &XdpContext,
     v4: bool,
+    backend_id: u32,
     backend: &BackendEntry,
     cfg: &LbConfig,
 ) -> Result<NextHop, Reason> {
@@ -135,6 +142,46 @@ fn next_hop(
             ifindex: 0,
         });
     }
+    if cfg.nexthop_cache_ns == 0 {
+        return fib_next_hop(ctx, v4, backend, cfg);
+    }
+    // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    let Some(cached) = NEXTHOP_CACHE.get_ptr_mut(backend_id) else {
+        return fib_next_hop(ctx, v4, backend, cfg);
+    };
+    // SAFETY: per-CPU array element, used only by this CPU during this run.
+    let cached = unsafe { &mut *cached };
+    let addr = addr_words(&backend.addr);
+    let same = addr_words(&cached.addr)
+        .iter()
+        .zip(addr)
+        .fold(0, |diff, (a, b)| diff | (a ^ b))
+        == 0;
+    if same && now < cached.expires_ns {
+        return Ok(NextHop {
+            dmac: mac_words(&cached.dmac),
+            smac: mac_words(&cached.smac),
+            ifindex: cached.ifindex,
+        });
+    }
+    let hop = fib_next_hop(ctx, v4, backend, cfg)?;
+    cached.addr = backend.addr;
+    cached.dmac = words_mac(hop.dmac);
+    cached.smac = words_mac(hop.smac);
+    cached.ifindex = hop.ifindex;
+    cached.expires_ns = now.saturating_add(cfg.nexthop_cache_ns);
+    Ok(hop)
+}
+
+/// The next hop of the outer packet from `bpf_fib_lookup`.
+#[inline(always)]
+fn fib_next_hop(
+    ctx: &XdpContext,
+    v4: bool,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> Result<NextHop, Reason> {
     // SAFETY: bpf_fib_lookup is a plain-old-data struct for which all zeroes is valid.
     let mut params: FibParams = unsafe { core::mem::zeroed() };
     #[expect(
@@ -200,6 +247,15 @@ fn mac_words(m: &[u8; 6]) -> [u16; 3] {
         u16::from_ne_bytes([m[2], m[3]]),
         u16::from_ne_bytes([m[4], m[5]]),
     ]
+}
+
+/// Inverse of [`mac_words`].
+#[inline(always)]
+fn words_mac(w: [u16; 3]) -> [u8; 6] {
+    let [a, b] = w[0].to_ne_bytes();
+    let [c, d] = w[1].to_ne_bytes();
+    let [e, f] = w[2].to_ne_bytes();
+    [a, b, c, d, e, f]
 }
 
 /// The Ethernet header of an encapsulated frame.

@@ -124,7 +124,7 @@ fn send(
     vip_stats: &mut VipStats,
     bytes: u64,
 ) -> (u32, Reason) {
-    match forward::encapsulate(ctx, parsed, choice.backend, cfg) {
+    match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg) {
         Ok(sent) => {
             stats::backend(choice.id, bytes);
             (sent.action, sent.reason)

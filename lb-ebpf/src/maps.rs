@@ -14,8 +14,8 @@ use lb_common::{
     },
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
-        BackendEntry, BenchFrame, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey,
-        VipEntry, VipInfo, VipKey,
+        BackendEntry, BenchFrame, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry,
+        VipAddrKey, VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -68,6 +68,9 @@ pub(crate) static CONNTRACK_V6: LruHashMap<
 #[btf_map]
 pub(crate) static SYN_CACHE: PerCpuArray<SynEntry, { DEFAULT_CT_SYN_CAPACITY as usize }> =
     PerCpuArray::new();
+
+#[btf_map]
+pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
 
 #[btf_map]
 pub(crate) static GLOBAL_STATS: PerCpuArray<GlobalStats, 1> = PerCpuArray::new();

@@ -47,6 +47,7 @@ pub fn default_config() -> LbConfig {
         hash_seed: SEED,
         syn_cache_mask: 0,
         udp_timeout_ns: UDP_TIMEOUT_NS,
+        nexthop_cache_ns: 0,
     }
 }
 

@@ -89,3 +89,120 @@ fn fib_mode_takes_macs_from_the_kernel_and_counts_unresolved_neighbours() {
     })
     .expect("enter netns");
 }
+
+#[test]
+fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
+    let ns = fib_namespace("lbt-fibc").expect("netns");
+    ns.ip(&[
+        "route",
+        "add",
+        "198.51.101.0/24",
+        "via",
+        "192.0.2.253",
+        "dev",
+        "lb0",
+    ])
+    .expect("route");
+    let mut lb = Lb::standard();
+    let mut cfg = default_config();
+    cfg.nexthop_mode = NEXTHOP_FIB;
+    cfg.nexthop_cache_ns = 300_000_000;
+    lb.dp.set_config(&cfg).expect("config");
+    let backend = std::net::Ipv4Addr::new(198, 51, 101, 11);
+    lb.backend(1, backend, BACKEND_ACTIVE);
+    lb.table(0, &[1; 7]);
+    let new_mac = [0x02, 0, 0, 0, 0, 0xfd];
+    ns.enter(|| {
+        // The cache is per CPU: keep every packet on one.
+        lb_tests::pin_to_cpu(0).expect("pin");
+        let lb0 = ifindex("lb0");
+        let send = |lb: &mut Lb, port: u16| {
+            let frame = Flow::new(CLIENT4, port, VIP4, 80).frame(L4::Tcp(SYN), &[]);
+            let out = lb.dp.test_run_with(&frame, Some(lb0), 1).expect("run");
+            (out, frame)
+        };
+        // No neighbour yet: dropped, and the failure is not remembered...
+        assert_eq!(send(&mut lb, 41000).0.action, XDP_DROP);
+        // ...so the next packet after the neighbour appears is forwarded.
+        ns.ip(&[
+            "neigh",
+            "add",
+            "192.0.2.253",
+            "lladdr",
+            "02:00:00:00:00:fe",
+            "nud",
+            "permanent",
+            "dev",
+            "lb0",
+        ])
+        .expect("neigh");
+        let (out, frame) = send(&mut lb, 41001);
+        assert_eq!(
+            out.data,
+            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
+        );
+        // The neighbour's MAC changes: the cached result is used until it expires.
+        ns.ip(&[
+            "neigh",
+            "replace",
+            "192.0.2.253",
+            "lladdr",
+            "02:00:00:00:00:fd",
+            "nud",
+            "permanent",
+            "dev",
+            "lb0",
+        ])
+        .expect("neigh");
+        let (out, frame) = send(&mut lb, 41002);
+        assert_eq!(
+            out.data,
+            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(350));
+        let (out, frame) = send(&mut lb, 41003);
+        assert_eq!(
+            out.data,
+            encapsulated(&frame, backend.into(), new_mac, LB_MAC)
+        );
+        // Cache time 0: every packet asks the FIB.
+        let mut cfg = cfg;
+        cfg.nexthop_cache_ns = 0;
+        lb.dp.set_config(&cfg).expect("config");
+        ns.ip(&[
+            "neigh",
+            "replace",
+            "192.0.2.253",
+            "lladdr",
+            "02:00:00:00:00:fe",
+            "nud",
+            "permanent",
+            "dev",
+            "lb0",
+        ])
+        .expect("neigh");
+        let (out, frame) = send(&mut lb, 41004);
+        assert_eq!(
+            out.data,
+            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
+        );
+        // A backend id given another address does not reuse the old address's entry:
+        // the new one's next hop has no neighbour, so the packet is dropped.
+        cfg.nexthop_cache_ns = 300_000_000;
+        lb.dp.set_config(&cfg).expect("config");
+        assert_eq!(send(&mut lb, 41005).0.action, XDP_TX);
+        ns.ip(&[
+            "route",
+            "add",
+            "198.51.102.0/24",
+            "via",
+            "192.0.2.252",
+            "dev",
+            "lb0",
+        ])
+        .expect("route");
+        lb.backend(1, std::net::Ipv4Addr::new(198, 51, 102, 11), BACKEND_ACTIVE);
+        assert_eq!(send(&mut lb, 41006).0.action, XDP_DROP);
+    })
+    .expect("enter netns");
+}

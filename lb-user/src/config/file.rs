@@ -69,6 +69,9 @@ pub struct NexthopFile {
     /// The gateway's MAC (`gateway` mode).
     #[serde(default)]
     pub gateway_mac: Option<String>,
+    /// How long each CPU reuses a backend's FIB lookup (`fib` mode), milliseconds.
+    #[serde(default)]
+    pub cache_ms: Option<UInt<u32>>,
 }
 
 /// `[conntrack]`.

@@ -52,8 +52,8 @@ pub enum Nexthop {
     /// `bpf_fib_lookup`: the kernel's routes and neighbours (needs forwarding enabled on
     /// the interface, and the neighbours resolved).
     Fib,
-    /// Every encapsulated frame goes to this MAC (a router); about twice as fast on the
-    /// packet path (see the data-plane benchmark).
+    /// Every encapsulated frame goes to this MAC (a router); no lookup on the packet
+    /// path (see the data-plane benchmark).
     Gateway {
         /// The gateway's MAC.
         mac: [u8; 6],
@@ -133,6 +133,9 @@ pub struct Config {
     pub ct_syn_capacity: u32,
     /// UDP idle timeout.
     pub udp_timeout: Duration,
+    /// `fib` next hop: how long each CPU reuses a backend's FIB lookup (zero: every
+    /// packet looks it up).
+    pub nexthop_cache: Duration,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
 }

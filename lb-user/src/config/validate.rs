@@ -37,6 +37,11 @@ const CT_CAPACITY_RANGE: (u32, u32) = (1_024, 64 << 20);
 /// SYN cache slots per CPU (56 bytes each): 14 KiB to 56 MiB per CPU.
 const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
+/// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
+const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
+/// Default `nexthop.cache_ms`: neighbour and route changes reach the packet path within
+/// 100 ms, while the FIB lookup is paid once per backend, CPU and 100 ms.
+const DEFAULT_NEXTHOP_CACHE_MS: u32 = 100;
 const MTU_RANGE: (u16, u16) = (576, 65_535);
 /// IPv6 links carry at least 1,280 bytes (RFC 8200 section 5).
 const IPV6_MIN_MTU: u16 = 1_280;
@@ -226,6 +231,19 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             Nexthop::Fib
         }
     };
+
+    let nexthop_cache_ms = in_range(
+        &mut r,
+        "nexthop.cache_ms",
+        uint(file.nexthop.cache_ms, DEFAULT_NEXTHOP_CACHE_MS),
+        NEXTHOP_CACHE_MS_RANGE,
+    );
+    if file.nexthop.cache_ms.is_some() && matches!(nexthop, Nexthop::Gateway { .. }) {
+        r.error(
+            "nexthop.cache_ms",
+            "only used with mode = \"fib\" (gateway mode looks nothing up)",
+        );
+    }
 
     let ct_capacity = in_range(
         &mut r,
@@ -453,6 +471,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ct_capacity,
             ct_syn_capacity,
             udp_timeout: Duration::from_secs(u64::from(udp_timeout_secs)),
+            nexthop_cache: Duration::from_millis(u64::from(nexthop_cache_ms)),
             vips,
         },
         warnings: r.warnings,

@@ -33,6 +33,8 @@ pub struct Globals {
     pub if_mac: [u8; 6],
     /// UDP idle timeout.
     pub udp_timeout: Duration,
+    /// How long each CPU reuses a backend's FIB lookup.
+    pub nexthop_cache: Duration,
 }
 
 impl Globals {
@@ -57,6 +59,7 @@ impl Globals {
             hash_seed: self.hash_seed,
             syn_cache_mask: 0,
             udp_timeout_ns: u64::try_from(self.udp_timeout.as_nanos()).unwrap_or(u64::MAX),
+            nexthop_cache_ns: u64::try_from(self.nexthop_cache.as_nanos()).unwrap_or(u64::MAX),
         }
     }
 }
@@ -164,6 +167,7 @@ impl Desired {
                 nexthop: config.nexthop,
                 if_mac,
                 udp_timeout: config.udp_timeout,
+                nexthop_cache: config.nexthop_cache,
             },
             maglev_seed: config.maglev_seed,
             max_table_memory: config.max_table_memory,

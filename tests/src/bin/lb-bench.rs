@@ -396,18 +396,26 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
             lb_tests::pin_to_cpu(cpu()).context("pinning the benchmark thread")?;
             let lb0 = ifindex("lb0");
             ensure!(lb0 != 0, "lb0 missing in the benchmark namespace");
-            for (mode, ifindex) in [("gateway", None), ("fib", Some(lb0))] {
-                if opts.gateway_only && mode == "fib" {
+            // Next-hop modes: gateway MAC; FIB lookup on every packet; FIB result reused
+            // for 100 ms (the default `nexthop.cache_ms`).
+            for (mode, ifindex, cache_ns) in [
+                ("gateway", None, 0),
+                ("fib, no cache", Some(lb0), 0),
+                ("fib, 100 ms cache", Some(lb0), 100_000_000),
+            ] {
+                let fib = ifindex.is_some();
+                if opts.gateway_only && fib {
                     continue;
                 }
                 let mut cfg = default_config();
-                if mode == "fib" {
+                if fib {
                     cfg.nexthop_mode = NEXTHOP_FIB;
+                    cfg.nexthop_cache_ns = cache_ns;
                 }
                 lb.dp.set_config(&cfg)?;
                 lb.dp.flush_conntrack()?;
                 for case in (0..opts.rounds.unwrap_or(1)).flat_map(|_| cases()) {
-                    if mode == "fib" && case.action != XDP_TX
+                    if fib && case.action != XDP_TX
                         || opts
                             .case
                             .as_ref()

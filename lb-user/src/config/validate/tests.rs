@@ -183,6 +183,16 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
             "conntrack.capacity: expected a value from 1024 to 67108864, got 10",
         ),
         (
+            format!("{BASE}[nexthop]\ncache_ms = 60000\n"),
+            "nexthop.cache_ms: expected a value from 0 to 10000, got 60000",
+        ),
+        (
+            format!(
+                "{BASE}[nexthop]\nmode = \"gateway\"\ngateway_mac = \"02:00:00:00:00:fe\"\ncache_ms = 5\n"
+            ),
+            "nexthop.cache_ms: only used with mode = \"fib\" (gateway mode looks nothing up)",
+        ),
+        (
             format!("{BASE}[conntrack]\nsyn_capacity = 10000\n"),
             "conntrack.syn_capacity: expected a power of two (SYN cache slots per CPU), got 10000; the nearest are 8192 and 16384",
         ),
