@@ -9,16 +9,15 @@ use lb_common::{
     stats::Reason,
     types::{BACKEND_ACTIVE, NEXTHOP_FIB, PROTO_TCP},
 };
+use lb_tests::netns::NetNs;
 use lb_tests::{
     fixture::{Lb, XDP_DROP, XDP_TX, default_config, fib_namespace, ifindex},
     packets::{self, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, VIP6, encapsulated},
 };
 use lb_user::dataplane::Dataplane as _;
 
-#[test]
-fn fib_mode_takes_macs_from_the_kernel_and_counts_unresolved_neighbours() {
-    let ns = fib_namespace("lbt-fib").expect("netns");
-    // A prefix whose next hop has no neighbour entry.
+/// Routes 198.51.101.0/24 via 192.0.2.253, which has no neighbour entry yet.
+fn route_via_unresolved_neighbour(ns: &NetNs) {
     ns.ip(&[
         "route",
         "add",
@@ -29,6 +28,29 @@ fn fib_mode_takes_macs_from_the_kernel_and_counts_unresolved_neighbours() {
         "lb0",
     ])
     .expect("route");
+}
+
+/// Sets the neighbour entry of 192.0.2.253 to `mac`.
+fn set_neighbour(ns: &NetNs, mac: &str) {
+    ns.ip(&[
+        "neigh",
+        "replace",
+        "192.0.2.253",
+        "lladdr",
+        mac,
+        "nud",
+        "permanent",
+        "dev",
+        "lb0",
+    ])
+    .expect("neigh");
+}
+
+#[test]
+fn fib_mode_takes_macs_from_the_kernel_and_counts_unresolved_neighbours() {
+    let ns = fib_namespace("lbt-fib").expect("netns");
+    // A prefix whose next hop has no neighbour entry.
+    route_via_unresolved_neighbour(&ns);
 
     let mut lb = Lb::standard();
     let mut cfg = default_config();
@@ -93,16 +115,7 @@ fn fib_mode_takes_macs_from_the_kernel_and_counts_unresolved_neighbours() {
 #[test]
 fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
     let ns = fib_namespace("lbt-fibc").expect("netns");
-    ns.ip(&[
-        "route",
-        "add",
-        "198.51.101.0/24",
-        "via",
-        "192.0.2.253",
-        "dev",
-        "lb0",
-    ])
-    .expect("route");
+    route_via_unresolved_neighbour(&ns);
     let mut lb = Lb::standard();
     let mut cfg = default_config();
     cfg.nexthop_mode = NEXTHOP_FIB;
@@ -124,36 +137,14 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
         // No neighbour yet: dropped, and the failure is not remembered...
         assert_eq!(send(&mut lb, 41000).0.action, XDP_DROP);
         // ...so the next packet after the neighbour appears is forwarded.
-        ns.ip(&[
-            "neigh",
-            "add",
-            "192.0.2.253",
-            "lladdr",
-            "02:00:00:00:00:fe",
-            "nud",
-            "permanent",
-            "dev",
-            "lb0",
-        ])
-        .expect("neigh");
+        set_neighbour(&ns, "02:00:00:00:00:fe");
         let (out, frame) = send(&mut lb, 41001);
         assert_eq!(
             out.data,
             encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
         );
         // The neighbour's MAC changes: the cached result is used until it expires.
-        ns.ip(&[
-            "neigh",
-            "replace",
-            "192.0.2.253",
-            "lladdr",
-            "02:00:00:00:00:fd",
-            "nud",
-            "permanent",
-            "dev",
-            "lb0",
-        ])
-        .expect("neigh");
+        set_neighbour(&ns, "02:00:00:00:00:fd");
         let (out, frame) = send(&mut lb, 41002);
         assert_eq!(
             out.data,
@@ -169,18 +160,7 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
         let mut cfg = cfg;
         cfg.nexthop_cache_ns = 0;
         lb.dp.set_config(&cfg).expect("config");
-        ns.ip(&[
-            "neigh",
-            "replace",
-            "192.0.2.253",
-            "lladdr",
-            "02:00:00:00:00:fe",
-            "nud",
-            "permanent",
-            "dev",
-            "lb0",
-        ])
-        .expect("neigh");
+        set_neighbour(&ns, "02:00:00:00:00:fe");
         let (out, frame) = send(&mut lb, 41004);
         assert_eq!(
             out.data,

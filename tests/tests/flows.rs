@@ -6,7 +6,7 @@ use std::{net::IpAddr, time::Duration};
 
 use lb_common::{
     stats::Reason,
-    types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP},
+    types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, CtEntry, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
     fixture::{Lb, SEED, XDP_DROP, XDP_PASS, XDP_TX, default_config, flow_key, round_robin},
@@ -25,6 +25,14 @@ fn port_landing_on(lb: &Lb, vip_id: u32, dport: u16, id: u32, from: u16) -> u16 
     (from..u16::MAX)
         .find(|&p| lb.predict(vip_id, &Flow::new(CLIENT4, p, VIP4, dport), PROTO_TCP) == id)
         .expect("some port lands on the backend")
+}
+
+/// The conntrack state of TCP `flow` (which table, which entry); panics if none.
+fn pin_of(lb: &Lb, flow: &Flow) -> (CtTable, CtEntry) {
+    lb.dp
+        .lookup_flow(&flow_key(flow, PROTO_TCP))
+        .expect("lookup")
+        .expect("pinned")
 }
 
 /// Opens `flow` with SYN then ACK and returns the backend it went to.
@@ -112,11 +120,7 @@ fn removed_backend_flows_are_repicked_on_the_current_table() {
     let owner = lb.predict(0, &flow, PROTO_TCP);
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(owner)));
     assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_stale_repicked, 1);
-    let (_, entry) = lb
-        .dp
-        .lookup_flow(&flow_key(&flow, PROTO_TCP))
-        .expect("lookup")
-        .expect("re-pinned");
+    let (_, entry) = pin_of(&lb, &flow);
     assert_eq!(entry.backend_id, owner, "the entry is overwritten");
 }
 
@@ -137,11 +141,7 @@ fn mid_flow_miss_is_rehashed_on_the_current_table() {
         lb.dp.vip_stats(0).expect("stats").ct_misses_non_syn,
         misses + 1
     );
-    let (table, entry) = lb
-        .dp
-        .lookup_flow(&flow_key(&flow, PROTO_TCP))
-        .expect("lookup")
-        .expect("pinned again");
+    let (table, entry) = pin_of(&lb, &flow);
     assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
 }
 
@@ -371,11 +371,7 @@ fn a_syn_reusing_an_established_4tuple_follows_the_current_table() {
     assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(3)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(3)));
-    let (table, entry) = lb
-        .dp
-        .lookup_flow(&flow_key(&flow, PROTO_TCP))
-        .expect("lookup")
-        .expect("pinned");
+    let (table, entry) = pin_of(&lb, &flow);
     assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
 }
 
@@ -405,11 +401,7 @@ fn a_syn_during_a_handshake_table_change_keeps_the_handshake_together() {
     lb.table(0, &[3; 65_537]);
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(1)));
-    let (table, _) = lb
-        .dp
-        .lookup_flow(&flow_key(&flow, PROTO_TCP))
-        .expect("lookup")
-        .expect("pinned");
+    let (table, _) = pin_of(&lb, &flow);
     assert_eq!(table, CtTable::Established);
 }
 
@@ -420,14 +412,7 @@ fn an_entry_the_new_table_agrees_with_is_relabelled_and_a_moved_one_is_not() {
     let moves = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46300), VIP4, 80);
     assert_eq!(establish(&mut lb, &stays), b4(1));
     assert_eq!(establish(&mut lb, &moves), b4(2));
-    let epoch = |lb: &Lb, f: &Flow| {
-        lb.dp
-            .lookup_flow(&flow_key(f, PROTO_TCP))
-            .expect("lookup")
-            .expect("pinned")
-            .1
-            .epoch
-    };
+    let epoch = |lb: &Lb, f: &Flow| pin_of(lb, f).1.epoch;
     let before = epoch(&lb, &stays);
     assert_eq!(epoch(&lb, &moves), before);
     // Backend 2's slots go to 3; backend 1 keeps its own.
@@ -506,10 +491,6 @@ fn a_handshake_split_across_cpus_follows_the_table() {
             .expect("sender");
         });
     }
-    let (table, entry) = lb
-        .dp
-        .lookup_flow(&flow_key(&flow, PROTO_TCP))
-        .expect("lookup")
-        .expect("pinned");
+    let (table, entry) = pin_of(&lb, &flow);
     assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
 }
