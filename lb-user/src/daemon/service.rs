@@ -23,6 +23,10 @@ struct StartOnly {
     control_socket: PathBuf,
     ct_capacity: u32,
     ct_syn_capacity: u32,
+    /// The flow hash places every flow in its table slot and SYN cache slot: changing
+    /// it while flows run would split handshakes in flight and let an old conntrack
+    /// entry outvote a reused 4-tuple's new SYN.
+    hash_seed: u32,
 }
 
 impl StartOnly {
@@ -33,6 +37,7 @@ impl StartOnly {
             control_socket: c.control_socket.clone(),
             ct_capacity: c.ct_capacity,
             ct_syn_capacity: c.ct_syn_capacity,
+            hash_seed: c.hash_seed,
         }
     }
 
@@ -53,6 +58,9 @@ impl StartOnly {
         }
         if self.ct_syn_capacity != other.ct_syn_capacity {
             v.push("conntrack.syn_capacity");
+        }
+        if self.hash_seed != other.hash_seed {
+            v.push("hash_seed");
         }
         v
     }

@@ -129,6 +129,12 @@ fn a_reload_that_needs_a_restart_or_fails_changes_nothing() {
         s.reload(&Config::from_toml(&moved).unwrap()).unwrap_err(),
         "interface changed: these settings take effect only at start (restart lb); nothing applied"
     );
+    let reseeded = format!("hash_seed = 7\n{FILE}");
+    assert_eq!(
+        s.reload(&Config::from_toml(&reseeded).unwrap())
+            .unwrap_err(),
+        "hash_seed changed: these settings take effect only at start (restart lb); nothing applied"
+    );
     s.controller_mut().dataplane_mut().fail_after(0);
     let more = FILE.replace("198.51.100.12", "198.51.100.14");
     let err = s.reload(&Config::from_toml(&more).unwrap()).unwrap_err();
