@@ -118,7 +118,10 @@ pub const MAX_TABLE_SIZE: u32 = 4_194_301;
 /// through mmap instead of one syscall per slot). The kernel requires every inner map to
 /// have exactly the template's flags.
 pub const TABLE_MAP_FLAGS: u32 = 0x1000 | 0x400;
-/// `BPF_F_NO_COMMON_LRU` (0x2): per-CPU LRU lists for the conntrack maps (lookups stay
-/// shared between CPUs; only eviction bookkeeping is per CPU, which avoids a global lock
-/// on inserts).
-pub const CT_MAP_FLAGS: u32 = 0x2;
+/// Flags of the conntrack maps: none, i.e. the common LRU: any CPU can use the whole
+/// capacity (each CPU keeps a small local free list, refilled from the shared lists in
+/// batches). Not `BPF_F_NO_COMMON_LRU` (0x2): it splits the preallocated entries
+/// evenly between the *possible* CPUs, so one CPU's flows could only use
+/// `capacity / possible CPUs` entries (measured: 4,096 entries, 4,000 flows on one of
+/// two CPUs, 2,048 kept). Inserts measured no slower here with the common lists.
+pub const CT_MAP_FLAGS: u32 = 0;

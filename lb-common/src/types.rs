@@ -265,7 +265,7 @@ impl FlowKey4 {
 
 /// Value of the conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`).
 ///
-/// Layout (24 bytes): `backend_id` 0..4, `vip_id` 4..8, `last_seen_ns` 8..16, `epoch`
+/// Layout (24 bytes): `backend_id` 0..4, `vip_id` 4..8, `stamp_ns` 8..16, `epoch`
 /// 16..20, `_pad` 20..24.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -274,9 +274,11 @@ pub struct CtEntry {
     pub backend_id: u32,
     /// VIP the flow belongs to.
     pub vip_id: u32,
-    /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE, ns) when the flow was last
-    /// seen; maintained for UDP only (the idle timeout), 0 for TCP.
-    pub last_seen_ns: u64,
+    /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE, ns). UDP: when the flow was
+    /// last seen (the idle timeout; rewritten at most once a second). TCP: when the flow
+    /// was pinned to `backend_id`; only a SYN seen later ([`SynEntry::syn_ns`]) can be a
+    /// new connection on the same 4-tuple.
+    pub stamp_ns: u64,
     /// Epoch ([`VipEntry::epoch`]) of a table that maps this flow to `backend_id`: the
     /// table it was picked from, or a later one checked to agree. TCP only (0 for UDP).
     pub epoch: u32,
@@ -285,12 +287,19 @@ pub struct CtEntry {
 }
 const _: () = assert!(size_of::<CtEntry>() == 24);
 
-/// Element of the per-CPU `SYN_CACHE` array: the choice made for a TCP SYN, kept until
-/// the handshake's ACK promotes it into conntrack (or another SYN takes the slot).
+/// Element of the `SYN_CACHE` array: the choice made for a TCP SYN, kept until the
+/// handshake's ACK promotes it into conntrack (or another SYN takes the slot).
 ///
-/// Layout (56 bytes): `key` 0..40, `backend_id` 40..44, `vip_id` 44..48, `epoch`
-/// 48..52, `_pad` 52..56. An all-zero element is an empty slot (no real key has family
-/// 0); the program marks a promoted slot with `vip_id` = `MAX_VIPS` (no VIP has it).
+/// Layout (64 bytes): `key` 0..40, `backend_id` 40..44, `vip_id` 44..48, `epoch`
+/// 48..52, `tag` 52..56, `syn_ns` 56..64. An all-zero element is an empty slot (no real
+/// key has family 0); the program marks a promoted slot with `vip_id` = `MAX_VIPS` (no
+/// VIP has it).
+///
+/// The array is shared by all CPUs and written with plain stores, so two SYNs that
+/// share a slot on two CPUs at once can interleave their fields. `tag`
+/// ([`SynEntry::tag_of`]) binds the fields to the key's flow hash: a reader uses a slot
+/// only when its key is the packet's and its tag matches, so a torn slot reads as
+/// empty.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SynEntry {
@@ -302,10 +311,42 @@ pub struct SynEntry {
     pub vip_id: u32,
     /// Epoch of the table the backend was picked from.
     pub epoch: u32,
-    /// Explicit padding, always zero.
-    pub _pad: u32,
+    /// [`SynEntry::tag_of`] of the writer's values.
+    pub tag: u32,
+    /// `bpf_ktime_get_coarse_ns()` when the SYN was seen.
+    pub syn_ns: u64,
 }
-const _: () = assert!(size_of::<SynEntry>() == 56);
+const _: () = assert!(size_of::<SynEntry>() == 64);
+
+impl SynEntry {
+    /// The check word of a slot written for a flow whose [`crate::hash::flow_hash`] is
+    /// `hash`: the fields XORed at distinct rotations, so that any mix of two writers'
+    /// fields differs from both writers' tags unless the differences cancel exactly.
+    #[inline(always)]
+    #[must_use]
+    pub fn tag_of(hash: u32, backend_id: u32, vip_id: u32, epoch: u32, syn_ns: u64) -> u32 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "the two halves of syn_ns are mixed in separately"
+        )]
+        let (lo, hi) = (syn_ns as u32, (syn_ns >> 32) as u32);
+        hash ^ backend_id.rotate_left(7)
+            ^ vip_id.rotate_left(13)
+            ^ epoch.rotate_left(19)
+            ^ lo.rotate_left(23)
+            ^ hi.rotate_left(29)
+            ^ 0x5bd1_e995
+    }
+
+    /// Whether this slot holds a SYN of `key` (whose flow hash is `hash`) written
+    /// whole (see the type's documentation).
+    #[inline(always)]
+    #[must_use]
+    pub fn holds(&self, key: &FlowKey, hash: u32) -> bool {
+        self.key.same_as(key)
+            && self.tag == Self::tag_of(hash, self.backend_id, self.vip_id, self.epoch, self.syn_ns)
+    }
+}
 
 /// `LbConfig::nexthop_mode`: next-hop MAC from `bpf_fib_lookup` on the outer
 /// destination (kernel routing and neighbour tables).
@@ -347,7 +388,7 @@ pub struct LbConfig {
     pub flags: u32,
     /// Seed of the flow hash ([`crate::hash::flow_hash`]).
     pub hash_seed: u32,
-    /// `SYN_CACHE` slots per CPU minus one (the slot count is a power of two): a SYN's
+    /// `SYN_CACHE` slots minus one (the slot count is a power of two): a SYN's
     /// slot is `flow_hash & syn_cache_mask`. The kernel data plane writes it from the
     /// map's size; other writers' values are replaced.
     pub syn_cache_mask: u32,
@@ -430,3 +471,58 @@ impl_pod!(
     LbConfig,
     BenchFrame
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: FlowKey, hash: u32, backend_id: u32, epoch: u32, syn_ns: u64) -> SynEntry {
+        SynEntry {
+            key,
+            backend_id,
+            vip_id: 0,
+            epoch,
+            tag: SynEntry::tag_of(hash, backend_id, 0, epoch, syn_ns),
+            syn_ns,
+        }
+    }
+
+    #[test]
+    fn a_syn_slot_mixing_two_writers_fields_reads_as_empty() {
+        let a_key = FlowKey::from_words([1, 0, 0, 0, 0x0400_0600, 9, 0, 0, 0, 40_000]);
+        let b_key = FlowKey::from_words([1, 0, 0, 0, 0x0400_0600, 9, 0, 0, 0, 40_001]);
+        let (ha, hb) = (0x1234_4000, 0x9876_4000);
+        let a = entry(a_key, ha, 2, 7, 1_000_000);
+        let b = entry(b_key, hb, 3, 7, 1_000_000);
+        assert!(a.holds(&a_key, ha) && b.holds(&b_key, hb));
+        // Every mix of a's key with some of b's other fields (and either tag).
+        for mask in 1u32..32 {
+            let mut m = a;
+            if mask & 1 != 0 {
+                m.backend_id = b.backend_id;
+            }
+            if mask & 2 != 0 {
+                m.vip_id = b.vip_id;
+            }
+            if mask & 4 != 0 {
+                m.epoch = b.epoch;
+            }
+            if mask & 8 != 0 {
+                m.syn_ns = b.syn_ns;
+            }
+            if mask & 16 != 0 {
+                m.tag = b.tag;
+            }
+            let same_values = m.backend_id == a.backend_id
+                && m.vip_id == a.vip_id
+                && m.epoch == a.epoch
+                && m.syn_ns == a.syn_ns;
+            assert_eq!(
+                m.holds(&a_key, ha),
+                same_values && m.tag == a.tag,
+                "mask {mask:#b}"
+            );
+        }
+        assert!(!a.holds(&b_key, hb), "another flow's key");
+    }
+}

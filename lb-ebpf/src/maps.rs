@@ -66,8 +66,7 @@ pub(crate) static CONNTRACK_V6: LruHashMap<
 > = LruHashMap::new();
 
 #[btf_map]
-pub(crate) static SYN_CACHE: PerCpuArray<SynEntry, { DEFAULT_CT_SYN_CAPACITY as usize }> =
-    PerCpuArray::new();
+pub(crate) static SYN_CACHE: Array<SynEntry, { DEFAULT_CT_SYN_CAPACITY as usize }> = Array::new();
 
 #[btf_map]
 pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();

@@ -8,7 +8,7 @@
 //! Order for a VIP packet (../shared/DESIGN.md, "Flow semantics"):
 //! 1. A TCP SYN (SYN set, ACK and RST clear) opens a connection: it is picked from the
 //!    VIP's current table, `table[flow_hash % M]`, and the choice is written to the
-//!    receiving CPU's `SYN_CACHE` slot ([`pick_syn`]). It does not consult conntrack
+//!    flow's `SYN_CACHE` slot with the time it was seen ([`pick_syn`]). It does not consult conntrack
 //!    (as in Katran): a miss in a large hash map is a cache and TLB miss, the largest
 //!    cost of a new flow. A SYN that reuses the 4-tuple of an older connection is a new
 //!    connection and follows the current table (a drained backend gets no new
@@ -18,10 +18,12 @@
 //!    removed, or of another VIP, is re-picked and overwritten. A TCP entry is trusted
 //!    directly only while its epoch equals the VIP's table epoch (`VIP_INFO`): then any
 //!    SYN since was picked from the very table that chose the entry's backend. After a
-//!    table change, [`pick_backend`] checks once whether a newer SYN of the 4-tuple went
-//!    elsewhere (its choice wins and replaces the entry), and re-labels the entry with
-//!    the current epoch when the current table agrees with it; entries that the change
-//!    moved keep their backend and keep being checked.
+//!    table change, [`pick_backend`] checks whether the slot holds a SYN of the 4-tuple
+//!    seen after the entry was pinned (a new connection: its choice wins and replaces
+//!    the entry; times are `bpf_ktime_get_coarse_ns`, one jiffy apart at least, and a
+//!    4-tuple is not reused within a jiffy of its last connection's pin), and re-labels the entry with the current epoch when the current table
+//!    agrees with it; entries that the change moved keep their backend and keep being
+//!    checked.
 //! 3. A TCP miss takes the SYN's choice from `SYN_CACHE` (the handshake completing: it
 //!    is promoted into conntrack); otherwise, and for UDP, `table[flow_hash % M]` of
 //!    the current table, recorded in conntrack (mid-flow TCP after a restart or an
@@ -52,12 +54,12 @@ use crate::{
     parse::{Parsed, TCP_ACK, TCP_RST, TCP_SYN},
 };
 
-/// `SynEntry::vip_id` of a slot whose SYN was promoted (no VIP has it). Not `u32::MAX`:
+/// `SynEntry::vip_id` of a slot whose SYN was used (no VIP has it). Not `u32::MAX`:
 /// LLVM's BPF backend compares a zero-extended 32-bit load with that constant as a
 /// 64-bit jump whose immediate is sign-extended (`if r2 == -1`), which is never true.
 const SYN_SLOT_FREE: u32 = MAX_VIPS;
 
-/// A UDP entry's `last_seen_ns` is rewritten at most this often (ns), so a busy flow
+/// A UDP entry's `stamp_ns` is rewritten at most this often (ns), so a busy flow
 /// does not dirty its conntrack entry on every packet.
 const UDP_REFRESH_NS: u64 = 1_000_000_000;
 
@@ -126,12 +128,12 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     let choice = keeps_flows(entry.backend_id)?;
     if p.key.vip.proto == PROTO_UDP {
         let now = now_coarse_ns();
-        let idle = now.wrapping_sub(entry.last_seen_ns);
+        let idle = now.wrapping_sub(entry.stamp_ns);
         if idle > cfg.udp_timeout_ns {
             return None;
         }
         if idle > UDP_REFRESH_NS {
-            entry.last_seen_ns = now;
+            entry.stamp_ns = now;
         }
     } else if entry.epoch != info.epoch {
         return None;
@@ -178,8 +180,7 @@ fn now_coarse_ns() -> u64 {
 }
 
 /// Chooses the backend for a TCP SYN from the VIP's current table and records the
-/// choice in this CPU's `SYN_CACHE` slot of the flow (step 1 of the module
-/// documentation).
+/// choice in the flow's `SYN_CACHE` slot (step 1 of the module documentation).
 #[inline(always)]
 pub(crate) fn pick_syn(
     p: &Parsed,
@@ -190,21 +191,25 @@ pub(crate) fn pick_syn(
     let hash = flow_hash(&p.key, cfg.hash_seed);
     let choice = table_pick(vip, hash)?;
     if let Some(slot) = SYN_CACHE.get_ptr_mut(hash & cfg.syn_cache_mask) {
-        // SAFETY: per-CPU array element, used only by this CPU during this run.
+        // SAFETY: an element of the shared array. Other CPUs may write it at the same
+        // time; readers detect a torn element by its tag (`SynEntry::holds`).
         let slot = unsafe { &mut *slot };
         if slot.vip_id != SYN_SLOT_FREE && slot.key.vip.family != 0 && !slot.key.same_as(&p.key) {
             stats.ct_syn_only_evicted += 1;
         }
+        let now = now_coarse_ns();
         slot.key = p.key;
         slot.backend_id = choice.id;
         slot.vip_id = vip.vip_id;
         slot.epoch = vip.epoch;
+        slot.syn_ns = now;
+        slot.tag = SynEntry::tag_of(hash, choice.id, vip.vip_id, vip.epoch, now);
     }
     stats.new_flows += 1;
     Ok(choice)
 }
 
-/// This CPU's `SYN_CACHE` slot of the flow if it holds a SYN of this flow and VIP.
+/// The flow's `SYN_CACHE` slot if it holds a whole SYN entry of this flow and VIP.
 #[inline(always)]
 fn syn_slot(
     p: &Parsed,
@@ -213,9 +218,9 @@ fn syn_slot(
     cfg: &LbConfig,
 ) -> Option<&'static mut SynEntry> {
     let slot = SYN_CACHE.get_ptr_mut(hash & cfg.syn_cache_mask)?;
-    // SAFETY: per-CPU array element, used only by this CPU during this run.
+    // SAFETY: as in `pick_syn`.
     let slot = unsafe { &mut *slot };
-    (slot.vip_id == vip.vip_id && slot.key.same_as(&p.key)).then_some(slot)
+    (slot.vip_id == vip.vip_id && slot.holds(&p.key, hash)).then_some(slot)
 }
 
 /// Chooses the backend for a VIP packet other than a TCP SYN and maintains connection
@@ -230,7 +235,6 @@ pub(crate) fn pick_backend(
 ) -> Result<Choice, Reason> {
     let is_udp = p.key.vip.proto == PROTO_UDP;
     let mut had_entry = false;
-    let mut now = 0;
     if let Some(entry) = ct {
         // SAFETY: the pointer comes from a successful lookup and the value is only used
         // within this program run.
@@ -241,11 +245,11 @@ pub(crate) fn pick_backend(
                 stats.ct_hits += 1;
                 return Ok(recheck_tcp(p, vip, cfg, entry, choice));
             }
-            now = now_coarse_ns();
-            let idle = now.wrapping_sub(entry.last_seen_ns);
+            let now = now_coarse_ns();
+            let idle = now.wrapping_sub(entry.stamp_ns);
             if idle <= cfg.udp_timeout_ns {
                 if idle > UDP_REFRESH_NS {
-                    entry.last_seen_ns = now;
+                    entry.stamp_ns = now;
                 }
                 stats.ct_hits += 1;
                 return Ok(choice);
@@ -258,27 +262,19 @@ pub(crate) fn pick_backend(
 
     let hash = flow_hash(&p.key, cfg.hash_seed);
     let rst = p.tcp_flags & TCP_RST != 0;
+    let now = now_coarse_ns();
     if !is_udp {
-        if let Some(slot) = syn_slot(p, vip, hash, cfg)
-            && let Some(choice) = pinned(slot.backend_id, slot.vip_id, vip.vip_id)
-        {
-            // The handshake completed: the flow is established where its SYN went. An
-            // LRU insert only fails on allocation failure; the next packet then takes
-            // the same choice from the slot again.
-            if !rst {
-                let entry = CtEntry {
-                    backend_id: choice.id,
-                    vip_id: vip.vip_id,
-                    last_seen_ns: 0,
-                    epoch: slot.epoch,
-                    _pad: 0,
-                };
-                if record_flow(p, &entry).is_ok() {
-                    slot.vip_id = SYN_SLOT_FREE;
+        if let Some(slot) = syn_slot(p, vip, hash, cfg) {
+            // The slot is used once: promoted, or useless (its backend went away).
+            slot.vip_id = SYN_SLOT_FREE;
+            if let Some(choice) = keeps_flows(slot.backend_id) {
+                // The handshake completed: the flow is established where its SYN went.
+                if !rst {
+                    let _ = record_flow(p, &pin(choice.id, vip.vip_id, now, slot.epoch));
                 }
+                stats.ct_hits += 1;
+                return Ok(choice);
             }
-            stats.ct_hits += 1;
-            return Ok(choice);
         }
         if !had_entry {
             stats.ct_misses_non_syn += 1;
@@ -286,27 +282,9 @@ pub(crate) fn pick_backend(
     }
 
     let choice = table_pick(vip, hash)?;
-    if is_udp {
-        if now == 0 {
-            now = now_coarse_ns();
-        }
-        let entry = CtEntry {
-            backend_id: choice.id,
-            vip_id: vip.vip_id,
-            last_seen_ns: now,
-            epoch: 0,
-            _pad: 0,
-        };
-        let _ = record_flow(p, &entry);
-    } else if !rst {
-        let entry = CtEntry {
-            backend_id: choice.id,
-            vip_id: vip.vip_id,
-            last_seen_ns: 0,
-            epoch: vip.epoch,
-            _pad: 0,
-        };
-        let _ = record_flow(p, &entry);
+    if is_udp || !rst {
+        let epoch = if is_udp { 0 } else { vip.epoch };
+        let _ = record_flow(p, &pin(choice.id, vip.vip_id, now, epoch));
     }
     if !rst {
         stats.new_flows += 1;
@@ -314,13 +292,26 @@ pub(crate) fn pick_backend(
     Ok(choice)
 }
 
+/// A conntrack entry pinning a flow of VIP `vip_id` to backend `backend_id` at time
+/// `now` (coarse ns), chosen from the table of `epoch` (0 for UDP).
+#[inline(always)]
+fn pin(backend_id: u32, vip_id: u32, now: u64, epoch: u32) -> CtEntry {
+    CtEntry {
+        backend_id,
+        vip_id,
+        stamp_ns: now,
+        epoch,
+        _pad: 0,
+    }
+}
+
 /// A TCP conntrack hit whose epoch is not the VIP's current one (the fast path declined
 /// it): the VIP changed tables since the entry's backend was chosen, so a SYN since
 /// may have reused the 4-tuple for a new connection and gone elsewhere. Returns the
-/// backend to use: that SYN's choice when its slot is still here (it replaces the
-/// entry), else the entry's own. The entry is re-labelled with the current epoch when
-/// the current table maps the flow to its backend, so that its next packets take the
-/// fast path again.
+/// backend to use: that SYN's choice when its slot holds a SYN seen after the entry
+/// was pinned (it replaces the entry), else the entry's own. The entry is re-labelled
+/// with the current epoch when no such SYN is held and the current table maps the flow
+/// to its backend, so that its next packets take the fast path again.
 #[inline(always)]
 fn recheck_tcp(
     p: &Parsed,
@@ -335,17 +326,19 @@ fn recheck_tcp(
     }
     let hash = flow_hash(&p.key, cfg.hash_seed);
     if let Some(slot) = syn_slot(p, vip, hash, cfg)
-        && slot.epoch >= entry.epoch
-        && let Some(newer) = pinned(slot.backend_id, slot.vip_id, vip.vip_id)
+        && slot.syn_ns > entry.stamp_ns
     {
-        // Backend first: a reader on another CPU that sees the new backend with the old
-        // epoch only takes this path again.
-        entry.backend_id = newer.id;
-        entry.epoch = slot.epoch;
         slot.vip_id = SYN_SLOT_FREE;
-        return newer;
+        if let Some(newer) = keeps_flows(slot.backend_id) {
+            // A whole new entry (one map update): readers on other CPUs see either the
+            // old pin or the new one, never a mix of their fields.
+            let now = now_coarse_ns();
+            let _ = record_flow(p, &pin(newer.id, vip.vip_id, now, slot.epoch));
+            return newer;
+        }
     }
     if table_slot(vip, hash) == Ok(entry.backend_id) {
+        // Only the epoch changes: a reader sees the same backend with either label.
         entry.epoch = vip.epoch;
     }
     choice

@@ -364,6 +364,8 @@ fn a_syn_reusing_an_established_4tuple_follows_the_current_table() {
     let sport = port_landing_on(&lb, 0, 80, 2, 46000);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
     assert_eq!(establish(&mut lb, &flow), b4(2));
+    // The new SYN must be seen after the old pin was made (the clock is coarse).
+    std::thread::sleep(Duration::from_millis(20));
     lb.table(0, &[3; 65_537]);
     // The old connection keeps its backend...
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"old")), (XDP_TX, b4(2)));
@@ -383,6 +385,8 @@ fn a_reused_4tuple_follows_its_syn_when_the_table_changes_back() {
     let sport = port_landing_on(&lb, 0, 80, 2, 46100);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
     assert_eq!(establish(&mut lb, &flow), b4(2));
+    // The new SYN must be seen after the old pin was made (the clock is coarse).
+    std::thread::sleep(Duration::from_millis(20));
     lb.table(0, &[3; 65_537]);
     assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(3)));
     lb.table(0, &[2; 65_537]);
@@ -466,31 +470,121 @@ fn a_syn_taking_another_handshakes_slot_is_counted() {
     assert_eq!(lb.send(&a.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(expected)));
 }
 
-#[test]
-fn a_handshake_split_across_cpus_follows_the_table() {
-    // The SYN cache is per CPU: an ACK on another CPU than its SYN (no RSS affinity)
-    // is picked from the current table, which is the SYN's choice unless the table
-    // changed during the handshake; it is then established like any other flow.
-    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+/// Sends `l4`/`payload` of `flow` from a thread pinned to `cpu`.
+fn send_on(
+    lb: &mut Lb,
+    cpu: usize,
+    flow: &Flow,
+    l4: packets::TcpFlags,
+    payload: &[u8],
+) -> (u32, Option<IpAddr>) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            lb_tests::pin_to_cpu(cpu).expect("pin");
+            lb.send(&flow.frame(L4::Tcp(l4), payload))
+        })
+        .join()
+        .expect("sender")
+    })
+}
+
+fn two_cpus() -> bool {
+    let n = std::thread::available_parallelism().map_or(1, usize::from);
+    if n < 2 {
         eprintln!("single CPU: nothing to check");
+    }
+    n >= 2
+}
+
+#[test]
+fn a_handshake_split_across_cpus_finds_its_syn() {
+    // The SYN cache is shared: an ACK on another CPU than its SYN (no RSS affinity, or
+    // a queue's interrupt moved) follows the SYN even when the table changed between.
+    if !two_cpus() {
         return;
     }
     let mut lb = Lb::standard();
     let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 46400), VIP4, 80);
-    for (cpu, l4, payload) in [
-        (0, SYN, &b""[..]),
-        (1, ACK, &b""[..]),
-        (0, ACK, &b"data"[..]),
-    ] {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                lb_tests::pin_to_cpu(cpu).expect("pin");
-                assert_eq!(lb.send(&flow.frame(L4::Tcp(l4), payload)), (XDP_TX, b4(3)));
-            })
-            .join()
-            .expect("sender");
-        });
-    }
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    lb.table(0, &[1; 65_537]);
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b"data"), (XDP_TX, b4(3)));
     let (table, entry) = pin_of(&lb, &flow);
     assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
+}
+
+#[test]
+fn a_reused_4tuple_is_followed_on_every_cpu() {
+    // Old connection on 2; table to 3; the new connection's SYN (CPU 0) goes to 3;
+    // table back to 2; its packets go to 3 on either CPU (a packet on CPU 1 must not
+    // re-label the old entry for the current table while the SYN is held).
+    if !two_cpus() {
+        return;
+    }
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46500), VIP4, 80);
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
+    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(2)));
+    // Distinct pin and SYN times (the clock is coarse).
+    std::thread::sleep(Duration::from_millis(20));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    lb.table(0, &[2; 65_537]);
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"x"), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"y"), (XDP_TX, b4(3)));
+}
+
+#[test]
+fn an_ack_on_another_cpu_of_a_reused_4tuple_follows_its_syn() {
+    if !two_cpus() {
+        return;
+    }
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46600), VIP4, 80);
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
+    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(2)));
+    std::thread::sleep(Duration::from_millis(20));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(3)));
+}
+
+#[test]
+fn a_retransmitted_syn_never_moves_the_established_connection() {
+    // SYN (CPU 1) on 2, table change, the retransmitted SYN (CPU 0) re-picks 3 and
+    // takes the slot; the handshake's ACK follows the latest SYN, and from then on the
+    // connection stays put on every CPU.
+    if !two_cpus() {
+        return;
+    }
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46700), VIP4, 80);
+    assert_eq!(send_on(&mut lb, 1, &flow, SYN, b""), (XDP_TX, b4(2)));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    let (_, ack) = send_on(&mut lb, 1, &flow, ACK, b"");
+    for (cpu, payload) in [(1, b"d1"), (0, b"d2"), (1, b"d3"), (0, b"d4")] {
+        assert_eq!(send_on(&mut lb, cpu, &flow, ACK, payload), (XDP_TX, ack));
+    }
+    lb.table(0, &[1; 65_537]);
+    for (cpu, payload) in [(0, b"d5"), (1, b"d6")] {
+        assert_eq!(send_on(&mut lb, cpu, &flow, ACK, payload), (XDP_TX, ack));
+    }
+}
+
+#[test]
+fn one_cpu_can_use_the_whole_conntrack_capacity() {
+    // Per-CPU LRU lists (BPF_F_NO_COMMON_LRU) would keep only capacity / CPUs entries
+    // for flows that all arrive on one CPU (here 2,048 of 4,000 with 2 CPUs).
+    let mut lb = Lb::with_ct(4_096, 256);
+    lb.backends(3, false);
+    lb.table(1, &round_robin(65_537, &[1, 2, 3]));
+    lb.vip(1, VIP4, 53, PROTO_UDP);
+    for p in 0..3_000u16 {
+        let flow = Flow::new(CLIENT4, 10_000 + p, VIP4, 53);
+        assert_eq!(lb.send(&flow.frame(L4::Udp, b"q")).0, XDP_TX);
+    }
+    let (established, _) = lb.dp.conntrack_len().expect("ct size");
+    assert_eq!(established, 3_000);
 }

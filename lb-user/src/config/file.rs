@@ -81,7 +81,7 @@ pub struct ConntrackFile {
     /// Established-flow entries, per address family.
     #[serde(default)]
     pub capacity: Option<UInt<u32>>,
-    /// SYN cache slots per CPU (a power of two).
+    /// SYN cache slots, shared by all CPUs (a power of two).
     #[serde(default)]
     pub syn_capacity: Option<UInt<u32>>,
     /// UDP idle timeout (seconds).

@@ -129,7 +129,7 @@ pub struct Config {
     pub nexthop: Nexthop,
     /// Capacity of each established-flow conntrack map (IPv4, IPv6).
     pub ct_capacity: u32,
-    /// SYN cache slots per CPU (a power of two).
+    /// SYN cache slots, shared by all CPUs (a power of two).
     pub ct_syn_capacity: u32,
     /// UDP idle timeout.
     pub udp_timeout: Duration,

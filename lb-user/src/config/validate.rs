@@ -34,8 +34,8 @@ const TABLE_SLOT_BYTES: u64 = 8;
 const TABLE_HEADER: u64 = lb_common::maps::TABLE_HEADER_LEN as u64;
 
 const CT_CAPACITY_RANGE: (u32, u32) = (1_024, 64 << 20);
-/// SYN cache slots per CPU (56 bytes each): 14 KiB to 56 MiB per CPU.
-const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
+/// SYN cache slots (64 bytes each): 16 KiB to 256 MiB.
+const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
@@ -267,7 +267,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
         r.error(
             "conntrack.syn_capacity",
             format!(
-                "expected a power of two (SYN cache slots per CPU), got {ct_syn_capacity}; the nearest are {} and {}",
+                "expected a power of two (SYN cache slots), got {ct_syn_capacity}; the nearest are {} and {}",
                 ct_syn_capacity.checked_next_power_of_two().map_or(0, |n| n / 2),
                 ct_syn_capacity.checked_next_power_of_two().unwrap_or(0)
             ),

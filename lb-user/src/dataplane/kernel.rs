@@ -30,7 +30,7 @@ use super::{
 pub struct LoadOptions {
     /// Capacity of each established-flow conntrack map, IPv4 and IPv6 (entries).
     pub ct_capacity: u32,
-    /// Slots per CPU of the SYN cache (`SYN_CACHE`); a power of two.
+    /// Slots of the SYN cache (`SYN_CACHE`); a power of two.
     pub ct_syn_capacity: u32,
 }
 
@@ -78,8 +78,8 @@ pub struct KernelDataplane {
     backends: Array<MapData, BackendEntry>,
     conntrack_v4: HashMap<MapData, FlowKey4, CtEntry>,
     conntrack_v6: HashMap<MapData, FlowKey, CtEntry>,
-    syn_cache: PerCpuArray<MapData, SynEntry>,
-    /// Slots per CPU of `syn_cache`.
+    syn_cache: Array<MapData, SynEntry>,
+    /// Slots of `syn_cache`.
     syn_slots: u32,
     /// The configuration last written (its hash seed locates SYN cache slots).
     written_config: Option<LbConfig>,
@@ -323,12 +323,18 @@ impl KernelDataplane {
         lock(&self.tables).install_raw(vip_id, raw)
     }
 
-    /// Removes one flow from its family's conntrack map and from every CPU's `SYN_CACHE` (operator
-    /// tooling and tests).
+    /// Removes one flow from the `SYN_CACHE` and from its family's conntrack map
+    /// (operator tooling and tests). The slot goes first: an ACK in between could
+    /// otherwise promote it again.
     ///
     /// # Errors
     /// Map failures other than "not found".
     pub fn delete_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
+        if let Some((index, _)) = self.held_syn(key)? {
+            self.syn_cache
+                .set(index, SynEntry::default(), 0)
+                .map_err(map_err(maps::SYN_CACHE, "update"))?;
+        }
         let removed = if key.vip.family == FAMILY_V4 {
             self.conntrack_v4
                 .remove(&key.v4())
@@ -339,55 +345,33 @@ impl KernelDataplane {
                 .map_err(|e| (maps::CONNTRACK_V6, e))
         };
         match removed {
-            Ok(()) | Err((_, MapError::KeyNotFound)) => {}
+            Ok(()) | Err((_, MapError::KeyNotFound)) => Ok(()),
             Err((_, MapError::SyscallError(e)))
-                if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-            Err((name, e)) => return Err(map_err(name, "delete")(e)),
-        }
-        if let Some(index) = self.syn_slot(key) {
-            let mut values = self
-                .syn_cache
-                .get(&index, 0)
-                .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
-            if values.iter().any(|v| v.key == *key) {
-                let cleared: Vec<SynEntry> = values
-                    .iter()
-                    .map(|v| {
-                        if v.key == *key {
-                            SynEntry::default()
-                        } else {
-                            *v
-                        }
-                    })
-                    .collect();
-                values = per_cpu_values(cleared)?;
-                self.syn_cache
-                    .set(index, values, 0)
-                    .map_err(map_err(maps::SYN_CACHE, "update"))?;
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                Ok(())
             }
+            Err((name, e)) => Err(map_err(name, "delete")(e)),
         }
-        Ok(())
     }
 
-    /// Empties both conntrack maps and every CPU's `SYN_CACHE`.
+    /// Empties both conntrack maps and the `SYN_CACHE`.
     ///
     /// # Errors
     /// Map failures.
     pub fn flush_conntrack(&mut self) -> Result<(), DataplaneError> {
         flush(&mut self.conntrack_v4, maps::CONNTRACK_V4)?;
         flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)?;
-        let cpus = nr_cpus()?;
         for index in 0..self.syn_slots {
-            let zeros = per_cpu_values(vec![SynEntry::default(); cpus])?;
             self.syn_cache
-                .set(index, zeros, 0)
+                .set(index, SynEntry::default(), 0)
                 .map_err(map_err(maps::SYN_CACHE, "update"))?;
         }
         Ok(())
     }
 
     /// Number of (established flows in both conntrack maps, SYN-only flows held in
-    /// `SYN_CACHE` slots over all CPUs).
+    /// `SYN_CACHE` slots).
     ///
     /// # Errors
     /// Map failures.
@@ -396,19 +380,28 @@ impl KernelDataplane {
             + count(&self.conntrack_v6, maps::CONNTRACK_V6)?;
         let mut syn = 0;
         for index in 0..self.syn_slots {
-            let values = self
+            let slot = self
                 .syn_cache
                 .get(&index, 0)
                 .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
-            syn += values.iter().filter(|v| syn_held(v)).count();
+            syn += usize::from(slot.key.vip.family != 0 && slot.vip_id < MAX_VIPS);
         }
         Ok((established, syn))
     }
 
-    /// The `SYN_CACHE` index of `key` under the configuration last written.
-    fn syn_slot(&self, key: &FlowKey) -> Option<u32> {
-        let cfg = self.written_config.as_ref()?;
-        Some(flow_hash(key, cfg.hash_seed) & (self.syn_slots - 1))
+    /// The `SYN_CACHE` index and element holding a SYN of `key`, if any (under the hash
+    /// seed last written, which the daemon never changes while running).
+    fn held_syn(&self, key: &FlowKey) -> Result<Option<(u32, SynEntry)>, DataplaneError> {
+        let Some(cfg) = self.written_config.as_ref() else {
+            return Ok(None);
+        };
+        let hash = flow_hash(key, cfg.hash_seed);
+        let index = hash & (self.syn_slots - 1);
+        let slot = self
+            .syn_cache
+            .get(&index, 0)
+            .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
+        Ok((slot.vip_id < MAX_VIPS && slot.holds(key, hash)).then_some((index, slot)))
     }
 }
 
@@ -439,12 +432,6 @@ fn count<K: aya::Pod>(
     map.keys()
         .try_fold(0usize, |n, k| k.map(|_| n + 1))
         .map_err(map_err(name, "iterate"))
-}
-
-/// Whether a `SYN_CACHE` element holds a SYN: not empty (family 0), not promoted (the
-/// program then sets `vip_id` to `MAX_VIPS`, an id no VIP has).
-fn syn_held(v: &SynEntry) -> bool {
-    v.key.vip.family != 0 && v.vip_id < MAX_VIPS
 }
 
 fn nr_cpus() -> Result<usize, DataplaneError> {
@@ -747,33 +734,31 @@ impl Dataplane for KernelDataplane {
                 .get(key, 0)
                 .map_err(|e| (maps::CONNTRACK_V6, e))
         };
-        match found {
-            Ok(entry) => return Ok(Some((CtTable::Established, entry))),
-            Err((_, MapError::KeyNotFound)) => {}
+        let pinned = match found {
+            Ok(entry) => Some(entry),
+            Err((_, MapError::KeyNotFound)) => None,
             Err((name, e)) => return Err(map_err(name, "lookup")(e)),
-        }
-        let Some(index) = self.syn_slot(key) else {
-            return Ok(None);
         };
-        let values = self
-            .syn_cache
-            .get(&index, 0)
-            .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
-        Ok(values
-            .iter()
-            .find(|v| syn_held(v) && v.key == *key)
-            .map(|v| {
-                (
-                    CtTable::SynOnly,
-                    CtEntry {
-                        backend_id: v.backend_id,
-                        vip_id: v.vip_id,
-                        last_seen_ns: 0,
-                        epoch: v.epoch,
-                        _pad: 0,
-                    },
-                )
-            }))
+        let syn = self.held_syn(key)?;
+        // As the data plane decides: a SYN seen after the pin was made is a new
+        // connection on the 4-tuple, and its choice is the one the next packet takes.
+        Ok(match (pinned, syn) {
+            (Some(entry), Some((_, s))) if s.syn_ns <= entry.stamp_ns => {
+                Some((CtTable::Established, entry))
+            }
+            (_, Some((_, s))) => Some((
+                CtTable::SynOnly,
+                CtEntry {
+                    backend_id: s.backend_id,
+                    vip_id: s.vip_id,
+                    stamp_ns: s.syn_ns,
+                    epoch: s.epoch,
+                    _pad: 0,
+                },
+            )),
+            (Some(entry), None) => Some((CtTable::Established, entry)),
+            (None, None) => None,
+        })
     }
 }
 

@@ -220,6 +220,9 @@ impl TableSet {
             if let Err(e) = self.write_vip(&key, vip_id) {
                 let vip = self.by_id.entry(vip_id).or_default();
                 (vip.live, vip.epoch) = previous;
+                // Best effort: VIP_INFO ahead of VIPS only sends TCP hits of this VIP
+                // through the slower check until the next install.
+                let _ = self.write_info(vip_id, Some(&key), previous.1);
                 return Err(e);
             }
         }

@@ -194,11 +194,11 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("{BASE}[conntrack]\nsyn_capacity = 10000\n"),
-            "conntrack.syn_capacity: expected a power of two (SYN cache slots per CPU), got 10000; the nearest are 8192 and 16384",
+            "conntrack.syn_capacity: expected a power of two (SYN cache slots), got 10000; the nearest are 8192 and 16384",
         ),
         (
-            format!("{BASE}[conntrack]\nsyn_capacity = 4194304\n"),
-            "conntrack.syn_capacity: expected a value from 256 to 1048576, got 4194304",
+            format!("{BASE}[conntrack]\nsyn_capacity = 8388608\n"),
+            "conntrack.syn_capacity: expected a value from 256 to 4194304, got 8388608",
         ),
         (
             format!("xdp_mode = \"offload\"{BASE}"),
