@@ -141,8 +141,8 @@ impl Lb {
     /// Like [`Lb::new`] with the given conntrack capacities.
     ///
     /// Pins the calling thread to the CPU it runs on: `BPF_PROG_TEST_RUN` runs the
-    /// program on the caller's CPU, and the SYN cache is per CPU, so a test whose
-    /// thread migrated between a SYN and its ACK would see the cross-CPU case by chance.
+    /// program on the caller's CPU, and some state is per CPU (the FIB next-hop cache,
+    /// the counters), so tests choose cross-CPU cases explicitly rather than by chance.
     ///
     /// # Panics
     /// When loading fails.
