@@ -8,7 +8,8 @@
 //! 2. As root, `lb-bench`: the control-plane benchmark (backend change to live table
 //!    through the controller and the kernel maps), then the data-plane benchmark
 //!    (BPF_PROG_TEST_RUN ns/packet over an empty XDP program measured in the same run,
-//!    gateway and FIB next hop, and the verifier's instruction count).
+//!    gateway next hop and FIB with and without its per-CPU cache, and the verifier's
+//!    instruction count).
 
 use anyhow::bail;
 
