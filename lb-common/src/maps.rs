@@ -53,15 +53,12 @@ pub const CONNTRACK_V4: &str = "CONNTRACK_V4";
 /// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`] for
 /// established IPv6 flows.
 pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
-/// `BPF_MAP_TYPE_PERCPU_ARRAY` of [`crate::types::SynEntry`]: the backend chosen for
-/// each TCP SYN, in slot `flow_hash & syn_cache_mask` of the receiving CPU, until the
-/// handshake's ACK promotes it into `CONNTRACK_V4`/`_V6`. A direct-mapped per-CPU array instead of
-/// an LRU map: recording a SYN is one write to a cache-resident slot (no lock, no
-/// eviction walk), and a SYN flood only overwrites other SYNs' slots, never
-/// established flows (../shared/cases BR-16). The ACK finds the slot when it reaches
-/// the CPU of its SYN (NIC RSS hashes the 4-tuple); otherwise it is picked from the
-/// current table like an evicted SYN, which only differs if the table changed during
-/// the handshake.
+/// `BPF_MAP_TYPE_ARRAY` of [`crate::types::SynEntry`] shared by all CPUs: the backend
+/// chosen for each TCP SYN, in slot `flow_hash & syn_cache_mask`, until the handshake's
+/// ACK (on any CPU) promotes it into conntrack. A direct-mapped array instead of an LRU
+/// map: recording a SYN is one write to a cache-resident slot (no lock, no eviction
+/// walk), and a SYN flood only overwrites other SYNs' slots, never established flows
+/// (../shared/cases BR-16). Concurrent writers are detected by the slot's tag.
 pub const SYN_CACHE: &str = "SYN_CACHE";
 /// Per-CPU array: backend id → [`crate::types::NextHopEntry`], the `bpf_fib_lookup`
 /// result of the backend's address reused for `LbConfig::nexthop_cache_ns` (FIB mode).
@@ -93,12 +90,13 @@ pub const MAX_BACKENDS: u32 = 65_536;
 /// Default capacity of `CONNTRACK_V4` and of `CONNTRACK_V6`, each (the controller sets
 /// the real one at load time).
 pub const DEFAULT_CT_CAPACITY: u32 = 1_048_576;
-/// Default slots per CPU of `SYN_CACHE` (a power of two; the controller sets the real
-/// one at load time). It only has to hold SYNs for one handshake round trip, and 16,384
-/// slots of 56 bytes (896 KiB per CPU) stay in the L2 cache. A SYN whose slot is taken
-/// by another before its handshake completes only matters if the table changed
-/// meanwhile: the ACK is then picked from the current table.
-pub const DEFAULT_CT_SYN_CAPACITY: u32 = 16_384;
+/// Default slots of `SYN_CACHE` (a power of two; the controller sets the real one at
+/// load time): 65,536 slots of 72 bytes, 4.5 MiB. A slot only has to hold a SYN for one
+/// handshake round trip; with `n` handshakes in flight a SYN loses its slot to another
+/// with probability about `1 - e^(-n / slots)` (14 % at 10,000 in flight). That only
+/// matters if the table changes during the handshake: its ACK is then picked from the
+/// current table.
+pub const DEFAULT_CT_SYN_CAPACITY: u32 = 65_536;
 
 /// Number of `u32` header entries before the slots in an inner table map:
 /// entry 0 = table size M, entry 1 = table generation (low 32 bits). Slots follow:

@@ -266,7 +266,7 @@ impl FlowKey4 {
 /// Value of the conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`).
 ///
 /// Layout (24 bytes): `backend_id` 0..4, `vip_id` 4..8, `stamp_ns` 8..16, `epoch`
-/// 16..20, `_pad` 20..24.
+/// 16..20, `isn` 20..24.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CtEntry {
@@ -282,18 +282,20 @@ pub struct CtEntry {
     /// Epoch ([`VipEntry::epoch`]) of a table that maps this flow to `backend_id`: the
     /// table it was picked from, or a later one checked to agree. TCP only (0 for UDP).
     pub epoch: u32,
-    /// Explicit padding, always zero.
-    pub _pad: u32,
+    /// TCP: the initial sequence number of the pinned connection (its SYN's, wire bytes
+    /// as a native `u32`), 0 when the pin was made without seeing the SYN. A SYN with
+    /// this number is a duplicate of that connection's SYN, not a new connection.
+    pub isn: u32,
 }
 const _: () = assert!(size_of::<CtEntry>() == 24);
 
 /// Element of the `SYN_CACHE` array: the choice made for a TCP SYN, kept until the
 /// handshake's ACK promotes it into conntrack (or another SYN takes the slot).
 ///
-/// Layout (64 bytes): `key` 0..40, `backend_id` 40..44, `vip_id` 44..48, `epoch`
-/// 48..52, `tag` 52..56, `syn_ns` 56..64. An all-zero element is an empty slot (no real
-/// key has family 0); the program marks a promoted slot with `vip_id` = `MAX_VIPS` (no
-/// VIP has it).
+/// Layout (72 bytes): `key` 0..40, `backend_id` 40..44, `vip_id` 44..48, `epoch`
+/// 48..52, `tag` 52..56, `syn_ns` 56..64, `seq` 64..68, `_pad` 68..72. An all-zero
+/// element is an empty slot (no real key has family 0); the program marks a used slot
+/// with `vip_id` = `MAX_VIPS` (no VIP has it).
 ///
 /// The array is shared by all CPUs and written with plain stores, so two SYNs that
 /// share a slot on two CPUs at once can interleave their fields. `tag`
@@ -315,8 +317,12 @@ pub struct SynEntry {
     pub tag: u32,
     /// `bpf_ktime_get_coarse_ns()` when the SYN was seen.
     pub syn_ns: u64,
+    /// The SYN's sequence number (wire bytes as a native `u32`).
+    pub seq: u32,
+    /// Explicit padding, always zero.
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<SynEntry>() == 64);
+const _: () = assert!(size_of::<SynEntry>() == 72);
 
 impl SynEntry {
     /// The check word of a slot written for a flow whose [`crate::hash::flow_hash`] is
@@ -324,7 +330,14 @@ impl SynEntry {
     /// fields differs from both writers' tags unless the differences cancel exactly.
     #[inline(always)]
     #[must_use]
-    pub fn tag_of(hash: u32, backend_id: u32, vip_id: u32, epoch: u32, syn_ns: u64) -> u32 {
+    pub fn tag_of(
+        hash: u32,
+        backend_id: u32,
+        vip_id: u32,
+        epoch: u32,
+        syn_ns: u64,
+        seq: u32,
+    ) -> u32 {
         #[expect(
             clippy::cast_possible_truncation,
             reason = "the two halves of syn_ns are mixed in separately"
@@ -335,6 +348,7 @@ impl SynEntry {
             ^ epoch.rotate_left(19)
             ^ lo.rotate_left(23)
             ^ hi.rotate_left(29)
+            ^ seq.rotate_left(3)
             ^ 0x5bd1_e995
     }
 
@@ -344,7 +358,24 @@ impl SynEntry {
     #[must_use]
     pub fn holds(&self, key: &FlowKey, hash: u32) -> bool {
         self.key.same_as(key)
-            && self.tag == Self::tag_of(hash, self.backend_id, self.vip_id, self.epoch, self.syn_ns)
+            && self.tag
+                == Self::tag_of(
+                    hash,
+                    self.backend_id,
+                    self.vip_id,
+                    self.epoch,
+                    self.syn_ns,
+                    self.seq,
+                )
+    }
+
+    /// Whether this held SYN opens a connection other than the one `entry` pins: seen
+    /// no earlier than the pin was made, with another initial sequence number. (A
+    /// duplicate of the pinned connection's own SYN carries its ISN.)
+    #[inline(always)]
+    #[must_use]
+    pub fn is_new_connection_over(&self, entry: &CtEntry) -> bool {
+        self.syn_ns >= entry.stamp_ns && self.seq != entry.isn
     }
 }
 
@@ -482,8 +513,10 @@ mod tests {
             backend_id,
             vip_id: 0,
             epoch,
-            tag: SynEntry::tag_of(hash, backend_id, 0, epoch, syn_ns),
+            tag: SynEntry::tag_of(hash, backend_id, 0, epoch, syn_ns, 77),
             syn_ns,
+            seq: 77,
+            _pad: 0,
         }
     }
 

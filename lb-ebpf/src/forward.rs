@@ -152,20 +152,23 @@ fn next_hop(
     };
     // SAFETY: per-CPU array element, used only by this CPU during this run.
     let cached = unsafe { &mut *cached };
+    // One copy of the address: the compare, the lookup and the entry use the same one.
+    let backend = *backend;
     let addr = addr_words(&backend.addr);
     let same = addr_words(&cached.addr)
         .iter()
         .zip(addr)
         .fold(0, |diff, (a, b)| diff | (a ^ b))
         == 0;
-    if same && now < cached.expires_ns {
+    // Also bounded by the current cache time, which a reload may have lowered.
+    if same && now < cached.expires_ns && cached.expires_ns - now <= cfg.nexthop_cache_ns {
         return Ok(NextHop {
             dmac: mac_words(&cached.dmac),
             smac: mac_words(&cached.smac),
             ifindex: cached.ifindex,
         });
     }
-    let hop = fib_next_hop(ctx, v4, backend, cfg)?;
+    let hop = fib_next_hop(ctx, v4, &backend, cfg)?;
     cached.addr = backend.addr;
     cached.dmac = words_mac(hop.dmac);
     cached.smac = words_mac(hop.smac);

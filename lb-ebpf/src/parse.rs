@@ -64,6 +64,9 @@ pub(crate) struct Parsed {
     pub(crate) l3_len: u32,
     /// TCP flags byte (0 for UDP).
     pub(crate) tcp_flags: u8,
+    /// TCP sequence number, the four wire bytes read as a native `u32` (compared only
+    /// for equality; 0 for UDP).
+    pub(crate) tcp_seq: u32,
 }
 
 /// Parses the frame. `Err` carries the reason of the verdict for frames that are not
@@ -195,18 +198,22 @@ fn parse_l4(
     // proves the frame check redundant (the IP length was checked against the frame)
     // and drops it, and the verifier, which does not track that relation, rejects the
     // read.
-    let (ports, tcp_flags) = if is_tcp {
+    let (ports, tcp_flags, tcp_seq) = if is_tcp {
         let Some(tcp) = ptr_at::<[u8; TCP_MIN_LEN]>(ctx, l4) else {
             return Err(unreadable_port(&key, Reason::DropMalformedL4));
         };
-        // SAFETY: ptr_at checked the 20-byte TCP header.
-        unsafe { (*tcp.cast::<Ports>(), (*tcp)[13]) }
+        // SAFETY: ptr_at checked the 20-byte TCP header; the sequence number is bytes
+        // 4..8 (RFC 9293).
+        unsafe {
+            let seq = *tcp.cast::<[u32; 2]>();
+            (*tcp.cast::<Ports>(), (*tcp)[13], seq[1])
+        }
     } else {
         let Some(udp) = ptr_at::<[u8; UDP_LEN]>(ctx, l4) else {
             return Err(unreadable_port(&key, Reason::DropMalformedL4));
         };
         // SAFETY: ptr_at checked the 8-byte UDP header.
-        (unsafe { *udp.cast::<Ports>() }, 0)
+        (unsafe { *udp.cast::<Ports>() }, 0, 0)
     };
     let min = if is_tcp { TCP_MIN_LEN } else { UDP_LEN };
     if l4 + min > l3_end {
@@ -222,6 +229,7 @@ fn parse_l4(
         )]
         l3_len: l3_len as u32,
         tcp_flags,
+        tcp_seq,
     })
 }
 

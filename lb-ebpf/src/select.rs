@@ -19,9 +19,9 @@
 //!    directly only while its epoch equals the VIP's table epoch (`VIP_INFO`): then any
 //!    SYN since was picked from the very table that chose the entry's backend. After a
 //!    table change, [`pick_backend`] checks whether the slot holds a SYN of the 4-tuple
-//!    seen after the entry was pinned (a new connection: its choice wins and replaces
-//!    the entry; times are `bpf_ktime_get_coarse_ns`, one jiffy apart at least, and a
-//!    4-tuple is not reused within a jiffy of its last connection's pin), and re-labels the entry with the current epoch when the current table
+//!    with another initial sequence number, seen no earlier than the entry was pinned (a
+//!    new connection: its choice wins and replaces the entry; a late duplicate of the
+//!    pinned connection's own SYN carries its ISN and changes nothing), and re-labels the entry with the current epoch when the current table
 //!    agrees with it; entries that the change moved keep their backend and keep being
 //!    checked.
 //! 3. A TCP miss takes the SYN's choice from `SYN_CACHE` (the handshake completing: it
@@ -99,15 +99,54 @@ pub(crate) fn lookup_flow(p: &Parsed) -> CtHit {
     }
 }
 
-/// Records the packet's flow in its family's conntrack map. LRU maps evict instead of
-/// refusing inserts; an error (allocation failure) only loses the pin, never the
-/// packet (../shared/cases BR-16.T2).
+/// `BPF_ANY`: create or replace.
+const BPF_ANY: u64 = 0;
+/// `BPF_NOEXIST`: create only.
+const BPF_NOEXIST: u64 = 1;
+/// `-EEXIST`, the helper's answer to a `BPF_NOEXIST` insert of an existing key.
+const NEG_EEXIST: c_int = -17;
+
+/// Records the packet's flow in its family's conntrack map with update `flags`. LRU
+/// maps evict instead of refusing inserts; an error (allocation failure) only loses the
+/// pin, never the packet (../shared/cases BR-16.T2).
 #[inline(always)]
-fn record_flow(p: &Parsed, entry: &CtEntry) -> Result<(), c_int> {
+fn record_flow(p: &Parsed, entry: &CtEntry, flags: u64) -> Result<(), c_int> {
     if p.key.vip.family == FAMILY_V4 {
-        CONNTRACK_V4.insert(&p.key.v4(), entry, 0)
+        CONNTRACK_V4.insert(&p.key.v4(), entry, flags)
     } else {
-        CONNTRACK_V6.insert(&p.key, entry, 0)
+        CONNTRACK_V6.insert(&p.key, entry, flags)
+    }
+}
+
+/// Pins a flow that had no usable entry: replaces the stale one (`replace`), or
+/// creates one unless another CPU pinned the flow since the lookup, in which case that
+/// pin wins (two packets of one flow never go to two backends because they raced).
+/// Returns whether `entry` was recorded, and the backend to use.
+#[inline(always)]
+fn pin_flow(p: &Parsed, entry: &CtEntry, choice: Choice, replace: bool) -> (bool, Choice) {
+    let flags = if replace { BPF_ANY } else { BPF_NOEXIST };
+    match record_flow(p, entry, flags) {
+        Ok(()) => (true, choice),
+        Err(NEG_EEXIST) => {
+            let winner = lookup_flow(p)
+                // SAFETY: the pointer comes from a successful lookup; the id is copied.
+                .map(|e| unsafe { (*e).backend_id })
+                .and_then(keeps_flows);
+            (false, winner.unwrap_or(choice))
+        }
+        Err(_) => (false, choice),
+    }
+}
+
+/// How long a UDP entry may idle before its time is rewritten: at most once a second,
+/// and at least twice per timeout, so that a busy flow never expires.
+#[inline(always)]
+fn udp_refresh_ns(cfg: &LbConfig) -> u64 {
+    let half = cfg.udp_timeout_ns / 2;
+    if half < UDP_REFRESH_NS {
+        half
+    } else {
+        UDP_REFRESH_NS
     }
 }
 
@@ -132,7 +171,7 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
         if idle > cfg.udp_timeout_ns {
             return None;
         }
-        if idle > UDP_REFRESH_NS {
+        if idle > udp_refresh_ns(cfg) {
             entry.stamp_ns = now;
         }
     } else if entry.epoch != info.epoch {
@@ -203,7 +242,8 @@ pub(crate) fn pick_syn(
         slot.vip_id = vip.vip_id;
         slot.epoch = vip.epoch;
         slot.syn_ns = now;
-        slot.tag = SynEntry::tag_of(hash, choice.id, vip.vip_id, vip.epoch, now);
+        slot.seq = p.tcp_seq;
+        slot.tag = SynEntry::tag_of(hash, choice.id, vip.vip_id, vip.epoch, now, p.tcp_seq);
     }
     stats.new_flows += 1;
     Ok(choice)
@@ -248,7 +288,7 @@ pub(crate) fn pick_backend(
             let now = now_coarse_ns();
             let idle = now.wrapping_sub(entry.stamp_ns);
             if idle <= cfg.udp_timeout_ns {
-                if idle > UDP_REFRESH_NS {
+                if idle > udp_refresh_ns(cfg) {
                     entry.stamp_ns = now;
                 }
                 stats.ct_hits += 1;
@@ -265,51 +305,82 @@ pub(crate) fn pick_backend(
     let now = now_coarse_ns();
     if !is_udp {
         if let Some(slot) = syn_slot(p, vip, hash, cfg) {
-            // The slot is used once: promoted, or useless (its backend went away).
-            slot.vip_id = SYN_SLOT_FREE;
-            if let Some(choice) = keeps_flows(slot.backend_id) {
-                // The handshake completed: the flow is established where its SYN went.
-                if !rst {
-                    let _ = record_flow(p, &pin(choice.id, vip.vip_id, now, slot.epoch));
-                }
-                stats.ct_hits += 1;
+            let Some(choice) = keeps_flows(slot.backend_id) else {
+                // Useless now (its backend went away): pick from the table below.
+                slot.vip_id = SYN_SLOT_FREE;
+                return pick_new(p, vip, stats, hash, now, had_entry, rst);
+            };
+            stats.ct_hits += 1;
+            if rst {
+                // A RST creates no state and leaves the handshake's choice in place.
                 return Ok(choice);
             }
+            // The handshake completed: the flow is established where its SYN went.
+            let entry = pin(choice.id, vip.vip_id, now, slot.epoch, slot.seq);
+            let (recorded, choice) = pin_flow(p, &entry, choice, had_entry);
+            if recorded {
+                slot.vip_id = SYN_SLOT_FREE;
+            }
+            return Ok(choice);
         }
         if !had_entry {
             stats.ct_misses_non_syn += 1;
         }
     }
+    pick_new(p, vip, stats, hash, now, had_entry, rst)
+}
 
+/// A flow without a usable pin: `table[flow_hash % M]`, recorded in conntrack (not for
+/// a TCP RST).
+#[inline(always)]
+fn pick_new(
+    p: &Parsed,
+    vip: &VipEntry,
+    stats: &mut VipStats,
+    hash: u32,
+    now: u64,
+    had_entry: bool,
+    rst: bool,
+) -> Result<Choice, Reason> {
     let choice = table_pick(vip, hash)?;
-    if is_udp || !rst {
-        let epoch = if is_udp { 0 } else { vip.epoch };
-        let _ = record_flow(p, &pin(choice.id, vip.vip_id, now, epoch));
+    if rst {
+        return Ok(choice);
     }
-    if !rst {
-        stats.new_flows += 1;
-    }
-    Ok(choice)
+    stats.new_flows += 1;
+    let epoch = if p.key.vip.proto == PROTO_UDP {
+        0
+    } else {
+        vip.epoch
+    };
+    Ok(pin_flow(
+        p,
+        &pin(choice.id, vip.vip_id, now, epoch, 0),
+        choice,
+        had_entry,
+    )
+    .1)
 }
 
 /// A conntrack entry pinning a flow of VIP `vip_id` to backend `backend_id` at time
-/// `now` (coarse ns), chosen from the table of `epoch` (0 for UDP).
+/// `now` (coarse ns), chosen from the table of `epoch` (0 for UDP), for the TCP
+/// connection whose initial sequence number is `isn` (0: not seen).
 #[inline(always)]
-fn pin(backend_id: u32, vip_id: u32, now: u64, epoch: u32) -> CtEntry {
+fn pin(backend_id: u32, vip_id: u32, now: u64, epoch: u32, isn: u32) -> CtEntry {
     CtEntry {
         backend_id,
         vip_id,
         stamp_ns: now,
         epoch,
-        _pad: 0,
+        isn,
     }
 }
 
 /// A TCP conntrack hit whose epoch is not the VIP's current one (the fast path declined
 /// it): the VIP changed tables since the entry's backend was chosen, so a SYN since
 /// may have reused the 4-tuple for a new connection and gone elsewhere. Returns the
-/// backend to use: that SYN's choice when its slot holds a SYN seen after the entry
-/// was pinned (it replaces the entry), else the entry's own. The entry is re-labelled
+/// backend to use: that SYN's choice when its slot holds a SYN of another connection
+/// seen no earlier than the entry was pinned (it replaces the entry), else the entry's
+/// own. The entry is re-labelled
 /// with the current epoch when no such SYN is held and the current table maps the flow
 /// to its backend, so that its next packets take the fast path again.
 #[inline(always)]
@@ -326,16 +397,20 @@ fn recheck_tcp(
     }
     let hash = flow_hash(&p.key, cfg.hash_seed);
     if let Some(slot) = syn_slot(p, vip, hash, cfg)
-        && slot.syn_ns > entry.stamp_ns
+        && slot.is_new_connection_over(entry)
+        && let Some(newer) = keeps_flows(slot.backend_id)
     {
-        slot.vip_id = SYN_SLOT_FREE;
-        if let Some(newer) = keeps_flows(slot.backend_id) {
-            // A whole new entry (one map update): readers on other CPUs see either the
-            // old pin or the new one, never a mix of their fields.
-            let now = now_coarse_ns();
-            let _ = record_flow(p, &pin(newer.id, vip.vip_id, now, slot.epoch));
+        if p.tcp_flags & TCP_RST != 0 {
             return newer;
         }
+        // A whole new entry (one map update): readers on other CPUs see either the old
+        // pin or the new one, never a mix of their fields.
+        let now = now_coarse_ns();
+        let entry = pin(newer.id, vip.vip_id, now, slot.epoch, slot.seq);
+        if record_flow(p, &entry, BPF_ANY).is_ok() {
+            slot.vip_id = SYN_SLOT_FREE;
+        }
+        return newer;
     }
     if table_slot(vip, hash) == Ok(entry.backend_id) {
         // Only the epoch changes: a reader sees the same backend with either label.

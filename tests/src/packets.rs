@@ -151,14 +151,25 @@ impl Flow {
         self.frame_with_ip(self.ip_headers(proto, 0), l4, payload)
     }
 
+    /// A SYN of this flow whose initial sequence number is `isn` (the other frames use
+    /// 1000): a new connection on the same 4-tuple has another one.
+    pub fn syn_with_isn(&self, isn: u32) -> Vec<u8> {
+        self.build(self.ip_headers(IpNumber::TCP, 0), L4::Tcp(SYN), &[], isn)
+    }
+
     /// A frame of this flow whose IP header (with options or extension headers) is
     /// `ip`; lengths and checksums are filled in by etherparse.
     pub fn frame_with_ip(&self, ip: IpHeaders, l4: L4, payload: &[u8]) -> Vec<u8> {
+        self.build(ip, l4, payload, 1000)
+    }
+
+    /// The frame, TCP sequence number `seq`.
+    fn build(&self, ip: IpHeaders, l4: L4, payload: &[u8], seq: u32) -> Vec<u8> {
         let base = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC).ip(ip);
         let mut frame = Vec::new();
         match l4 {
             L4::Tcp(flags) => {
-                let mut tcp = TcpHeader::new(self.sport, self.dport, 1000, 64240);
+                let mut tcp = TcpHeader::new(self.sport, self.dport, seq, 64240);
                 tcp.syn = flags.syn;
                 tcp.ack = flags.ack;
                 tcp.rst = flags.rst;

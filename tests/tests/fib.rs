@@ -186,3 +186,39 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
     })
     .expect("enter netns");
 }
+
+#[test]
+fn lowering_the_cache_time_shortens_entries_already_cached() {
+    let ns = fib_namespace("lbt-fibl").expect("netns");
+    route_via_unresolved_neighbour(&ns);
+    set_neighbour(&ns, "02:00:00:00:00:fe");
+    let mut lb = Lb::standard();
+    let mut cfg = default_config();
+    cfg.nexthop_mode = NEXTHOP_FIB;
+    cfg.nexthop_cache_ns = 10_000_000_000;
+    lb.dp.set_config(&cfg).expect("config");
+    let backend = std::net::Ipv4Addr::new(198, 51, 101, 11);
+    lb.backend(1, backend, BACKEND_ACTIVE);
+    lb.table(0, &[1; 7]);
+    ns.enter(|| {
+        lb_tests::pin_to_cpu(0).expect("pin");
+        let lb0 = ifindex("lb0");
+        let frame = Flow::new(CLIENT4, 41_100, VIP4, 80).frame(L4::Tcp(SYN), &[]);
+        let out = lb.dp.test_run_with(&frame, Some(lb0), 1).expect("run");
+        assert_eq!(
+            out.data,
+            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
+        );
+        set_neighbour(&ns, "02:00:00:00:00:fd");
+        cfg.nexthop_cache_ns = 100_000_000;
+        lb.dp.set_config(&cfg).expect("config");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let out = lb.dp.test_run_with(&frame, Some(lb0), 1).expect("run");
+        let new_mac = [0x02, 0, 0, 0, 0, 0xfd];
+        assert_eq!(
+            out.data,
+            encapsulated(&frame, backend.into(), new_mac, LB_MAC)
+        );
+    })
+    .expect("enter netns");
+}

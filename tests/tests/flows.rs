@@ -364,13 +364,12 @@ fn a_syn_reusing_an_established_4tuple_follows_the_current_table() {
     let sport = port_landing_on(&lb, 0, 80, 2, 46000);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
     assert_eq!(establish(&mut lb, &flow), b4(2));
-    // The new SYN must be seen after the old pin was made (the clock is coarse).
-    std::thread::sleep(Duration::from_millis(20));
     lb.table(0, &[3; 65_537]);
     // The old connection keeps its backend...
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"old")), (XDP_TX, b4(2)));
-    // ...a new one on the same 4-tuple does not.
-    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(3)));
+    // ...a new one on the same 4-tuple (another ISN, even within the same clock tick)
+    // does not.
+    assert_eq!(lb.send(&flow.syn_with_isn(2000)), (XDP_TX, b4(3)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(3)));
     let (table, entry) = pin_of(&lb, &flow);
@@ -385,10 +384,8 @@ fn a_reused_4tuple_follows_its_syn_when_the_table_changes_back() {
     let sport = port_landing_on(&lb, 0, 80, 2, 46100);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
     assert_eq!(establish(&mut lb, &flow), b4(2));
-    // The new SYN must be seen after the old pin was made (the clock is coarse).
-    std::thread::sleep(Duration::from_millis(20));
     lb.table(0, &[3; 65_537]);
-    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(3)));
+    assert_eq!(lb.send(&flow.syn_with_isn(2000)), (XDP_TX, b4(3)));
     lb.table(0, &[2; 65_537]);
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(3)));
@@ -478,10 +475,15 @@ fn send_on(
     l4: packets::TcpFlags,
     payload: &[u8],
 ) -> (u32, Option<IpAddr>) {
+    send_frame_on(lb, cpu, &flow.frame(L4::Tcp(l4), payload))
+}
+
+/// Sends `frame` from a thread pinned to `cpu`.
+fn send_frame_on(lb: &mut Lb, cpu: usize, frame: &[u8]) -> (u32, Option<IpAddr>) {
     std::thread::scope(|s| {
         s.spawn(|| {
             lb_tests::pin_to_cpu(cpu).expect("pin");
-            lb.send(&flow.frame(L4::Tcp(l4), payload))
+            lb.send(frame)
         })
         .join()
         .expect("sender")
@@ -525,10 +527,11 @@ fn a_reused_4tuple_is_followed_on_every_cpu() {
     let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46500), VIP4, 80);
     assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
     assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(2)));
-    // Distinct pin and SYN times (the clock is coarse).
-    std::thread::sleep(Duration::from_millis(20));
     lb.table(0, &[3; 65_537]);
-    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    assert_eq!(
+        send_frame_on(&mut lb, 0, &flow.syn_with_isn(2000)),
+        (XDP_TX, b4(3))
+    );
     lb.table(0, &[2; 65_537]);
     assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"x"), (XDP_TX, b4(3)));
     assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(3)));
@@ -544,9 +547,11 @@ fn an_ack_on_another_cpu_of_a_reused_4tuple_follows_its_syn() {
     let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46600), VIP4, 80);
     assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
     assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(2)));
-    std::thread::sleep(Duration::from_millis(20));
     lb.table(0, &[3; 65_537]);
-    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    assert_eq!(
+        send_frame_on(&mut lb, 0, &flow.syn_with_isn(2000)),
+        (XDP_TX, b4(3))
+    );
     assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(3)));
 }
 
@@ -587,4 +592,53 @@ fn one_cpu_can_use_the_whole_conntrack_capacity() {
     }
     let (established, _) = lb.dp.conntrack_len().expect("ct size");
     assert_eq!(established, 3_000);
+}
+
+#[test]
+fn a_busy_udp_flow_never_expires_even_with_a_one_second_timeout() {
+    let mut lb = Lb::standard();
+    let mut cfg = default_config();
+    cfg.udp_timeout_ns = 1_000_000_000;
+    lb.dp.set_config(&cfg).expect("config");
+    lb.table(1, &[1; 65_537]);
+    let datagram = Flow::new(CLIENT4, 50_100, VIP4, 53).frame(L4::Udp, b"q");
+    assert_eq!(lb.send(&datagram), (XDP_TX, b4(1)));
+    lb.table(1, &[3; 65_537]);
+    for i in 0..8 {
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(lb.send(&datagram), (XDP_TX, b4(1)), "datagram {i}");
+    }
+}
+
+#[test]
+fn a_late_duplicate_syn_does_not_move_its_established_connection() {
+    // The duplicate carries the connection's own ISN: not a new connection.
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 47_400), VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"d")), (XDP_TX, b4(2)));
+    assert_eq!(pin_of(&lb, &flow).1.backend_id, 2);
+}
+
+#[test]
+fn a_reused_4tuple_under_the_same_table_is_reported_established() {
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 47_500), VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    assert_eq!(lb.send(&flow.syn_with_isn(2000)), (XDP_TX, b4(2)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(2)));
+    let (table, entry) = pin_of(&lb, &flow);
+    assert_eq!((table, entry.backend_id), (CtTable::Established, 2));
+}
+
+#[test]
+fn a_rst_between_a_syn_and_its_ack_leaves_the_handshake_together() {
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 1, 47_600), VIP4, 80);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(1)));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(RST), &[])), (XDP_TX, b4(1)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
 }

@@ -360,14 +360,14 @@ impl KernelDataplane {
     /// # Errors
     /// Map failures.
     pub fn flush_conntrack(&mut self) -> Result<(), DataplaneError> {
-        flush(&mut self.conntrack_v4, maps::CONNTRACK_V4)?;
-        flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)?;
+        // SYN slots first, as in `delete_flow`: an ACK in between cannot promote them.
         for index in 0..self.syn_slots {
             self.syn_cache
                 .set(index, SynEntry::default(), 0)
                 .map_err(map_err(maps::SYN_CACHE, "update"))?;
         }
-        Ok(())
+        flush(&mut self.conntrack_v4, maps::CONNTRACK_V4)?;
+        flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)
     }
 
     /// Number of (established flows in both conntrack maps, SYN-only flows held in
@@ -740,10 +740,13 @@ impl Dataplane for KernelDataplane {
             Err((name, e)) => return Err(map_err(name, "lookup")(e)),
         };
         let syn = self.held_syn(key)?;
-        // As the data plane decides: a SYN seen after the pin was made is a new
-        // connection on the 4-tuple, and its choice is the one the next packet takes.
+        // As the data plane decides: a held SYN of another connection, seen no earlier
+        // than the pin was made, is a new connection on the 4-tuple, and its choice is
+        // the one the next packet takes (when it differs from the pin).
         Ok(match (pinned, syn) {
-            (Some(entry), Some((_, s))) if s.syn_ns <= entry.stamp_ns => {
+            (Some(entry), Some((_, s)))
+                if !s.is_new_connection_over(&entry) || s.backend_id == entry.backend_id =>
+            {
                 Some((CtTable::Established, entry))
             }
             (_, Some((_, s))) => Some((
@@ -753,7 +756,7 @@ impl Dataplane for KernelDataplane {
                     vip_id: s.vip_id,
                     stamp_ns: s.syn_ns,
                     epoch: s.epoch,
-                    _pad: 0,
+                    isn: s.seq,
                 },
             )),
             (Some(entry), None) => Some((CtTable::Established, entry)),

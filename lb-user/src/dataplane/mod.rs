@@ -134,7 +134,7 @@ pub struct InstalledTable {
 pub enum CtTable {
     /// Established flows (`CONNTRACK`).
     Established,
-    /// TCP flows of which only a SYN was seen (a `SYN_CACHE` slot of some CPU).
+    /// TCP flows of which only a SYN was seen (a `SYN_CACHE` slot).
     SynOnly,
 }
 
