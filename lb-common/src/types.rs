@@ -292,10 +292,11 @@ const _: () = assert!(size_of::<CtEntry>() == 24);
 /// Element of the `SYN_CACHE` array: the choice made for a TCP SYN, kept until the
 /// handshake's ACK promotes it into conntrack (or another SYN takes the slot).
 ///
-/// Layout (72 bytes): `key` 0..40, `backend_id` 40..44, `vip_id` 44..48, `epoch`
-/// 48..52, `tag` 52..56, `syn_ns` 56..64, `seq` 64..68, `_pad` 68..72. An all-zero
+/// Layout (64 bytes, one cache line): `key` 0..40, `backend_id` 40..42, `vip_id`
+/// 42..44, `epoch` 44..48, `tag` 48..52, `seq` 52..56, `syn_ns` 56..64. An all-zero
 /// element is an empty slot (no real key has family 0); the program marks a used slot
-/// with `vip_id` = `MAX_VIPS` (no VIP has it).
+/// with `vip_id` = `MAX_VIPS` (no VIP has it). Ids fit 16 bits: backend ids are below
+/// `MAX_BACKENDS` (65,536), VIP ids below `MAX_VIPS`.
 ///
 /// The array is shared by all CPUs and written with plain stores, so two SYNs that
 /// share a slot on two CPUs at once can interleave their fields. `tag`
@@ -308,21 +309,20 @@ pub struct SynEntry {
     /// The flow.
     pub key: FlowKey,
     /// Backend picked for its SYN.
-    pub backend_id: u32,
+    pub backend_id: u16,
     /// VIP the flow belongs to.
-    pub vip_id: u32,
+    pub vip_id: u16,
     /// Epoch of the table the backend was picked from.
     pub epoch: u32,
     /// [`SynEntry::tag_of`] of the writer's values.
     pub tag: u32,
-    /// `bpf_ktime_get_coarse_ns()` when the SYN was seen.
-    pub syn_ns: u64,
     /// The SYN's sequence number (wire bytes as a native `u32`).
     pub seq: u32,
-    /// Explicit padding, always zero.
-    pub _pad: u32,
+    /// `bpf_ktime_get_coarse_ns()` when the SYN was seen.
+    pub syn_ns: u64,
 }
-const _: () = assert!(size_of::<SynEntry>() == 72);
+const _: () = assert!(size_of::<SynEntry>() == 64);
+const _: () = assert!(crate::maps::MAX_BACKENDS <= 1 << 16 && crate::maps::MAX_VIPS < 1 << 16);
 
 impl SynEntry {
     /// The check word of a slot written for a flow whose [`crate::hash::flow_hash`] is
@@ -332,8 +332,8 @@ impl SynEntry {
     #[must_use]
     pub fn tag_of(
         hash: u32,
-        backend_id: u32,
-        vip_id: u32,
+        backend_id: u16,
+        vip_id: u16,
         epoch: u32,
         syn_ns: u64,
         seq: u32,
@@ -343,8 +343,8 @@ impl SynEntry {
             reason = "the two halves of syn_ns are mixed in separately"
         )]
         let (lo, hi) = (syn_ns as u32, (syn_ns >> 32) as u32);
-        hash ^ backend_id.rotate_left(7)
-            ^ vip_id.rotate_left(13)
+        hash ^ u32::from(backend_id).rotate_left(7)
+            ^ u32::from(vip_id).rotate_left(13)
             ^ epoch.rotate_left(19)
             ^ lo.rotate_left(23)
             ^ hi.rotate_left(29)
@@ -507,7 +507,7 @@ impl_pod!(
 mod tests {
     use super::*;
 
-    fn entry(key: FlowKey, hash: u32, backend_id: u32, epoch: u32, syn_ns: u64) -> SynEntry {
+    fn entry(key: FlowKey, hash: u32, backend_id: u16, epoch: u32, syn_ns: u64) -> SynEntry {
         SynEntry {
             key,
             backend_id,
@@ -516,7 +516,6 @@ mod tests {
             tag: SynEntry::tag_of(hash, backend_id, 0, epoch, syn_ns, 77),
             syn_ns,
             seq: 77,
-            _pad: 0,
         }
     }
 

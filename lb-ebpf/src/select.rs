@@ -55,9 +55,24 @@ use crate::{
 };
 
 /// `SynEntry::vip_id` of a slot whose SYN was used (no VIP has it). Not `u32::MAX`:
-/// LLVM's BPF backend compares a zero-extended 32-bit load with that constant as a
+/// LLVM's BPF backend compared a zero-extended 32-bit load with that constant as a
 /// 64-bit jump whose immediate is sign-extended (`if r2 == -1`), which is never true.
-const SYN_SLOT_FREE: u32 = MAX_VIPS;
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "MAX_VIPS (1,024) fits 16 bits (asserted in lb_common::types)"
+)]
+const SYN_SLOT_FREE: u16 = MAX_VIPS as u16;
+
+/// A backend or VIP id as stored in a `SynEntry` (both are below 65,536, asserted in
+/// `lb_common::types`).
+#[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "backend ids are below MAX_BACKENDS and VIP ids below MAX_VIPS, both <= 65,536"
+)]
+fn id16(id: u32) -> u16 {
+    id as u16
+}
 
 /// A UDP entry's `stamp_ns` is rewritten at most this often (ns), so a busy flow
 /// does not dirty its conntrack entry on every packet.
@@ -238,12 +253,13 @@ pub(crate) fn pick_syn(
         }
         let now = now_coarse_ns();
         slot.key = p.key;
-        slot.backend_id = choice.id;
-        slot.vip_id = vip.vip_id;
+        let (backend_id, vip_id) = (id16(choice.id), id16(vip.vip_id));
+        slot.backend_id = backend_id;
+        slot.vip_id = vip_id;
         slot.epoch = vip.epoch;
         slot.syn_ns = now;
         slot.seq = p.tcp_seq;
-        slot.tag = SynEntry::tag_of(hash, choice.id, vip.vip_id, vip.epoch, now, p.tcp_seq);
+        slot.tag = SynEntry::tag_of(hash, backend_id, vip_id, vip.epoch, now, p.tcp_seq);
     }
     stats.new_flows += 1;
     Ok(choice)
@@ -260,7 +276,7 @@ fn syn_slot(
     let slot = SYN_CACHE.get_ptr_mut(hash & cfg.syn_cache_mask)?;
     // SAFETY: as in `pick_syn`.
     let slot = unsafe { &mut *slot };
-    (slot.vip_id == vip.vip_id && slot.holds(&p.key, hash)).then_some(slot)
+    (u32::from(slot.vip_id) == vip.vip_id && slot.holds(&p.key, hash)).then_some(slot)
 }
 
 /// Chooses the backend for a VIP packet other than a TCP SYN and maintains connection
@@ -305,7 +321,7 @@ pub(crate) fn pick_backend(
     let now = now_coarse_ns();
     if !is_udp {
         if let Some(slot) = syn_slot(p, vip, hash, cfg) {
-            let Some(choice) = keeps_flows(slot.backend_id) else {
+            let Some(choice) = keeps_flows(u32::from(slot.backend_id)) else {
                 // Useless now (its backend went away): pick from the table below.
                 slot.vip_id = SYN_SLOT_FREE;
                 return pick_new(p, vip, stats, hash, now, had_entry, rst);
@@ -398,7 +414,7 @@ fn recheck_tcp(
     let hash = flow_hash(&p.key, cfg.hash_seed);
     if let Some(slot) = syn_slot(p, vip, hash, cfg)
         && slot.is_new_connection_over(entry)
-        && let Some(newer) = keeps_flows(slot.backend_id)
+        && let Some(newer) = keeps_flows(u32::from(slot.backend_id))
     {
         if p.tcp_flags & TCP_RST != 0 {
             return newer;

@@ -34,7 +34,7 @@ const TABLE_SLOT_BYTES: u64 = 8;
 const TABLE_HEADER: u64 = lb_common::maps::TABLE_HEADER_LEN as u64;
 
 const CT_CAPACITY_RANGE: (u32, u32) = (1_024, 64 << 20);
-/// SYN cache slots (72 bytes each): 18 KiB to 288 MiB.
+/// SYN cache slots (64 bytes each): 16 KiB to 256 MiB.
 const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.

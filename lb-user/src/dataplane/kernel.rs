@@ -384,7 +384,7 @@ impl KernelDataplane {
                 .syn_cache
                 .get(&index, 0)
                 .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
-            syn += usize::from(slot.key.vip.family != 0 && slot.vip_id < MAX_VIPS);
+            syn += usize::from(slot.key.vip.family != 0 && u32::from(slot.vip_id) < MAX_VIPS);
         }
         Ok((established, syn))
     }
@@ -401,7 +401,7 @@ impl KernelDataplane {
             .syn_cache
             .get(&index, 0)
             .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
-        Ok((slot.vip_id < MAX_VIPS && slot.holds(key, hash)).then_some((index, slot)))
+        Ok((u32::from(slot.vip_id) < MAX_VIPS && slot.holds(key, hash)).then_some((index, slot)))
     }
 }
 
@@ -745,15 +745,16 @@ impl Dataplane for KernelDataplane {
         // the one the next packet takes (when it differs from the pin).
         Ok(match (pinned, syn) {
             (Some(entry), Some((_, s)))
-                if !s.is_new_connection_over(&entry) || s.backend_id == entry.backend_id =>
+                if !s.is_new_connection_over(&entry)
+                    || u32::from(s.backend_id) == entry.backend_id =>
             {
                 Some((CtTable::Established, entry))
             }
             (_, Some((_, s))) => Some((
                 CtTable::SynOnly,
                 CtEntry {
-                    backend_id: s.backend_id,
-                    vip_id: s.vip_id,
+                    backend_id: u32::from(s.backend_id),
+                    vip_id: u32::from(s.vip_id),
                     stamp_ns: s.syn_ns,
                     epoch: s.epoch,
                     isn: s.seq,
