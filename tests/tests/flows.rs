@@ -227,30 +227,17 @@ fn udp_flows_expire_after_the_idle_timeout() {
 #[test]
 fn a_flow_keeps_its_backend_on_another_cpu() {
     // BR-15.T1: the conntrack map is shared between CPUs (per-CPU LRU lists only).
-    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
-        eprintln!("single CPU: nothing to check");
+    if !two_cpus() {
         return;
     }
     let mut lb = Lb::standard();
     let sport = port_landing_on(&lb, 0, 80, 2, 44800);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            lb_tests::pin_to_cpu(0).expect("pin to CPU 0");
-            assert_eq!(establish(&mut lb, &flow), b4(2));
-            lb.table(0, &[3; 65_537]);
-        })
-        .join()
-        .expect("cpu 0");
+    on_cpu(0, || {
+        assert_eq!(establish(&mut lb, &flow), b4(2));
+        lb.table(0, &[3; 65_537]);
     });
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            lb_tests::pin_to_cpu(1).expect("pin to CPU 1");
-            assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(2)));
-        })
-        .join()
-        .expect("cpu 1");
-    });
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(2)));
 }
 
 #[test]
@@ -480,14 +467,33 @@ fn send_on(
 
 /// Sends `frame` from a thread pinned to `cpu`.
 fn send_frame_on(lb: &mut Lb, cpu: usize, frame: &[u8]) -> (u32, Option<IpAddr>) {
+    on_cpu(cpu, || lb.send(frame))
+}
+
+/// Runs `f` on a thread pinned to `cpu`.
+fn on_cpu<R: Send>(cpu: usize, f: impl FnOnce() -> R + Send) -> R {
     std::thread::scope(|s| {
         s.spawn(|| {
             lb_tests::pin_to_cpu(cpu).expect("pin");
-            lb.send(frame)
+            f()
         })
         .join()
-        .expect("sender")
+        .expect("pinned thread")
     })
+}
+
+/// A flow whose connection was established on backend 2 (CPU 0), then, after a table
+/// sending it to 3, reused by a new connection whose SYN (CPU 0) went to 3.
+fn reused_after_table_change(lb: &mut Lb, from_port: u16) -> Flow {
+    let flow = Flow::new(CLIENT4, port_landing_on(lb, 0, 80, 2, from_port), VIP4, 80);
+    assert_eq!(send_on(lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
+    assert_eq!(send_on(lb, 0, &flow, ACK, b""), (XDP_TX, b4(2)));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(
+        send_frame_on(lb, 0, &flow.syn_with_isn(2000)),
+        (XDP_TX, b4(3))
+    );
+    flow
 }
 
 fn two_cpus() -> bool {
@@ -524,14 +530,7 @@ fn a_reused_4tuple_is_followed_on_every_cpu() {
         return;
     }
     let mut lb = Lb::standard();
-    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46500), VIP4, 80);
-    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
-    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(2)));
-    lb.table(0, &[3; 65_537]);
-    assert_eq!(
-        send_frame_on(&mut lb, 0, &flow.syn_with_isn(2000)),
-        (XDP_TX, b4(3))
-    );
+    let flow = reused_after_table_change(&mut lb, 46500);
     lb.table(0, &[2; 65_537]);
     assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"x"), (XDP_TX, b4(3)));
     assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(3)));
@@ -544,14 +543,7 @@ fn an_ack_on_another_cpu_of_a_reused_4tuple_follows_its_syn() {
         return;
     }
     let mut lb = Lb::standard();
-    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46600), VIP4, 80);
-    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
-    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(2)));
-    lb.table(0, &[3; 65_537]);
-    assert_eq!(
-        send_frame_on(&mut lb, 0, &flow.syn_with_isn(2000)),
-        (XDP_TX, b4(3))
-    );
+    let flow = reused_after_table_change(&mut lb, 46600);
     assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(3)));
 }
 
