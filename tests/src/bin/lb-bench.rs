@@ -28,33 +28,6 @@ use lb_user::{
     maglev::{Backend, BackendKey, MaglevTable},
 };
 
-/// Runs per case and repetitions per run (the method: 5 x 1,000,000).
-const RUNS: usize = 5;
-const REPEAT: u32 = 1_000_000;
-
-/// `LB_BENCH_RUNS` / `LB_BENCH_REPEAT` override the run count and size (for quick
-/// comparisons: many short runs, read the minimum column).
-fn runs() -> usize {
-    std::env::var("LB_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(RUNS)
-}
-
-fn repeat() -> u32 {
-    std::env::var("LB_BENCH_REPEAT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(REPEAT)
-}
-const CPU: usize = 1;
-fn cpu() -> usize {
-    std::env::var("LB_BENCH_CPU")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(CPU)
-}
-
 /// One benchmarked packet.
 struct Case {
     name: &'static str,
@@ -90,7 +63,12 @@ struct Timing {
     min_over: i64,
 }
 
-fn run_case(lb: &mut Lb, case: &Case, ifindex: Option<u32>) -> anyhow::Result<Timing> {
+fn run_case(
+    lb: &mut Lb,
+    case: &Case,
+    ifindex: Option<u32>,
+    opts: &Options,
+) -> anyhow::Result<Timing> {
     for frame in &case.warm {
         lb.dp.test_run_with(frame, ifindex, 1)?;
     }
@@ -109,20 +87,20 @@ fn run_case(lb: &mut Lb, case: &Case, ifindex: Option<u32>) -> anyhow::Result<Ti
         );
     }
     let (mut lbs, mut empties, mut overs) = (vec![], vec![], vec![]);
-    for _ in 0..runs() {
+    for _ in 0..opts.runs {
         let empty = lb.dp.bench_run(
             BenchTarget::Empty,
             &case.frame,
             case.vary,
             ifindex,
-            repeat(),
+            opts.repeat,
         )?;
         let full = lb.dp.bench_run(
             BenchTarget::LoadBalancer,
             &case.frame,
             case.vary,
             ifindex,
-            repeat(),
+            opts.repeat,
         )?;
         ensure!(
             empty.action == XDP_PASS && full.action == case.action,
@@ -285,60 +263,42 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
     })
 }
 
-/// Command-line options (all optional): `--data-only` skips the control-plane part,
-/// `--case TEXT` keeps only data-plane cases whose name contains TEXT, `--ct N` sets the
-/// conntrack capacity (default `DEFAULT_CT_CAPACITY`, 1,048,576), `--syn N` the SYN-only
-/// conntrack capacity (default `DEFAULT_CT_SYN_CAPACITY`, 16,384), `--gateway-only` skips the FIB next hop,
-/// `--rounds N` measures the case list N times (default 1) to show the spread.
-#[derive(Default)]
+/// Command-line options. The defaults are the method: 5 runs of 1,000,000
+/// repetitions, CPU 1, the daemon's default conntrack sizes.
+#[derive(clap::Parser)]
+#[command(about = "Control- and data-plane benchmarks of lb (run as root)")]
 struct Options {
+    /// Skip the control-plane part.
+    #[arg(long)]
     data_only: bool,
+    /// Skip the FIB next-hop modes.
+    #[arg(long)]
     gateway_only: bool,
+    /// Keep only data-plane cases whose name contains this text.
+    #[arg(long)]
     case: Option<String>,
-    ct: Option<u32>,
-    syn: Option<u32>,
-    rounds: Option<usize>,
-}
-
-fn options() -> anyhow::Result<Options> {
-    let mut opts = Options::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--data-only" => opts.data_only = true,
-            "--gateway-only" => opts.gateway_only = true,
-            "--case" => opts.case = Some(args.next().context("--case needs a text")?),
-            "--rounds" => {
-                let n = args.next().context("--rounds needs a number")?;
-                opts.rounds = Some(
-                    n.parse()
-                        .with_context(|| format!("--rounds {n}: not a number"))?,
-                );
-            }
-            "--syn" => {
-                let n = args.next().context("--syn needs a number")?;
-                opts.syn = Some(
-                    n.parse()
-                        .with_context(|| format!("--syn {n}: not a number"))?,
-                );
-            }
-            "--ct" => {
-                let n = args.next().context("--ct needs a number")?;
-                opts.ct = Some(
-                    n.parse()
-                        .with_context(|| format!("--ct {n}: not a number"))?,
-                );
-            }
-            other => bail!(
-                "unknown argument {other:?} (known: --data-only, --gateway-only, --case TEXT, --ct N, --syn N, --rounds N)"
-            ),
-        }
-    }
-    Ok(opts)
+    /// Conntrack capacity (entries per family).
+    #[arg(long, default_value_t = DEFAULT_CT_CAPACITY)]
+    ct: u32,
+    /// SYN cache slots.
+    #[arg(long, default_value_t = DEFAULT_CT_SYN_CAPACITY)]
+    syn: u32,
+    /// Measure the case list this many times (to show the spread).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Runs per case (quick comparisons: many short runs, read the fastest-runs column).
+    #[arg(long, env = "LB_BENCH_RUNS", default_value_t = 5)]
+    runs: usize,
+    /// Repetitions per run.
+    #[arg(long, env = "LB_BENCH_REPEAT", default_value_t = 1_000_000)]
+    repeat: u32,
+    /// CPU the benchmark thread is pinned to.
+    #[arg(long, env = "LB_BENCH_CPU", default_value_t = 1)]
+    cpu: usize,
 }
 
 fn main() -> anyhow::Result<()> {
-    let opts = options()?;
+    let opts = <Options as clap::Parser>::parse();
     if !lb_tests::is_root() {
         bail!("the data-plane benchmark loads XDP programs: run it as root");
     }
@@ -369,17 +329,12 @@ fn control_plane() -> anyhow::Result<()> {
 }
 
 fn data_plane(opts: &Options) -> anyhow::Result<()> {
-    let mut lb = Lb::with_ct(
-        opts.ct.unwrap_or(DEFAULT_CT_CAPACITY),
-        opts.syn.unwrap_or(DEFAULT_CT_SYN_CAPACITY),
-    );
+    let mut lb = Lb::with_ct(opts.ct, opts.syn);
     setup(&mut lb);
     let ns = fib_namespace("lbbench").context("benchmark namespace")?;
     println!(
         "data plane: ns/packet by BPF_PROG_TEST_RUN, median of {} runs x {} repetitions, CPU {} pinned",
-        runs(),
-        repeat(),
-        cpu()
+        opts.runs, opts.repeat, opts.cpu
     );
     let verified = lb.dp.verified_instructions(XDP_PROGRAM)?;
     println!(
@@ -393,7 +348,7 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
     println!("|---|---|---:|---:|---:|---:|");
     let results = ns
         .enter(|| -> anyhow::Result<()> {
-            lb_tests::pin_to_cpu(cpu()).context("pinning the benchmark thread")?;
+            lb_tests::pin_to_cpu(opts.cpu).context("pinning the benchmark thread")?;
             let lb0 = ifindex("lb0");
             ensure!(lb0 != 0, "lb0 missing in the benchmark namespace");
             // Next-hop modes: gateway MAC; FIB lookup on every packet; FIB result reused
@@ -414,7 +369,7 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
                 }
                 lb.dp.set_config(&cfg)?;
                 lb.dp.flush_conntrack()?;
-                for case in (0..opts.rounds.unwrap_or(1)).flat_map(|_| cases()) {
+                for case in (0..opts.rounds).flat_map(|_| cases()) {
                     if fib && case.action != XDP_TX
                         || opts
                             .case
@@ -423,7 +378,7 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
                     {
                         continue;
                     }
-                    let t = run_case(&mut lb, &case, ifindex)?;
+                    let t = run_case(&mut lb, &case, ifindex, opts)?;
                     println!(
                         "| {} | {mode} | {} | {} | {} | {} |",
                         case.name, t.lb, t.empty, t.over, t.min_over
