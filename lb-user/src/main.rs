@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use lb_user::cli::{ops, table};
+use lb_user::cli::{hash, ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -31,6 +31,8 @@ enum Command {
     Flow(ops::FlowArgs),
     /// Build and compare Maglev tables offline (no root needed).
     Table(table::TableArgs),
+    /// Compare consistent-hashing schemes on the same keys offline (no root needed).
+    Hash(Box<hash::HashArgs>),
     /// Print facts about the embedded XDP object (size in bytes).
     Object,
 }
@@ -72,6 +74,16 @@ fn main() {
                 std::process::exit(status);
             }
         }
+        Command::Hash(args) => match hash::run(&args) {
+            Ok(text) => {
+                // A closed pipe (`lb hash | head`) is not worth a message.
+                let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+            }
+            Err(e) => {
+                eprintln!("lb hash: error: {e}");
+                std::process::exit(e.exit_code());
+            }
+        },
         Command::Object => {
             println!("embedded eBPF object: {} bytes", lb_user::EBPF_OBJECT.len());
         }

@@ -3,8 +3,10 @@
 //! tests need no process) and its error type, whose text names the offending argument.
 //!
 //! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection;
+//! - [`hash`]: `lb hash`, the offline consistent-hashing lab;
 //! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
 //!   control socket.
 
+pub mod hash;
 pub mod ops;
 pub mod table;
