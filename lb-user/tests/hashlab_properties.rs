@@ -12,7 +12,9 @@ use lb_user::hashlab::{
 use proptest::prelude::*;
 
 fn servers(n: usize) -> Vec<Server> {
-    (0..n).map(|i| Server::new(format!("node-{i}"), 1)).collect()
+    (0..n)
+        .map(|i| Server::new(format!("node-{i}"), 1))
+        .collect()
 }
 
 fn hash_strategy() -> impl Strategy<Value = KeyHash> {

@@ -44,7 +44,11 @@ fn a_ring_of_one_point_owns_everything() {
 #[test]
 fn built_rings_place_points_at_the_hash_of_name_and_index() {
     let hash = KeyHash::Fnv1a32Fmix32;
-    let servers = vec![Server::new("a", 1), Server::new("b", 3), Server::new("c", 0)];
+    let servers = vec![
+        Server::new("a", 1),
+        Server::new("b", 3),
+        Server::new("c", 0),
+    ];
     let ring = Ring::build(&servers, 4, &hash).unwrap();
     // Weight 3: 12 points; weight 0: none.
     assert_eq!(ring.points(), 16);
@@ -53,7 +57,10 @@ fn built_rings_place_points_at_the_hash_of_name_and_index() {
     for i in 0..12 {
         assert_eq!(ring.lookup(hash.bytes(format!("b#{i}").as_bytes())), 1);
     }
-    assert_eq!(Ring::build(&servers, 0, &hash), Err(RingError::NoVirtualNodes));
+    assert_eq!(
+        Ring::build(&servers, 0, &hash),
+        Err(RingError::NoVirtualNodes)
+    );
     assert_eq!(
         Ring::build(&[Server::new("z", 0)], 10, &hash),
         Err(RingError::NoPoints)
@@ -79,7 +86,10 @@ fn mod_n_to_n_plus_one_moves_about_n_over_n_plus_one() {
             .count();
         let fraction = moved as f64 / hashes.len() as f64;
         let expected = n as f64 / (n + 1) as f64;
-        assert!((fraction - expected).abs() < 0.01, "n {n}: {fraction} vs {expected}");
+        assert!(
+            (fraction - expected).abs() < 0.01,
+            "n {n}: {fraction} vs {expected}"
+        );
     }
 }
 
@@ -93,7 +103,10 @@ fn jump_n_to_n_plus_one_moves_about_one_over_n_plus_one() {
             .count();
         let fraction = moved as f64 / hashes.len() as f64;
         let expected = 1.0 / f64::from(n + 1);
-        assert!((fraction - expected).abs() < 0.01, "n {n}: {fraction} vs {expected}");
+        assert!(
+            (fraction - expected).abs() < 0.01,
+            "n {n}: {fraction} vs {expected}"
+        );
     }
 }
 
@@ -185,7 +198,12 @@ fn name_based_schemes_ignore_server_and_key_order() {
             continue;
         }
         let load = |report: &hashlab::report::SchemeReport, name: &str| {
-            report.per_server.iter().find(|l| l.name == name).unwrap().keys
+            report
+                .per_server
+                .iter()
+                .find(|l| l.name == name)
+                .unwrap()
+                .keys
         };
         for name in ["a", "b", "c", "d"] {
             assert_eq!(load(x, name), load(y, name), "{} {name}", x.scheme);
@@ -228,7 +246,11 @@ fn events_report_where_keys_go() {
     // The peer misses d: it disagrees on exactly the keys the removal of d moves.
     let membership = report.membership.as_ref().unwrap();
     assert_eq!(membership.missing_at_peer, ["d"]);
-    let ring = membership.schemes.iter().find(|d| d.scheme == "ring").unwrap();
+    let ring = membership
+        .schemes
+        .iter()
+        .find(|d| d.scheme == "ring")
+        .unwrap();
     let ring_d = report.schemes[1].per_server[3].keys;
     assert_eq!(ring.keys, ring_d);
 }
@@ -243,7 +265,11 @@ fn hot_keys_overload_and_replicas_relieve() {
     let report = hashlab::run(&lab).unwrap();
     let hot = report.hot_keys.as_ref().unwrap();
     assert_eq!(hot.hottest.len(), 20);
-    let ring = hot.rows.iter().find(|r| r.strategy.starts_with("ring V=100,")).unwrap();
+    let ring = hot
+        .rows
+        .iter()
+        .find(|r| r.strategy.starts_with("ring V=100,"))
+        .unwrap();
     let replicated = hot.rows.last().unwrap();
     assert!(replicated.strategy.contains("20 hottest on 5 replicas"));
     // The hottest key alone has over 10 % of the requests: the key balance is good but

@@ -53,12 +53,15 @@ fn grouped_bars(
     series: &[(String, Vec<f64>)],
 ) -> DrawResult {
     let n = groups.len().max(1) as f64;
+    // Head room for the legend (about 15 px per series in a plot about 360 px high) in
+    // the upper right, so that it never covers a bar.
+    let legend = ((15 * series.len() + 25) as f64 / 360.0).min(0.6);
     let top = series
         .iter()
         .flat_map(|(_, values)| values.iter().copied())
         .fold(0.0_f64, f64::max)
         .max(1e-9)
-        * 1.15;
+        / (1.0 - legend);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(12)
