@@ -65,6 +65,16 @@ impl KeyHash {
         }
     }
 
+    /// The seed, `None` for the unseeded FNV-1a.
+    #[must_use]
+    pub fn seed(&self) -> Option<u64> {
+        match *self {
+            Self::Fnv1a32Fmix32 => None,
+            Self::Flow { seed, .. } => Some(u64::from(seed)),
+            Self::Xxh3 { seed } => Some(seed),
+        }
+    }
+
     /// The width of the result in bits: 32 or 64.
     #[must_use]
     pub fn bits(&self) -> u32 {

@@ -209,14 +209,22 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
 
     let mut notes = Vec::new();
     let first = input.servers.first().map_or(1, |s| s.weight);
-    if input.servers.iter().any(|s| s.weight != first)
-        && input.schemes.iter().any(|k| !k.is_weighted())
-    {
-        notes.push("modn and jump are unweighted: they ignore the weights".to_owned());
+    let unweighted: Vec<&str> = input
+        .schemes
+        .iter()
+        .filter(|k| !k.is_weighted())
+        .map(|k| k.name())
+        .collect();
+    if input.servers.iter().any(|s| s.weight != first) && !unweighted.is_empty() {
+        notes.push(format!(
+            "{} unweighted: the weights are ignored",
+            unweighted.join(" and ")
+        ));
     }
     Ok(LabReport {
         hash: hash.name().to_owned(),
         hash_bits: hash.bits(),
+        hash_seed: hash.seed(),
         key_source: input.key_source.clone(),
         keys: keys.len(),
         requests: input.keys.requests(),

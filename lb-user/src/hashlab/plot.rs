@@ -65,6 +65,7 @@ fn grouped_bars(
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(12)
+        .margin_right(32)
         .x_label_area_size(36)
         .y_label_area_size(64)
         .build_cartesian_2d(0.0..n, 0.0..top)?;
@@ -172,6 +173,7 @@ fn vnodes_chart(area: &Area<'_>, report: &LabReport) -> DrawResult {
     let mut chart = ChartBuilder::on(area)
         .caption(TITLES[2], ("sans-serif", 20))
         .margin(12)
+        .margin_right(32)
         .x_label_area_size(36)
         .y_label_area_size(64)
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;

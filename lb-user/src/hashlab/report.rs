@@ -15,6 +15,8 @@ pub struct LabReport {
     pub hash: String,
     /// Its width, 32 or 64.
     pub hash_bits: u32,
+    /// Its seed (`null` for the unseeded fnv1a32-fmix32).
+    pub hash_seed: Option<u64>,
     /// Where the keys came from (`generated, seed 1` or the file name).
     pub key_source: String,
     /// Keys placed.
@@ -204,13 +206,15 @@ impl LabReport {
         let counted = self.requests != self.keys as u64 || self.hot_keys.is_some();
         let _ = writeln!(
             t,
-            "{} keys ({}), {} requests; {} servers; hash {} ({}-bit), {:.1} ns per key",
+            "{} keys ({}), {} requests; {} servers; hash {} ({}-bit{}), {:.1} ns per key",
             self.keys,
             self.key_source,
             self.requests,
             self.servers.len(),
             self.hash,
             self.hash_bits,
+            self.hash_seed
+                .map_or_else(String::new, |seed| format!(", seed {seed}")),
             self.key_hash_ns
         );
         self.balance_text(&mut t, counted);
