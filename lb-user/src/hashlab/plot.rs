@@ -97,6 +97,13 @@ fn grouped_bars(
             .label(name.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
+    draw_legend(&mut chart)
+}
+
+/// The legend box in the upper right of a chart.
+fn draw_legend<'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+) -> DrawResult {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -203,10 +210,5 @@ fn vnodes_chart(area: &Area<'_>, report: &LabReport) -> DrawResult {
             .label("maglev")
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], grey));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
+    draw_legend(&mut chart)
 }

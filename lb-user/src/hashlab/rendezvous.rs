@@ -20,7 +20,8 @@ const STACK_BYTES: usize = 256;
 /// Rendezvous hashing over a server list (indices are positions in that list).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendezvous {
-    /// `(name bytes, weight)` of the servers with weight > 0, sorted by name.
+    /// `(name bytes, weight, index in the server list)` of the servers with weight > 0,
+    /// sorted by name.
     servers: Vec<(Box<[u8]>, u32, usize)>,
     weighted: bool,
     hash: KeyHash,
