@@ -9,6 +9,7 @@ pub mod controller;
 pub mod daemon;
 pub mod dataplane;
 pub mod flow;
+pub mod health;
 pub mod maglev;
 
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary
