@@ -22,6 +22,8 @@ pub enum Stage {
     Response,
     /// Waiting for the DNS answer.
     Answer,
+    /// The probe as a whole: it overran its own timeout and the scheduler gave up.
+    Probe,
 }
 
 impl fmt::Display for Stage {
@@ -32,6 +34,7 @@ impl fmt::Display for Stage {
             Stage::Tls => "TLS handshake",
             Stage::Response => "waiting for the response",
             Stage::Answer => "waiting for the answer",
+            Stage::Probe => "probe",
         })
     }
 }
