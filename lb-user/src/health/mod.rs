@@ -9,10 +9,14 @@
 //!   damping), pure;
 //! - [`policy`]: which backends of a VIP get table slots, pure.
 
+pub mod coalesce;
 pub mod damping;
 pub mod file;
 pub mod outcome;
 pub mod policy;
+pub mod probe;
+pub mod scheduler;
 pub mod settings;
 pub mod state;
+pub mod target;
 pub mod validate;
