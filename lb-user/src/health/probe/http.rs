@@ -57,15 +57,15 @@ where
         .map_err(|e| Failure::Http(e.to_string()))?;
     *stage = Stage::Response;
     let mut connection = pin!(connection);
+    let mut send = pin!(sender.send_request(req));
+    // The connection task delivers the response (or the error) to `send`; once it ends,
+    // `send` resolves too.
     let response = tokio::select! {
-        response = sender.send_request(req) => response.map_err(|e| failure(&e, Stage::Response))?,
-        done = &mut connection => {
-            return Err(match done {
-                Ok(()) => Failure::Reset { stage: Stage::Response },
-                Err(e) => failure(&e, Stage::Response),
-            });
-        }
-    };
+        biased;
+        response = &mut send => response,
+        _ = &mut connection => send.await,
+    }
+    .map_err(|e| failure(&e, Stage::Response))?;
     let status = response.status().as_u16();
     if request.status.contains(status) {
         Ok(())
