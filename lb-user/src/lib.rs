@@ -1,6 +1,6 @@
 //! The load balancer's controller library: the data-plane interface ([`dataplane`], the
 //! only module that touches aya), the Maglev table builder ([`maglev`], pure), flow keys
-//! and slot prediction ([`flow`]), and the CLI verbs ([`cli`]).
+//! and slot prediction ([`flow`]), health checks ([`health`]), and the CLI verbs ([`cli`]).
 
 pub mod cli;
 pub mod config;
