@@ -1,6 +1,11 @@
 //! Health tables from TOML text to settings, and every rejection naming its key.
 
+use std::time::Duration;
+
+use hickory_proto::rr::RecordType;
+
 use super::*;
+use crate::health::policy::AllDown;
 
 const VIP: &str = "vip[0].health";
 const B0: &str = "vip[0].backend[0].health";
