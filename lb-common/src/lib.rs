@@ -6,11 +6,12 @@
 //!
 //! Modules: [`maps`] (map names and limits), [`types`] (map keys and values),
 //! [`stats`] (counter layouts and verdict reasons), [`hash`] (the one flow hash used by
-//! both sides).
+//! both sides), [`probe`] (the socket mark that sends a health probe to one backend).
 #![no_std]
 
 pub mod hash;
 pub mod maps;
+pub mod probe;
 pub mod stats;
 pub mod types;
 

@@ -1,7 +1,7 @@
 //! The load balancer's controller library: the data-plane interface ([`dataplane`], the
 //! only module that touches aya), the Maglev table builder ([`maglev`], pure), flow keys
-//! and slot prediction ([`flow`]), the consistent-hashing lab ([`hashlab`], pure), and
-//! the CLI verbs ([`cli`]).
+//! and slot prediction ([`flow`]), health checks ([`health`]), the consistent-hashing lab
+//! ([`hashlab`], pure), and the CLI verbs ([`cli`]).
 
 pub mod cli;
 pub mod config;
@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod flow;
 pub mod hashlab;
+pub mod health;
 pub mod maglev;
 
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary

@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: brings a fresh machine to a working state, idempotently.
 //!
 //! Steps (../shared/TOOLCHAIN.md): Debian packages (LLVM 22 development files, which
-//! match the LLVM inside rustc 1.95 / nightly 1.97, plus iproute2 for the netns tests),
+//! match the LLVM inside rustc 1.95 / nightly 1.97, plus iproute2 for the netns tests and
+//! nftables for their drop rules),
 //! the nightly toolchain's `rust-src` component (for `-Z build-std=core`), and
 //! `bpf-linker` built against LLVM 22. Each step says whether it installs or skips.
 
@@ -18,6 +19,7 @@ const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "zlib1g-dev",
     "iproute2",
+    "nftables",
 ];
 
 /// bpf-linker version known to build against LLVM 22 here.

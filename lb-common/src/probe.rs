@@ -1,0 +1,64 @@
+//! The socket mark of tunnel-mode health probes: which backend a probe packet is for.
+//!
+//! A tunnel-mode probe is sent to the VIP address, as a client's packet would be, from a
+//! socket whose `SO_MARK` names one backend. A TC egress program on the LB host reads
+//! `skb->mark`, and encapsulates each marked packet to that backend (Katran's approach:
+//! the probe proves decapsulation and the VIP on the backend). Userspace writes the mark,
+//! the kernel program reads it: both use these functions.
+//!
+//! Layout of the 32-bit mark: the upper 16 bits are the tag [`PROBE_MARK_TAG`] (`"LB"`
+//! in ASCII, so the mark reads `0x4c42_xxxx` in `tc` and `nft` output), the lower 16 bits
+//! the backend id (`BACKENDS` index, `1..MAX_BACKENDS`). A mark without the tag, or with
+//! backend id 0, is not a probe's.
+
+use crate::maps::MAX_BACKENDS;
+
+/// Upper 16 bits of every probe mark.
+pub const PROBE_MARK_TAG: u32 = 0x4c42_0000;
+/// The bits of a probe mark that hold the tag.
+pub const PROBE_MARK_TAG_MASK: u32 = 0xffff_0000;
+
+// Every backend id fits in the lower 16 bits.
+const _: () = assert!(MAX_BACKENDS <= 1 << 16);
+
+/// The mark of probes for backend `backend_id` (`1..MAX_BACKENDS`), or `None` for an id
+/// outside that range.
+pub const fn probe_mark(backend_id: u32) -> Option<u32> {
+    if backend_id == 0 || backend_id >= MAX_BACKENDS {
+        return None;
+    }
+    Some(PROBE_MARK_TAG | backend_id)
+}
+
+/// The backend id that `mark` names, or `None` when `mark` is not a probe's.
+pub const fn probe_mark_backend(mark: u32) -> Option<u32> {
+    if mark & PROBE_MARK_TAG_MASK != PROBE_MARK_TAG {
+        return None;
+    }
+    let id = mark & !PROBE_MARK_TAG_MASK;
+    if id == 0 { None } else { Some(id) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_round_trip_for_every_backend_id() {
+        for id in 1..MAX_BACKENDS {
+            let mark = probe_mark(id).unwrap();
+            assert_eq!(mark >> 16, 0x4c42);
+            assert_eq!(probe_mark_backend(mark), Some(id));
+        }
+    }
+
+    #[test]
+    fn ids_outside_the_range_and_foreign_marks_are_refused() {
+        assert_eq!(probe_mark(0), None);
+        assert_eq!(probe_mark(MAX_BACKENDS), None);
+        assert_eq!(probe_mark_backend(0), None);
+        assert_eq!(probe_mark_backend(PROBE_MARK_TAG), None);
+        assert_eq!(probe_mark_backend(0x0000_0007), None);
+        assert_eq!(probe_mark_backend(0x4c43_0007), None);
+    }
+}
