@@ -8,6 +8,7 @@ pub mod control;
 pub mod controller;
 pub mod daemon;
 pub mod dataplane;
+pub mod defaults;
 pub mod flow;
 pub mod maglev;
 

@@ -165,7 +165,7 @@ impl DaemonConfig {
                     state: BackendState::Active,
                 })
                 .collect(),
-            table_size: lb_user::maglev::DEFAULT_TABLE_SIZE,
+            table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
         }
     }

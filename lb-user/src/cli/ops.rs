@@ -5,17 +5,17 @@
 use std::{fmt::Write as _, path::PathBuf};
 
 use crate::{
-    config::DEFAULT_CONTROL_SOCKET,
     control::{self, BackendAction, ClientError, Request},
     controller::report::{FlowReport, Status},
     daemon::service::Stats,
+    defaults,
 };
 
 /// Where the daemon listens.
 #[derive(Clone, Debug, clap::Args)]
 pub struct SocketArg {
     /// Control socket of the daemon.
-    #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
+    #[arg(long, default_value = defaults::CONTROL_SOCKET)]
     pub socket: PathBuf,
 }
 

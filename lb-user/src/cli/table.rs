@@ -23,9 +23,12 @@ use std::{
 
 use serde::Serialize;
 
-use crate::maglev::{
-    Backend, DEFAULT_SEED, DEFAULT_TABLE_SIZE, FINGERPRINT_VERSION, MaglevError, MaglevTable,
-    TableDiff, parse_backend_list, validate_table_size,
+use crate::{
+    defaults,
+    maglev::{
+        Backend, FINGERPRINT_VERSION, MaglevError, MaglevTable, TableDiff, parse_backend_list,
+        validate_table_size,
+    },
 };
 
 /// How many backend keys the text output of `diff` lists before summarising.
@@ -52,11 +55,11 @@ pub enum TableCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct TableOptions {
     /// Table size M: a prime from 2 to 4000037 (slots in the lookup table).
-    #[arg(long, value_name = "M", default_value_t = DEFAULT_TABLE_SIZE, value_parser = parse_table_size)]
+    #[arg(long, value_name = "M", default_value_t = defaults::TABLE_SIZE, value_parser = parse_table_size)]
     pub size: u32,
     /// Seed of the backend hash (decimal, or hexadecimal with 0x); every instance
     /// must use the same one.
-    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    #[arg(long, value_name = "S", default_value_t = defaults::MAGLEV_SEED, value_parser = parse_seed)]
     pub seed: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -586,7 +589,10 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(
             lines[0],
-            format!("table_size 7, seed {DEFAULT_SEED}, 3 backends (2 with weight > 0)")
+            format!(
+                "table_size 7, seed {}, 3 backends (2 with weight > 0)",
+                defaults::MAGLEV_SEED
+            )
         );
         assert_eq!(
             lines[2],
@@ -742,7 +748,7 @@ mod tests {
 
     #[test]
     fn seeds_and_sizes_parse() {
-        assert_eq!(parse_seed("0x6c626d61676c6576"), Ok(DEFAULT_SEED));
+        assert_eq!(parse_seed("0x6c626d61676c6576"), Ok(defaults::MAGLEV_SEED));
         assert_eq!(parse_seed("42"), Ok(42));
         assert!(parse_seed("0x").is_err());
         assert_eq!(parse_table_size("65537"), Ok(65_537));

@@ -21,12 +21,14 @@ use std::{
 use lb_common::maps::{MAX_BACKENDS, MAX_VIPS};
 
 use super::{
-    BackendConfig, BackendState, Config, ConfigError, ConfigErrors, DEFAULT_CONTROL_SOCKET,
-    DEFAULT_HASH_SEED, DEFAULT_MAX_TABLE_MEMORY_MIB, DEFAULT_MTU, DEFAULT_UDP_TIMEOUT, Loaded,
-    Nexthop, Protocol, Vip, VipConfig, XdpMode,
+    BackendConfig, BackendState, Config, ConfigError, ConfigErrors, Loaded, Nexthop, Protocol, Vip,
+    VipConfig, XdpMode,
     file::{FileConfig, UInt},
 };
-use crate::maglev::{self, BackendKey};
+use crate::{
+    defaults,
+    maglev::{self, BackendKey},
+};
 
 /// Bytes one table slot takes in the kernel (a `u32` in an 8-byte array cell).
 const TABLE_SLOT_BYTES: u64 = 8;
@@ -39,9 +41,6 @@ const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
-/// Default `nexthop.cache_ms`: neighbour and route changes reach the packet path within
-/// 100 ms, while the FIB lookup is paid once per backend, CPU and 100 ms.
-const DEFAULT_NEXTHOP_CACHE_MS: u32 = 100;
 const MTU_RANGE: (u16, u16) = (576, 65_535);
 /// IPv6 links carry at least 1,280 bytes (RFC 8200 section 5).
 const IPV6_MIN_MTU: u16 = 1_280;
@@ -136,7 +135,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ),
         );
     }
-    let xdp_mode = match file.xdp_mode.as_deref().unwrap_or("auto") {
+    let xdp_mode = match file.xdp_mode.as_deref().unwrap_or(defaults::XDP_MODE) {
         "auto" => XdpMode::Auto,
         "native" => XdpMode::Native,
         "skb" => XdpMode::Skb,
@@ -151,7 +150,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let control_socket = PathBuf::from(
         file.control_socket
             .as_deref()
-            .unwrap_or(DEFAULT_CONTROL_SOCKET),
+            .unwrap_or(defaults::CONTROL_SOCKET),
     );
     if !control_socket.is_absolute() {
         r.error(
@@ -162,10 +161,10 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ),
         );
     }
-    let mtu = in_range(&mut r, "mtu", uint(file.mtu, DEFAULT_MTU), MTU_RANGE);
-    let hash_seed = uint(file.hash_seed, DEFAULT_HASH_SEED);
-    let maglev_seed = uint(file.maglev_seed, maglev::DEFAULT_SEED);
-    let max_table_mib = uint(file.max_table_memory_mib, DEFAULT_MAX_TABLE_MEMORY_MIB);
+    let mtu = in_range(&mut r, "mtu", uint(file.mtu, defaults::MTU), MTU_RANGE);
+    let hash_seed = uint(file.hash_seed, defaults::HASH_SEED);
+    let maglev_seed = uint(file.maglev_seed, defaults::MAGLEV_SEED);
+    let max_table_mib = uint(file.max_table_memory_mib, defaults::MAX_TABLE_MEMORY_MIB);
     if max_table_mib == 0 {
         r.error("max_table_memory_mib", "expected at least 1, got 0");
     }
@@ -198,7 +197,10 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
         });
 
     let nexthop = match (
-        file.nexthop.mode.as_deref().unwrap_or("fib"),
+        file.nexthop
+            .mode
+            .as_deref()
+            .unwrap_or(defaults::NEXTHOP_MODE),
         &file.nexthop.gateway_mac,
     ) {
         ("fib", None) => Nexthop::Fib,
@@ -235,7 +237,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let nexthop_cache_ms = in_range(
         &mut r,
         "nexthop.cache_ms",
-        uint(file.nexthop.cache_ms, DEFAULT_NEXTHOP_CACHE_MS),
+        uint(file.nexthop.cache_ms, defaults::NEXTHOP_CACHE_MS),
         NEXTHOP_CACHE_MS_RANGE,
     );
     if file.nexthop.cache_ms.is_some() && matches!(nexthop, Nexthop::Gateway { .. }) {
@@ -248,19 +250,13 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let ct_capacity = in_range(
         &mut r,
         "conntrack.capacity",
-        uint(
-            file.conntrack.capacity,
-            lb_common::maps::DEFAULT_CT_CAPACITY,
-        ),
+        uint(file.conntrack.capacity, defaults::CT_CAPACITY),
         CT_CAPACITY_RANGE,
     );
     let ct_syn_capacity = in_range(
         &mut r,
         "conntrack.syn_capacity",
-        uint(
-            file.conntrack.syn_capacity,
-            lb_common::maps::DEFAULT_CT_SYN_CAPACITY,
-        ),
+        uint(file.conntrack.syn_capacity, defaults::CT_SYN_CAPACITY),
         CT_SYN_CAPACITY_RANGE,
     );
     if !ct_syn_capacity.is_power_of_two() {
@@ -273,11 +269,10 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ),
         );
     }
-    let default_timeout = u32::try_from(DEFAULT_UDP_TIMEOUT.as_secs()).unwrap_or(u32::MAX);
     let udp_timeout_secs = in_range(
         &mut r,
         "conntrack.udp_timeout_secs",
-        uint(file.conntrack.udp_timeout_secs, default_timeout),
+        uint(file.conntrack.udp_timeout_secs, defaults::UDP_TIMEOUT_SECS),
         UDP_TIMEOUT_RANGE,
     );
 
@@ -349,7 +344,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
                 source_v6.map(IpAddr::V6)
             }
         };
-        let table_size = uint(v.table_size, maglev::DEFAULT_TABLE_SIZE);
+        let table_size = uint(v.table_size, defaults::TABLE_SIZE);
         if let Err(e) = maglev::validate_table_size(table_size) {
             r.error(format!("{path}.table_size"), e.to_string());
         }
@@ -394,7 +389,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
                     format!("duplicate backend {key} in VIP {vip} (also backend[{first}])"),
                 );
             }
-            let state = match b.state.as_deref().unwrap_or("active") {
+            let state = match b.state.as_deref().unwrap_or(defaults::BACKEND_STATE) {
                 "active" => BackendState::Active,
                 "drain" => BackendState::Drain,
                 "down" => BackendState::Down,
@@ -408,7 +403,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             };
             backends.push(BackendConfig {
                 key,
-                weight: uint(b.weight, 1),
+                weight: uint(b.weight, defaults::WEIGHT),
                 state,
             });
         }

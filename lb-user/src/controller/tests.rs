@@ -110,7 +110,7 @@ fn first_apply_writes_config_backends_table_then_vip() {
     }
     assert_eq!(
         c.dataplane().config.unwrap().hash_seed,
-        crate::config::DEFAULT_HASH_SEED
+        crate::defaults::HASH_SEED
     );
 }
 

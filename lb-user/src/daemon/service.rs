@@ -272,7 +272,9 @@ impl<D: Dataplane> Service<D> {
             .cloned()
             .unwrap_or_else(|| self.file_desired.clone());
         match action {
-            BackendAction::Add => desired.add_backend(&vip, key, weight.unwrap_or(1)),
+            BackendAction::Add => {
+                desired.add_backend(&vip, key, weight.unwrap_or(crate::defaults::WEIGHT))
+            }
             BackendAction::Remove => desired.remove_backend(&vip, &key),
             BackendAction::Drain => desired.set_backend(&vip, &key, BackendState::Drain, weight),
             BackendAction::Undrain => desired.set_backend(&vip, &key, BackendState::Active, weight),

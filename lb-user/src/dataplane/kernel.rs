@@ -37,8 +37,8 @@ pub struct LoadOptions {
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
-            ct_capacity: maps::DEFAULT_CT_CAPACITY,
-            ct_syn_capacity: maps::DEFAULT_CT_SYN_CAPACITY,
+            ct_capacity: lb_common::defaults::CT_CAPACITY,
+            ct_syn_capacity: lb_common::defaults::CT_SYN_CAPACITY,
         }
     }
 }

@@ -179,14 +179,14 @@ fn count(n: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maglev::{Backend, DEFAULT_SEED};
+    use crate::{defaults::MAGLEV_SEED, maglev::Backend};
 
     fn table(spec: &[(&str, u32)], size: u32) -> MaglevTable {
         let backends: Vec<Backend> = spec
             .iter()
             .map(|&(a, w)| Backend::new(a.parse::<BackendKey>().unwrap(), w))
             .collect();
-        MaglevTable::build(&backends, size, DEFAULT_SEED).unwrap()
+        MaglevTable::build(&backends, size, MAGLEV_SEED).unwrap()
     }
 
     #[test]

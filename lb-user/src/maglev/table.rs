@@ -270,7 +270,7 @@ impl Eq for MaglevTable {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maglev::{DEFAULT_SEED, DEFAULT_TABLE_SIZE};
+    use crate::defaults::{MAGLEV_SEED, TABLE_SIZE};
 
     fn backends(spec: &[(&str, u32)]) -> Vec<Backend> {
         spec.iter()
@@ -294,8 +294,8 @@ mod tests {
                 ("198.51.100.11", 1),
                 ("198.51.100.12", 0),
             ]),
-            DEFAULT_TABLE_SIZE,
-            DEFAULT_SEED,
+            TABLE_SIZE,
+            MAGLEV_SEED,
         )
         .unwrap();
         let keys: Vec<String> = table.backends().iter().map(|b| b.key.to_string()).collect();
@@ -320,7 +320,7 @@ mod tests {
             ("198.51.100.13", 1),
         ]);
         let err = |b: &[Backend], size| {
-            MaglevTable::build(b, size, DEFAULT_SEED)
+            MaglevTable::build(b, size, MAGLEV_SEED)
                 .unwrap_err()
                 .to_string()
         };
@@ -358,7 +358,7 @@ mod tests {
             ("198.51.100.12", 0),
             ("198.51.100.13", 0),
         ]);
-        let table = MaglevTable::build(&b, 2, DEFAULT_SEED).unwrap();
+        let table = MaglevTable::build(&b, 2, MAGLEV_SEED).unwrap();
         assert_eq!(table.slots(), [0, 0]);
     }
 
@@ -368,7 +368,7 @@ mod tests {
             vec![],
             backends(&[("198.51.100.11", 0), ("2001:db8::1", 0)]),
         ] {
-            let table = MaglevTable::build(&b, DEFAULT_TABLE_SIZE, DEFAULT_SEED).unwrap();
+            let table = MaglevTable::build(&b, TABLE_SIZE, MAGLEV_SEED).unwrap();
             assert!(table.is_empty());
             assert!(table.slots().is_empty());
             assert_eq!(table.slot_counts(), vec![0; b.len()]);
@@ -389,13 +389,13 @@ mod tests {
         let many: Vec<Backend> = (0..64_u8)
             .map(|i| Backend::new(std::net::Ipv4Addr::new(198, 51, 100, i), 1))
             .collect();
-        let table = MaglevTable::build(&many, 1_009, DEFAULT_SEED).unwrap();
+        let table = MaglevTable::build(&many, 1_009, MAGLEV_SEED).unwrap();
         assert_eq!(
             table.warnings(),
             ["table_size 1009 < 100 × backends (64): expect imbalance"]
         );
         let skewed = backends(&[("198.51.100.11", 1), ("198.51.100.12", 1_000_000)]);
-        let table = MaglevTable::build(&skewed, DEFAULT_TABLE_SIZE, DEFAULT_SEED).unwrap();
+        let table = MaglevTable::build(&skewed, TABLE_SIZE, MAGLEV_SEED).unwrap();
         assert_eq!(
             table.warnings(),
             [
@@ -410,7 +410,7 @@ mod tests {
             std::net::Ipv4Addr::new(198, 51, 100, 200),
             u32::MAX,
         ));
-        let table = MaglevTable::build(&tiny, 1_009, DEFAULT_SEED).unwrap();
+        let table = MaglevTable::build(&tiny, 1_009, MAGLEV_SEED).unwrap();
         assert_eq!(
             table.warnings(),
             [

@@ -41,7 +41,7 @@ fn a_complete_file_loads_with_defaults_filled_in() {
     let c = loaded.config;
     assert_eq!(c.interface, "eth0");
     assert_eq!(c.xdp_mode, XdpMode::Auto);
-    assert_eq!(c.control_socket, PathBuf::from(DEFAULT_CONTROL_SOCKET));
+    assert_eq!(c.control_socket, PathBuf::from(defaults::CONTROL_SOCKET));
     assert_eq!(c.mtu, 1500);
     assert_eq!(c.nexthop, Nexthop::Fib);
     assert_eq!(c.udp_timeout, Duration::from_secs(30));
@@ -68,6 +68,60 @@ fn the_example_file_in_the_repository_is_valid() {
     let text = include_str!("../../../../lb.example.toml");
     let loaded = load(text).expect("lb.example.toml is valid");
     assert!(!loaded.config.vips.is_empty());
+}
+
+/// Every key of `lb.example.toml` that has a default states exactly that default, so
+/// that an instance started from the example builds the tables `lb table build` shows
+/// with its own defaults (same size, same seed).
+#[test]
+fn the_example_file_states_exactly_the_defaults() {
+    let text = include_str!("../../../../lb.example.toml");
+    let file: toml::Table = text.parse().expect("lb.example.toml is TOML");
+    let at = |path: &str| {
+        let mut value = toml::Value::Table(file.clone());
+        for part in path.split('.') {
+            value = match part.split_once('[') {
+                Some((key, index)) => {
+                    let i: usize = index.trim_end_matches(']').parse().expect("index");
+                    value[key][i].clone()
+                }
+                None => value[part].clone(),
+            };
+        }
+        value
+    };
+    let int = |v: u64| toml::Value::Integer(i64::try_from(v).expect("fits TOML"));
+    let string = |s: &str| toml::Value::String(s.to_owned());
+    let expected = [
+        ("xdp_mode", string(defaults::XDP_MODE)),
+        ("control_socket", string(defaults::CONTROL_SOCKET)),
+        ("mtu", int(defaults::MTU.into())),
+        ("hash_seed", int(defaults::HASH_SEED.into())),
+        ("maglev_seed", int(defaults::MAGLEV_SEED)),
+        (
+            "max_table_memory_mib",
+            int(defaults::MAX_TABLE_MEMORY_MIB.into()),
+        ),
+        ("nexthop.mode", string(defaults::NEXTHOP_MODE)),
+        ("nexthop.cache_ms", int(defaults::NEXTHOP_CACHE_MS.into())),
+        ("conntrack.capacity", int(defaults::CT_CAPACITY.into())),
+        (
+            "conntrack.syn_capacity",
+            int(defaults::CT_SYN_CAPACITY.into()),
+        ),
+        (
+            "conntrack.udp_timeout_secs",
+            int(defaults::UDP_TIMEOUT_SECS.into()),
+        ),
+        ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
+        ("vip[0].backend[0].weight", int(defaults::WEIGHT.into())),
+    ];
+    for (path, value) in expected {
+        assert_eq!(at(path), value, "lb.example.toml: {path}");
+    }
+    // The example's first backend leaves `state` out: the comment on the third
+    // documents the default.
+    assert!(text.contains(&format!("# {} (default)", defaults::BACKEND_STATE)));
 }
 
 #[test]
