@@ -4,7 +4,7 @@
 //! conntrack maps and the SYN cache at load time.
 
 use aya_ebpf::{
-    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, ProgramArray},
+    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray},
     macros::btf_map,
 };
 use lb_common::{
@@ -15,8 +15,8 @@ use lb_common::{
     },
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
-        BackendEntry, BenchFrame, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry,
-        VipAddrKey, VipEntry, VipInfo, VipKey,
+        BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry, VipAddrKey,
+        VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -80,9 +80,3 @@ pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new(
 
 #[btf_map]
 pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
-
-#[btf_map]
-pub(crate) static BENCH_FRAME: Array<BenchFrame, 1> = Array::new();
-
-#[btf_map]
-pub(crate) static BENCH_PROGS: ProgramArray<1> = ProgramArray::new();

@@ -12,11 +12,8 @@ pub mod packets;
 pub mod testbed;
 pub mod traffic;
 
-/// Whether the process runs as root.
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+/// Whether the process runs as root (the data plane's own check).
+pub use lb_user::dataplane::is_root;
 
 /// Pins the calling thread to `cpu` (BPF_PROG_TEST_RUN for XDP runs on the calling CPU).
 ///

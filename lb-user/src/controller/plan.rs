@@ -21,8 +21,7 @@ use std::{
 };
 
 use lb_common::types::{
-    BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UNUSED, BackendEntry, LbConfig,
-    VipEntry, VipKey,
+    BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UNUSED, BackendEntry, LbConfig, VipKey,
 };
 
 use super::{
@@ -49,7 +48,7 @@ pub(super) enum Op {
         slots: Arc<Vec<u32>>,
     },
     RemoveTable(u32),
-    SetVip(VipKey, VipEntry),
+    SetVip(VipKey, u32),
     RemoveVip(VipKey),
     Quiesce,
 }
@@ -64,7 +63,7 @@ impl Op {
                 vip_id, generation, ..
             } => format!("installing table generation {generation} of VIP id {vip_id}"),
             Op::RemoveTable(id) => format!("removing the table of VIP id {id}"),
-            Op::SetVip(_, e) => format!("writing VIP id {}", e.vip_id),
+            Op::SetVip(_, vip_id) => format!("writing VIP id {vip_id}"),
             Op::RemoveVip(_) => "removing a VIP".to_owned(),
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
@@ -87,7 +86,7 @@ impl Op {
                 },
             ),
             Op::RemoveTable(id) => dp.remove_table(*id),
-            Op::SetVip(k, e) => dp.set_vip(k, e),
+            Op::SetVip(k, vip_id) => dp.set_vip(k, *vip_id),
             Op::RemoveVip(k) => dp.remove_vip(k),
             Op::Quiesce => dp.quiesce(),
         }
@@ -324,13 +323,7 @@ pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyErro
             }
         };
         if old.is_none() {
-            tables.push(Op::SetVip(
-                vip.key(),
-                VipEntry {
-                    vip_id,
-                    ..VipEntry::default()
-                },
-            ));
+            tables.push(Op::SetVip(vip.key(), vip_id));
         }
         vips.insert(*vip, applied);
     }
@@ -387,7 +380,7 @@ struct Shadow {
     config: Option<LbConfig>,
     entries: BTreeMap<u32, BackendEntry>,
     tables: HashMap<u32, (u32, Arc<Vec<u32>>)>,
-    vips: HashMap<VipKey, VipEntry>,
+    vips: HashMap<VipKey, u32>,
 }
 
 impl Shadow {
@@ -403,15 +396,7 @@ impl Shadow {
             vips: state
                 .vips
                 .iter()
-                .map(|(vip, v)| {
-                    (
-                        vip.key(),
-                        VipEntry {
-                            vip_id: v.id,
-                            ..VipEntry::default()
-                        },
-                    )
-                })
+                .map(|(vip, v)| (vip.key(), v.id))
                 .collect(),
         }
     }

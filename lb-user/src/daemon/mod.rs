@@ -39,27 +39,6 @@ const DEBOUNCE: Duration = Duration::from_millis(300);
 /// Counter sampling period for rates.
 const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
 
-/// `CAP_NET_ADMIN` (attach XDP) and `CAP_BPF` (load programs, create maps).
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_BPF: u32 = 39;
-
-/// Whether the process may load and attach XDP programs: root, or the effective
-/// capabilities `CAP_BPF` and `CAP_NET_ADMIN` (`CapEff` in `/proc/self/status`).
-pub fn privileged() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_BPF) != 0 && caps & (1 << CAP_NET_ADMIN) != 0)
-}
-
 /// The MAC of `iface` (`/sys/class/net/<iface>/address`).
 fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
     let path = format!("/sys/class/net/{iface}/address");
@@ -229,7 +208,7 @@ fn watch(path: &Path, tx: mpsc::UnboundedSender<()>) -> anyhow::Result<notify::R
 /// Not privileged, an invalid file, or a failure loading, attaching or applying;
 /// nothing is left attached.
 pub fn run(path: &Path) -> anyhow::Result<()> {
-    if !privileged() {
+    if !crate::dataplane::may_load_xdp() {
         bail!(
             "lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config {}`",
             path.display()

@@ -154,6 +154,7 @@ impl Mapping {
     }
 
     /// Writes `entries` verbatim from entry 0 (header included).
+    #[cfg(feature = "test-harness")]
     pub(crate) fn write_raw(&mut self, entries: &[u32]) {
         self.write(0, entries);
     }
