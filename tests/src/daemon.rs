@@ -55,11 +55,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use lb_user::{
-    control::{self, Request},
-    controller::report::{FlowReport, Status},
-    daemon::service::Stats,
-};
+use lb_user::control::{Client, FlowReport, Stats, Status};
 
 use crate::{
     packets::{LB4, LB6},
@@ -536,21 +532,16 @@ impl<'bed> Daemon<'bed> {
 
     /// Where a flow from `client` to `vip` goes (`lb flow --json`): the table's choice
     /// and the conntrack pin. Asked over the control socket directly (the CLI's own
-    /// protocol, [`lb_user::control::call`]), without a process per question, so that
+    /// client, [`lb_user::control::Client`]), without a process per question, so that
     /// thousands of flows can be asked about quickly.
     ///
     /// # Errors
-    /// When the daemon is unreachable or refuses.
+    /// An unreadable `vip`, or the daemon is unreachable or refuses.
     pub fn flow(&self, vip: &str, client: SocketAddr) -> anyhow::Result<FlowReport> {
-        let data = control::call(
-            &self.socket_path(),
-            &Request::Flow {
-                vip: vip.to_owned(),
-                client: client.to_string(),
-            },
-        )
-        .with_context(|| format!("flow {client} -> {vip}"))?;
-        serde_json::from_value(data).context("parsing the flow report")
+        let parsed = vip.parse().map_err(|e| anyhow::anyhow!("VIP {vip}: {e}"))?;
+        Client::new(self.socket_path())
+            .flow(parsed, client)
+            .with_context(|| format!("flow {client} -> {vip}"))
     }
 
     /// Polls `lb status` until `done` holds (then returns that status) or `timeout`

@@ -8,9 +8,9 @@
 
 mod neighbours;
 pub mod service;
+mod stats;
 
 use std::{
-    io,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -19,7 +19,6 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use tokio::{
-    io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
     net::UnixListener,
     signal::unix::{SignalKind, signal},
     sync::mpsc,
@@ -28,7 +27,10 @@ use tracing::{error, info, warn};
 
 use crate::{
     config::{Config, Loaded, XdpMode},
-    control::{Request, Response},
+    control::{
+        Request,
+        server::{self, Limits, ServeError},
+    },
     controller::ApplyReport,
     dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions},
 };
@@ -136,24 +138,17 @@ impl Drop for SocketFile {
     }
 }
 
-async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> io::Result<()> {
-    let (read, mut write) = stream.into_split();
-    let mut line = String::new();
-    BufReader::new(read).read_line(&mut line).await?;
-    let response = match serde_json::from_str::<Request>(&line) {
-        Ok(request) => {
-            let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-            let response = service.handle(&request, &mut log_report);
-            if matches!(request, Request::Backend { .. }) && response.ok {
-                manage_neighbours(&service);
-            }
-            response
+/// Answers one control connection (within the protocol's [`Limits`]).
+async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> Result<(), ServeError> {
+    server::serve(stream, Limits::default(), |request| {
+        let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+        let response = service.handle(request, &mut log_report);
+        if matches!(request, Request::Backend { .. }) && response.ok {
+            manage_neighbours(&service);
         }
-        Err(e) => Response::error(format!("bad request: {e}")),
-    };
-    let mut text = serde_json::to_string(&response).unwrap_or_else(|_| "{\"ok\":false}".into());
-    text.push('\n');
-    write.write_all(text.as_bytes()).await
+        response
+    })
+    .await
 }
 
 fn reload(service: &Shared, path: &Path, why: &str) {
@@ -293,8 +288,9 @@ async fn event_loop(
                 Ok((stream, _)) => {
                     let service = Arc::clone(&service);
                     tokio::spawn(async move {
-                        if let Err(e) = serve_one(stream, service).await {
-                            warn!("control connection: {e}");
+                        match serve_one(stream, service).await {
+                            Ok(()) | Err(ServeError::Closed) => {}
+                            Err(e) => warn!("control connection: {e}"),
                         }
                     });
                 }
