@@ -27,11 +27,12 @@ pub const HASH_SEED: u32 = 0x6c62_5f31;
 /// the same seed.
 pub const MAGLEV_SEED: u64 = u64::from_be_bytes(*b"lbmaglev");
 
-/// `max_table_memory_mib`: the cap on the kernel memory of all Maglev table maps (MiB).
-/// The kernel stores each `u32` slot in an 8-byte cell: a 65,537-slot table takes
-/// 512 KiB, so the default allows 512 such VIPs: many services on one host must not
-/// exhaust kernel memory.
-pub const MAX_TABLE_MEMORY_MIB: u32 = 256;
+/// `max_table_memory_mib`: the cap on the kernel memory of all Maglev table maps (MiB),
+/// so that many services on one host cannot exhaust kernel memory. The kernel stores
+/// each `u32` slot in an 8-byte cell and each VIP has two table buffers
+/// ([`crate::dataplane::table_memory`]): a VIP with a 65,537-slot table takes just over
+/// 1 MiB, so the default allows 511 such VIPs.
+pub const MAX_TABLE_MEMORY_MIB: u32 = 512;
 
 /// `nexthop.mode`: `bpf_fib_lookup` (the kernel's routes and neighbours).
 pub const NEXTHOP_MODE: &str = "fib";

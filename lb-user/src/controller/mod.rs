@@ -17,7 +17,8 @@ use lb_common::types::BackendEntry;
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
 pub use ids::IdError;
-pub use plan::{ApplyError, ApplyReport};
+pub use plan::ApplyError;
+pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
     config::Vip,

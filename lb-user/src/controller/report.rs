@@ -1,12 +1,86 @@
-//! What the controller reports: the `lb status` part it knows (the VIPs, their tables
-//! and backends), built from its applied state into the control protocol's types.
+//! What the controller reports: what a change did ([`ApplyReport`], one log line per
+//! VIP), and the `lb status` part it knows (the VIPs, their tables and backends), built
+//! from its applied state into the control protocol's types.
+
+use std::fmt;
 
 use super::{AppliedVip, Controller};
 use crate::{
     config::Vip,
     control::{BackendStatus, VipStatus},
     dataplane::Dataplane,
+    maglev::Fingerprint,
 };
+
+/// What a successful change did, for the log and for `lb backend`'s answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ApplyReport {
+    /// The VIPs whose table was built, in VIP order, then the VIPs removed.
+    pub changes: Vec<VipChange>,
+    /// Warnings of the table builder.
+    pub warnings: Vec<String>,
+    /// Data-plane operations run.
+    pub operations: usize,
+}
+
+impl ApplyReport {
+    /// The log lines: one per entry of [`Self::changes`].
+    pub fn lines(&self) -> Vec<String> {
+        self.changes.iter().map(ToString::to_string).collect()
+    }
+}
+
+/// One VIP's part of a change; `Display` gives its log line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum VipChange {
+    /// A new table was installed.
+    Table(TableChange),
+    /// The VIP was removed.
+    Removed(Vip),
+}
+
+/// A VIP's new table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableChange {
+    /// The VIP.
+    pub vip: Vip,
+    /// Its backends, in the table or not.
+    pub backends: usize,
+    /// Its backends in the table (active, weight > 0).
+    pub in_table: usize,
+    /// Table size M.
+    pub table_size: u32,
+    /// The table's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The table's generation.
+    pub generation: u32,
+    /// Build time (ms; about 0 when the table of another VIP of this change was reused).
+    pub build_ms: f64,
+    /// Slots whose backend differs from the previous table's (all of them after a
+    /// resize); `None` for a new VIP.
+    pub changed_slots: Option<usize>,
+}
+
+impl fmt::Display for VipChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = match self {
+            VipChange::Removed(vip) => return write!(f, "VIP {vip}: removed"),
+            VipChange::Table(t) => t,
+        };
+        write!(
+            f,
+            "VIP {}: {} backends ({} in the table), table {} slots, fingerprint {}, \
+             generation {}, built in {:.2} ms",
+            t.vip, t.backends, t.in_table, t.table_size, t.fingerprint, t.generation, t.build_ms
+        )?;
+        if let Some(changed) = t.changed_slots {
+            #[expect(clippy::cast_precision_loss, reason = "a percentage for the log")]
+            let pct = 100.0 * changed as f64 / f64::from(t.table_size.max(1));
+            write!(f, "; {changed} slots changed owner ({pct:.2}%)")?;
+        }
+        Ok(())
+    }
+}
 
 /// The `lb status` entry of `vip`, applied as `applied`.
 fn vip_status(vip: &Vip, applied: &AppliedVip) -> VipStatus {

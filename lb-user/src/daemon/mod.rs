@@ -74,7 +74,7 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
 }
 
 fn log_report(report: &ApplyReport) {
-    for line in &report.lines {
+    for line in report.lines() {
         info!("{line}");
     }
     for w in &report.warnings {

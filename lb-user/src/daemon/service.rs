@@ -194,7 +194,7 @@ impl<D: Dataplane> Service<D> {
             } => match self.backend(action, &vip, backend, weight) {
                 Ok(report) => {
                     log(&report);
-                    Response::ok(&report.lines)
+                    Response::ok(report.lines())
                 }
                 Err(e) => Response::error(e),
             },

@@ -135,6 +135,16 @@ impl std::fmt::Display for AttachMode {
     }
 }
 
+/// Kernel memory (bytes) a VIP's tables of `table_size` slots take: both of its
+/// buffers — once the VIP's table has changed, the live one and the previous one — each
+/// of `table_size + TABLE_HEADER_LEN` entries in 8-byte array cells (`tables`,
+/// `table_map`). The kernel's page rounding of mmapable maps, under one page per
+/// buffer, is not counted. A 65,537-slot table takes just over 1 MiB.
+pub fn table_memory(table_size: u32) -> u64 {
+    let entries = u64::from(table_size) + u64::from(lb_common::maps::TABLE_HEADER_LEN);
+    tables::BUFFERS_PER_VIP * entries * table_map::CELL_BYTES
+}
+
 /// One complete Maglev table as the data plane stores it.
 #[derive(Clone, Copy, Debug)]
 pub struct TableImage<'a> {

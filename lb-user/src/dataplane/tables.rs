@@ -31,6 +31,10 @@ use super::{
     DataplaneError, InstalledTable, TableImage, absent_is_ok, map_err, syscall_err, table_map,
 };
 
+/// Table buffers per VIP: the live one, and the one the next change writes (and which
+/// the one before it used).
+pub(crate) const BUFFERS_PER_VIP: u64 = 2;
+
 /// One table buffer: its map (kept open) and a writable mapping of it.
 struct Buffer {
     map: MapData,

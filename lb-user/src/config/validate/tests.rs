@@ -1,6 +1,7 @@
 //! Validation: good files load; a table of bad files, each with the exact error text.
 
 use super::*;
+use crate::config::BackendState;
 
 const BASE: &str = r#"
 interface = "eth0"
@@ -261,7 +262,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         (
             format!("max_table_memory_mib = 1{}", with_vip(""))
                 .replace("[[vip]]\n", "[[vip]]\ntable_size = 4000037\n"),
-            "max_table_memory_mib: table memory 31 MiB exceeds limit 1 MiB (each slot takes 8 bytes in the kernel)",
+            "max_table_memory_mib: table memory 62 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)",
         ),
     ];
     let mut mismatches = Vec::new();
@@ -275,6 +276,22 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         }
     }
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn table_memory_counts_both_buffers_of_each_vip() {
+    // One 65,537-slot buffer takes 512 KiB and would fit 1 MiB; the kernel holds two per
+    // VIP once its table changed (the live one and the previous), just over 1 MiB.
+    let one_vip = format!("max_table_memory_mib = 1{BASE}{VIP}");
+    assert_eq!(
+        errors(&one_vip),
+        [
+            "max_table_memory_mib: table memory 2 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)"
+        ]
+    );
+    let loaded = load(&one_vip.replace("[[vip]]\n", "[[vip]]\ntable_size = 65521\n"))
+        .expect("2 x 65,523 cells of 8 bytes fit 1 MiB");
+    assert_eq!(loaded.config.max_table_memory, 1 << 20);
 }
 
 #[test]
