@@ -1,7 +1,7 @@
 //! `lb run`: the daemon. Loads and attaches the XDP program, applies the
 //! configuration, then serves the control socket (one task per connection, within the
 //! protocol's limits: [`crate::control::server`]), reloads on SIGHUP and when the file
-//! changes (debounced), samples counters every second ([`stats`]), and detaches on
+//! changes (debounced), samples counters every second (`stats`), and detaches on
 //! SIGINT/SIGTERM.
 //!
 //! The logic is in [`service`] (tested without root); this module is the event loop
