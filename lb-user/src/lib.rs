@@ -1,15 +1,16 @@
 //! The load balancer's controller library and the `lb` command's verbs, in layers that
 //! only import downwards (`main.rs` on top):
 //!
-//! - [`cli`]: the operator verbs (`lb table`, and `lb status|stats|backend|flow` through
-//!   the control socket);
+//! - [`cli`]: the operator verbs (`lb table`, `lb hash`, and
+//!   `lb status|stats|backend|flow` through the control socket);
 //! - [`daemon`]: `lb run` — reloads, the control socket's server, signals, counters;
 //! - [`controller`]: desired state, id allocation, ordered plans with undo;
 //! - [`control`]: the control protocol, used by the CLI, the daemon and the controller;
 //! - [`config`]: the TOML file and its validation;
 //! - [`dataplane`]: the only aya user — the kernel data plane, its double-buffered
 //!   tables, an in-memory fake, an inspector of running programs;
-//! - at the bottom: [`maglev`] (the table builder, pure), [`flow`] (flow keys and slot
+//! - at the bottom: [`maglev`] (the table builder, pure), [`hashlab`] (the
+//!   consistent-hashing lab of `lb hash`, pure), [`flow`] (flow keys and slot
 //!   prediction) and [`defaults`] (every default value), over `lb_common`.
 //!
 //! Feature `test-harness` (enabled only by the `lb-tests` crate) adds the test and
@@ -24,6 +25,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod defaults;
 pub mod flow;
+pub mod hashlab;
 pub mod maglev;
 
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary

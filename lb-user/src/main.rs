@@ -2,8 +2,9 @@
 //! [`Output`] or its error; this file prints them and decides the exit status:
 //!
 //! - 0: success (also when standard output is a closed pipe, as with `lb ... | head`);
-//! - 1: `lb run` failed, or the daemon could not be reached or refused the request;
-//! - 2: an invalid argument (clap's own usage errors, and `lb table`'s).
+//! - 1: `lb run` failed, the daemon could not be reached or refused the request, or
+//!   `lb hash` could not write its plot;
+//! - 2: an invalid argument (clap's own usage errors, `lb table`'s and `lb hash`'s).
 
 use std::{
     io::{self, Write as _},
@@ -11,7 +12,7 @@ use std::{
 };
 
 use clap::Parser;
-use lb_user::cli::{self, Output, ops, table};
+use lb_user::cli::{self, Output, hash, ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -39,6 +40,8 @@ enum Command {
     Flow(ops::FlowArgs),
     /// Build and compare Maglev tables offline (no root needed).
     Table(table::TableArgs),
+    /// Compare consistent-hashing schemes on the same keys offline (no root needed).
+    Hash(Box<hash::HashArgs>),
     /// Print facts about the embedded XDP object (size in bytes).
     Object,
 }
@@ -71,6 +74,13 @@ fn run(command: Command) -> Result<Output, Failure> {
         Command::Table(args) => {
             table::run(&args).map_err(|e| Failure::new(format!("lb table: error: {e}"), 2))
         }
+        Command::Hash(args) => hash::run(&args).map_err(|e| {
+            let status = match e {
+                hash::HashCliError::Argument { .. } => 2,
+                hash::HashCliError::Plot(_) => 1,
+            };
+            Failure::new(format!("lb hash: error: {e}"), status)
+        }),
         Command::Object => Ok(cli::object()),
     }
 }

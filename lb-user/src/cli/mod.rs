@@ -4,9 +4,11 @@
 //! `main.rs` prints them and decides the exit status.
 //!
 //! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection;
+//! - [`hash`]: `lb hash`, the offline consistent-hashing lab;
 //! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
 //!   control socket ([`crate::control`]).
 
+pub mod hash;
 pub mod ops;
 pub mod table;
 

@@ -1,0 +1,305 @@
+//! `lb hash` through the real binary: the text and JSON reports, key files, the SVG
+//! plot (parsed), and bad input rejected with exit status 2 and the option named.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+};
+
+fn lb(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lb"))
+        .arg("hash")
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run the lb binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+}
+
+/// A scratch file under the target directory, unique per test and process.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    dir.join(format!("cli-hash-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn text_report_has_every_section() {
+    let out = lb(&[
+        "--keys",
+        "4000",
+        "--event",
+        "add:S5",
+        "--event",
+        "remove:S1",
+        "--vnodes",
+        "1,10,100",
+        "--peer",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("4000 keys (generated, seed 1), 4000 requests; 5 servers; hash xxh3"),
+        "{stdout}"
+    );
+    for scheme in ["modn", "ring", "rendezvous", "jump", "maglev", "bounded"] {
+        assert!(
+            stdout.contains(&format!("\n{scheme:<10}  ")),
+            "{scheme}: {stdout}"
+        );
+    }
+    assert!(stdout.contains("\nevent add:S5 (6 servers after; added: S5; removed: -)\n"));
+    assert!(stdout.contains("\nevent remove:S1 (4 servers after; added: -; removed: S1)\n"));
+    assert!(
+        stdout.contains("jump: S1 is not the last bucket"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\nring by virtual nodes per server (V)\n"));
+    assert!(stdout.contains("\nmembership: a peer with 4 servers (missing: S4; extra: -)\n"));
+    // No counts given: no hot-key table.
+    assert!(!stdout.contains("hot keys"));
+    assert_eq!(text(&out.stderr), "");
+}
+
+#[test]
+fn json_report_has_the_documented_fields() {
+    let out = lb(&[
+        "--json",
+        "--keys",
+        "2000",
+        "--servers",
+        "a,b=3",
+        "--schemes",
+        "ring,maglev",
+        "--event",
+        "add:c",
+        "--vnodes",
+        "10,50",
+        "--zipf",
+        "1",
+        "--requests",
+        "10000",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(json["keys"], 2000);
+    assert_eq!(json["requests"], 10000);
+    assert_eq!(json["servers"][1]["weight"], 3);
+    let schemes = json["schemes"].as_array().unwrap();
+    assert_eq!(schemes.len(), 2);
+    assert_eq!(schemes[0]["scheme"], "ring");
+    assert_eq!(schemes[0]["detail"], "V=50, 200 points");
+    assert!(schemes[1]["ns_per_lookup"].as_f64().unwrap() > 0.0);
+    assert!(schemes[1]["memory_bytes"].as_u64().unwrap() >= 4 * 65_537);
+    let keys: u64 = schemes[1]["per_server"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["keys"].as_u64().unwrap())
+        .sum();
+    assert_eq!(keys, 2000);
+    for field in ["min", "max", "mean", "sd", "max_avg", "sd_avg"] {
+        assert!(schemes[0]["keys"][field].is_number(), "{field}");
+    }
+    let moved = &json["events"][0]["schemes"][0];
+    assert_eq!(moved["scheme"], "ring");
+    assert_eq!(moved["moved"], moved["to_added"]);
+    assert_eq!(json["vnodes_sweep"].as_array().unwrap().len(), 2);
+    assert_eq!(json["vnodes_sweep"][0]["points"], 40);
+    assert_eq!(json["hot_keys"]["hottest"].as_array().unwrap().len(), 10);
+    assert_eq!(json["membership"], serde_json::Value::Null);
+}
+
+#[test]
+fn key_files_with_counts_show_hot_keys() {
+    let path = scratch("counted.txt");
+    let mut body = String::from("hot 5000\n");
+    for i in 0..999 {
+        body.push_str(&format!("user-{i} 5\n"));
+    }
+    std::fs::write(&path, body).unwrap();
+    let out = lb(&[
+        "--key-file",
+        path.to_str().unwrap(),
+        "--hot",
+        "1",
+        "--replicas",
+        "5",
+    ]);
+    std::fs::remove_file(&path).unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("1000 keys ("), "{stdout}");
+    assert!(stdout.contains(", 9995 requests;"), "{stdout}");
+    assert!(stdout.contains("\nhot keys (requests per server, relative to weight)\n"));
+    assert!(
+        stdout.contains("  hot 5000 requests (50.03%)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ring V=100 + 1 hottest on 5 replicas"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_plot_has_three_charts_with_their_bars() {
+    let path = scratch("plot.svg");
+    let out = lb(&[
+        "--keys",
+        "3000",
+        "--event",
+        "add:S5",
+        "--event",
+        "remove:S4",
+        "--vnodes",
+        "1,10,100,1000",
+        "--plot",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).ends_with(&format!("\nplot: {} (3 charts)\n", path.display())));
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("the plot is well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert_eq!(root.attribute("width"), Some("1000"));
+    let texts: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| n.text().unwrap_or("").trim().to_owned())
+        .collect();
+    for label in [
+        "keys per server",
+        "keys moved per event (% of keys)",
+        "ring sd/avg against virtual nodes per server V",
+        "S0",
+        "S4",
+        "modn",
+        "bounded",
+        "add:S5",
+        "remove:S4",
+        "maglev",
+    ] {
+        assert!(
+            texts.iter().any(|t| t == label),
+            "{label} missing: {texts:?}"
+        );
+    }
+    // Bars: coloured rectangles wider than a legend marker, by chart (a third of the
+    // height each).
+    let height: f64 = root.attribute("height").unwrap().parse().unwrap();
+    let attr = |n: &roxmltree::Node<'_, '_>, name: &str| -> f64 {
+        n.attribute(name).unwrap().parse().unwrap()
+    };
+    let mut bars = [Vec::new(), Vec::new(), Vec::new()];
+    for rect in doc.descendants().filter(|n| n.has_tag_name("rect")) {
+        if rect.attribute("fill") == Some("#FFFFFF") || rect.attribute("fill") == Some("none") {
+            continue;
+        }
+        if attr(&rect, "width") > 12.0 {
+            let y = attr(&rect, "y");
+            let chart = usize::from(y >= height / 3.0) + usize::from(y >= height * 2.0 / 3.0);
+            bars[chart].push((attr(&rect, "x"), attr(&rect, "height")));
+        }
+    }
+    // 5 servers x 6 schemes; 6 schemes x 2 events; the sweep is a line.
+    assert_eq!(bars[0].len(), 30);
+    assert_eq!(bars[1].len(), 12);
+    assert!(bars[2].is_empty());
+    // The tallest bar of "keys moved" is mod-N's, the leftmost group.
+    let tallest = bars[1].iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+    let leftmost = bars[1].iter().map(|b| b.0).fold(f64::MAX, f64::min);
+    assert!(tallest.0 - leftmost < 120.0, "{tallest:?} vs {leftmost}");
+    // The sweep: a line through four points (one polyline of four vertices).
+    let lines = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .filter(|n| n.attribute("points").unwrap().split_whitespace().count() == 4)
+        .count();
+    assert!(lines >= 1);
+}
+
+/// Runs `lb hash ARGS` and expects exit status 2 and a message containing `needle`.
+fn rejects(args: &[&str], needle: &str) {
+    let out = lb(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_input_is_rejected_naming_the_option() {
+    rejects(&["--servers", "0"], "'--servers <N|LIST>': 0 servers");
+    rejects(
+        &["--servers", "a,a"],
+        "'--servers <N|LIST>': duplicate server \"a\"",
+    );
+    rejects(&["--vnodes", "0"], "'--vnodes <LIST>': 0 virtual nodes");
+    rejects(
+        &["--vnodes", "10,x"],
+        "'--vnodes <LIST>': \"x\" is not a number",
+    );
+    rejects(
+        &["--epsilon", "0"],
+        "'--epsilon <E>': \"0\" is not a number > 0",
+    );
+    rejects(
+        &["--epsilon=-0.5"],
+        "'--epsilon <E>': \"-0.5\" is not a number > 0",
+    );
+    rejects(&["--schemes", "ring,ketama"], "unknown scheme \"ketama\"");
+    rejects(&["--hash", "md5"], "'--hash <NAME>': unknown hash \"md5\"");
+    rejects(&["--keys", "0"], "'--keys <N>'");
+    rejects(
+        &["--event", "drop:S1"],
+        "'--event <EVENT>': event \"drop:S1\": unknown kind",
+    );
+    rejects(
+        &["--event", "remove:S9"],
+        "lb hash: error: --event: remove:S9: no server \"S9\"",
+    );
+    rejects(
+        &["--hash", "flow", "--seed", "0x100000000"],
+        "lb hash: error: --seed: 4294967296 is wider than the flow hash's 32-bit seed",
+    );
+    rejects(&["--table-size", "65536"], "'--table-size <M>'");
+    rejects(
+        &["--servers", "200", "--table-size", "101"],
+        "lb hash: error: --table-size: maglev: ",
+    );
+
+    let empty = scratch("empty.txt");
+    std::fs::write(&empty, "\n  \n").unwrap();
+    rejects(
+        &["--key-file", empty.to_str().unwrap()],
+        "lb hash: error: --key-file: ",
+    );
+    let out = lb(&["--key-file", empty.to_str().unwrap()]);
+    assert!(text(&out.stderr).ends_with("no keys (empty or blank file)\n"));
+    std::fs::write(&empty, "a 1\nb two\n").unwrap();
+    rejects(
+        &["--key-file", empty.to_str().unwrap()],
+        "line 2: count \"two\" of key \"b\"",
+    );
+    rejects(
+        &["--key-file", empty.to_str().unwrap(), "--zipf", "1"],
+        "line 2",
+    );
+    std::fs::write(&empty, "a 1\nb 2\n").unwrap();
+    rejects(
+        &["--key-file", empty.to_str().unwrap(), "--zipf", "1"],
+        "lb hash: error: --zipf: the key file already gives request counts",
+    );
+    std::fs::remove_file(&empty).unwrap();
+    rejects(
+        &["--key-file", "/nonexistent/keys.txt"],
+        "lb hash: error: --key-file: reading /nonexistent/keys.txt",
+    );
+    rejects(&["--keys", "10", "--key-file", "x"], "cannot be used with");
+}
