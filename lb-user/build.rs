@@ -1,7 +1,8 @@
 //! Builds the eBPF object from the `lb-ebpf` workspace package (the only build path for
 //! it) with aya-build, which runs `cargo +nightly build -Z build-std=core --target
 //! bpfel-unknown-none` and copies the object into `OUT_DIR/lb-ebpf`, where
-//! `lb_user::EBPF_OBJECT` embeds it.
+//! `lb_user::EBPF_OBJECT` embeds it. lb-user's `test-harness` feature turns on lb-ebpf's
+//! feature of the same name (the benchmark harness programs).
 use anyhow::{Context as _, anyhow};
 use cargo_metadata::{Metadata, MetadataCommand};
 
@@ -28,10 +29,18 @@ fn main() -> anyhow::Result<()> {
         .manifest_path
         .parent()
         .ok_or_else(|| anyhow!("lb-ebpf manifest has no parent"))?;
+    // The benchmark harness programs go into the object only for the test and benchmark
+    // builds (lb-user's `test-harness` feature, enabled by lb-tests alone).
+    let features: &[&str] = if std::env::var_os("CARGO_FEATURE_TEST_HARNESS").is_some() {
+        &["test-harness"]
+    } else {
+        &[]
+    };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: ebpf.name.as_str(),
             root_dir: root_dir.as_str(),
+            features,
             ..Default::default()
         }],
         aya_build::Toolchain::default(),

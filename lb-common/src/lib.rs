@@ -4,11 +4,13 @@
 //! size assertion, so the kernel and userspace agree on every byte. Byte order is stated
 //! per field. With the `user` feature the map key and value types implement `aya::Pod`.
 //!
-//! Modules: [`maps`] (map names and limits), [`types`] (map keys and values),
-//! [`stats`] (counter layouts and verdict reasons), [`hash`] (the one flow hash used by
-//! both sides), [`probe`] (the socket mark that sends a health probe to one backend).
+//! Modules: [`maps`] (map names and limits), [`defaults`] (the map sizes the object
+//! declares), [`types`] (map keys and values), [`stats`] (counter layouts and verdict
+//! reasons), [`hash`] (the one flow hash used by both sides), [`probe`] (the socket mark
+//! that sends a health probe to one backend).
 #![no_std]
 
+pub mod defaults;
 pub mod hash;
 pub mod maps;
 pub mod probe;

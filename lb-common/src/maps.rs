@@ -87,18 +87,6 @@ pub const VIP_FILTER_WORDS: u32 = VIP_FILTER_BITS / 64;
 pub const TABLE_SLOTS: u32 = MAX_VIPS * 2;
 /// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).
 pub const MAX_BACKENDS: u32 = 65_536;
-/// Default capacity of `CONNTRACK_V4` and of `CONNTRACK_V6`, each (the controller sets
-/// the real one at load time).
-pub const DEFAULT_CT_CAPACITY: u32 = 1_048_576;
-/// Default slots of `SYN_CACHE` (a power of two; the controller sets the real one at
-/// load time): 16,384 slots of 64 bytes, 1 MiB, which stays in a core's L2 cache (a SYN
-/// measured ~25 ns slower with 65,536 slots, 4 MiB, on a 2 MiB L2). A slot only has to
-/// hold a SYN for one handshake round trip; with `n` handshakes in flight a SYN loses
-/// its slot to another with probability about `1 - e^(-n / slots)` (6 % at 1,000 in
-/// flight, 46 % at 10,000). That only matters if the table changes during the
-/// handshake: its ACK is then picked from the current table. Raise it for very high
-/// connection rates.
-pub const DEFAULT_CT_SYN_CAPACITY: u32 = 16_384;
 
 /// Number of `u32` header entries before the slots in an inner table map:
 /// entry 0 = table size M, entry 1 = table generation (low 32 bits). Slots follow:

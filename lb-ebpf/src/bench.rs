@@ -1,4 +1,5 @@
-//! Benchmark harness programs (never attached to an interface).
+//! Benchmark harness programs and their maps, in the object only with the
+//! `test-harness` feature (the `lb` binary's object has none of them).
 //!
 //! `BPF_PROG_TEST_RUN` with `repeat` reuses one buffer, so from the second repetition an
 //! encapsulating program would see its own output. `lb_bench` restores the frame from
@@ -7,22 +8,44 @@
 //! the benchmark verifies every long run's action against a single run), optionally
 //! stamps a counter into it so that every repetition is a new flow, then tail-calls the
 //! program under test in `BENCH_PROGS[0]`. Measuring it in front of `lb_empty` gives the
-//! harness cost to subtract.
+//! harness cost to subtract. `lb_empty` also gives a test bed's veth peer the XDP
+//! program it needs to receive frames sent with `XDP_TX`.
 
 use aya_ebpf::{
-    bindings::xdp_action, helpers::generated::bpf_xdp_adjust_head, programs::XdpContext,
+    bindings::xdp_action,
+    btf_maps::{Array, ProgramArray},
+    helpers::generated::bpf_xdp_adjust_head,
+    macros::{btf_map, xdp},
+    programs::XdpContext,
 };
-use lb_common::types::BENCH_FRAME_MAX;
+use lb_common::types::{BENCH_FRAME_MAX, BenchFrame};
 
-use crate::{
-    maps::{BENCH_FRAME, BENCH_PROGS},
-    packet::{frame_len, ptr_at},
-};
+use crate::packet::{frame_len, ptr_at};
+
+/// The frame to restore before every repetition (`lb_common::maps::BENCH_FRAME`).
+#[btf_map]
+static BENCH_FRAME: Array<BenchFrame, 1> = Array::new();
+
+/// The program under benchmark (`lb_common::maps::BENCH_PROGS`).
+#[btf_map]
+static BENCH_PROGS: ProgramArray<1> = ProgramArray::new();
+
+/// Returns `XDP_PASS`: the reference program of the benchmarks.
+#[xdp]
+fn lb_empty(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
+/// Benchmark harness: restores the frame, then tail-calls the program under test.
+#[xdp]
+fn lb_bench(ctx: XdpContext) -> u32 {
+    restore_and_call(&ctx)
+}
 
 /// Restores the frame and tail-calls the program under test; `XDP_ABORTED` when the
 /// harness itself fails (the benchmark checks the action).
 #[inline(always)]
-pub(crate) fn restore_and_call(ctx: &XdpContext) -> u32 {
+fn restore_and_call(ctx: &XdpContext) -> u32 {
     let Some(frame) = BENCH_FRAME.get_ptr_mut(0) else {
         return xdp_action::XDP_ABORTED;
     };

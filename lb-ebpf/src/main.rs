@@ -7,10 +7,12 @@
 //! the backend choice ([`select`]: connection tracking, then the VIP's Maglev table);
 //! then IP-in-IP encapsulation and the send ([`forward`]). It always returns a verdict
 //! (never `XDP_ABORTED`) and counts its reason ([`stats`]); nothing is logged per
-//! packet. `lb_empty` and `lb_bench` serve the benchmarks ([`bench`]).
+//! packet. Built with the `test-harness` feature (for the tests and benchmarks only),
+//! the object also holds `lb_empty` and `lb_bench`, the benchmark harness (`bench`).
 #![no_std]
 #![no_main]
 
+#[cfg(feature = "test-harness")]
 mod bench;
 mod forward;
 mod headers;
@@ -32,18 +34,6 @@ fn lb_xdp(ctx: XdpContext) -> u32 {
     let (action, reason) = process(&ctx);
     stats::count(reason);
     action
-}
-
-/// Returns `XDP_PASS`: the reference program of the benchmarks.
-#[xdp]
-fn lb_empty(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_PASS
-}
-
-/// Benchmark harness: restores the frame, then tail-calls the program under test.
-#[xdp]
-fn lb_bench(ctx: XdpContext) -> u32 {
-    bench::restore_and_call(&ctx)
 }
 
 /// The verdict of a reason that is not a forward.

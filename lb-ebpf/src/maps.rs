@@ -4,18 +4,19 @@
 //! conntrack maps and the SYN cache at load time.
 
 use aya_ebpf::{
-    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, ProgramArray},
+    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray},
     macros::btf_map,
 };
 use lb_common::{
+    defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
     maps::{
-        CT_MAP_FLAGS, DEFAULT_CT_CAPACITY, DEFAULT_CT_SYN_CAPACITY, MAX_BACKENDS, MAX_VIPS,
-        TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
+        CT_MAP_FLAGS, MAX_BACKENDS, MAX_VIPS, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
+        VIP_FILTER_WORDS,
     },
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
-        BackendEntry, BenchFrame, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry,
-        VipAddrKey, VipEntry, VipInfo, VipKey,
+        BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry, VipAddrKey,
+        VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -53,7 +54,7 @@ pub(crate) static BACKENDS: Array<BackendEntry, BACKENDS_MAX> = Array::new();
 pub(crate) static CONNTRACK_V4: LruHashMap<
     FlowKey4,
     CtEntry,
-    { DEFAULT_CT_CAPACITY as usize },
+    { CT_CAPACITY as usize },
     { CT_MAP_FLAGS as usize },
 > = LruHashMap::new();
 
@@ -61,12 +62,12 @@ pub(crate) static CONNTRACK_V4: LruHashMap<
 pub(crate) static CONNTRACK_V6: LruHashMap<
     FlowKey,
     CtEntry,
-    { DEFAULT_CT_CAPACITY as usize },
+    { CT_CAPACITY as usize },
     { CT_MAP_FLAGS as usize },
 > = LruHashMap::new();
 
 #[btf_map]
-pub(crate) static SYN_CACHE: Array<SynEntry, { DEFAULT_CT_SYN_CAPACITY as usize }> = Array::new();
+pub(crate) static SYN_CACHE: Array<SynEntry, { CT_SYN_CAPACITY as usize }> = Array::new();
 
 #[btf_map]
 pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
@@ -79,9 +80,3 @@ pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new(
 
 #[btf_map]
 pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
-
-#[btf_map]
-pub(crate) static BENCH_FRAME: Array<BenchFrame, 1> = Array::new();
-
-#[btf_map]
-pub(crate) static BENCH_PROGS: ProgramArray<1> = ProgramArray::new();

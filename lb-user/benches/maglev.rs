@@ -6,7 +6,7 @@
 use std::{hint::black_box, time::Duration};
 
 use criterion::{BenchmarkId, Criterion};
-use lb_user::maglev::{DEFAULT_SEED, MaglevTable};
+use lb_user::{defaults::MAGLEV_SEED, maglev::MaglevTable};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -21,7 +21,7 @@ fn build(c: &mut Criterion) {
                 &backends,
                 |b, backends| {
                     b.iter(|| {
-                        MaglevTable::build(black_box(backends), size, DEFAULT_SEED)
+                        MaglevTable::build(black_box(backends), size, MAGLEV_SEED)
                             .expect("valid benchmark configuration")
                     });
                 },
@@ -37,7 +37,7 @@ fn paper_reference(c: &mut Criterion) {
         let backends = common::backends(n, false);
         let permutations = common::permutations(&backends, size);
         // Same input, same table: the yardstick computes what the builder computes.
-        let table = MaglevTable::build(&backends, size, DEFAULT_SEED).expect("valid");
+        let table = MaglevTable::build(&backends, size, MAGLEV_SEED).expect("valid");
         let reference = common::paper_reference(size, &permutations);
         assert!(
             table
@@ -57,7 +57,7 @@ fn paper_reference(c: &mut Criterion) {
 }
 
 fn fingerprint(c: &mut Criterion) {
-    let table = MaglevTable::build(&common::backends(100, false), 65_537, DEFAULT_SEED)
+    let table = MaglevTable::build(&common::backends(100, false), 65_537, MAGLEV_SEED)
         .expect("valid benchmark configuration");
     c.bench_function("maglev_fingerprint/M=65537/N=100", |b| {
         b.iter(|| {

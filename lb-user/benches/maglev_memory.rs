@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lb_user::maglev::{DEFAULT_SEED, MaglevTable};
+use lb_user::{defaults::MAGLEV_SEED, maglev::MaglevTable};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -103,7 +103,7 @@ fn main() {
         let runs = if size > 100_000 { 31 } else { 201 };
         for weighted in [false, true] {
             let backends = common::backends(n, weighted);
-            let build = || MaglevTable::build(&backends, size, DEFAULT_SEED).expect("valid");
+            let build = || MaglevTable::build(&backends, size, MAGLEV_SEED).expect("valid");
 
             let before = LIVE.load(Relaxed);
             PEAK.store(before, Relaxed);

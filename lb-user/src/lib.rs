@@ -1,7 +1,22 @@
-//! The load balancer's controller library: the data-plane interface ([`dataplane`], the
-//! only module that touches aya), the Maglev table builder ([`maglev`], pure), flow keys
-//! and slot prediction ([`flow`]), health checks ([`health`]), the consistent-hashing lab
-//! ([`hashlab`], pure), and the CLI verbs ([`cli`]).
+//! The load balancer's controller library and the `lb` command's verbs, in layers that
+//! only import downwards (`main.rs` on top):
+//!
+//! - [`cli`]: the operator verbs (`lb table`, `lb hash`, and
+//!   `lb status|stats|backend|flow` through the control socket);
+//! - [`daemon`]: `lb run` — reloads, the control socket's server, signals, counters;
+//! - [`controller`]: desired state, id allocation, ordered plans with undo;
+//! - [`control`]: the control protocol, used by the CLI, the daemon and the controller;
+//! - [`config`]: the TOML file and its validation;
+//! - [`dataplane`]: the only aya user — the kernel data plane, its double-buffered
+//!   tables, an in-memory fake, an inspector of running programs;
+//! - at the bottom: [`maglev`] (the table builder, pure), [`hashlab`] (the
+//!   consistent-hashing lab of `lb hash`, pure), [`health`] (the health-check engine:
+//!   probe settings, probers, states, scheduler, multi-failure policy), [`flow`] (flow
+//!   keys and slot prediction) and [`defaults`] (every default value), over `lb_common`.
+//!
+//! Feature `test-harness` (enabled only by the `lb-tests` crate) adds the test and
+//! benchmark access to the kernel data plane, and the benchmark harness programs to the
+//! embedded eBPF object.
 
 pub mod cli;
 pub mod config;
@@ -9,6 +24,7 @@ pub mod control;
 pub mod controller;
 pub mod daemon;
 pub mod dataplane;
+pub mod defaults;
 pub mod flow;
 pub mod hashlab;
 pub mod health;

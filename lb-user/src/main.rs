@@ -1,9 +1,18 @@
-//! `lb`: the load balancer's command-line entry point.
+//! `lb`: the load balancer's command-line entry point. Every verb returns its
+//! [`Output`] or its error; this file prints them and decides the exit status:
+//!
+//! - 0: success (also when standard output is a closed pipe, as with `lb ... | head`);
+//! - 1: `lb run` failed, the daemon could not be reached or refused the request, or
+//!   `lb hash` could not write its plot;
+//! - 2: an invalid argument (clap's own usage errors, `lb table`'s and `lb hash`'s).
 
-use std::path::PathBuf;
+use std::{
+    io::{self, Write as _},
+    path::PathBuf,
+};
 
 use clap::Parser;
-use lb_user::cli::{hash, ops, table};
+use lb_user::cli::{self, Output, hash, ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -37,14 +46,61 @@ enum Command {
     Object,
 }
 
-fn print_or_exit(result: Result<String, lb_user::control::ClientError>) {
-    match result {
-        Ok(text) => print!("{text}"),
-        Err(e) => {
-            eprintln!("lb: {e}");
-            std::process::exit(1);
+/// Why a verb failed: the message for standard error and the exit status.
+struct Failure {
+    message: String,
+    status: i32,
+}
+
+impl Failure {
+    fn new(message: impl std::fmt::Display, status: i32) -> Self {
+        Self {
+            message: message.to_string(),
+            status,
         }
     }
+}
+
+fn run(command: Command) -> Result<Output, Failure> {
+    let daemon = |e: lb_user::control::ClientError| Failure::new(format!("lb: {e}"), 1);
+    match command {
+        Command::Run { config } => lb_user::daemon::run(&config)
+            .map(|()| Output::default())
+            .map_err(|e| Failure::new(format!("lb: {e:#}"), 1)),
+        Command::Status(args) => ops::status(&args).map_err(daemon),
+        Command::Stats(args) => ops::stats(&args).map_err(daemon),
+        Command::Backend(args) => ops::backend(&args).map_err(daemon),
+        Command::Flow(args) => ops::flow(&args).map_err(daemon),
+        Command::Table(args) => {
+            table::run(&args).map_err(|e| Failure::new(format!("lb table: error: {e}"), 2))
+        }
+        Command::Hash(args) => hash::run(&args).map_err(|e| {
+            let status = match e {
+                hash::HashCliError::Argument { .. } => 2,
+                hash::HashCliError::Plot(_) => 1,
+            };
+            Failure::new(format!("lb hash: error: {e}"), status)
+        }),
+        Command::Object => Ok(cli::object()),
+    }
+}
+
+/// Prints `output`: its text on stdout (a closed pipe is not an error), its warnings on
+/// stderr.
+fn print(output: &Output) -> Result<(), Failure> {
+    let mut stdout = io::stdout().lock();
+    match stdout
+        .write_all(output.text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        Err(e) => return Err(Failure::new(format!("lb: writing the output: {e}"), 1)),
+    }
+    for warning in &output.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
 }
 
 fn main() {
@@ -53,39 +109,12 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(io::stderr)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .init();
     let cli = Cli::parse();
-    match cli.command {
-        Command::Run { config } => {
-            if let Err(e) = lb_user::daemon::run(&config) {
-                eprintln!("lb: {e:#}");
-                std::process::exit(1);
-            }
-        }
-        Command::Status(args) => print_or_exit(ops::status(&args)),
-        Command::Stats(args) => print_or_exit(ops::stats(&args)),
-        Command::Backend(args) => print_or_exit(ops::backend(&args)),
-        Command::Flow(args) => print_or_exit(ops::flow(&args)),
-        Command::Table(args) => {
-            let status = table::main(&args);
-            if status != 0 {
-                std::process::exit(status);
-            }
-        }
-        Command::Hash(args) => match hash::run(&args) {
-            Ok(text) => {
-                // A closed pipe (`lb hash | head`) is not worth a message.
-                let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
-            }
-            Err(e) => {
-                eprintln!("lb hash: error: {e}");
-                std::process::exit(e.exit_code());
-            }
-        },
-        Command::Object => {
-            println!("embedded eBPF object: {} bytes", lb_user::EBPF_OBJECT.len());
-        }
+    if let Err(failure) = run(cli.command).and_then(|output| print(&output)) {
+        eprintln!("{}", failure.message);
+        std::process::exit(failure.status);
     }
 }

@@ -7,12 +7,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lb_user::maglev::{
-    Backend, BackendKey, DEFAULT_SEED, DEFAULT_TABLE_SIZE, MaglevError, MaglevTable, Permutation,
-    TableDiff, fill_slots, is_prime,
+use lb_user::{
+    defaults::{MAGLEV_SEED, TABLE_SIZE},
+    maglev::{
+        Backend, BackendKey, MaglevError, MaglevTable, Permutation, TableDiff, fill_slots, is_prime,
+    },
 };
 
-const M: u32 = DEFAULT_TABLE_SIZE;
+const M: u32 = TABLE_SIZE;
 
 /// Backend Bk of F-1: 198.51.100.(10 + k).
 fn b(k: u8) -> BackendKey {
@@ -28,7 +30,7 @@ fn many(n: u32) -> Vec<Backend> {
 }
 
 fn build(backends: &[Backend], size: u32) -> MaglevTable {
-    MaglevTable::build(backends, size, DEFAULT_SEED)
+    MaglevTable::build(backends, size, MAGLEV_SEED)
         .unwrap_or_else(|err| panic!("build of {} backends, size {size}: {err}", backends.len()))
 }
 
@@ -124,7 +126,7 @@ fn golden_fingerprint() {
 fn seed_changes_the_table_but_not_the_counts() {
     let backends = many(10);
     let a = build(&backends, M);
-    let c = MaglevTable::build(&backends, M, DEFAULT_SEED ^ 1).unwrap();
+    let c = MaglevTable::build(&backends, M, MAGLEV_SEED ^ 1).unwrap();
     assert_ne!(a.slots(), c.slots());
     assert_ne!(a.fingerprint(), c.fingerprint());
     assert_eq!(a.slot_counts(), c.slot_counts());
@@ -380,7 +382,7 @@ fn br03_t4_invalid_weights_name_backend_and_field() {
 fn br04_t1_t2_t3_table_size_validation() {
     let one = [Backend::new(b(1), 1)];
     let err = |size| {
-        MaglevTable::build(&one, size, DEFAULT_SEED)
+        MaglevTable::build(&one, size, MAGLEV_SEED)
             .unwrap_err()
             .to_string()
     };
@@ -420,7 +422,7 @@ fn resident_bytes() -> Option<u64> {
 fn br04_t4_t5_backends_versus_slots() {
     let ten = many(10);
     assert_eq!(
-        MaglevTable::build(&ten, 7, DEFAULT_SEED)
+        MaglevTable::build(&ten, 7, MAGLEV_SEED)
             .unwrap_err()
             .to_string(),
         "table_size 7 is smaller than backend count 10"
@@ -498,7 +500,7 @@ fn br06_t1_duplicates_are_rejected() {
             Backend::new(b(2), 1),
         ],
         M,
-        DEFAULT_SEED,
+        MAGLEV_SEED,
     )
     .unwrap_err();
     assert_eq!(err, MaglevError::DuplicateBackend { key: b(1) });
@@ -513,7 +515,7 @@ fn br06_t2_mapped_ipv6_is_the_same_backend() {
     let err = MaglevTable::build(
         &[Backend::new(mapped, 1), Backend::new(b(1), 1)],
         M,
-        DEFAULT_SEED,
+        MAGLEV_SEED,
     )
     .unwrap_err();
     assert_eq!(err.to_string(), "duplicate backend 198.51.100.11");

@@ -55,11 +55,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use lb_user::{
-    control::{self, Request},
-    controller::report::{FlowReport, Status},
-    daemon::service::Stats,
-};
+use lb_user::control::{Client, FlowReport, Stats, Status};
 
 use crate::{
     packets::{LB4, LB6},
@@ -165,7 +161,7 @@ impl DaemonConfig {
                     state: BackendState::Active,
                 })
                 .collect(),
-            table_size: lb_user::maglev::DEFAULT_TABLE_SIZE,
+            table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
         }
     }
@@ -213,8 +209,8 @@ impl DaemonConfig {
 /// Finds the `lb` binary: `$LB_BIN` if set, else `lb` in the target directory of the
 /// running executable (`target/<profile>/deps/<test>` or `target/<profile>/<bin>`).
 ///
-/// Prints a warning when it is older than the `lb-user` library built for this profile
-/// (a stale binary: the library changed since `lb` was built).
+/// Prints a warning when a source of the binary (lb-user, lb-common, lb-ebpf) changed
+/// after it was built: it is then stale.
 ///
 /// # Panics
 /// When the binary does not exist, saying how to build it.
@@ -236,32 +232,45 @@ pub fn lb_binary() -> PathBuf {
          --release for a release build); `cargo xtask test` and `cargo xtask demo` do this",
         lb.display()
     );
-    warn_if_stale(&lb, &dir.join("deps"));
+    warn_if_stale(&lb);
     lb
 }
 
-/// Warns when `lb` is older than the newest `liblb_user-*.rlib` in `deps`.
-fn warn_if_stale(lb: &Path, deps: &Path) {
+/// The sources the `lb` binary is built from, relative to the workspace root: the
+/// manifests, lb-user's build script, and every file under these directories.
+const LB_SOURCES: [&str; 8] = [
+    "Cargo.toml",
+    "lb-user/Cargo.toml",
+    "lb-user/build.rs",
+    "lb-user/src",
+    "lb-common/Cargo.toml",
+    "lb-common/src",
+    "lb-ebpf/Cargo.toml",
+    "lb-ebpf/src",
+];
+
+/// Warns when a source of `lb` is newer than the binary. Sources, not build outputs:
+/// building this crate rebuilds the lb-user library (with other features) after `lb`,
+/// so comparing with the library would warn right after a fresh build.
+fn warn_if_stale(lb: &Path) {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let Some(lb_time) = modified(lb) else { return };
-    let Ok(entries) = std::fs::read_dir(deps) else {
+    let Some(built) = modified(lb) else { return };
+    let Some(root) = Path::new(env!("CARGO_MANIFEST_DIR")).parent() else {
         return;
     };
-    let newest_lib = entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("liblb_user-") && name.ends_with(".rlib")
-        })
-        .filter_map(|e| modified(&e.path()))
-        .max();
-    if newest_lib.is_some_and(|lib| lib > lb_time) {
-        eprintln!(
-            "warning: {} is older than the lb-user library: it may be stale; rebuild it with \
-             `cargo build -p lb-user --bin lb`",
-            lb.display()
-        );
+    let mut pending: Vec<PathBuf> = LB_SOURCES.iter().map(|s| root.join(s)).collect();
+    while let Some(path) = pending.pop() {
+        if let Ok(entries) = std::fs::read_dir(&path) {
+            pending.extend(entries.filter_map(Result::ok).map(|e| e.path()));
+        } else if modified(&path).is_some_and(|t| t > built) {
+            eprintln!(
+                "warning: {} changed after {} was built: the binary is stale; rebuild it with \
+                 `cargo build -p lb-user --bin lb`",
+                path.display(),
+                lb.display()
+            );
+            return;
+        }
     }
 }
 
@@ -536,21 +545,16 @@ impl<'bed> Daemon<'bed> {
 
     /// Where a flow from `client` to `vip` goes (`lb flow --json`): the table's choice
     /// and the conntrack pin. Asked over the control socket directly (the CLI's own
-    /// protocol, [`lb_user::control::call`]), without a process per question, so that
+    /// client, [`lb_user::control::Client`]), without a process per question, so that
     /// thousands of flows can be asked about quickly.
     ///
     /// # Errors
-    /// When the daemon is unreachable or refuses.
+    /// An unreadable `vip`, or the daemon is unreachable or refuses.
     pub fn flow(&self, vip: &str, client: SocketAddr) -> anyhow::Result<FlowReport> {
-        let data = control::call(
-            &self.socket_path(),
-            &Request::Flow {
-                vip: vip.to_owned(),
-                client: client.to_string(),
-            },
-        )
-        .with_context(|| format!("flow {client} -> {vip}"))?;
-        serde_json::from_value(data).context("parsing the flow report")
+        let parsed = vip.parse().map_err(|e| anyhow::anyhow!("VIP {vip}: {e}"))?;
+        Client::new(self.socket_path())
+            .flow(parsed, client)
+            .with_context(|| format!("flow {client} -> {vip}"))
     }
 
     /// Polls `lb status` until `done` holds (then returns that status) or `timeout`

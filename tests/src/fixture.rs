@@ -8,7 +8,7 @@ use lb_common::{
     stats::{GlobalStats, Reason},
     types::{
         BACKEND_ACTIVE, BackendEntry, CONFIG_VALID, FlowKey, LbConfig, NEXTHOP_GATEWAY, PROTO_TCP,
-        PROTO_UDP, VipEntry, VipKey,
+        PROTO_UDP, VipKey,
     },
 };
 use lb_user::{
@@ -205,15 +205,7 @@ impl Lb {
     /// Adds VIP `addr:port/proto` as `vip_id`.
     pub fn vip(&mut self, vip_id: u32, addr: impl Into<IpAddr>, port: u16, proto: u8) -> VipKey {
         let key = vip_key(addr.into(), port, proto);
-        self.dp
-            .set_vip(
-                &key,
-                &VipEntry {
-                    vip_id,
-                    ..VipEntry::default()
-                },
-            )
-            .expect("set vip");
+        self.dp.set_vip(&key, vip_id).expect("set vip");
         key
     }
 

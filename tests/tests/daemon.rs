@@ -4,6 +4,8 @@
 
 use std::{
     collections::HashMap,
+    io::{Read as _, Write as _},
+    os::unix::net::UnixStream,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
@@ -14,7 +16,11 @@ use lb_tests::{
     daemon::{TempDir, lb_binary},
     netns::NetNs,
 };
-use lb_user::{config::Vip, controller::report::Status, dataplane::Inspector};
+use lb_user::{
+    config::Vip,
+    control::{IDLE_TIMEOUT, MAX_REQUEST_BYTES, Status},
+    dataplane::Inspector,
+};
 
 /// A running `lb run` inside a namespace, stopped (SIGTERM, then SIGKILL) on drop.
 struct Daemon<'dir> {
@@ -188,6 +194,23 @@ fn assert_maps_agree(ns: &NetNs, status: &Status) {
     }
 }
 
+/// Writes `bytes` on a new control connection (from another thread, as the daemon may
+/// stop reading) and returns everything the daemon answers until it closes.
+fn raw_exchange(socket: &Path, bytes: Vec<u8>) -> String {
+    let stream = UnixStream::connect(socket).expect("connect to the control socket");
+    stream
+        .set_read_timeout(Some(IDLE_TIMEOUT + Duration::from_secs(10)))
+        .expect("timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    let sender = std::thread::spawn(move || {
+        let _ = writer.write_all(&bytes);
+    });
+    let mut answer = String::new();
+    let _ = (&stream).read_to_string(&mut answer);
+    sender.join().expect("sender");
+    answer
+}
+
 fn wait_for(daemon: &Daemon<'_>, what: &str, f: impl Fn(&Status) -> bool) -> Status {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -224,6 +247,10 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     )
     .expect("config");
     let mut daemon = start(&ns, dir);
+    // A client that connects and never writes: the daemon serves everyone else meanwhile
+    // and closes this connection after its idle timeout (checked below).
+    let idle = UnixStream::connect(daemon.socket()).expect("idle connection");
+    let idle_since = Instant::now();
 
     let s = status(&daemon);
     assert_eq!((s.interface.as_str(), s.mode.as_str()), ("lb0", "native"));
@@ -327,6 +354,27 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
         String::from_utf8_lossy(&out.stderr).trim(),
         "lb: VIP 203.0.113.10:81/tcp is not configured"
     );
+
+    // A request larger than the limit is refused after the limit, not buffered whole
+    // (the client would send 8 MiB); the daemon keeps serving.
+    let answer = raw_exchange(&daemon.socket(), vec![b'x'; 8 << 20]);
+    assert_eq!(
+        answer,
+        format!("{{\"ok\":false,\"error\":\"request larger than {MAX_REQUEST_BYTES} bytes\"}}\n")
+    );
+    assert!(lb(&daemon, &["status"]).status.success());
+    // The idle connection was answered with the reason and closed within its timeout.
+    idle.set_read_timeout(Some(IDLE_TIMEOUT + Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = String::new();
+    (&idle)
+        .read_to_string(&mut answer)
+        .expect("the daemon closes the idle connection");
+    assert!(
+        answer.contains(&format!("no complete request within {IDLE_TIMEOUT:?}")),
+        "{answer}"
+    );
+    assert!(idle_since.elapsed() < IDLE_TIMEOUT + Duration::from_secs(10));
 
     // A reload from the file replaces the runtime changes.
     std::fs::write(

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: THE test command of README.md.
 //!
 //! Order: setup (only when something is missing), `cargo fmt --check`, clippy with
-//! `-D warnings` on the host crates and on the eBPF crate (BPF target), the unit tests,
+//! `-D warnings` on the host crates and on the eBPF crate (BPF target), each with and
+//! without the `test-harness` feature (only the tests enable it), the unit tests,
 //! then the privileged tests (BPF_PROG_TEST_RUN, netns, and the end-to-end tests that run
 //! the `lb` binary, built just before them) when running as root. It ends
 //! with one line `test: N passed, N failed, N skipped`, where each check (fmt, clippy)
@@ -106,6 +107,8 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     tally.check("cargo fmt --check", ok);
 
     eprintln!("xtask test: [2/5] clippy (host crates)");
+    // The workspace run builds lb-user with lb-tests' `test-harness` feature; the second
+    // lints lb-user as the `lb` binary has it, without.
     let ok = cmd::succeeds(cmd::cargo().args([
         "clippy",
         "--workspace",
@@ -115,27 +118,39 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         "--",
         "-D",
         "warnings",
+    ])) & cmd::succeeds(cmd::cargo().args([
+        "clippy",
+        "--package",
+        "lb-user",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
     ]));
     tally.check("clippy (host crates)", ok);
 
     eprintln!("xtask test: [3/5] clippy (eBPF crate, bpfel-unknown-none)");
     let target_dir = cmd::workspace_root().join("target").join("ebpf-clippy");
-    let ok = cmd::succeeds(
-        cmd::nightly_cargo()
-            .args([
-                "clippy",
-                "--package",
-                "lb-ebpf",
-                "--release",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--target-dir",
-            ])
-            .arg(&target_dir)
-            .args(["--", "-D", "warnings"]),
-    );
+    let mut ok = true;
+    for features in [&[][..], &["--features", "test-harness"][..]] {
+        ok &= cmd::succeeds(
+            cmd::nightly_cargo()
+                .args([
+                    "clippy",
+                    "--package",
+                    "lb-ebpf",
+                    "--release",
+                    "--target",
+                    "bpfel-unknown-none",
+                    "-Z",
+                    "build-std=core",
+                ])
+                .args(features)
+                .arg("--target-dir")
+                .arg(&target_dir)
+                .args(["--", "-D", "warnings"]),
+        );
+    }
     tally.check("clippy (eBPF crate)", ok);
 
     eprintln!("xtask test: [4/5] unit tests");

@@ -2,7 +2,10 @@
 
 use std::net::Ipv4Addr;
 
-use lb_user::maglev::{Backend, DEFAULT_SEED, Permutation};
+use lb_user::{
+    defaults::MAGLEV_SEED,
+    maglev::{Backend, Permutation},
+};
 
 /// The configurations of issue 3: (table size M, backends N).
 pub(crate) const CONFIGS: [(u32, u32); 4] = [
@@ -28,7 +31,7 @@ pub(crate) fn backends(n: u32, weighted: bool) -> Vec<Backend> {
 pub(crate) fn permutations(backends: &[Backend], size: u32) -> Vec<Permutation> {
     backends
         .iter()
-        .map(|b| Permutation::for_key(&b.key, size, DEFAULT_SEED))
+        .map(|b| Permutation::for_key(&b.key, size, MAGLEV_SEED))
         .collect()
 }
 

@@ -12,20 +12,23 @@
 //! and the measured lookup time; per `--event`, the keys that move and where; the ring at
 //! every `--vnodes` value; hot keys; and the keys a peer with another server list places
 //! differently. [`run`] returns the report (text, or JSON with `--json`) and writes the
-//! `--plot` file; `main.rs` prints it and decides the exit status from
-//! [`HashCliError::exit_code`] (2 for an invalid argument, named in the message).
+//! `--plot` file; `main.rs` prints it and decides the exit status (2 for an invalid
+//! argument, named in the message; 1 when the plot cannot be written).
 
 use std::{fs, net::SocketAddr, path::PathBuf};
 
-use super::table::{parse_seed, parse_table_size};
+use super::{
+    Output,
+    table::{parse_seed, parse_table_size},
+};
 use crate::{
+    defaults,
     hashlab::{
         self, Event, Input, KeyHash, KeySet, LabInput, Params, SchemeKind, Server,
         hashes::{DEFAULT_FLOW_VIP, HASH_NAMES},
         keys::MAX_KEYS,
         plot,
     },
-    maglev::{DEFAULT_SEED, DEFAULT_TABLE_SIZE},
 };
 
 /// Arguments of `lb hash`.
@@ -77,10 +80,10 @@ pub struct HashArgs {
     #[arg(long, value_name = "E", default_value_t = 0.25, value_parser = parse_positive)]
     pub epsilon: f64,
     /// Maglev table size M: a prime from 2 to 4000037.
-    #[arg(long, value_name = "M", default_value_t = DEFAULT_TABLE_SIZE, value_parser = parse_table_size)]
+    #[arg(long, value_name = "M", default_value_t = defaults::TABLE_SIZE, value_parser = parse_table_size)]
     pub table_size: u32,
     /// Seed of Maglev's backend hash (the controller's by default).
-    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    #[arg(long, value_name = "S", default_value_t = defaults::MAGLEV_SEED, value_parser = parse_seed)]
     pub maglev_seed: u64,
     /// A change to compare (repeatable): add:NAME[=W], remove:NAME, grow:K, shrink:K,
     /// weight:NAME=W.
@@ -120,15 +123,6 @@ pub enum HashCliError {
 }
 
 impl HashCliError {
-    /// The exit status: 2 for an invalid argument, 1 when the plot cannot be written.
-    #[must_use]
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            Self::Argument { .. } => 2,
-            Self::Plot(_) => 1,
-        }
-    }
-
     fn argument(option: &'static str, problem: impl Into<String>) -> Self {
         Self::Argument {
             option,
@@ -143,7 +137,7 @@ impl HashCliError {
 /// [`HashCliError::Argument`] naming the option (an unreadable or empty key file, a seed
 /// too wide for the flow hash, `--zipf` with counted keys, a server list or event the
 /// schemes cannot use); [`HashCliError::Plot`] when the SVG cannot be written.
-pub fn run(args: &HashArgs) -> Result<String, HashCliError> {
+pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
     let input = lab_input(args)?;
     let report = hashlab::run(&input).map_err(|error| {
         let option = match error.input {
@@ -177,7 +171,7 @@ pub fn run(args: &HashArgs) -> Result<String, HashCliError> {
             ));
         }
     }
-    Ok(output)
+    Ok(Output::text(output))
 }
 
 /// The lab's input from the arguments (reads `--key-file`).

@@ -1,12 +1,41 @@
 //! Operator command-line verbs of the `lb` binary, one module per verb group. Each
-//! module owns its clap arguments, its run function (writing to any `io::Write`, so
-//! tests need no process) and its error type, whose text names the offending argument.
+//! module owns its clap arguments, parses them into typed values (the text of an error
+//! names the flag or argument at fault), and returns its [`Output`] or its error;
+//! `main.rs` prints them and decides the exit status.
 //!
 //! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection;
 //! - [`hash`]: `lb hash`, the offline consistent-hashing lab;
 //! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
-//!   control socket.
+//!   control socket ([`crate::control`]).
 
 pub mod hash;
 pub mod ops;
 pub mod table;
+
+/// What a verb prints: `text` on standard output, then each of `warnings` on standard
+/// error as a `warning: ...` line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Output {
+    /// Standard output, newlines included.
+    pub text: String,
+    /// Advice that does not fail the verb.
+    pub warnings: Vec<String>,
+}
+
+impl Output {
+    /// Just `text`, no warnings.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// `lb object`: facts about the embedded XDP object.
+pub fn object() -> Output {
+    Output::text(format!(
+        "embedded eBPF object: {} bytes\n",
+        crate::EBPF_OBJECT.len()
+    ))
+}

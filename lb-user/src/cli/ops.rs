@@ -1,22 +1,31 @@
 //! The operator verbs that talk to a running daemon over the control socket:
-//! `lb status`, `lb stats`, `lb backend`, `lb flow`. Each prints text (or JSON with
-//! `--json`); errors, including the daemon's, go to stderr with a non-zero exit.
+//! `lb status`, `lb stats`, `lb backend`, `lb flow`. Each returns text (or JSON with
+//! `--json`); the daemon's refusals come back as [`ClientError::Refused`].
 
-use std::{fmt::Write as _, path::PathBuf};
+use std::{fmt::Write as _, net::SocketAddr, path::PathBuf};
 
+use serde::Serialize;
+
+use super::Output;
 use crate::{
-    config::DEFAULT_CONTROL_SOCKET,
-    control::{self, BackendAction, ClientError, Request},
-    controller::report::{FlowReport, Status},
-    daemon::service::Stats,
+    config::Vip,
+    control::{BackendAction, Client, ClientError, FlowReport, Stats, Status},
+    defaults,
+    maglev::BackendKey,
 };
 
 /// Where the daemon listens.
 #[derive(Clone, Debug, clap::Args)]
 pub struct SocketArg {
     /// Control socket of the daemon.
-    #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
+    #[arg(long, default_value = defaults::CONTROL_SOCKET)]
     pub socket: PathBuf,
+}
+
+impl SocketArg {
+    fn client(&self) -> Client {
+        Client::new(&self.socket)
+    }
 }
 
 /// `lb status` / `lb stats`.
@@ -38,10 +47,10 @@ pub struct BackendArgs {
     pub action: BackendAction,
     /// The VIP, `ADDR:PORT/PROTO` (e.g. 203.0.113.10:80/tcp).
     #[arg(long)]
-    pub vip: String,
+    pub vip: Vip,
     /// The backend address.
     #[arg(long)]
-    pub backend: String,
+    pub backend: BackendKey,
     /// Weight (add, undrain).
     #[arg(long)]
     pub weight: Option<u32>,
@@ -58,10 +67,10 @@ pub struct BackendArgs {
 pub struct FlowArgs {
     /// The VIP, `ADDR:PORT/PROTO`.
     #[arg(long)]
-    pub vip: String,
-    /// The client, `ADDR:PORT`.
-    #[arg(long)]
-    pub client: String,
+    pub vip: Vip,
+    /// The client, `ADDR:PORT` (IPv6 in brackets).
+    #[arg(long, value_parser = parse_client)]
+    pub client: SocketAddr,
     /// Control socket.
     #[command(flatten)]
     pub socket: SocketArg,
@@ -70,21 +79,31 @@ pub struct FlowArgs {
     pub json: bool,
 }
 
-fn json(value: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_default()
+/// Parses `--client`.
+///
+/// # Errors
+/// The text is not `ADDR:PORT`.
+pub fn parse_client(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| format!("expected ADDR:PORT (IPv6 in brackets), got {text:?}"))
 }
 
-/// Runs `lb status`; returns the text to print.
+/// `value` as pretty JSON, one line break at the end.
+fn json(value: &impl Serialize) -> Output {
+    Output::text(serde_json::to_string_pretty(value).unwrap_or_default() + "\n")
+}
+
+/// Runs `lb status`.
 ///
 /// # Errors
 /// The daemon is unreachable or refused.
-pub fn status(args: &ReadArgs) -> Result<String, ClientError> {
-    let data = control::call(&args.socket.socket, &Request::Status)?;
-    if args.json {
-        return Ok(json(&data));
-    }
-    let s: Status = serde_json::from_value(data)?;
-    Ok(status_text(&s))
+pub fn status(args: &ReadArgs) -> Result<Output, ClientError> {
+    let s = args.socket.client().status()?;
+    Ok(if args.json {
+        json(&s)
+    } else {
+        Output::text(status_text(&s))
+    })
 }
 
 /// The text form of `lb status`.
@@ -137,16 +156,21 @@ pub fn status_text(s: &Status) -> String {
     out
 }
 
-/// Runs `lb stats`; returns the text to print.
+/// Runs `lb stats`.
 ///
 /// # Errors
 /// The daemon is unreachable or refused.
-pub fn stats(args: &ReadArgs) -> Result<String, ClientError> {
-    let data = control::call(&args.socket.socket, &Request::Stats)?;
-    if args.json {
-        return Ok(json(&data));
-    }
-    let s: Stats = serde_json::from_value(data)?;
+pub fn stats(args: &ReadArgs) -> Result<Output, ClientError> {
+    let s = args.socket.client().stats()?;
+    Ok(if args.json {
+        json(&s)
+    } else {
+        Output::text(stats_text(&s))
+    })
+}
+
+/// The text form of `lb stats`.
+pub fn stats_text(s: &Stats) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "rates over the last {:.1} s", s.interval_secs);
     let _ = writeln!(out, "verdicts:");
@@ -166,51 +190,38 @@ pub fn stats(args: &ReadArgs) -> Result<String, ClientError> {
             );
         }
     }
-    Ok(out)
+    out
 }
 
-/// Runs `lb backend`; returns the text to print.
+/// Runs `lb backend`.
 ///
 /// # Errors
 /// The daemon is unreachable or refused the change.
-pub fn backend(args: &BackendArgs) -> Result<String, ClientError> {
-    let data = control::call(
-        &args.socket.socket,
-        &Request::Backend {
-            action: args.action,
-            vip: args.vip.clone(),
-            backend: args.backend.clone(),
-            weight: args.weight,
-        },
-    )?;
-    if args.json {
-        return Ok(json(&data));
-    }
-    let lines: Vec<String> = serde_json::from_value(data)?;
-    Ok(if lines.is_empty() {
-        "no change\n".to_owned()
+pub fn backend(args: &BackendArgs) -> Result<Output, ClientError> {
+    let lines = args
+        .socket
+        .client()
+        .backend(args.action, args.vip, args.backend, args.weight)?;
+    Ok(if args.json {
+        json(&lines)
+    } else if lines.is_empty() {
+        Output::text("no change\n")
     } else {
-        lines.join("\n") + "\n"
+        Output::text(lines.join("\n") + "\n")
     })
 }
 
-/// Runs `lb flow`; returns the text to print.
+/// Runs `lb flow`.
 ///
 /// # Errors
 /// The daemon is unreachable or refused.
-pub fn flow(args: &FlowArgs) -> Result<String, ClientError> {
-    let data = control::call(
-        &args.socket.socket,
-        &Request::Flow {
-            vip: args.vip.clone(),
-            client: args.client.clone(),
-        },
-    )?;
-    if args.json {
-        return Ok(json(&data));
-    }
-    let f: FlowReport = serde_json::from_value(data)?;
-    Ok(flow_text(&f))
+pub fn flow(args: &FlowArgs) -> Result<Output, ClientError> {
+    let f = args.socket.client().flow(args.vip, args.client)?;
+    Ok(if args.json {
+        json(&f)
+    } else {
+        Output::text(flow_text(&f))
+    })
 }
 
 /// The text form of `lb flow`.
@@ -240,3 +251,6 @@ pub fn flow_text(f: &FlowReport) -> String {
     out.push('\n');
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,23 +9,26 @@
 //!   between backends present in both, and how many go to added backends.
 //!
 //! `BACKEND` is `ADDR`, `ADDR:PORT` or `[V6ADDR]:PORT`, optionally followed by `=WEIGHT`
-//! (default 1, 0 = drained); `LIST` is a comma-separated list of them. Errors go to
-//! stderr, name the offending argument and exit with status 2; warnings (e.g. a table
+//! (default 1, 0 = drained); `LIST` is a comma-separated list of them. Errors name the
+//! offending argument (`lb` exits with status 2 for them); warnings (e.g. a table
 //! smaller than 100 x the backends) go to stderr, or into the `warnings` field with
 //! `--json`.
 
 use std::{
     fmt::Write as _,
-    io::{self, Write},
     str::FromStr,
     time::{Duration, Instant},
 };
 
 use serde::Serialize;
 
-use crate::maglev::{
-    Backend, DEFAULT_SEED, DEFAULT_TABLE_SIZE, FINGERPRINT_VERSION, MaglevError, MaglevTable,
-    TableDiff, parse_backend_list, validate_table_size,
+use super::Output;
+use crate::{
+    defaults,
+    maglev::{
+        Backend, FINGERPRINT_VERSION, MaglevError, MaglevTable, TableDiff, parse_backend_list,
+        validate_table_size,
+    },
 };
 
 /// How many backend keys the text output of `diff` lists before summarising.
@@ -52,11 +55,11 @@ pub enum TableCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct TableOptions {
     /// Table size M: a prime from 2 to 4000037 (slots in the lookup table).
-    #[arg(long, value_name = "M", default_value_t = DEFAULT_TABLE_SIZE, value_parser = parse_table_size)]
+    #[arg(long, value_name = "M", default_value_t = defaults::TABLE_SIZE, value_parser = parse_table_size)]
     pub size: u32,
     /// Seed of the backend hash (decimal, or hexadecimal with 0x); every instance
     /// must use the same one.
-    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, value_parser = parse_seed)]
+    #[arg(long, value_name = "S", default_value_t = defaults::MAGLEV_SEED, value_parser = parse_seed)]
     pub seed: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -130,99 +133,59 @@ pub fn parse_seed(text: &str) -> Result<u64, String> {
     })
 }
 
-/// Why `lb table` failed. The text names the argument at fault.
+/// Why `lb table` failed: an argument the table builder rejected. The text names it.
 #[derive(Debug, thiserror::Error)]
-pub enum TableCliError {
-    /// An argument was rejected by the table builder.
-    #[error("invalid {argument}: {problem}")]
-    Argument {
-        /// The argument, e.g. `--size 7` or `--old list`.
-        argument: String,
-        /// What the builder said.
-        problem: MaglevError,
-    },
-    /// The output could not be written.
-    #[error("writing the output: {0}")]
-    Output(#[from] io::Error),
+#[error("invalid {argument}: {problem}")]
+pub struct TableCliError {
+    /// The argument, e.g. `--size 7` or `--old list`.
+    pub argument: String,
+    /// What the builder said.
+    pub problem: MaglevError,
 }
 
-/// Runs `lb table` from the `lb` binary: writes to stdout/stderr and returns the exit
-/// status (0 success, 2 invalid argument, 1 output error).
-#[must_use]
-pub fn main(args: &TableArgs) -> i32 {
-    let stdout = io::stdout();
-    let stderr = io::stderr();
-    match run(args, &mut stdout.lock(), &mut stderr.lock()) {
-        Ok(()) => 0,
-        // A closed pipe (`lb table build ... | head`) is not worth a message.
-        Err(TableCliError::Output(err)) if err.kind() == io::ErrorKind::BrokenPipe => 0,
-        Err(err) => {
-            let _ = writeln!(stderr.lock(), "lb table: error: {err}");
-            match err {
-                TableCliError::Argument { .. } => 2,
-                TableCliError::Output(_) => 1,
-            }
-        }
-    }
-}
-
-/// Runs `lb table`: the report goes to `out`, warnings (text mode) to `warn`.
+/// Runs `lb table`: the report as text (warnings apart) or as one JSON object
+/// (warnings inside).
 ///
 /// # Errors
-/// [`TableCliError::Argument`] naming the argument the builder rejected,
-/// [`TableCliError::Output`] if writing fails.
-pub fn run(
-    args: &TableArgs,
-    out: &mut dyn Write,
-    warn: &mut dyn Write,
-) -> Result<(), TableCliError> {
+/// [`TableCliError`] naming the argument the builder rejected.
+pub fn run(args: &TableArgs) -> Result<Output, TableCliError> {
     match &args.command {
-        TableCommand::Build(build) => run_build(build, out, warn),
-        TableCommand::Diff(diff) => run_diff(diff, out, warn),
+        TableCommand::Build(build) => run_build(build),
+        TableCommand::Diff(diff) => run_diff(diff),
     }
 }
 
-fn run_build(
-    args: &BuildArgs,
-    out: &mut dyn Write,
-    warn: &mut dyn Write,
-) -> Result<(), TableCliError> {
+fn run_build(args: &BuildArgs) -> Result<Output, TableCliError> {
     let options = &args.options;
     let started = Instant::now();
     let table = MaglevTable::build(&args.backends, options.size, options.seed)
         .map_err(|problem| argument_error(problem, options.size, "BACKEND list"))?;
     let report = BuildReport::new(&table, started.elapsed());
-    if options.json {
-        writeln!(out, "{}", to_json(&report))?;
+    Ok(if options.json {
+        Output::text(to_json(&report))
     } else {
-        out.write_all(report.to_text().as_bytes())?;
-        for warning in &report.warnings {
-            writeln!(warn, "warning: {warning}")?;
+        Output {
+            text: report.to_text(),
+            warnings: report.warnings,
         }
-    }
-    Ok(())
+    })
 }
 
-fn run_diff(
-    args: &DiffArgs,
-    out: &mut dyn Write,
-    warn: &mut dyn Write,
-) -> Result<(), TableCliError> {
+fn run_diff(args: &DiffArgs) -> Result<Output, TableCliError> {
     let options = &args.options;
     let old = MaglevTable::build(&args.old.0, options.size, options.seed)
         .map_err(|problem| argument_error(problem, options.size, "--old list"))?;
     let new = MaglevTable::build(&args.new.0, options.size, options.seed)
         .map_err(|problem| argument_error(problem, options.size, "--new list"))?;
     let report = DiffReport::new(&old, &new);
-    if options.json {
-        writeln!(out, "{}", to_json(&report))?;
+    Ok(if options.json {
+        Output::text(to_json(&report))
     } else {
-        out.write_all(report.to_text().as_bytes())?;
-        for warning in &report.warnings {
-            writeln!(warn, "warning: {warning}")?;
+        Output {
+            text: report.to_text(),
+            warnings: report.warnings,
         }
-    }
-    Ok(())
+    })
 }
 
 /// Attributes a builder error to `--size` or to the backend list argument `list`.
@@ -234,12 +197,13 @@ fn argument_error(problem: MaglevError, size: u32, list: &str) -> TableCliError 
         | MaglevError::TableSizeBelowBackendCount { .. } => format!("--size {size}"),
         _ => list.to_owned(),
     };
-    TableCliError::Argument { argument, problem }
+    TableCliError { argument, problem }
 }
 
-/// Pretty JSON of a report (serialising these plain structs cannot fail).
+/// Pretty JSON of a report and a line break (serialising these plain structs cannot
+/// fail).
 fn to_json(report: &impl Serialize) -> String {
-    serde_json::to_string_pretty(report).expect("reports serialise to JSON")
+    serde_json::to_string_pretty(report).expect("reports serialise to JSON") + "\n"
 }
 
 /// What `lb table build` prints; `--json` prints it as an object with these fields.
@@ -534,234 +498,4 @@ fn list(keys: &[String]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: TableCommand,
-    }
-
-    /// Parses `lb table ARGS...` and runs it: (exit code, stdout, stderr).
-    fn lb_table(args: &[&str]) -> (i32, String, String) {
-        let cli = match Cli::try_parse_from(std::iter::once("table").chain(args.iter().copied())) {
-            Ok(cli) => cli,
-            Err(err) => return (err.exit_code(), String::new(), err.to_string()),
-        };
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = match run(
-            &TableArgs {
-                command: cli.command,
-            },
-            &mut out,
-            &mut err,
-        ) {
-            Ok(()) => 0,
-            Err(e) => {
-                err.extend_from_slice(format!("{e}").as_bytes());
-                2
-            }
-        };
-        (
-            code,
-            String::from_utf8(out).unwrap(),
-            String::from_utf8(err).unwrap(),
-        )
-    }
-
-    #[test]
-    fn build_text() {
-        let (code, out, err) = lb_table(&[
-            "build",
-            "--size",
-            "7",
-            "198.51.100.12",
-            "198.51.100.11=2",
-            "[2001:db8::1]:80=0",
-        ]);
-        assert_eq!(code, 0, "{err}");
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(
-            lines[0],
-            format!("table_size 7, seed {DEFAULT_SEED}, 3 backends (2 with weight > 0)")
-        );
-        assert_eq!(
-            lines[2],
-            "BACKEND               WEIGHT    SLOTS     SHARE     IDEAL"
-        );
-        assert_eq!(
-            lines[3],
-            "198.51.100.11              2        5   71.429%   66.667%"
-        );
-        assert_eq!(
-            lines[4],
-            "198.51.100.12              1        2   28.571%   33.333%"
-        );
-        assert_eq!(
-            lines[5],
-            "[2001:db8::1]:80           0        0    0.000%    0.000%"
-        );
-        assert_eq!(
-            lines[7],
-            "slots per backend with weight > 0: min 2, max 5, mean 3.50, max/avg 1.4286"
-        );
-        assert!(lines[8].starts_with("fingerprint ") && lines[8].ends_with(" (v1)"));
-        assert!(lines[9].starts_with("build time ") && lines[9].ends_with(" ms"));
-        assert_eq!(
-            err,
-            "warning: table_size 7 < 100 × backends (2): expect imbalance\n"
-        );
-    }
-
-    #[test]
-    fn build_json() {
-        let (code, out, _) = lb_table(&[
-            "build",
-            "--json",
-            "--seed",
-            "0x10",
-            "198.51.100.11",
-            "198.51.100.12=3",
-        ]);
-        assert_eq!(code, 0);
-        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(json["size"], 65_537);
-        assert_eq!(json["seed"], 16);
-        assert_eq!(json["fingerprint"].as_str().unwrap().len(), 64);
-        assert!(json["build_ms"].as_f64().unwrap() >= 0.0);
-        assert_eq!(json["backends"][0]["key"], "198.51.100.11");
-        assert_eq!(json["backends"][0]["weight"], 1);
-        assert_eq!(json["backends"][0]["slots"], 16_384);
-        assert_eq!(json["backends"][1]["slots"], 49_153);
-        assert_eq!(json["warnings"], serde_json::json!([]));
-    }
-
-    #[test]
-    fn build_empty_table() {
-        let (code, out, err) = lb_table(&["build", "198.51.100.11=0"]);
-        assert_eq!(code, 0);
-        assert!(out.contains("empty table: no backend with weight > 0, new flows are dropped"));
-        assert!(err.contains("the table is empty"));
-        let (_, out, _) = lb_table(&["build", "--json"]);
-        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(json["min_slots"], serde_json::Value::Null);
-    }
-
-    #[test]
-    fn diff_text_and_json() {
-        let old = "198.51.100.11,198.51.100.12,198.51.100.13";
-        let new = "198.51.100.11,198.51.100.12,198.51.100.14";
-        let (code, out, _) = lb_table(&["diff", "--size", "1009", "--old", old, "--new", new]);
-        assert_eq!(code, 0);
-        assert!(out.contains("removed (1): 198.51.100.13\n"), "{out}");
-        assert!(out.contains("added (1): 198.51.100.14\n"), "{out}");
-        assert!(out.contains("\nslots changed: "), "{out}");
-        let (code, out, _) = lb_table(&[
-            "diff", "--size", "1009", "--json", "--old", old, "--new", new,
-        ]);
-        assert_eq!(code, 0);
-        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
-        let changed = json["changed"].as_u64().unwrap();
-        assert!(changed > 0);
-        assert_eq!(json["added"], serde_json::json!(["198.51.100.14"]));
-        assert!(
-            (json["changed_fraction"].as_f64().unwrap() - changed as f64 / 1009.0).abs() < 1e-12
-        );
-        assert!(json["gained_by_added"].as_u64().unwrap() > 0);
-    }
-
-    #[test]
-    fn errors_name_the_argument() {
-        let (code, _, err) = lb_table(&["build", "--size", "65536", "198.51.100.11"]);
-        assert_eq!(code, 2);
-        assert!(err.contains("'--size <M>'"), "{err}");
-        assert!(err.contains("table_size 65536 is not prime"), "{err}");
-
-        let (code, _, err) = lb_table(&[
-            "build",
-            "--size",
-            "7",
-            "198.51.100.1",
-            "198.51.100.2",
-            "198.51.100.3",
-            "198.51.100.4",
-            "198.51.100.5",
-            "198.51.100.6",
-            "198.51.100.7",
-            "198.51.100.8",
-        ]);
-        assert_eq!(code, 2);
-        assert_eq!(
-            err,
-            "invalid --size 7: table_size 7 is smaller than backend count 8"
-        );
-
-        let (code, _, err) = lb_table(&["build", "198.51.100.11", "::ffff:198.51.100.11"]);
-        assert_eq!(code, 2);
-        assert_eq!(err, "invalid BACKEND list: duplicate backend 198.51.100.11");
-
-        let (code, _, err) = lb_table(&["build", "198.51.100.300"]);
-        assert_eq!(code, 2);
-        assert!(err.contains("'[BACKEND]...'"), "{err}");
-        assert!(
-            err.contains("invalid backend address \"198.51.100.300\""),
-            "{err}"
-        );
-
-        let (code, _, err) = lb_table(&["build", "198.51.100.11=1.5"]);
-        assert_eq!(code, 2);
-        assert!(
-            err.contains("invalid weight \"1.5\" for backend 198.51.100.11"),
-            "{err}"
-        );
-
-        let (code, _, err) = lb_table(&["diff", "--old", "198.51.100.11,x", "--new", ""]);
-        assert_eq!(code, 2);
-        assert!(
-            err.contains("'--old <LIST>'") && err.contains("\"x\""),
-            "{err}"
-        );
-
-        let (code, _, err) = lb_table(&[
-            "diff",
-            "--old",
-            "",
-            "--new",
-            "198.51.100.11,198.51.100.11=2",
-        ]);
-        assert_eq!(code, 2);
-        assert_eq!(err, "invalid --new list: duplicate backend 198.51.100.11");
-
-        let (code, _, err) = lb_table(&["build", "--seed=-1"]);
-        assert_eq!(code, 2);
-        assert!(err.contains("'--seed <S>'"), "{err}");
-    }
-
-    #[test]
-    fn seeds_and_sizes_parse() {
-        assert_eq!(parse_seed("0x6c626d61676c6576"), Ok(DEFAULT_SEED));
-        assert_eq!(parse_seed("42"), Ok(42));
-        assert!(parse_seed("0x").is_err());
-        assert_eq!(parse_table_size("65537"), Ok(65_537));
-        assert_eq!(
-            parse_table_size("1"),
-            Err("table_size must be a prime >= 2 (got 1)".to_owned())
-        );
-        assert!(
-            parse_table_size("-7")
-                .unwrap_err()
-                .contains("\"-7\" is not a table size")
-        );
-    }
-
-    #[test]
-    fn long_lists_are_summarised() {
-        let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
-        assert_eq!(list(&keys[..2]), "k0, k1");
-        assert!(list(&keys).ends_with("k9, and 2 more"));
-        assert_eq!(list(&[]), "-");
-    }
-}
+mod tests;

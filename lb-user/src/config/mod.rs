@@ -21,19 +21,6 @@ pub use vip::{Protocol, Vip};
 
 use crate::maglev::BackendKey;
 
-/// Default path of the control socket.
-pub const DEFAULT_CONTROL_SOCKET: &str = "/run/lb/lb.sock";
-/// Default MTU of the LB → backend path (bytes of outer IP packet).
-pub const DEFAULT_MTU: u16 = 1500;
-/// Default UDP conntrack idle timeout.
-pub const DEFAULT_UDP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default cap on the memory of all Maglev table maps (MiB). The kernel stores each
-/// `u32` slot in an 8-byte cell: a 65,537-slot table takes 512 KiB, so the default
-/// allows 512 such VIPs (../shared/cases BR-10.T3).
-pub const DEFAULT_MAX_TABLE_MEMORY_MIB: u32 = 256;
-/// Default flow-hash seed.
-pub const DEFAULT_HASH_SEED: u32 = 0x6c62_5f31;
-
 /// How the XDP program is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

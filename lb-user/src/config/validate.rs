@@ -10,28 +10,23 @@
 //! - weights are integers in `0..=u32::MAX` (BR-03.T4); all-zero weights are a warning
 //!   and the VIP drops new flows (BR-03.T3, BR-08);
 //! - the table maps' total memory stays under `max_table_memory_mib` (BR-10.T3).
+//!
+//! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
+//! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`].
+
+mod vips;
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    net::IpAddr,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     path::PathBuf,
     time::Duration,
 };
 
-use lb_common::maps::{MAX_BACKENDS, MAX_VIPS};
-
 use super::{
-    BackendConfig, BackendState, Config, ConfigError, ConfigErrors, DEFAULT_CONTROL_SOCKET,
-    DEFAULT_HASH_SEED, DEFAULT_MAX_TABLE_MEMORY_MIB, DEFAULT_MTU, DEFAULT_UDP_TIMEOUT, Loaded,
-    Nexthop, Protocol, Vip, VipConfig, XdpMode,
-    file::{FileConfig, UInt},
+    Config, ConfigError, ConfigErrors, Loaded, Nexthop, XdpMode,
+    file::{ConntrackFile, EncapFile, FileConfig, NexthopFile, UInt},
 };
-use crate::maglev::{self, BackendKey};
-
-/// Bytes one table slot takes in the kernel (a `u32` in an 8-byte array cell).
-const TABLE_SLOT_BYTES: u64 = 8;
-/// Header entries of a table map (size and generation).
-const TABLE_HEADER: u64 = lb_common::maps::TABLE_HEADER_LEN as u64;
+use crate::defaults;
 
 const CT_CAPACITY_RANGE: (u32, u32) = (1_024, 64 << 20);
 /// SYN cache slots (64 bytes each): 16 KiB to 256 MiB.
@@ -39,12 +34,7 @@ const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
-/// Default `nexthop.cache_ms`: neighbour and route changes reach the packet path within
-/// 100 ms, while the FIB lookup is paid once per backend, CPU and 100 ms.
-const DEFAULT_NEXTHOP_CACHE_MS: u32 = 100;
 const MTU_RANGE: (u16, u16) = (576, 65_535);
-/// IPv6 links carry at least 1,280 bytes (RFC 8200 section 5).
-const IPV6_MIN_MTU: u16 = 1_280;
 /// Linux interface names are at most 15 bytes (`IFNAMSIZ` - 1).
 const IFNAME_MAX: usize = 15;
 
@@ -124,9 +114,18 @@ fn parse_mac(text: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
-fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
-    let mut r = Report::default();
+/// The top-level keys but the sections.
+struct TopLevel {
+    interface: String,
+    xdp_mode: XdpMode,
+    control_socket: PathBuf,
+    mtu: u16,
+    hash_seed: u32,
+    maglev_seed: u64,
+    max_table_mib: u32,
+}
 
+fn top_level(file: &FileConfig, r: &mut Report) -> TopLevel {
     let interface = file.interface.clone();
     if interface.is_empty() || interface.len() > IFNAME_MAX || interface.contains(['/', ' ']) {
         r.error(
@@ -136,7 +135,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ),
         );
     }
-    let xdp_mode = match file.xdp_mode.as_deref().unwrap_or("auto") {
+    let xdp_mode = match file.xdp_mode.as_deref().unwrap_or(defaults::XDP_MODE) {
         "auto" => XdpMode::Auto,
         "native" => XdpMode::Native,
         "skb" => XdpMode::Skb,
@@ -151,7 +150,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let control_socket = PathBuf::from(
         file.control_socket
             .as_deref()
-            .unwrap_or(DEFAULT_CONTROL_SOCKET),
+            .unwrap_or(defaults::CONTROL_SOCKET),
     );
     if !control_socket.is_absolute() {
         r.error(
@@ -162,15 +161,34 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ),
         );
     }
-    let mtu = in_range(&mut r, "mtu", uint(file.mtu, DEFAULT_MTU), MTU_RANGE);
-    let hash_seed = uint(file.hash_seed, DEFAULT_HASH_SEED);
-    let maglev_seed = uint(file.maglev_seed, maglev::DEFAULT_SEED);
-    let max_table_mib = uint(file.max_table_memory_mib, DEFAULT_MAX_TABLE_MEMORY_MIB);
+    let mtu = in_range(r, "mtu", uint(file.mtu, defaults::MTU), MTU_RANGE);
+    let max_table_mib = uint(file.max_table_memory_mib, defaults::MAX_TABLE_MEMORY_MIB);
     if max_table_mib == 0 {
         r.error("max_table_memory_mib", "expected at least 1, got 0");
     }
+    TopLevel {
+        interface,
+        xdp_mode,
+        control_socket,
+        mtu,
+        hash_seed: uint(file.hash_seed, defaults::HASH_SEED),
+        maglev_seed: uint(file.maglev_seed, defaults::MAGLEV_SEED),
+        max_table_mib,
+    }
+}
 
-    let source_v4 = file.encap.source_v4.as_deref().and_then(|t| {
+/// `[encap]`: the outer source addresses.
+struct Encap {
+    source_v4: Option<Ipv4Addr>,
+    source_v6: Option<Ipv6Addr>,
+    /// Whether the keys were given at all (an invalid one is reported once, as invalid,
+    /// not again as missing).
+    v4_given: bool,
+    v6_given: bool,
+}
+
+fn encap(file: &EncapFile, r: &mut Report) -> Encap {
+    let source_v4 = file.source_v4.as_deref().and_then(|t| {
         match t.parse::<IpAddr>().map(|a| a.to_canonical()) {
             Ok(IpAddr::V4(a)) => Some(a),
             _ => {
@@ -183,7 +201,6 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
         }
     });
     let source_v6 = file
-        .encap
         .source_v6
         .as_deref()
         .and_then(|t| match t.parse::<IpAddr>() {
@@ -196,11 +213,18 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
                 None
             }
         });
+    Encap {
+        source_v4,
+        source_v6,
+        v4_given: file.source_v4.is_some(),
+        v6_given: file.source_v6.is_some(),
+    }
+}
 
-    let nexthop = match (
-        file.nexthop.mode.as_deref().unwrap_or("fib"),
-        &file.nexthop.gateway_mac,
-    ) {
+/// `[nexthop]`: the mode and, in `fib` mode, how long a lookup is reused.
+fn nexthop(file: &NexthopFile, r: &mut Report) -> (Nexthop, Duration) {
+    let mode = file.mode.as_deref().unwrap_or(defaults::NEXTHOP_MODE);
+    let nexthop = match (mode, &file.gateway_mac) {
         ("fib", None) => Nexthop::Fib,
         ("fib", Some(_)) => {
             r.error(
@@ -231,247 +255,87 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             Nexthop::Fib
         }
     };
-
-    let nexthop_cache_ms = in_range(
-        &mut r,
+    let cache_ms = in_range(
+        r,
         "nexthop.cache_ms",
-        uint(file.nexthop.cache_ms, DEFAULT_NEXTHOP_CACHE_MS),
+        uint(file.cache_ms, defaults::NEXTHOP_CACHE_MS),
         NEXTHOP_CACHE_MS_RANGE,
     );
-    if file.nexthop.cache_ms.is_some() && matches!(nexthop, Nexthop::Gateway { .. }) {
+    if file.cache_ms.is_some() && matches!(nexthop, Nexthop::Gateway { .. }) {
         r.error(
             "nexthop.cache_ms",
             "only used with mode = \"fib\" (gateway mode looks nothing up)",
         );
     }
+    (nexthop, Duration::from_millis(u64::from(cache_ms)))
+}
 
-    let ct_capacity = in_range(
-        &mut r,
+/// `[conntrack]`: (capacity per family, SYN cache slots, UDP idle timeout).
+fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration) {
+    let capacity = in_range(
+        r,
         "conntrack.capacity",
-        uint(
-            file.conntrack.capacity,
-            lb_common::maps::DEFAULT_CT_CAPACITY,
-        ),
+        uint(file.capacity, defaults::CT_CAPACITY),
         CT_CAPACITY_RANGE,
     );
-    let ct_syn_capacity = in_range(
-        &mut r,
+    let syn_capacity = in_range(
+        r,
         "conntrack.syn_capacity",
-        uint(
-            file.conntrack.syn_capacity,
-            lb_common::maps::DEFAULT_CT_SYN_CAPACITY,
-        ),
+        uint(file.syn_capacity, defaults::CT_SYN_CAPACITY),
         CT_SYN_CAPACITY_RANGE,
     );
-    if !ct_syn_capacity.is_power_of_two() {
+    if !syn_capacity.is_power_of_two() {
+        let above = syn_capacity.checked_next_power_of_two();
         r.error(
             "conntrack.syn_capacity",
             format!(
-                "expected a power of two (SYN cache slots), got {ct_syn_capacity}; the nearest are {} and {}",
-                ct_syn_capacity.checked_next_power_of_two().map_or(0, |n| n / 2),
-                ct_syn_capacity.checked_next_power_of_two().unwrap_or(0)
+                "expected a power of two (SYN cache slots), got {syn_capacity}; the nearest are {} and {}",
+                above.map_or(0, |n| n / 2),
+                above.unwrap_or(0)
             ),
         );
     }
-    let default_timeout = u32::try_from(DEFAULT_UDP_TIMEOUT.as_secs()).unwrap_or(u32::MAX);
     let udp_timeout_secs = in_range(
-        &mut r,
+        r,
         "conntrack.udp_timeout_secs",
-        uint(file.conntrack.udp_timeout_secs, default_timeout),
+        uint(file.udp_timeout_secs, defaults::UDP_TIMEOUT_SECS),
         UDP_TIMEOUT_RANGE,
     );
+    (
+        capacity,
+        syn_capacity,
+        Duration::from_secs(u64::from(udp_timeout_secs)),
+    )
+}
 
-    if file.vips.len() > MAX_VIPS as usize {
-        r.error(
-            "vip",
-            format!(
-                "{} VIPs exceed the data plane's maximum of {MAX_VIPS}",
-                file.vips.len()
-            ),
-        );
-    }
-    let mut seen_vips: HashMap<Vip, usize> = HashMap::new();
-    let mut vips = Vec::with_capacity(file.vips.len());
-    let mut total_backends = 0usize;
-    let mut table_bytes = 0u64;
-    for (i, v) in file.vips.iter().enumerate() {
-        let path = format!("vip[{i}]");
-        let addr = match v.address.parse::<IpAddr>() {
-            Ok(a) => a.to_canonical(),
-            Err(_) => {
-                r.error(
-                    format!("{path}.address"),
-                    format!("expected an IP address, got {:?}", v.address),
-                );
-                continue;
-            }
-        };
-        if v.port.0 == 0 {
-            r.error(
-                format!("{path}.port"),
-                "expected a port from 1 to 65535, got 0",
-            );
-        }
-        let proto = match v.protocol.parse::<Protocol>() {
-            Ok(p) => p,
-            Err(e) => {
-                r.error(format!("{path}.protocol"), e);
-                continue;
-            }
-        };
-        let vip = Vip::new(addr, v.port.0, proto);
-        if let Some(first) = seen_vips.insert(vip, i) {
-            r.error(&path, format!("duplicate VIP {vip} (also vip[{first}])"));
-        }
-        let lb_source: Option<IpAddr> = match addr {
-            IpAddr::V4(_) => {
-                if source_v4.is_none() && file.encap.source_v4.is_none() {
-                    r.error(
-                        "encap.source_v4",
-                        format!("required by {path} ({vip}): the outer IPv4 source address"),
-                    );
-                }
-                source_v4.map(IpAddr::V4)
-            }
-            IpAddr::V6(_) => {
-                if source_v6.is_none() && file.encap.source_v6.is_none() {
-                    r.error(
-                        "encap.source_v6",
-                        format!("required by {path} ({vip}): the outer IPv6 source address"),
-                    );
-                }
-                if mtu < IPV6_MIN_MTU {
-                    r.error(
-                        "mtu",
-                        format!("IPv6 VIP {vip} needs at least {IPV6_MIN_MTU}, got {mtu}"),
-                    );
-                }
-                source_v6.map(IpAddr::V6)
-            }
-        };
-        let table_size = uint(v.table_size, maglev::DEFAULT_TABLE_SIZE);
-        if let Err(e) = maglev::validate_table_size(table_size) {
-            r.error(format!("{path}.table_size"), e.to_string());
-        }
-        table_bytes += (u64::from(table_size) + TABLE_HEADER) * TABLE_SLOT_BYTES;
-
-        let mut backends = Vec::with_capacity(v.backends.len());
-        let mut seen: BTreeMap<BackendKey, usize> = BTreeMap::new();
-        for (j, b) in v.backends.iter().enumerate() {
-            let bpath = format!("{path}.backend[{j}]");
-            let key = match b.address.parse::<BackendKey>() {
-                Ok(k) => k,
-                Err(e) => {
-                    r.error(format!("{bpath}.address"), e.to_string());
-                    continue;
-                }
-            };
-            if key.port().is_some() {
-                r.error(
-                    format!("{bpath}.address"),
-                    format!(
-                        "backend port not supported with IP-in-IP encapsulation (the VIP's port \
-                         is kept), got {:?}",
-                        b.address
-                    ),
-                );
-            }
-            if key.ip().is_ipv4() != addr.is_ipv4() {
-                r.error(
-                    format!("{bpath}.address"),
-                    format!("backend {key} is not of the same address family as VIP {vip}"),
-                );
-            }
-            if key.ip() == addr || Some(key.ip()) == lb_source {
-                r.error(
-                    format!("{bpath}.address"),
-                    format!("backend {key} is the VIP or the LB's own address (a forwarding loop)"),
-                );
-            }
-            if let Some(first) = seen.insert(key, j) {
-                r.error(
-                    format!("{bpath}.address"),
-                    format!("duplicate backend {key} in VIP {vip} (also backend[{first}])"),
-                );
-            }
-            let state = match b.state.as_deref().unwrap_or("active") {
-                "active" => BackendState::Active,
-                "drain" => BackendState::Drain,
-                "down" => BackendState::Down,
-                other => {
-                    r.error(
-                        format!("{bpath}.state"),
-                        format!("expected \"active\", \"drain\" or \"down\", got {other:?}"),
-                    );
-                    BackendState::Active
-                }
-            };
-            backends.push(BackendConfig {
-                key,
-                weight: uint(b.weight, 1),
-                state,
-            });
-        }
-        total_backends += backends.len();
-        let in_table = backends
-            .iter()
-            .filter(|b| b.state == BackendState::Active && b.weight > 0)
-            .count();
-        if usize::try_from(table_size).is_ok_and(|m| m < in_table) && table_size >= 2 {
-            r.error(
-                format!("{path}.table_size"),
-                format!("table_size {table_size} is smaller than backend count {in_table}"),
-            );
-        }
-        if in_table == 0 {
-            r.warnings.push(format!(
-                "VIP {vip} has no backend with weight > 0: new flows to it are dropped"
-            ));
-        }
-        vips.push(VipConfig {
-            vip,
-            table_size,
-            backends,
-        });
-    }
-    if total_backends >= MAX_BACKENDS as usize {
-        r.error(
-            "vip",
-            format!(
-                "{total_backends} backends in all exceed the data plane's maximum of {}",
-                MAX_BACKENDS - 1
-            ),
-        );
-    }
-    let limit = u64::from(max_table_mib) << 20;
-    if table_bytes > limit {
-        r.error(
-            "max_table_memory_mib",
-            format!(
-                "table memory {} MiB exceeds limit {max_table_mib} MiB (each slot takes {TABLE_SLOT_BYTES} bytes in the kernel)",
-                table_bytes.div_ceil(1 << 20)
-            ),
-        );
-    }
+/// Every section in turn; every problem collected.
+fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
+    let mut r = Report::default();
+    let top = top_level(&file, &mut r);
+    let encap = encap(&file.encap, &mut r);
+    let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
+    let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
+    let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
+    let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
         return Err(ConfigErrors(r.errors));
     }
     Ok(Loaded {
         config: Config {
-            interface,
-            xdp_mode,
-            control_socket,
-            mtu,
-            hash_seed,
-            maglev_seed,
-            max_table_memory: limit,
-            source_v4,
-            source_v6,
+            interface: top.interface,
+            xdp_mode: top.xdp_mode,
+            control_socket: top.control_socket,
+            mtu: top.mtu,
+            hash_seed: top.hash_seed,
+            maglev_seed: top.maglev_seed,
+            max_table_memory,
+            source_v4: encap.source_v4,
+            source_v6: encap.source_v6,
             nexthop,
             ct_capacity,
             ct_syn_capacity,
-            udp_timeout: Duration::from_secs(u64::from(udp_timeout_secs)),
-            nexthop_cache: Duration::from_millis(u64::from(nexthop_cache_ms)),
+            udp_timeout,
+            nexthop_cache,
             vips,
         },
         warnings: r.warnings,

@@ -112,8 +112,17 @@ impl FromStr for Vip {
 }
 
 impl serde::Serialize for Vip {
+    /// Serialized as its text form, `ADDR:PORT/PROTO`.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Vip {
+    /// Deserialized from any text [`FromStr`] accepts.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -38,7 +38,8 @@ pub struct Globals {
 }
 
 impl Globals {
-    /// The `CONFIG` map element.
+    /// The `CONFIG` map element, but for `syn_cache_mask`: the data plane that sized
+    /// `SYN_CACHE` writes that (see [`crate::dataplane::Dataplane::set_config`]).
     pub fn lb_config(&self) -> LbConfig {
         let (src_v6, _) = self
             .source_v6
@@ -57,9 +58,9 @@ impl Globals {
             _pad: 0,
             flags: CONFIG_VALID,
             hash_seed: self.hash_seed,
-            syn_cache_mask: 0,
             udp_timeout_ns: u64::try_from(self.udp_timeout.as_nanos()).unwrap_or(u64::MAX),
             nexthop_cache_ns: u64::try_from(self.nexthop_cache.as_nanos()).unwrap_or(u64::MAX),
+            ..LbConfig::default()
         }
     }
 }

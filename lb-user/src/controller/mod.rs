@@ -9,7 +9,7 @@
 pub mod desired;
 mod ids;
 mod plan;
-pub mod report;
+mod report;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
@@ -17,10 +17,12 @@ use lb_common::types::BackendEntry;
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
 pub use ids::IdError;
-pub use plan::{ApplyError, ApplyReport};
+pub use plan::ApplyError;
+pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
     config::Vip,
+    control::{FlowReport, Pin},
     dataplane::{CtTable, Dataplane, DataplaneError},
     flow::{flow_key, slot_of},
     maglev::{BackendKey, MaglevTable},
@@ -125,7 +127,7 @@ impl<D: Dataplane> Controller<D> {
     ///
     /// # Errors
     /// An unknown VIP, a client of the other family, or a failed conntrack read.
-    pub fn flow(&self, vip: &Vip, client: SocketAddr) -> Result<report::FlowReport, FlowError> {
+    pub fn flow(&self, vip: &Vip, client: SocketAddr) -> Result<FlowReport, FlowError> {
         let applied = self
             .state
             .vips
@@ -148,14 +150,14 @@ impl<D: Dataplane> Controller<D> {
             .dp
             .lookup_flow(&key)
             .map_err(FlowError::Dataplane)?
-            .map(|(table, entry)| report::Pin {
+            .map(|(table, entry)| Pin {
                 backend: by_id(entry.backend_id).unwrap_or_else(|| {
                     format!("backend id {} (no longer in the VIP)", entry.backend_id)
                 }),
                 backend_id: entry.backend_id,
                 established: table == CtTable::Established,
             });
-        Ok(report::FlowReport {
+        Ok(FlowReport {
             vip: vip.to_string(),
             client: client.to_string(),
             slot,

@@ -21,18 +21,18 @@ use std::{
 };
 
 use lb_common::types::{
-    BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UNUSED, BackendEntry, LbConfig,
-    VipEntry, VipKey,
+    BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UNUSED, BackendEntry, LbConfig, VipKey,
 };
 
 use super::{
     AppliedVip, State,
     desired::{Desired, VipSpec},
     ids::IdError,
+    report::{ApplyReport, TableChange, VipChange},
 };
 use crate::{
     config::{BackendState, Vip},
-    dataplane::{Dataplane, DataplaneError, TableImage},
+    dataplane::{self, Dataplane, DataplaneError, TableImage},
     flow::addr_bytes,
     maglev::{Backend, BackendKey, MaglevError, MaglevTable},
 };
@@ -49,7 +49,7 @@ pub(super) enum Op {
         slots: Arc<Vec<u32>>,
     },
     RemoveTable(u32),
-    SetVip(VipKey, VipEntry),
+    SetVip(VipKey, u32),
     RemoveVip(VipKey),
     Quiesce,
 }
@@ -64,7 +64,7 @@ impl Op {
                 vip_id, generation, ..
             } => format!("installing table generation {generation} of VIP id {vip_id}"),
             Op::RemoveTable(id) => format!("removing the table of VIP id {id}"),
-            Op::SetVip(_, e) => format!("writing VIP id {}", e.vip_id),
+            Op::SetVip(_, vip_id) => format!("writing VIP id {vip_id}"),
             Op::RemoveVip(_) => "removing a VIP".to_owned(),
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
@@ -87,7 +87,7 @@ impl Op {
                 },
             ),
             Op::RemoveTable(id) => dp.remove_table(*id),
-            Op::SetVip(k, e) => dp.set_vip(k, e),
+            Op::SetVip(k, vip_id) => dp.set_vip(k, *vip_id),
             Op::RemoveVip(k) => dp.remove_vip(k),
             Op::Quiesce => dp.quiesce(),
         }
@@ -126,17 +126,6 @@ pub enum ApplyError {
         /// Empty, or a note that undoing also failed.
         undo: String,
     },
-}
-
-/// What a successful change did, for the log.
-#[derive(Clone, Debug, Default)]
-pub struct ApplyReport {
-    /// One line per VIP added, changed or removed.
-    pub lines: Vec<String>,
-    /// Warnings of the table builder.
-    pub warnings: Vec<String>,
-    /// Data-plane operations run.
-    pub operations: usize,
 }
 
 /// A backend entry's usability rank: changes that raise it go before the table swap,
@@ -182,203 +171,281 @@ pub(super) struct Plan {
 
 /// Computes the next state and the operations from `current` to `desired`.
 pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyError> {
-    let mut next = current.clone();
-    let mut report = ApplyReport::default();
-    let mut before_tables: Vec<Op> = Vec::new();
-    let mut tables: Vec<Op> = Vec::new();
-    let mut after_tables: Vec<Op> = Vec::new();
-    let mut entries = current.entries.clone();
-
-    let config = desired.globals.lb_config();
-    let mut ops = Vec::new();
-    if current.globals.map(|g| g.lb_config()) != Some(config) {
-        ops.push(Op::SetConfig(config));
-    }
-    next.globals = Some(desired.globals);
-    next.maglev_seed = desired.maglev_seed;
-
-    // Tables built in this change, shared by VIPs with identical inputs (BR-10).
-    let mut built: HashMap<(Vec<Backend>, u32), Arc<MaglevTable>> = HashMap::new();
+    let mut planner = Planner::new(current, desired);
+    planner.globals();
     let mut vips = BTreeMap::new();
     for (vip, spec) in &desired.vips {
-        let old = current.vips.get(vip);
-        let vip_id = next.ids.vip(*vip).map_err(ApplyError::Ids)?;
+        vips.insert(*vip, planner.vip(*vip, spec)?);
+    }
+    planner.removed_vips();
+    check_memory(&vips, desired.max_table_memory)?;
+    Ok(planner.finish(vips))
+}
+
+/// Refuses tables that would take more kernel memory than `limit` (bytes).
+fn check_memory(vips: &BTreeMap<Vip, AppliedVip>, limit: u64) -> Result<(), ApplyError> {
+    let need: u64 = vips
+        .values()
+        .map(|v| dataplane::table_memory(v.spec.table_size))
+        .sum();
+    if need > limit {
+        return Err(ApplyError::Memory {
+            need_mib: need.div_ceil(1 << 20),
+            limit_mib: limit >> 20,
+        });
+    }
+    Ok(())
+}
+
+/// A plan being built: the next state, and the operations sorted into the phases of
+/// the module documentation's ordering rules.
+struct Planner<'a> {
+    current: &'a State,
+    desired: &'a Desired,
+    next: State,
+    /// Every `BACKENDS` entry as it will be.
+    entries: BTreeMap<u32, BackendEntry>,
+    report: ApplyReport,
+    /// Rule 1: the global configuration.
+    config: Vec<Op>,
+    /// Rule 2: backend entries that become more usable.
+    before_tables: Vec<Op>,
+    /// Rules 2 and 3: table swaps, new and removed VIPs.
+    tables: Vec<Op>,
+    /// Rule 4: backend entries that become less usable.
+    after_tables: Vec<Op>,
+    /// Tables built in this change, shared by VIPs with identical inputs (many services
+    /// on the same backends cost one build, BR-10).
+    built: HashMap<(Vec<Backend>, u32), Arc<MaglevTable>>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(current: &'a State, desired: &'a Desired) -> Self {
+        Self {
+            current,
+            desired,
+            next: current.clone(),
+            entries: current.entries.clone(),
+            report: ApplyReport::default(),
+            config: Vec::new(),
+            before_tables: Vec::new(),
+            tables: Vec::new(),
+            after_tables: Vec::new(),
+            built: HashMap::new(),
+        }
+    }
+
+    /// The global configuration, when it changed.
+    fn globals(&mut self) {
+        let config = self.desired.globals.lb_config();
+        if self.current.globals.map(|g| g.lb_config()) != Some(config) {
+            self.config.push(Op::SetConfig(config));
+        }
+        self.next.globals = Some(self.desired.globals);
+        self.next.maglev_seed = self.desired.maglev_seed;
+    }
+
+    /// VIP `vip` as `spec` asks: its backends, its table and, when new, its entry.
+    fn vip(&mut self, vip: Vip, spec: &VipSpec) -> Result<AppliedVip, ApplyError> {
+        let old = self.current.vips.get(&vip);
+        let vip_id = self.next.ids.vip(vip).map_err(ApplyError::Ids)?;
+        let backend_ids = self.backends(vip, spec, old)?;
+        let applied = self.table(vip, vip_id, spec, old, backend_ids)?;
+        if old.is_none() {
+            self.tables.push(Op::SetVip(vip.key(), vip_id));
+        }
+        Ok(applied)
+    }
+
+    /// The ids and entries of `vip`'s backends; those `old` had and `spec` has not are
+    /// marked down.
+    fn backends(
+        &mut self,
+        vip: Vip,
+        spec: &VipSpec,
+        old: Option<&AppliedVip>,
+    ) -> Result<BTreeMap<BackendKey, u32>, ApplyError> {
         let mut backend_ids = BTreeMap::new();
         for (key, b) in &spec.backends {
-            let id = next.ids.backend(*vip, *key).map_err(ApplyError::Ids)?;
+            let id = self.next.ids.backend(vip, *key).map_err(ApplyError::Ids)?;
             backend_ids.insert(*key, id);
-            let new_entry = entry(key, b.state);
-            let old_entry = entries.get(&id).copied();
-            if old_entry != Some(new_entry) {
-                let raise = rank(new_entry.state) > old_entry.map_or(0, |e| rank(e.state));
-                if old_entry.is_none_or(|e| e.state == BACKEND_UNUSED || e.addr != new_entry.addr) {
-                    before_tables.push(Op::ResetBackendStats(id));
-                }
-                let op = Op::SetBackend(id, new_entry);
-                if raise {
-                    before_tables.push(op);
-                } else {
-                    after_tables.push(op);
-                }
-                entries.insert(id, new_entry);
+            self.set_entry(id, entry(key, b.state));
+        }
+        for (key, &id) in old.iter().flat_map(|o| &o.backend_ids) {
+            if !spec.backends.contains_key(key) {
+                self.next.ids.release_backend(vip, *key);
+                self.mark_down(id);
             }
         }
-        if let Some(old) = old {
-            for key in old
-                .backend_ids
-                .keys()
-                .filter(|k| !spec.backends.contains_key(k))
-            {
-                next.ids.release_backend(*vip, *key);
-                let id = old.backend_ids[key];
-                let down = BackendEntry {
-                    state: BACKEND_DOWN,
-                    ..entries.get(&id).copied().unwrap_or_default()
-                };
-                after_tables.push(Op::SetBackend(id, down));
-                entries.insert(id, down);
-            }
-        }
+        Ok(backend_ids)
+    }
 
-        let unchanged = old.is_some_and(|o| {
-            o.spec.table_size == spec.table_size
-                && table_inputs(&o.spec) == table_inputs(spec)
-                && current.maglev_seed == desired.maglev_seed
-        });
-        let applied = if let (true, Some(o)) = (unchanged, old) {
-            AppliedVip {
+    /// Writes backend entry `id` when it changes: before the tables when it becomes
+    /// more usable, after them when less; a new or re-addressed id's counters are
+    /// cleared first.
+    fn set_entry(&mut self, id: u32, new: BackendEntry) {
+        let old = self.entries.get(&id).copied();
+        if old == Some(new) {
+            return;
+        }
+        if old.is_none_or(|e| e.state == BACKEND_UNUSED || e.addr != new.addr) {
+            self.before_tables.push(Op::ResetBackendStats(id));
+        }
+        let op = Op::SetBackend(id, new);
+        if rank(new.state) > old.map_or(0, |e| rank(e.state)) {
+            self.before_tables.push(op);
+        } else {
+            self.after_tables.push(op);
+        }
+        self.entries.insert(id, new);
+    }
+
+    /// Marks backend entry `id` down, after the tables (it leaves them).
+    fn mark_down(&mut self, id: u32) {
+        let down = BackendEntry {
+            state: BACKEND_DOWN,
+            ..self.entries.get(&id).copied().unwrap_or_default()
+        };
+        self.after_tables.push(Op::SetBackend(id, down));
+        self.entries.insert(id, down);
+    }
+
+    /// `vip`'s table: the old one when its inputs are unchanged, else a new build
+    /// installed as the next generation.
+    fn table(
+        &mut self,
+        vip: Vip,
+        vip_id: u32,
+        spec: &VipSpec,
+        old: Option<&AppliedVip>,
+        backend_ids: BTreeMap<BackendKey, u32>,
+    ) -> Result<AppliedVip, ApplyError> {
+        if let Some(o) = old
+            && o.spec.table_size == spec.table_size
+            && table_inputs(&o.spec) == table_inputs(spec)
+            && self.current.maglev_seed == self.desired.maglev_seed
+        {
+            return Ok(AppliedVip {
                 spec: spec.clone(),
                 backend_ids,
                 ..o.clone()
-            }
-        } else {
-            let inputs = table_inputs(spec);
-            let started = Instant::now();
-            let cache_key = (inputs, spec.table_size);
-            let table = if let Some(t) = built.get(&cache_key) {
-                Arc::clone(t)
-            } else {
-                let t = Arc::new(
-                    MaglevTable::build(&cache_key.0, spec.table_size, desired.maglev_seed)
-                        .map_err(|error| ApplyError::Table { vip: *vip, error })?,
-                );
-                next.builds_total += 1;
-                built.insert(cache_key, Arc::clone(&t));
-                t
-            };
-            let build_ms = started.elapsed().as_secs_f64() * 1e3;
-            let slots: Vec<u32> = if table.is_empty() {
-                vec![0; spec.table_size as usize]
-            } else {
-                let ids: Vec<u32> = table
-                    .backends()
-                    .iter()
-                    .map(|b| backend_ids.get(&b.key).copied().unwrap_or(0))
-                    .collect();
-                table.slots().iter().map(|&i| ids[i as usize]).collect()
-            };
-            let generation = old.map_or(1, |o| o.generation.wrapping_add(1).max(1));
-            let slots = Arc::new(slots);
-            let in_table = table.active_backends();
-            let mut line = format!(
-                "VIP {vip}: {} backends ({in_table} in the table), table {} slots, fingerprint {}, generation {generation}, built in {build_ms:.2} ms",
-                spec.backends.len(),
-                spec.table_size,
-                table.fingerprint()
-            );
-            if let Some(o) = old {
-                let changed = if o.slots.len() == slots.len() {
-                    o.slots
-                        .iter()
-                        .zip(slots.iter())
-                        .filter(|(a, b)| a != b)
-                        .count()
-                } else {
-                    slots.len()
-                };
-                #[expect(clippy::cast_precision_loss, reason = "a percentage for the log")]
-                let pct = 100.0 * changed as f64 / slots.len() as f64;
-                line.push_str(&format!("; {changed} slots changed owner ({pct:.2}%)"));
-            }
-            if table.is_empty() {
-                report.warnings.push(format!(
-                    "VIP {vip} has no backend with weight > 0: new flows to it are dropped"
-                ));
-            }
-            report
-                .warnings
-                .extend(table.warnings().iter().map(|w| format!("VIP {vip}: {w}")));
-            report.lines.push(line);
-            tables.push(Op::InstallTable {
-                vip_id,
-                generation,
-                slots: Arc::clone(&slots),
             });
-            AppliedVip {
-                id: vip_id,
-                spec: spec.clone(),
-                table,
-                slots,
-                generation,
-                backend_ids,
-            }
+        }
+        let started = Instant::now();
+        let table = self
+            .build(spec)
+            .map_err(|error| ApplyError::Table { vip, error })?;
+        let build_ms = started.elapsed().as_secs_f64() * 1e3;
+        let slots: Vec<u32> = if table.is_empty() {
+            vec![0; spec.table_size as usize]
+        } else {
+            let ids: Vec<u32> = table
+                .backends()
+                .iter()
+                .map(|b| backend_ids.get(&b.key).copied().unwrap_or(0))
+                .collect();
+            table.slots().iter().map(|&i| ids[i as usize]).collect()
         };
-        if old.is_none() {
-            tables.push(Op::SetVip(
-                vip.key(),
-                VipEntry {
-                    vip_id,
-                    ..VipEntry::default()
-                },
+        let generation = old.map_or(1, |o| o.generation.wrapping_add(1).max(1));
+        let changed_slots = old.map(|o| {
+            if o.slots.len() == slots.len() {
+                o.slots.iter().zip(&slots).filter(|(a, b)| a != b).count()
+            } else {
+                slots.len()
+            }
+        });
+        if table.is_empty() {
+            self.report.warnings.push(format!(
+                "VIP {vip} has no backend with weight > 0: new flows to it are dropped"
             ));
         }
-        vips.insert(*vip, applied);
-    }
-
-    // Removed VIPs: ids are released only now, so none is reused within this change.
-    for (vip, old) in &current.vips {
-        if desired.vips.contains_key(vip) {
-            continue;
-        }
-        tables.push(Op::RemoveVip(vip.key()));
-        tables.push(Op::RemoveTable(old.id));
-        next.ids.release_vip(vip);
-        for (key, &id) in &old.backend_ids {
-            next.ids.release_backend(*vip, *key);
-            let down = BackendEntry {
-                state: BACKEND_DOWN,
-                ..entries.get(&id).copied().unwrap_or_default()
-            };
-            after_tables.push(Op::SetBackend(id, down));
-            entries.insert(id, down);
-        }
-        report.lines.push(format!("VIP {vip}: removed"));
-    }
-
-    let need: u64 = vips
-        .values()
-        .map(|v| (u64::from(v.spec.table_size) + 2) * 8)
-        .sum();
-    if need > desired.max_table_memory {
-        return Err(ApplyError::Memory {
-            need_mib: need.div_ceil(1 << 20),
-            limit_mib: desired.max_table_memory >> 20,
+        self.report
+            .warnings
+            .extend(table.warnings().iter().map(|w| format!("VIP {vip}: {w}")));
+        self.report.changes.push(VipChange::Table(TableChange {
+            vip,
+            backends: spec.backends.len(),
+            in_table: table.active_backends(),
+            table_size: spec.table_size,
+            fingerprint: table.fingerprint(),
+            generation,
+            build_ms,
+            changed_slots,
+        }));
+        let slots = Arc::new(slots);
+        self.tables.push(Op::InstallTable {
+            vip_id,
+            generation,
+            slots: Arc::clone(&slots),
         });
+        Ok(AppliedVip {
+            id: vip_id,
+            spec: spec.clone(),
+            table,
+            slots,
+            generation,
+            backend_ids,
+        })
     }
 
-    ops.extend(before_tables);
-    let swapped = tables.iter().any(|o| matches!(o, Op::InstallTable { .. }));
-    ops.extend(tables);
-    if swapped && !after_tables.is_empty() {
-        // Backends lose usability only once no packet can still be reading a table
-        // that references them.
-        ops.push(Op::Quiesce);
+    /// The table of `spec`, built once per distinct (inputs, size) in this change.
+    fn build(&mut self, spec: &VipSpec) -> Result<Arc<MaglevTable>, MaglevError> {
+        let key = (table_inputs(spec), spec.table_size);
+        if let Some(t) = self.built.get(&key) {
+            return Ok(Arc::clone(t));
+        }
+        let table = Arc::new(MaglevTable::build(
+            &key.0,
+            spec.table_size,
+            self.desired.maglev_seed,
+        )?);
+        self.next.builds_total += 1;
+        self.built.insert(key, Arc::clone(&table));
+        Ok(table)
     }
-    ops.extend(after_tables);
-    report.operations = ops.len();
-    next.vips = vips;
-    next.entries = entries;
-    Ok(Plan { next, ops, report })
+
+    /// VIPs applied but no longer desired: entry, then table; their backends go down.
+    /// Their ids are released only now, so none is reused within this change.
+    fn removed_vips(&mut self) {
+        for (vip, old) in &self.current.vips {
+            if self.desired.vips.contains_key(vip) {
+                continue;
+            }
+            self.tables.push(Op::RemoveVip(vip.key()));
+            self.tables.push(Op::RemoveTable(old.id));
+            self.next.ids.release_vip(vip);
+            for (key, &id) in &old.backend_ids {
+                self.next.ids.release_backend(*vip, *key);
+                self.mark_down(id);
+            }
+            self.report.changes.push(VipChange::Removed(*vip));
+        }
+    }
+
+    /// The operations in the order of the module documentation, and the next state.
+    fn finish(mut self, vips: BTreeMap<Vip, AppliedVip>) -> Plan {
+        let swapped = self
+            .tables
+            .iter()
+            .any(|o| matches!(o, Op::InstallTable { .. }));
+        let mut ops = self.config;
+        ops.append(&mut self.before_tables);
+        ops.append(&mut self.tables);
+        if swapped && !self.after_tables.is_empty() {
+            // Backends lose usability only once no packet can still be reading a table
+            // that references them.
+            ops.push(Op::Quiesce);
+        }
+        ops.append(&mut self.after_tables);
+        self.report.operations = ops.len();
+        self.next.vips = vips;
+        self.next.entries = self.entries;
+        Plan {
+            next: self.next,
+            ops,
+            report: self.report,
+        }
+    }
 }
 
 /// What the data plane holds, tracked while a plan runs so every operation's undo is
@@ -387,7 +454,7 @@ struct Shadow {
     config: Option<LbConfig>,
     entries: BTreeMap<u32, BackendEntry>,
     tables: HashMap<u32, (u32, Arc<Vec<u32>>)>,
-    vips: HashMap<VipKey, VipEntry>,
+    vips: HashMap<VipKey, u32>,
 }
 
 impl Shadow {
@@ -403,15 +470,7 @@ impl Shadow {
             vips: state
                 .vips
                 .iter()
-                .map(|(vip, v)| {
-                    (
-                        vip.key(),
-                        VipEntry {
-                            vip_id: v.id,
-                            ..VipEntry::default()
-                        },
-                    )
-                })
+                .map(|(vip, v)| (vip.key(), v.id))
                 .collect(),
         }
     }

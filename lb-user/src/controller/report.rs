@@ -1,129 +1,125 @@
-//! What the controller reports to operators (`lb status`, `lb stats`, `lb flow`), as
-//! serialisable structs; the CLI prints them as text or JSON.
+//! What the controller reports: what a change did ([`ApplyReport`], one log line per
+//! VIP), and the `lb status` part it knows (the VIPs, their tables and backends), built
+//! from its applied state into the control protocol's types.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
 
 use super::{AppliedVip, Controller};
-use crate::{config::Vip, dataplane::Dataplane};
+use crate::{
+    config::Vip,
+    control::{BackendStatus, VipStatus},
+    dataplane::Dataplane,
+    maglev::Fingerprint,
+};
 
-/// `lb status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Status {
-    /// Interface the program is attached to.
-    pub interface: String,
-    /// Attach mode in use (`native` or `skb`).
-    pub mode: String,
-    /// Configuration file.
-    pub config_file: String,
-    /// Whether runtime changes make the running state differ from the file.
-    pub differs_from_file: bool,
-    /// Changes applied since start.
-    pub changes: u64,
-    /// Maglev tables built since start.
-    pub table_builds: u64,
-    /// The VIPs.
-    pub vips: Vec<VipStatus>,
+/// What a successful change did, for the log and for `lb backend`'s answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ApplyReport {
+    /// The VIPs whose table was built, in VIP order, then the VIPs removed.
+    pub changes: Vec<VipChange>,
+    /// Warnings of the table builder.
+    pub warnings: Vec<String>,
+    /// Data-plane operations run.
+    pub operations: usize,
 }
 
-/// A VIP in `lb status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct VipStatus {
-    /// `ADDR:PORT/PROTO`.
-    pub vip: String,
-    /// VIP id.
-    pub id: u32,
-    /// Table size.
-    pub table_size: u32,
-    /// Table generation.
-    pub generation: u32,
-    /// Table fingerprint (hex).
-    pub fingerprint: String,
-    /// Backends.
-    pub backends: Vec<BackendStatus>,
+impl ApplyReport {
+    /// The log lines: one per entry of [`Self::changes`].
+    pub fn lines(&self) -> Vec<String> {
+        self.changes.iter().map(ToString::to_string).collect()
+    }
 }
 
-/// A backend in `lb status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BackendStatus {
-    /// Address.
-    pub address: String,
-    /// Backend id.
-    pub id: u32,
-    /// `active`, `drain` or `down`.
-    pub state: String,
-    /// Weight.
-    pub weight: u32,
-    /// Slots owned.
-    pub slots: u32,
-    /// Share of the table, 0..1.
-    pub share: f64,
+/// One VIP's part of a change; `Display` gives its log line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum VipChange {
+    /// A new table was installed.
+    Table(TableChange),
+    /// The VIP was removed.
+    Removed(Vip),
 }
 
-/// `lb flow`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FlowReport {
+/// A VIP's new table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableChange {
     /// The VIP.
-    pub vip: String,
-    /// The client.
-    pub client: String,
-    /// The flow's slot in the VIP's table.
-    pub slot: u32,
-    /// The backend the table gives a new flow (none for an empty table).
-    pub table_backend: Option<String>,
-    /// The conntrack pin, if any.
-    pub pinned: Option<Pin>,
+    pub vip: Vip,
+    /// Its backends, in the table or not.
+    pub backends: usize,
+    /// Its backends in the table (active, weight > 0).
+    pub in_table: usize,
+    /// Table size M.
+    pub table_size: u32,
+    /// The table's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The table's generation.
+    pub generation: u32,
+    /// Build time (ms; about 0 when the table of another VIP of this change was reused).
+    pub build_ms: f64,
+    /// Slots whose backend differs from the previous table's (all of them after a
+    /// resize); `None` for a new VIP.
+    pub changed_slots: Option<usize>,
 }
 
-/// A conntrack pin.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Pin {
-    /// Backend address.
-    pub backend: String,
-    /// Backend id.
-    pub backend_id: u32,
-    /// Established (`true`) or SYN-only.
-    pub established: bool,
-}
-
-impl VipStatus {
-    fn of(vip: &Vip, applied: &AppliedVip) -> Self {
-        let table = &applied.table;
-        let total = applied.slots.len().max(1);
-        let slots_of = |key| {
-            table
-                .backends()
-                .iter()
-                .position(|b| b.key == key)
-                .and_then(|i| table.slot_counts().get(i).copied())
-                .filter(|_| !table.is_empty())
-                .unwrap_or(0)
+impl fmt::Display for VipChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = match self {
+            VipChange::Removed(vip) => return write!(f, "VIP {vip}: removed"),
+            VipChange::Table(t) => t,
         };
-        let backends = applied
-            .spec
-            .backends
-            .iter()
-            .map(|(key, spec)| {
-                let slots = slots_of(*key);
-                #[expect(clippy::cast_precision_loss, reason = "a share for display")]
-                let share = f64::from(slots) / total as f64;
-                BackendStatus {
-                    address: key.to_string(),
-                    id: applied.backend_ids.get(key).copied().unwrap_or(0),
-                    state: spec.state.to_string(),
-                    weight: spec.weight,
-                    slots,
-                    share,
-                }
-            })
-            .collect();
-        Self {
-            vip: vip.to_string(),
-            id: applied.id,
-            table_size: applied.spec.table_size,
-            generation: applied.generation,
-            fingerprint: table.fingerprint().to_string(),
-            backends,
+        write!(
+            f,
+            "VIP {}: {} backends ({} in the table), table {} slots, fingerprint {}, \
+             generation {}, built in {:.2} ms",
+            t.vip, t.backends, t.in_table, t.table_size, t.fingerprint, t.generation, t.build_ms
+        )?;
+        if let Some(changed) = t.changed_slots {
+            #[expect(clippy::cast_precision_loss, reason = "a percentage for the log")]
+            let pct = 100.0 * changed as f64 / f64::from(t.table_size.max(1));
+            write!(f, "; {changed} slots changed owner ({pct:.2}%)")?;
         }
+        Ok(())
+    }
+}
+
+/// The `lb status` entry of `vip`, applied as `applied`.
+fn vip_status(vip: &Vip, applied: &AppliedVip) -> VipStatus {
+    let table = &applied.table;
+    let total = applied.slots.len().max(1);
+    let slots_of = |key| {
+        table
+            .backends()
+            .iter()
+            .position(|b| b.key == key)
+            .and_then(|i| table.slot_counts().get(i).copied())
+            .filter(|_| !table.is_empty())
+            .unwrap_or(0)
+    };
+    let backends = applied
+        .spec
+        .backends
+        .iter()
+        .map(|(key, spec)| {
+            let slots = slots_of(*key);
+            #[expect(clippy::cast_precision_loss, reason = "a share for display")]
+            let share = f64::from(slots) / total as f64;
+            BackendStatus {
+                address: key.to_string(),
+                id: applied.backend_ids.get(key).copied().unwrap_or(0),
+                state: spec.state.to_string(),
+                weight: spec.weight,
+                slots,
+                share,
+            }
+        })
+        .collect();
+    VipStatus {
+        vip: vip.to_string(),
+        id: applied.id,
+        table_size: applied.spec.table_size,
+        generation: applied.generation,
+        fingerprint: table.fingerprint().to_string(),
+        backends,
     }
 }
 
@@ -132,7 +128,7 @@ impl<D: Dataplane> Controller<D> {
     pub fn vip_statuses(&self) -> Vec<VipStatus> {
         self.vips()
             .iter()
-            .map(|(vip, applied)| VipStatus::of(vip, applied))
+            .map(|(vip, applied)| vip_status(vip, applied))
             .collect()
     }
 }

@@ -91,13 +91,13 @@ fn first_apply_writes_config_backends_table_then_vip() {
         .rposition(|o| matches!(o, FOp::SetBackend { .. }))
         .unwrap();
     assert!(last_backend < table && table < vip, "{ops:#?}");
-    assert_eq!(report.lines.len(), 1);
+    assert_eq!(report.lines().len(), 1);
     assert!(
-        report.lines[0].starts_with(
+        report.lines()[0].starts_with(
             "VIP 203.0.113.10:80/tcp: 3 backends (3 in the table), table 1009 slots, fingerprint "
         ),
         "{}",
-        report.lines[0]
+        report.lines()[0]
     );
     // The installed table references exactly the three backends' ids, evenly.
     let slots = &c.dataplane().tables[&0].slots;
@@ -110,7 +110,7 @@ fn first_apply_writes_config_backends_table_then_vip() {
     }
     assert_eq!(
         c.dataplane().config.unwrap().hash_seed,
-        crate::config::DEFAULT_HASH_SEED
+        crate::defaults::HASH_SEED
     );
 }
 
@@ -148,9 +148,9 @@ fn adding_a_backend_writes_it_before_the_new_table() {
             .any(|o| matches!(o, FOp::SetVip(..) | FOp::SetConfig))
     );
     assert!(
-        report.lines[0].contains("slots changed owner"),
+        report.lines()[0].contains("slots changed owner"),
         "{}",
-        report.lines[0]
+        report.lines()[0]
     );
 }
 
@@ -354,8 +354,27 @@ fn table_memory_over_the_limit_is_refused_before_writing() {
     ));
     d.max_table_memory = 1 << 20;
     let err = c.apply(&d).unwrap_err();
+    assert_eq!(err.to_string(), "table memory 3 MiB exceeds limit 1 MiB");
+    assert!(c.dataplane().ops.is_empty());
+}
+
+#[test]
+fn table_memory_counts_both_buffers_of_each_vip() {
+    // One 65,537-slot buffer (512 KiB) fits 1 MiB, but the data plane keeps two per VIP
+    // once its table changed: the estimate counts both, so this is refused up front
+    // rather than after the first change.
+    let mut c = controller();
+    let mut d = desired(&vip_toml(80, 65_537, &[(11, 1, "active")]));
+    d.max_table_memory = 1 << 20;
+    let err = c.apply(&d).unwrap_err();
     assert_eq!(err.to_string(), "table memory 2 MiB exceeds limit 1 MiB");
     assert!(c.dataplane().ops.is_empty());
+    // 2 x (65,521 + 2 header entries) x 8 bytes fits.
+    let mut d = desired(&vip_toml(80, 65_521, &[(11, 1, "active")]));
+    d.max_table_memory = 1 << 20;
+    c.apply(&d).unwrap();
+    d.add_backend(&vip80(), key(12), 1).unwrap();
+    c.apply(&d).unwrap();
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! `lb run`: the daemon. Loads and attaches the XDP program, applies the
-//! configuration, then serves the control socket, reloads on SIGHUP and when the file
-//! changes (debounced), samples counters every second, and detaches on SIGINT/SIGTERM.
+//! configuration, then serves the control socket (one task per connection, within the
+//! protocol's limits: [`crate::control::server`]), reloads on SIGHUP and when the file
+//! changes (debounced), samples counters every second (`stats`), and detaches on
+//! SIGINT/SIGTERM.
 //!
 //! The logic is in [`service`] (tested without root); this module is the event loop
 //! and the parts that need the real system (privileges, the interface's MAC, the
@@ -8,9 +10,9 @@
 
 mod neighbours;
 pub mod service;
+mod stats;
 
 use std::{
-    io,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -19,7 +21,6 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use tokio::{
-    io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
     net::UnixListener,
     signal::unix::{SignalKind, signal},
     sync::mpsc,
@@ -28,7 +29,10 @@ use tracing::{error, info, warn};
 
 use crate::{
     config::{Config, Loaded, XdpMode},
-    control::{Request, Response},
+    control::{
+        Request,
+        server::{self, Limits, ServeError},
+    },
     controller::ApplyReport,
     dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions},
 };
@@ -38,27 +42,6 @@ use service::Service;
 const DEBOUNCE: Duration = Duration::from_millis(300);
 /// Counter sampling period for rates.
 const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
-
-/// `CAP_NET_ADMIN` (attach XDP) and `CAP_BPF` (load programs, create maps).
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_BPF: u32 = 39;
-
-/// Whether the process may load and attach XDP programs: root, or the effective
-/// capabilities `CAP_BPF` and `CAP_NET_ADMIN` (`CapEff` in `/proc/self/status`).
-pub fn privileged() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_BPF) != 0 && caps & (1 << CAP_NET_ADMIN) != 0)
-}
 
 /// The MAC of `iface` (`/sys/class/net/<iface>/address`).
 fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
@@ -93,7 +76,7 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
 }
 
 fn log_report(report: &ApplyReport) {
-    for line in &report.lines {
+    for line in report.lines() {
         info!("{line}");
     }
     for w in &report.warnings {
@@ -157,24 +140,17 @@ impl Drop for SocketFile {
     }
 }
 
-async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> io::Result<()> {
-    let (read, mut write) = stream.into_split();
-    let mut line = String::new();
-    BufReader::new(read).read_line(&mut line).await?;
-    let response = match serde_json::from_str::<Request>(&line) {
-        Ok(request) => {
-            let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-            let response = service.handle(&request, &mut log_report);
-            if matches!(request, Request::Backend { .. }) && response.ok {
-                manage_neighbours(&service);
-            }
-            response
+/// Answers one control connection (within the protocol's [`Limits`]).
+async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> Result<(), ServeError> {
+    server::serve(stream, Limits::default(), |request| {
+        let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+        let response = service.handle(request, &mut log_report);
+        if matches!(request, Request::Backend { .. }) && response.ok {
+            manage_neighbours(&service);
         }
-        Err(e) => Response::error(format!("bad request: {e}")),
-    };
-    let mut text = serde_json::to_string(&response).unwrap_or_else(|_| "{\"ok\":false}".into());
-    text.push('\n');
-    write.write_all(text.as_bytes()).await
+        response
+    })
+    .await
 }
 
 fn reload(service: &Shared, path: &Path, why: &str) {
@@ -229,7 +205,7 @@ fn watch(path: &Path, tx: mpsc::UnboundedSender<()>) -> anyhow::Result<notify::R
 /// Not privileged, an invalid file, or a failure loading, attaching or applying;
 /// nothing is left attached.
 pub fn run(path: &Path) -> anyhow::Result<()> {
-    if !privileged() {
+    if !crate::dataplane::may_load_xdp() {
         bail!(
             "lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config {}`",
             path.display()
@@ -314,8 +290,9 @@ async fn event_loop(
                 Ok((stream, _)) => {
                     let service = Arc::clone(&service);
                     tokio::spawn(async move {
-                        if let Err(e) = serve_one(stream, service).await {
-                            warn!("control connection: {e}");
+                        match serve_one(stream, service).await {
+                            Ok(()) | Err(ServeError::Closed) => {}
+                            Err(e) => warn!("control connection: {e}"),
                         }
                     });
                 }

@@ -2,24 +2,54 @@
 //! reloads, runtime changes from the control socket, status, stats and flow lookups.
 //! Generic over the data plane, so it is unit-tested against the in-memory fake.
 
-use std::{net::SocketAddr, path::PathBuf, time::Instant};
+use std::path::PathBuf;
 
-use lb_common::stats::{BackendStats, GlobalStats, Reason, VipStats};
-use serde::{Deserialize, Serialize};
-
+use super::stats::{self, Sample};
 use crate::{
-    config::{BackendState, Config, Loaded, Vip},
-    control::{BackendAction, Request, Response},
-    controller::{ApplyReport, Controller, Desired, report::Status},
-    dataplane::Dataplane,
+    config::{BackendState, Config, Loaded, Vip, XdpMode},
+    control::{BackendAction, Request, Response, Stats, Status},
+    controller::{ApplyError, ApplyReport, Controller, Desired, EditError, FlowError},
+    dataplane::{Dataplane, DataplaneError},
+    defaults,
     maglev::BackendKey,
 };
+
+/// Why the daemon refused a reload or a request; the running state is kept.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// A reload changes settings that only take effect at start.
+    #[error(
+        "{} changed: these settings take effect only at start (restart lb); nothing applied",
+        .0.join(", ")
+    )]
+    StartOnly(Vec<&'static str>),
+    /// The runtime change does not fit the VIP.
+    #[error(transparent)]
+    Edit(#[from] EditError),
+    /// After the change the VIP's table would be smaller than its backends.
+    #[error("table_size {table_size} is smaller than backend count {in_table}")]
+    TableTooSmall {
+        /// The VIP's table size.
+        table_size: u32,
+        /// Its backends in the table after the change.
+        in_table: usize,
+    },
+    /// The change could not be applied.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// `lb flow` could not answer.
+    #[error(transparent)]
+    Flow(#[from] FlowError),
+    /// The counters could not be read.
+    #[error(transparent)]
+    Counters(#[from] DataplaneError),
+}
 
 /// Settings that only take effect at start; a reload that changes them is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct StartOnly {
     interface: String,
-    xdp_mode: crate::config::XdpMode,
+    xdp_mode: XdpMode,
     control_socket: PathBuf,
     ct_capacity: u32,
     ct_syn_capacity: u32,
@@ -43,92 +73,23 @@ impl StartOnly {
 
     /// Names of the settings that differ.
     fn changed(&self, other: &Self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if self.interface != other.interface {
-            v.push("interface");
-        }
-        if self.xdp_mode != other.xdp_mode {
-            v.push("xdp_mode");
-        }
-        if self.control_socket != other.control_socket {
-            v.push("control_socket");
-        }
-        if self.ct_capacity != other.ct_capacity {
-            v.push("conntrack.capacity");
-        }
-        if self.ct_syn_capacity != other.ct_syn_capacity {
-            v.push("conntrack.syn_capacity");
-        }
-        if self.hash_seed != other.hash_seed {
-            v.push("hash_seed");
-        }
-        v
-    }
-}
-
-/// Counters at one instant.
-#[derive(Clone)]
-struct Sample {
-    at: Instant,
-    global: GlobalStats,
-    vips: Vec<(u32, VipStats)>,
-    backends: Vec<(u32, BackendStats)>,
-}
-
-/// One named counter with its rate.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Counter {
-    /// Name.
-    pub name: String,
-    /// Value since the program was loaded.
-    pub value: u64,
-    /// Per second over the last sampling interval.
-    pub rate: f64,
-}
-
-/// Per-VIP counters in `lb stats`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct VipCounters {
-    /// `ADDR:PORT/PROTO`.
-    pub vip: String,
-    /// Counters (packets, bytes, new_flows, ct_hits, ct_misses_non_syn,
-    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted).
-    pub counters: Vec<Counter>,
-    /// Per-backend counters.
-    pub backends: Vec<BackendCounters>,
-}
-
-/// Per-backend counters in `lb stats`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BackendCounters {
-    /// Address.
-    pub backend: String,
-    /// Packets forwarded.
-    pub packets: Counter,
-    /// Bytes forwarded.
-    pub bytes: Counter,
-}
-
-/// `lb stats`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Stats {
-    /// Seconds the rates are computed over.
-    pub interval_secs: f64,
-    /// Global packets per verdict reason (non-zero ones).
-    pub reasons: Vec<Counter>,
-    /// Per VIP.
-    pub vips: Vec<VipCounters>,
-}
-
-impl Stats {
-    /// Packets forwarded to `backend` (canonical address text) of `vip`
-    /// (`ADDR:PORT/PROTO`); 0 when either is not listed.
-    pub fn backend_packets(&self, vip: &str, backend: &str) -> u64 {
-        self.vips
-            .iter()
-            .find(|v| v.vip == vip)
-            .and_then(|v| v.backends.iter().find(|b| b.backend == backend))
-            .map_or(0, |b| b.packets.value)
+        [
+            ("interface", self.interface != other.interface),
+            ("xdp_mode", self.xdp_mode != other.xdp_mode),
+            (
+                "control_socket",
+                self.control_socket != other.control_socket,
+            ),
+            ("conntrack.capacity", self.ct_capacity != other.ct_capacity),
+            (
+                "conntrack.syn_capacity",
+                self.ct_syn_capacity != other.ct_syn_capacity,
+            ),
+            ("hash_seed", self.hash_seed != other.hash_seed),
+        ]
+        .into_iter()
+        .filter_map(|(name, differs)| differs.then_some(name))
+        .collect()
     }
 }
 
@@ -157,10 +118,10 @@ impl<D: Dataplane> Service<D> {
         loaded: &Loaded,
         if_mac: [u8; 6],
         mode: String,
-    ) -> Result<(Self, ApplyReport), String> {
+    ) -> Result<(Self, ApplyReport), ApplyError> {
         let desired = Desired::from_config(&loaded.config, if_mac);
         let mut controller = Controller::new(dp);
-        let report = controller.apply(&desired).map_err(|e| e.to_string())?;
+        let report = controller.apply(&desired)?;
         Ok((
             Self {
                 controller,
@@ -201,16 +162,13 @@ impl<D: Dataplane> Service<D> {
     /// # Errors
     /// Settings that need a restart changed, or the change failed (the running state is
     /// kept either way).
-    pub fn reload(&mut self, loaded: &Loaded) -> Result<ApplyReport, String> {
+    pub fn reload(&mut self, loaded: &Loaded) -> Result<ApplyReport, ServiceError> {
         let changed = self.start_only.changed(&StartOnly::of(&loaded.config));
         if !changed.is_empty() {
-            return Err(format!(
-                "{} changed: these settings take effect only at start (restart lb); nothing applied",
-                changed.join(", ")
-            ));
+            return Err(ServiceError::StartOnly(changed));
         }
         let desired = Desired::from_config(&loaded.config, self.if_mac);
-        let report = self.controller.apply(&desired).map_err(|e| e.to_string())?;
+        let report = self.controller.apply(&desired)?;
         self.file_desired = desired;
         Ok(report)
     }
@@ -220,9 +178,9 @@ impl<D: Dataplane> Service<D> {
         self.controller.applied() != Some(&self.file_desired)
     }
 
-    /// Answers one control request; `log` receives the lines of any change applied.
+    /// Answers one control request; `log` receives the report of any change applied.
     pub fn handle(&mut self, request: &Request, log: &mut dyn FnMut(&ApplyReport)) -> Response {
-        match request {
+        match *request {
             Request::Status => Response::ok(self.status()),
             Request::Stats => match self.stats() {
                 Ok(s) => Response::ok(s),
@@ -233,65 +191,53 @@ impl<D: Dataplane> Service<D> {
                 vip,
                 backend,
                 weight,
-            } => match self.backend(*action, vip, backend, *weight) {
+            } => match self.backend(action, &vip, backend, weight) {
                 Ok(report) => {
                     log(&report);
-                    Response::ok(&report.lines)
+                    Response::ok(report.lines())
                 }
                 Err(e) => Response::error(e),
             },
-            Request::Flow { vip, client } => {
-                let result = vip.parse::<Vip>().and_then(|v| {
-                    let c: SocketAddr = client
-                        .parse()
-                        .map_err(|_| format!("--client: expected ADDR:PORT, got {client:?}"))?;
-                    self.controller.flow(&v, c).map_err(|e| e.to_string())
-                });
-                match result {
-                    Ok(r) => Response::ok(r),
-                    Err(e) => Response::error(e),
-                }
-            }
+            Request::Flow { vip, client } => match self.controller.flow(&vip, client) {
+                Ok(r) => Response::ok(r),
+                Err(e) => Response::error(e),
+            },
         }
     }
 
+    /// `lb backend`: applies the change to the running state.
     fn backend(
         &mut self,
         action: BackendAction,
-        vip: &str,
-        backend: &str,
+        vip: &Vip,
+        key: BackendKey,
         weight: Option<u32>,
-    ) -> Result<ApplyReport, String> {
-        let vip: Vip = vip.parse().map_err(|e| format!("--vip: {e}"))?;
-        let key: BackendKey = backend
-            .parse()
-            .map_err(|e: crate::maglev::MaglevError| format!("--backend: {e}"))?;
+    ) -> Result<ApplyReport, ServiceError> {
         let mut desired = self
             .controller
             .applied()
             .cloned()
             .unwrap_or_else(|| self.file_desired.clone());
         match action {
-            BackendAction::Add => desired.add_backend(&vip, key, weight.unwrap_or(1)),
-            BackendAction::Remove => desired.remove_backend(&vip, &key),
-            BackendAction::Drain => desired.set_backend(&vip, &key, BackendState::Drain, weight),
-            BackendAction::Undrain => desired.set_backend(&vip, &key, BackendState::Active, weight),
-        }
-        .map_err(|e| e.to_string())?;
-        if let Some(spec) = desired.vips.get(&vip) {
+            BackendAction::Add => desired.add_backend(vip, key, weight.unwrap_or(defaults::WEIGHT)),
+            BackendAction::Remove => desired.remove_backend(vip, &key),
+            BackendAction::Drain => desired.set_backend(vip, &key, BackendState::Drain, weight),
+            BackendAction::Undrain => desired.set_backend(vip, &key, BackendState::Active, weight),
+        }?;
+        if let Some(spec) = desired.vips.get(vip) {
             let in_table = spec
                 .backends
                 .values()
                 .filter(|b| b.state == BackendState::Active && b.weight > 0)
                 .count();
             if usize::try_from(spec.table_size).is_ok_and(|m| m < in_table) {
-                return Err(format!(
-                    "table_size {} is smaller than backend count {in_table}",
-                    spec.table_size
-                ));
+                return Err(ServiceError::TableTooSmall {
+                    table_size: spec.table_size,
+                    in_table,
+                });
             }
         }
-        self.controller.apply(&desired).map_err(|e| e.to_string())
+        Ok(self.controller.apply(&desired)?)
     }
 
     /// `lb status`.
@@ -307,29 +253,10 @@ impl<D: Dataplane> Service<D> {
         }
     }
 
-    fn sample(&self) -> Result<Sample, String> {
-        let dp = self.controller.dataplane();
-        let err = |e: crate::dataplane::DataplaneError| e.to_string();
-        let mut vips = Vec::new();
-        let mut backends = Vec::new();
-        for applied in self.controller.vips().values() {
-            vips.push((applied.id, dp.vip_stats(applied.id).map_err(err)?));
-            for &id in applied.backend_ids.values() {
-                backends.push((id, dp.backend_stats(id).map_err(err)?));
-            }
-        }
-        Ok(Sample {
-            at: Instant::now(),
-            global: dp.global_stats().map_err(err)?,
-            vips,
-            backends,
-        })
-    }
-
     /// Records the counters, so that the next `lb stats` reports rates over the time
     /// since (the daemon calls this every second).
     pub fn tick(&mut self) {
-        if let Ok(s) = self.sample() {
+        if let Ok(s) = Sample::take(&self.controller) {
             self.previous = Some(s);
         }
     }
@@ -338,90 +265,13 @@ impl<D: Dataplane> Service<D> {
     ///
     /// # Errors
     /// When the counters cannot be read.
-    pub fn stats(&self) -> Result<Stats, String> {
-        let now = self.sample()?;
-        let prev = self.previous.as_ref();
-        let secs = prev.map_or(0.0, |p| now.at.duration_since(p.at).as_secs_f64());
-        let rate = |value: u64, old: Option<u64>| match old {
-            #[expect(clippy::cast_precision_loss, reason = "a rate for display")]
-            Some(old) if secs > 0.0 => value.saturating_sub(old) as f64 / secs,
-            _ => 0.0,
-        };
-        let reasons = Reason::ALL
-            .iter()
-            .filter(|r| now.global.get(**r) > 0)
-            .map(|r| Counter {
-                name: r.name().to_owned(),
-                value: now.global.get(*r),
-                rate: rate(now.global.get(*r), prev.map(|p| p.global.get(*r))),
-            })
-            .collect();
-        let find_vip = |s: &Sample, id: u32| s.vips.iter().find(|(i, _)| *i == id).map(|(_, v)| *v);
-        let find_backend =
-            |s: &Sample, id: u32| s.backends.iter().find(|(i, _)| *i == id).map(|(_, v)| *v);
-        let vips = self
-            .controller
-            .vips()
-            .iter()
-            .map(|(vip, applied)| {
-                let cur = find_vip(&now, applied.id).unwrap_or_default();
-                let old = prev.and_then(|p| find_vip(p, applied.id));
-                let fields = |v: &VipStats| {
-                    [
-                        ("packets", v.packets),
-                        ("bytes", v.bytes),
-                        ("new_flows", v.new_flows),
-                        ("ct_hits", v.ct_hits),
-                        ("ct_misses_non_syn", v.ct_misses_non_syn),
-                        ("ct_stale_repicked", v.ct_stale_repicked),
-                        ("ct_udp_expired", v.ct_udp_expired),
-                        ("drops", v.drops),
-                        ("ct_syn_only_evicted", v.ct_syn_only_evicted),
-                    ]
-                };
-                let old_fields = old.as_ref().map(fields);
-                let counters = fields(&cur)
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (name, value))| Counter {
-                        name: (*name).to_owned(),
-                        value: *value,
-                        rate: rate(*value, old_fields.map(|f| f[i].1)),
-                    })
-                    .collect();
-                let backends = applied
-                    .backend_ids
-                    .iter()
-                    .map(|(key, &id)| {
-                        let cur = find_backend(&now, id).unwrap_or_default();
-                        let old = prev.and_then(|p| find_backend(p, id));
-                        BackendCounters {
-                            backend: key.to_string(),
-                            packets: Counter {
-                                name: "packets".to_owned(),
-                                value: cur.packets,
-                                rate: rate(cur.packets, old.map(|o| o.packets)),
-                            },
-                            bytes: Counter {
-                                name: "bytes".to_owned(),
-                                value: cur.bytes,
-                                rate: rate(cur.bytes, old.map(|o| o.bytes)),
-                            },
-                        }
-                    })
-                    .collect();
-                VipCounters {
-                    vip: vip.to_string(),
-                    counters,
-                    backends,
-                }
-            })
-            .collect();
-        Ok(Stats {
-            interval_secs: secs,
-            reasons,
-            vips,
-        })
+    pub fn stats(&self) -> Result<Stats, ServiceError> {
+        let now = Sample::take(&self.controller)?;
+        Ok(stats::report(
+            &self.controller,
+            &now,
+            self.previous.as_ref(),
+        ))
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use lb_common::{
     maps::{MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
     stats::{BackendStats, GlobalStats, VipStats},
-    types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipAddrKey, VipEntry, VipKey},
+    types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipAddrKey, VipKey},
 };
 
 use super::{AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage};
@@ -40,8 +40,8 @@ pub enum Op {
     RemoveTable(u32),
     /// `quiesce()`.
     Quiesce,
-    /// `set_vip(key, entry)`.
-    SetVip(VipKey, VipEntry),
+    /// `set_vip(key, vip_id)`.
+    SetVip(VipKey, u32),
     /// `remove_vip(key)`.
     RemoveVip(VipKey),
     /// `reset_backend_stats(id)`.
@@ -61,8 +61,8 @@ pub struct FakeDataplane {
     pub backends: BTreeMap<u32, BackendEntry>,
     /// Installed tables by VIP id.
     pub tables: BTreeMap<u32, InstalledTable>,
-    /// `VIPS`.
-    pub vips: HashMap<VipKey, VipEntry>,
+    /// `VIPS`: key → VIP id.
+    pub vips: HashMap<VipKey, u32>,
     /// `VIP_ADDRS` counts.
     pub vip_addrs: HashMap<VipAddrKey, u32>,
     /// Conntrack contents (seeded by tests).
@@ -197,18 +197,17 @@ impl Dataplane for FakeDataplane {
         Ok(self.tables.get(&vip_id).cloned())
     }
 
-    fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
-        if entry.vip_id >= MAX_VIPS {
+    fn set_vip(&mut self, key: &VipKey, vip_id: u32) -> Result<(), DataplaneError> {
+        if vip_id >= MAX_VIPS {
             return Err(DataplaneError::OutOfRange(format!(
-                "VIP id {} is beyond the map size {MAX_VIPS}",
-                entry.vip_id
+                "VIP id {vip_id} is beyond the map size {MAX_VIPS}"
             )));
         }
         self.mutate("set_vip")?;
-        if self.vips.insert(*key, *entry).is_none() {
+        if self.vips.insert(*key, vip_id).is_none() {
             *self.vip_addrs.entry(addr_key(key)).or_default() += 1;
         }
-        self.ops.push(Op::SetVip(*key, *entry));
+        self.ops.push(Op::SetVip(*key, vip_id));
         Ok(())
     }
 
@@ -302,10 +301,9 @@ mod tests {
     #[test]
     fn vip_addresses_are_reference_counted() {
         let mut dp = FakeDataplane::new();
-        let entry = VipEntry::default();
-        dp.set_vip(&vip(80), &entry).unwrap();
-        dp.set_vip(&vip(443), &entry).unwrap();
-        dp.set_vip(&vip(443), &entry).unwrap();
+        dp.set_vip(&vip(80), 0).unwrap();
+        dp.set_vip(&vip(443), 1).unwrap();
+        dp.set_vip(&vip(443), 1).unwrap();
         assert_eq!(dp.vip_addrs.get(&addr_key(&vip(80))), Some(&2));
         dp.remove_vip(&vip(80)).unwrap();
         assert_eq!(dp.vip_addrs.get(&addr_key(&vip(80))), Some(&1));

@@ -14,17 +14,13 @@ use lb_common::{
     types::{BackendEntry, VipEntry, VipKey},
 };
 
-use super::{DataplaneError, InstalledTable, table_map};
+use super::{DataplaneError, InstalledTable, map_err, syscall_err, table_map};
 
 /// The maps of a loaded load balancer program.
 pub struct Inspector {
     vips: HashMap<MapData, VipKey, VipEntry>,
     tables: ArrayOfMaps<MapData>,
     backends: Array<MapData, BackendEntry>,
-}
-
-fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
-    move |error| DataplaneError::Map { map, op, error }
 }
 
 impl Inspector {
@@ -106,20 +102,11 @@ impl Inspector {
             .info()
             .map_err(map_err(maps::TABLES, "inner info"))?
             .max_entries() as usize;
-        let mapping =
-            table_map::Mapping::new(inner.fd().as_fd(), entries, false).map_err(|error| {
-                DataplaneError::Syscall {
-                    op: format!("mapping TABLES[{index}]"),
-                    error,
-                }
-            })?;
-        let (generation, slots) =
-            mapping
-                .read_table()
-                .map_err(|error| DataplaneError::Syscall {
-                    op: format!("reading TABLES[{index}]"),
-                    error,
-                })?;
+        let mapping = table_map::Mapping::new(inner.fd().as_fd(), entries, false)
+            .map_err(syscall_err(format!("mapping TABLES[{index}]")))?;
+        let (generation, slots) = mapping
+            .read_table()
+            .map_err(syscall_err(format!("reading TABLES[{index}]")))?;
         Ok(Some(InstalledTable { generation, slots }))
     }
 

@@ -2,9 +2,11 @@
 //! behind the [`Dataplane`] trait.
 //!
 //! - [`kernel`]: the real implementation over aya — the only code of the workspace that
-//!   touches aya or BPF syscalls;
+//!   touches aya or BPF syscalls — with its double-buffered tables (`tables`,
+//!   `table_map`); with the `test-harness` feature also the test and benchmark access;
 //! - [`fake`]: an in-memory implementation with the same semantics and failure
-//!   injection, so controller logic is unit-tested without root.
+//!   injection, so controller logic is unit-tested without root;
+//! - [`inspect`]: read-only access to the maps of a program another process loaded.
 //!
 //! Ordering contract the controller relies on: every call is applied completely or not
 //! at all, and a table installed by [`Dataplane::install_table`] replaces the VIP's
@@ -16,16 +18,17 @@ pub mod kernel;
 mod table_map;
 mod tables;
 
+use aya::maps::MapError;
 use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
-    types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipEntry, VipKey},
+    types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipKey},
 };
 
 pub use fake::FakeDataplane;
 pub use inspect::Inspector;
-pub use kernel::{
-    BenchTarget, KernelDataplane, LoadOptions, PassProgram, TableWriter, TestRunOutput,
-};
+#[cfg(feature = "test-harness")]
+pub use kernel::{BenchTarget, PassProgram, TableWriter, TestRunOutput};
+pub use kernel::{KernelDataplane, LoadOptions, is_root, may_load_xdp};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)
 /// and the operation that failed.
@@ -50,7 +53,7 @@ pub enum DataplaneError {
         /// The operation (`update`, `lookup`, `delete`, ...).
         op: &'static str,
         /// What aya reported.
-        error: aya::maps::MapError,
+        error: MapError,
     },
     /// A BPF system call or mmap made directly (table maps) failed.
     #[error("{op}: {error}")]
@@ -72,6 +75,29 @@ pub enum DataplaneError {
     /// A failure injected by the in-memory fake.
     #[error("injected failure at {0}")]
     Injected(String),
+}
+
+/// The error of operation `op` (`update`, `lookup`, `delete`, ...) on map `map`.
+pub(crate) fn map_err(
+    map: &'static str,
+    op: &'static str,
+) -> impl FnOnce(MapError) -> DataplaneError {
+    move |error| DataplaneError::Map { map, op, error }
+}
+
+/// The error of a system call made directly (table maps), described by `op`.
+pub(crate) fn syscall_err(op: String) -> impl FnOnce(std::io::Error) -> DataplaneError {
+    move |error| DataplaneError::Syscall { op, error }
+}
+
+/// `Ok` for a delete of a key that was absent: aya reports that as
+/// [`MapError::KeyNotFound`] for some maps and as the system call's `ENOENT` for others.
+pub(crate) fn absent_is_ok(result: Result<(), MapError>) -> Result<(), MapError> {
+    match result {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
 }
 
 /// An error and its causes on one line, `outer: inner: ...` (the data-plane errors
@@ -109,6 +135,16 @@ impl std::fmt::Display for AttachMode {
     }
 }
 
+/// Kernel memory (bytes) a VIP's tables of `table_size` slots take: both of its
+/// buffers — once the VIP's table has changed, the live one and the previous one — each
+/// of `table_size + TABLE_HEADER_LEN` entries in 8-byte array cells (`tables`,
+/// `table_map`). The kernel's page rounding of mmapable maps, under one page per
+/// buffer, is not counted. A 65,537-slot table takes just over 1 MiB.
+pub fn table_memory(table_size: u32) -> u64 {
+    let entries = u64::from(table_size) + u64::from(lb_common::maps::TABLE_HEADER_LEN);
+    tables::BUFFERS_PER_VIP * entries * table_map::CELL_BYTES
+}
+
 /// One complete Maglev table as the data plane stores it.
 #[derive(Clone, Copy, Debug)]
 pub struct TableImage<'a> {
@@ -132,7 +168,7 @@ pub struct InstalledTable {
 /// Which conntrack map holds a flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtTable {
-    /// Established flows (`CONNTRACK`).
+    /// Established flows (`CONNTRACK_V4`, `CONNTRACK_V6`).
     Established,
     /// TCP flows of which only a SYN was seen (a `SYN_CACHE` slot).
     SynOnly,
@@ -152,7 +188,8 @@ pub trait Dataplane {
     /// [`DataplaneError::NotAttached`] if it is not attached.
     fn detach(&mut self) -> Result<(), DataplaneError>;
 
-    /// Writes the global configuration.
+    /// Writes the global configuration. `config.syn_cache_mask` is not the caller's: the
+    /// data plane sized `SYN_CACHE` when it loaded and writes the mask of that size.
     ///
     /// # Errors
     /// When the map update fails.
@@ -194,11 +231,14 @@ pub trait Dataplane {
     /// When the maps cannot be read.
     fn table(&self, vip_id: u32) -> Result<Option<InstalledTable>, DataplaneError>;
 
-    /// Adds or updates a VIP (and counts its address in `VIP_ADDRS`).
+    /// Adds VIP `key` with id `vip_id` (`0..MAX_VIPS`), or gives it that id, and counts
+    /// its address in `VIP_ADDRS`. Its `VIPS` entry selects the live buffer and epoch of
+    /// the id's table: the data plane keeps those.
     ///
     /// # Errors
-    /// When a map update fails (nothing is changed then).
-    fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError>;
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map; a failed map update
+    /// (nothing is changed then).
+    fn set_vip(&mut self, key: &VipKey, vip_id: u32) -> Result<(), DataplaneError>;
 
     /// Removes a VIP (and uncounts its address).
     ///

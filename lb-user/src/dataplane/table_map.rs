@@ -79,6 +79,9 @@ pub(crate) fn create(size: u32) -> io::Result<OwnedFd> {
 /// One array element as laid out in the mapping: the `u32` value, then padding.
 type Cell = [u32; 2];
 
+/// Bytes the kernel stores per entry of a table map (`round_up(4, 8)`).
+pub(crate) const CELL_BYTES: u64 = size_of::<Cell>() as u64;
+
 /// A shared memory mapping of a table map's entries, unmapped on drop.
 pub(crate) struct Mapping {
     ptr: NonNull<Cell>,
@@ -154,6 +157,7 @@ impl Mapping {
     }
 
     /// Writes `entries` verbatim from entry 0 (header included).
+    #[cfg(feature = "test-harness")]
     pub(crate) fn write_raw(&mut self, entries: &[u32]) {
         self.write(0, entries);
     }

@@ -21,13 +21,19 @@
 
 use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _};
 
-use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData};
 use lb_common::{
     maps::{self, TABLE_HEADER_LEN},
     types::{VIP_TABLE_B, VipEntry, VipInfo, VipKey},
 };
 
-use super::{DataplaneError, InstalledTable, TableImage, table_map};
+use super::{
+    DataplaneError, InstalledTable, TableImage, absent_is_ok, map_err, syscall_err, table_map,
+};
+
+/// Table buffers per VIP: the live one, and the one the next change writes (and which
+/// the one before it used).
+pub(crate) const BUFFERS_PER_VIP: u64 = 2;
 
 /// One table buffer: its map (kept open) and a writable mapping of it.
 struct Buffer {
@@ -60,17 +66,10 @@ pub(crate) struct TableSet {
     vip_info: Array<MapData, VipInfo>,
     by_id: StdHashMap<u32, VipBuffers>,
     /// Grace periods waited for (for tests and benchmarks).
+    #[cfg(feature = "test-harness")]
     grace_periods: u64,
     /// Epoch of the latest install (any VIP).
     epoch: u32,
-}
-
-fn map_err(map: &'static str, op: &'static str) -> impl FnOnce(MapError) -> DataplaneError {
-    move |error| DataplaneError::Map { map, op, error }
-}
-
-fn syscall_err(op: String) -> impl FnOnce(std::io::Error) -> DataplaneError {
-    move |error| DataplaneError::Syscall { op, error }
 }
 
 fn index(vip_id: u32, buffer: usize) -> u32 {
@@ -90,6 +89,7 @@ impl TableSet {
             vips,
             vip_info,
             by_id: StdHashMap::new(),
+            #[cfg(feature = "test-harness")]
             grace_periods: 0,
             epoch: 0,
         }
@@ -148,7 +148,10 @@ impl TableSet {
         self.outer
             .set(index(vip_id, buffer), map, 0)
             .map_err(map_err(maps::TABLES, "update (grace period)"))?;
-        self.grace_periods += 1;
+        #[cfg(feature = "test-harness")]
+        {
+            self.grace_periods += 1;
+        }
         for v in self.by_id.values_mut() {
             v.stale = [false; 2];
         }
@@ -156,6 +159,7 @@ impl TableSet {
     }
 
     /// Grace periods waited for so far.
+    #[cfg(feature = "test-harness")]
     pub(crate) fn grace_periods(&self) -> u64 {
         self.grace_periods
     }
@@ -235,6 +239,7 @@ impl TableSet {
 
     /// Installs `raw` entries verbatim as VIP `vip_id`'s live buffer (tests of the data
     /// plane's guards).
+    #[cfg(feature = "test-harness")]
     pub(crate) fn install_raw(&mut self, vip_id: u32, raw: &[u32]) -> Result<(), DataplaneError> {
         let slots = u32::try_from(raw.len())
             .ok()
@@ -299,22 +304,18 @@ impl TableSet {
     }
 
     /// Writes VIP `vip_id`'s `VIP_INFO` element, then its `VIPS` entry selecting its
-    /// live buffer and epoch (the flags of `entry` are ignored).
-    pub(crate) fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
-        let epoch = self.by_id.entry(entry.vip_id).or_default().epoch;
-        self.write_info(entry.vip_id, Some(key), epoch)?;
-        self.write_vip(key, entry.vip_id)?;
-        self.by_id.entry(entry.vip_id).or_default().key = Some(*key);
+    /// live buffer and epoch.
+    pub(crate) fn set_vip(&mut self, key: &VipKey, vip_id: u32) -> Result<(), DataplaneError> {
+        let epoch = self.by_id.entry(vip_id).or_default().epoch;
+        self.write_info(vip_id, Some(key), epoch)?;
+        self.write_vip(key, vip_id)?;
+        self.by_id.entry(vip_id).or_default().key = Some(*key);
         Ok(())
     }
 
     /// Removes a `VIPS` entry, then clears its id's `VIP_INFO` element.
     pub(crate) fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
-        match self.vips.remove(key) {
-            Ok(()) | Err(MapError::KeyNotFound) => {}
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => return Err(map_err(maps::VIPS, "delete")(e)),
-        }
+        absent_is_ok(self.vips.remove(key)).map_err(map_err(maps::VIPS, "delete"))?;
         let ids: Vec<u32> = self
             .by_id
             .iter()

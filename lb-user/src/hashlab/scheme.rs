@@ -7,7 +7,7 @@ use super::{
     bounded, hashes::KeyHash, jump::Jump, maglev::Maglev, modn::ModN, rendezvous::Rendezvous,
     ring::Ring, servers::Server,
 };
-use crate::maglev::{DEFAULT_SEED, DEFAULT_TABLE_SIZE};
+use crate::defaults;
 
 /// The schemes of the lab, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -105,8 +105,8 @@ impl Default for Params {
             hash: KeyHash::Xxh3 { seed: 0 },
             vnodes: 100,
             epsilon: 0.25,
-            table_size: DEFAULT_TABLE_SIZE,
-            maglev_seed: DEFAULT_SEED,
+            table_size: defaults::TABLE_SIZE,
+            maglev_seed: defaults::MAGLEV_SEED,
         }
     }
 }

@@ -16,9 +16,6 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// The weight of a backend given without `=WEIGHT`.
-    pub const DEFAULT_WEIGHT: u32 = 1;
-
     /// A backend with `key` and `weight`.
     #[must_use]
     pub fn new(key: impl Into<BackendKey>, weight: u32) -> Self {
@@ -49,7 +46,7 @@ impl FromStr for Backend {
                     })?;
                 (address, weight)
             }
-            None => (text, Self::DEFAULT_WEIGHT),
+            None => (text, crate::defaults::WEIGHT),
         };
         Ok(Self {
             key: address.parse()?,

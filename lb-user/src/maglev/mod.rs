@@ -13,9 +13,10 @@
 //! - [`key`]: the canonical backend identity [`BackendKey`] (what is hashed, how
 //!   backends are ordered);
 //! - [`backend`]: [`Backend`] (key and weight) and the CLI form `ADDR[:PORT][=WEIGHT]`;
-//! - [`size`]: table-size validation ([`DEFAULT_TABLE_SIZE`], [`MAX_TABLE_SIZE`]);
+//! - [`size`]: table-size validation ([`MAX_TABLE_SIZE`]; the default size and seed are in
+//!   [`crate::defaults`]);
 //! - [`permutation`]: a backend's (offset, skip) pair, derived from its key by `h1`/`h2`
-//!   ([`Permutation::for_key`]: seeded XXH3-128, [`DEFAULT_SEED`]) or given explicitly;
+//!   ([`Permutation::for_key`]: seeded XXH3-128) or given explicitly;
 //! - [`quota`]: weights to exact per-backend slot counts (largest remainder, at least one
 //!   slot for every backend with weight > 0);
 //! - [`fill`]: the turn schedule and the fill loop ([`fill_slots`] for explicit
@@ -50,6 +51,6 @@ pub use error::MaglevError;
 pub use fill::fill_slots;
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 pub use key::BackendKey;
-pub use permutation::{DEFAULT_SEED, Permutation};
-pub use size::{DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE, is_prime, validate_table_size};
+pub use permutation::Permutation;
+pub use size::{MAX_TABLE_SIZE, is_prime, validate_table_size};
 pub use table::MaglevTable;

@@ -11,16 +11,11 @@
 //!
 //! XXH3 output is fixed by its specification (stable since xxHash 0.8.0) and does not
 //! depend on the platform or process; the seed is explicit and defaults to
-//! [`DEFAULT_SEED`]. A golden test pins the result.
+//! [`crate::defaults::MAGLEV_SEED`]. A golden test pins the result.
 
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use super::{BackendKey, MaglevError};
-
-/// The default seed of `h1`/`h2`: the ASCII bytes `lbmaglev` read as a big-endian
-/// `u64` (0x6c62_6d61_676c_6576 = 7,809,924,968,928,273,782). Every instance that
-/// should build the same tables must use the same seed.
-pub const DEFAULT_SEED: u64 = u64::from_be_bytes(*b"lbmaglev");
 
 /// A backend's permutation of the `M` slots: entry `j` (for `j` in `0..M`) is
 /// `(offset + j * skip) mod M`. With `M` prime and `1 <= skip < M` every slot appears
@@ -96,11 +91,12 @@ impl Permutation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::defaults::MAGLEV_SEED;
 
     #[test]
     fn default_seed_is_documented_value() {
-        assert_eq!(DEFAULT_SEED, 0x6c62_6d61_676c_6576);
-        assert_eq!(DEFAULT_SEED, 7_809_924_968_928_273_782);
+        assert_eq!(MAGLEV_SEED, 0x6c62_6d61_676c_6576);
+        assert_eq!(MAGLEV_SEED, 7_809_924_968_928_273_782);
     }
 
     #[test]
@@ -117,13 +113,13 @@ mod tests {
     fn permutations_are_in_range_and_seeded() {
         let key: BackendKey = "198.51.100.11".parse().unwrap();
         for size in [2, 3, 7, 1_009, 65_537] {
-            let p = Permutation::for_key(&key, size, DEFAULT_SEED);
+            let p = Permutation::for_key(&key, size, MAGLEV_SEED);
             assert!(p.is_valid_for(size), "{p:?} for {size}");
         }
-        let a = Permutation::for_key(&key, 65_537, DEFAULT_SEED);
-        let b = Permutation::for_key(&key, 65_537, DEFAULT_SEED + 1);
+        let a = Permutation::for_key(&key, 65_537, MAGLEV_SEED);
+        let b = Permutation::for_key(&key, 65_537, MAGLEV_SEED + 1);
         assert_ne!(a, b, "the seed changes the permutation");
-        assert_eq!(a, Permutation::for_key(&key, 65_537, DEFAULT_SEED));
+        assert_eq!(a, Permutation::for_key(&key, 65_537, MAGLEV_SEED));
     }
 
     #[test]

@@ -1,10 +1,7 @@
-//! Table size `M`: the default, the maximum, primality and validation.
+//! Table size `M`: the maximum, primality and validation (the default is
+//! [`crate::defaults::TABLE_SIZE`]).
 
 use super::MaglevError;
-
-/// The default table size `M` (a prime; F-1 of the shared cases, and the size the paper
-/// uses in its evaluation, section 5.3). Flows are spread in steps of 1/65,537.
-pub const DEFAULT_TABLE_SIZE: u32 = 65_537;
 
 /// The largest accepted table size, a prime. A table of this size keeps 4,000,037 `u32`
 /// slots (16 MB); building it needs at most about 12 bytes per slot (48.5 MB: the
@@ -19,7 +16,7 @@ pub const MAX_TABLE_SIZE: u32 = 4_000_037;
 /// warning.
 pub const ADVISED_SLOTS_PER_BACKEND: u64 = 100;
 
-const _: () = assert!(is_prime(DEFAULT_TABLE_SIZE) && is_prime(MAX_TABLE_SIZE));
+const _: () = assert!(is_prime(crate::defaults::TABLE_SIZE) && is_prime(MAX_TABLE_SIZE));
 const _: () = assert!(MAX_TABLE_SIZE >= 1_048_573 && MAX_TABLE_SIZE < u32::MAX / 2);
 
 /// Whether `n` is prime (deterministic trial division by 2, 3 and 6k +/- 1 up to

@@ -14,7 +14,8 @@ use std::net::Ipv4Addr;
 
 use anyhow::{Context as _, bail, ensure};
 use lb_common::{
-    maps::{DEFAULT_CT_CAPACITY, DEFAULT_CT_SYN_CAPACITY, XDP_PROGRAM},
+    defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
+    maps::XDP_PROGRAM,
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
@@ -278,10 +279,10 @@ struct Options {
     #[arg(long)]
     case: Option<String>,
     /// Conntrack capacity (entries per family).
-    #[arg(long, default_value_t = DEFAULT_CT_CAPACITY)]
+    #[arg(long, default_value_t = CT_CAPACITY)]
     ct: u32,
     /// SYN cache slots.
-    #[arg(long, default_value_t = DEFAULT_CT_SYN_CAPACITY)]
+    #[arg(long, default_value_t = CT_SYN_CAPACITY)]
     syn: u32,
     /// Measure the case list this many times (to show the spread).
     #[arg(long, default_value_t = 1)]

@@ -27,6 +27,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use clap::Parser;
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, backend_addr, backend_of, vip_text},
     testbed::{TestBed, TestBedOptions, backend_name, vip_tcp},
@@ -89,7 +90,19 @@ impl Progress {
     }
 }
 
+/// Runs the demo of `cargo xtask demo` (as root).
+///
+/// The real `lb run` daemon balances 1,000 TCP connections between network namespaces,
+/// then a backend is added: established connections stay, about a quarter of new ones
+/// move, nearly all to the new backend. The demo builds and tears down its own
+/// namespaces. It runs the `lb` binary next to its own executable; `cargo xtask demo`
+/// builds both.
+#[derive(Debug, Parser)]
+#[command(name = "lb-demo")]
+struct Args {}
+
 fn main() {
+    let Args {} = Args::parse();
     if !lb_tests::is_root() {
         eprintln!(
             "lb-demo: must run as root (it creates network namespaces, attaches XDP programs \

@@ -14,7 +14,6 @@ use std::net::IpAddr;
 use anyhow::Context as _;
 use lb_common::types::{
     BACKEND_ACTIVE, BackendEntry, CONFIG_VALID, LbConfig, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP,
-    VipEntry,
 };
 use lb_user::{
     dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions, TableImage},
@@ -104,13 +103,7 @@ impl BedLb {
             (VIP6_UDP, VIP6.into(), UDP_PORT, PROTO_UDP),
         ] {
             lb.dp
-                .set_vip(
-                    &vip_key(addr, port, proto),
-                    &VipEntry {
-                        vip_id: id,
-                        ..VipEntry::default()
-                    },
-                )
+                .set_vip(&vip_key(addr, port, proto), id)
                 .with_context(|| format!("VIP {addr}:{port}/{proto}"))?;
         }
         let dp = &mut lb.dp;

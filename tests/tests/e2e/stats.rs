@@ -34,7 +34,7 @@ use lb_tests::{
     testbed::{backend_name, vip_tcp, vip_udp},
     traffic::{self, Ports, Tally, UdpFlow},
 };
-use lb_user::daemon::service::Stats;
+use lb_user::control::Stats;
 
 use super::{bed, daemon};
 

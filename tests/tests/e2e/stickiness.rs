@@ -20,7 +20,7 @@ use lb_tests::{
     testbed::{TcpConn, TestBed, backend_name, vip_tcp},
     traffic::{self, Ports, Tally},
 };
-use lb_user::controller::report::{Status, VipStatus};
+use lb_user::control::{Status, VipStatus};
 
 use super::{bed, daemon};
 

@@ -1,6 +1,7 @@
 //! Validation: good files load; a table of bad files, each with the exact error text.
 
 use super::*;
+use crate::config::BackendState;
 
 const BASE: &str = r#"
 interface = "eth0"
@@ -41,7 +42,7 @@ fn a_complete_file_loads_with_defaults_filled_in() {
     let c = loaded.config;
     assert_eq!(c.interface, "eth0");
     assert_eq!(c.xdp_mode, XdpMode::Auto);
-    assert_eq!(c.control_socket, PathBuf::from(DEFAULT_CONTROL_SOCKET));
+    assert_eq!(c.control_socket, PathBuf::from(defaults::CONTROL_SOCKET));
     assert_eq!(c.mtu, 1500);
     assert_eq!(c.nexthop, Nexthop::Fib);
     assert_eq!(c.udp_timeout, Duration::from_secs(30));
@@ -68,6 +69,60 @@ fn the_example_file_in_the_repository_is_valid() {
     let text = include_str!("../../../../lb.example.toml");
     let loaded = load(text).expect("lb.example.toml is valid");
     assert!(!loaded.config.vips.is_empty());
+}
+
+/// Every key of `lb.example.toml` that has a default states exactly that default, so
+/// that an instance started from the example builds the tables `lb table build` shows
+/// with its own defaults (same size, same seed).
+#[test]
+fn the_example_file_states_exactly_the_defaults() {
+    let text = include_str!("../../../../lb.example.toml");
+    let file: toml::Table = text.parse().expect("lb.example.toml is TOML");
+    let at = |path: &str| {
+        let mut value = toml::Value::Table(file.clone());
+        for part in path.split('.') {
+            value = match part.split_once('[') {
+                Some((key, index)) => {
+                    let i: usize = index.trim_end_matches(']').parse().expect("index");
+                    value[key][i].clone()
+                }
+                None => value[part].clone(),
+            };
+        }
+        value
+    };
+    let int = |v: u64| toml::Value::Integer(i64::try_from(v).expect("fits TOML"));
+    let string = |s: &str| toml::Value::String(s.to_owned());
+    let expected = [
+        ("xdp_mode", string(defaults::XDP_MODE)),
+        ("control_socket", string(defaults::CONTROL_SOCKET)),
+        ("mtu", int(defaults::MTU.into())),
+        ("hash_seed", int(defaults::HASH_SEED.into())),
+        ("maglev_seed", int(defaults::MAGLEV_SEED)),
+        (
+            "max_table_memory_mib",
+            int(defaults::MAX_TABLE_MEMORY_MIB.into()),
+        ),
+        ("nexthop.mode", string(defaults::NEXTHOP_MODE)),
+        ("nexthop.cache_ms", int(defaults::NEXTHOP_CACHE_MS.into())),
+        ("conntrack.capacity", int(defaults::CT_CAPACITY.into())),
+        (
+            "conntrack.syn_capacity",
+            int(defaults::CT_SYN_CAPACITY.into()),
+        ),
+        (
+            "conntrack.udp_timeout_secs",
+            int(defaults::UDP_TIMEOUT_SECS.into()),
+        ),
+        ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
+        ("vip[0].backend[0].weight", int(defaults::WEIGHT.into())),
+    ];
+    for (path, value) in expected {
+        assert_eq!(at(path), value, "lb.example.toml: {path}");
+    }
+    // The example's first backend leaves `state` out: the comment on the third
+    // documents the default.
+    assert!(text.contains(&format!("# {} (default)", defaults::BACKEND_STATE)));
 }
 
 #[test]
@@ -207,7 +262,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         (
             format!("max_table_memory_mib = 1{}", with_vip(""))
                 .replace("[[vip]]\n", "[[vip]]\ntable_size = 4000037\n"),
-            "max_table_memory_mib: table memory 31 MiB exceeds limit 1 MiB (each slot takes 8 bytes in the kernel)",
+            "max_table_memory_mib: table memory 62 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)",
         ),
     ];
     let mut mismatches = Vec::new();
@@ -221,6 +276,22 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         }
     }
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn table_memory_counts_both_buffers_of_each_vip() {
+    // One 65,537-slot buffer takes 512 KiB and would fit 1 MiB; the kernel holds two per
+    // VIP once its table changed (the live one and the previous), just over 1 MiB.
+    let one_vip = format!("max_table_memory_mib = 1{BASE}{VIP}");
+    assert_eq!(
+        errors(&one_vip),
+        [
+            "max_table_memory_mib: table memory 2 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)"
+        ]
+    );
+    let loaded = load(&one_vip.replace("[[vip]]\n", "[[vip]]\ntable_size = 65521\n"))
+        .expect("2 x 65,523 cells of 8 bytes fit 1 MiB");
+    assert_eq!(loaded.config.max_table_memory, 1 << 20);
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! The daemon's logic against the in-memory data plane.
 
+use lb_common::stats::{BackendStats, Reason, VipStats};
+
 use super::*;
 use crate::dataplane::FakeDataplane;
 
@@ -31,11 +33,15 @@ fn start() -> Service<FakeDataplane> {
     .0
 }
 
+fn vip(text: &str) -> Vip {
+    text.parse().unwrap()
+}
+
 fn backend(action: BackendAction, address: &str) -> Request {
     Request::Backend {
         action,
-        vip: "203.0.113.10:80/tcp".into(),
-        backend: address.into(),
+        vip: vip("203.0.113.10:80/tcp"),
+        backend: address.parse().unwrap(),
         weight: None,
     }
 }
@@ -65,6 +71,8 @@ fn runtime_changes_apply_and_a_reload_replaces_them() {
     assert_eq!(s.status().vips[0].backends.len(), 2);
 }
 
+/// Requests the daemon refuses for what they ask (a request with unreadable arguments
+/// never decodes: see `control::tests` and the CLI's argument tests).
 #[test]
 fn bad_requests_get_clear_errors_and_change_nothing() {
     let mut s = start();
@@ -73,20 +81,11 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
         (
             Request::Backend {
                 action: BackendAction::Add,
-                vip: "203.0.113.10:81/tcp".into(),
-                backend: "198.51.100.13".into(),
+                vip: vip("203.0.113.10:81/tcp"),
+                backend: "198.51.100.13".parse().unwrap(),
                 weight: None,
             },
             "VIP 203.0.113.10:81/tcp is not configured",
-        ),
-        (
-            Request::Backend {
-                action: BackendAction::Add,
-                vip: "203.0.113.10".into(),
-                backend: "198.51.100.13".into(),
-                weight: None,
-            },
-            "--vip: expected ADDR:PORT/PROTO (e.g. 203.0.113.10:80/tcp), got \"203.0.113.10\"",
         ),
         (
             backend(BackendAction::Add, "198.51.100.11"),
@@ -97,19 +96,15 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
             "backend 198.51.100.99 is not in VIP 203.0.113.10:80/tcp",
         ),
         (
-            backend(BackendAction::Add, "bogus"),
-            "--backend: invalid backend address \"bogus\": expected ADDR, ADDR:PORT or [V6ADDR]:PORT",
-        ),
-        (
             backend(BackendAction::Add, "2001:db8::1"),
             "backend 2001:db8::1 cannot be added to VIP 203.0.113.10:80/tcp: not of the VIP's address family",
         ),
         (
             Request::Flow {
-                vip: "203.0.113.10:80/tcp".into(),
-                client: "192.0.2.10".into(),
+                vip: vip("203.0.113.10:80/tcp"),
+                client: "[2001:db8::10]:40000".parse().unwrap(),
             },
-            "--client: expected ADDR:PORT, got \"192.0.2.10\"",
+            "client [2001:db8::10]:40000 is not of the address family of VIP 203.0.113.10:80/tcp",
         ),
     ];
     for (request, expected) in cases {
@@ -126,18 +121,24 @@ fn a_reload_that_needs_a_restart_or_fails_changes_nothing() {
     let ops = s.controller().dataplane().ops.len();
     let moved = FILE.replace("eth0", "eth1");
     assert_eq!(
-        s.reload(&Config::from_toml(&moved).unwrap()).unwrap_err(),
+        s.reload(&Config::from_toml(&moved).unwrap())
+            .unwrap_err()
+            .to_string(),
         "interface changed: these settings take effect only at start (restart lb); nothing applied"
     );
     let reseeded = format!("hash_seed = 7\n{FILE}");
     assert_eq!(
         s.reload(&Config::from_toml(&reseeded).unwrap())
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         "hash_seed changed: these settings take effect only at start (restart lb); nothing applied"
     );
     s.controller_mut().dataplane_mut().fail_after(0);
     let more = FILE.replace("198.51.100.12", "198.51.100.14");
-    let err = s.reload(&Config::from_toml(&more).unwrap()).unwrap_err();
+    let err = s
+        .reload(&Config::from_toml(&more).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("the previous state is kept"), "{err}");
     assert_eq!(s.controller().dataplane().ops.len(), ops);
     assert_eq!(s.status().vips[0].backends[1].address, "198.51.100.12");
@@ -193,8 +194,8 @@ fn flow_and_status_requests_answer() {
     let r = call(
         &mut s,
         &Request::Flow {
-            vip: "203.0.113.10:80/tcp".into(),
-            client: "192.0.2.10:40000".into(),
+            vip: vip("203.0.113.10:80/tcp"),
+            client: "192.0.2.10:40000".parse().unwrap(),
         },
     );
     assert!(r.ok, "{:?}", r.error);

@@ -9,8 +9,9 @@ use lb_common::types::PROTO_TCP;
 
 use super::*;
 use crate::{
+    defaults::MAGLEV_SEED,
     flow::{flow_key, slot_of},
-    maglev::{DEFAULT_SEED, MaglevTable},
+    maglev::MaglevTable,
 };
 
 const M: u32 = 65_537;
@@ -32,7 +33,7 @@ fn four(down: &[u8]) -> Vec<Candidate> {
 }
 
 fn table(selection: &Selection) -> MaglevTable {
-    MaglevTable::build(&selection.table_backends(), M, DEFAULT_SEED).unwrap()
+    MaglevTable::build(&selection.table_backends(), M, MAGLEV_SEED).unwrap()
 }
 
 /// Slots per backend key of `t`.

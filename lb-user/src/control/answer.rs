@@ -1,0 +1,176 @@
+//! What the daemon answers: the [`Response`] envelope and the data of each request
+//! ([`Status`], [`Stats`], [`FlowReport`]), which the CLI prints as text or JSON.
+
+use serde::{Deserialize, Serialize};
+
+/// The daemon's answer: `{"ok":true,"data":...}` or `{"ok":false,"error":"..."}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// Why not, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The answer's data, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+impl Response {
+    /// A success carrying `data`.
+    pub fn ok(data: impl Serialize) -> Self {
+        match serde_json::to_value(data) {
+            Ok(data) => Self {
+                ok: true,
+                error: None,
+                data: Some(data),
+            },
+            Err(e) => Self::error(format!("encoding the answer: {e}")),
+        }
+    }
+
+    /// A failure saying `message`.
+    pub fn error(message: impl ToString) -> Self {
+        Self {
+            ok: false,
+            error: Some(message.to_string()),
+            data: None,
+        }
+    }
+}
+
+/// `lb status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// Interface the program is attached to.
+    pub interface: String,
+    /// Attach mode in use (`native` or `skb`).
+    pub mode: String,
+    /// Configuration file.
+    pub config_file: String,
+    /// Whether runtime changes make the running state differ from the file.
+    pub differs_from_file: bool,
+    /// Changes applied since start.
+    pub changes: u64,
+    /// Maglev tables built since start.
+    pub table_builds: u64,
+    /// The VIPs.
+    pub vips: Vec<VipStatus>,
+}
+
+/// A VIP in `lb status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VipStatus {
+    /// `ADDR:PORT/PROTO`.
+    pub vip: String,
+    /// VIP id.
+    pub id: u32,
+    /// Table size.
+    pub table_size: u32,
+    /// Table generation.
+    pub generation: u32,
+    /// Table fingerprint (hex).
+    pub fingerprint: String,
+    /// Backends.
+    pub backends: Vec<BackendStatus>,
+}
+
+/// A backend in `lb status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// Address.
+    pub address: String,
+    /// Backend id.
+    pub id: u32,
+    /// `active`, `drain` or `down`.
+    pub state: String,
+    /// Weight.
+    pub weight: u32,
+    /// Slots owned.
+    pub slots: u32,
+    /// Share of the table, 0..1.
+    pub share: f64,
+}
+
+/// `lb flow`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowReport {
+    /// The VIP.
+    pub vip: String,
+    /// The client.
+    pub client: String,
+    /// The flow's slot in the VIP's table.
+    pub slot: u32,
+    /// The backend the table gives a new flow (none for an empty table).
+    pub table_backend: Option<String>,
+    /// The conntrack pin, if any.
+    pub pinned: Option<Pin>,
+}
+
+/// A conntrack pin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    /// Backend address.
+    pub backend: String,
+    /// Backend id.
+    pub backend_id: u32,
+    /// Established (`true`) or SYN-only.
+    pub established: bool,
+}
+
+/// `lb stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Seconds the rates are computed over.
+    pub interval_secs: f64,
+    /// Global packets per verdict reason (non-zero ones).
+    pub reasons: Vec<Counter>,
+    /// Per VIP.
+    pub vips: Vec<VipCounters>,
+}
+
+impl Stats {
+    /// Packets forwarded to `backend` (canonical address text) of `vip`
+    /// (`ADDR:PORT/PROTO`); 0 when either is not listed.
+    pub fn backend_packets(&self, vip: &str, backend: &str) -> u64 {
+        self.vips
+            .iter()
+            .find(|v| v.vip == vip)
+            .and_then(|v| v.backends.iter().find(|b| b.backend == backend))
+            .map_or(0, |b| b.packets.value)
+    }
+}
+
+/// One named counter with its rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Counter {
+    /// Name.
+    pub name: String,
+    /// Value since the program was loaded.
+    pub value: u64,
+    /// Per second over the last sampling interval.
+    pub rate: f64,
+}
+
+/// Per-VIP counters in `lb stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VipCounters {
+    /// `ADDR:PORT/PROTO`.
+    pub vip: String,
+    /// Counters (packets, bytes, new_flows, ct_hits, ct_misses_non_syn,
+    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted).
+    pub counters: Vec<Counter>,
+    /// Per-backend counters.
+    pub backends: Vec<BackendCounters>,
+}
+
+/// Per-backend counters in `lb stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendCounters {
+    /// Address.
+    pub backend: String,
+    /// Packets forwarded.
+    pub packets: Counter,
+    /// Bytes forwarded.
+    pub bytes: Counter,
+}

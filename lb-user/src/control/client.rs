@@ -1,0 +1,144 @@
+//! The client end, for the CLI verbs and the tests: [`Client`] sends one [`Request`]
+//! and decodes the answer into the request's type.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::SocketAddr,
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::de::DeserializeOwned;
+
+use super::{BackendAction, FlowReport, Request, Response, Stats, Status};
+use crate::{config::Vip, maglev::BackendKey};
+
+/// How long the client waits for an answer (and for its request to be written).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer the client reads (bytes, newline included): far above the
+/// status of 1,024 VIPs with 65,535 backends, far below what would exhaust a CLI.
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
+
+/// Errors of the client side.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The socket could not be reached.
+    #[error(
+        "cannot reach the lb daemon at {path}: {error} (is `lb run` running, and are you root?)"
+    )]
+    Connect {
+        /// The socket path.
+        path: String,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// The exchange failed.
+    #[error("talking to the lb daemon: {0}")]
+    Io(#[from] std::io::Error),
+    /// The answer was not understood.
+    #[error("unreadable answer from the lb daemon: {0}")]
+    Decode(#[from] serde_json::Error),
+    /// The answer did not end within [`MAX_ANSWER_BYTES`].
+    #[error("the lb daemon's answer exceeds {MAX_ANSWER_BYTES} bytes")]
+    AnswerTooLarge,
+    /// The daemon refused the request; its message.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A client of the daemon listening on one socket. Each call is one connection.
+#[derive(Clone, Debug)]
+pub struct Client {
+    socket: PathBuf,
+}
+
+impl Client {
+    /// A client of the daemon at `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+        }
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// `lb status`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn status(&self) -> Result<Status, ClientError> {
+        self.call(&Request::Status)
+    }
+
+    /// `lb stats`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn stats(&self) -> Result<Stats, ClientError> {
+        self.call(&Request::Stats)
+    }
+
+    /// `lb backend ACTION`: the log lines of the change (empty when nothing changed).
+    ///
+    /// # Errors
+    /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
+    pub fn backend(
+        &self,
+        action: BackendAction,
+        vip: Vip,
+        backend: BackendKey,
+        weight: Option<u32>,
+    ) -> Result<Vec<String>, ClientError> {
+        self.call(&Request::Backend {
+            action,
+            vip,
+            backend,
+            weight,
+        })
+    }
+
+    /// `lb flow`: where a flow from `client` to `vip` goes.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn flow(&self, vip: Vip, client: SocketAddr) -> Result<FlowReport, ClientError> {
+        self.call(&Request::Flow { vip, client })
+    }
+
+    /// Sends `request` and decodes the answer's data as `T`.
+    ///
+    /// # Errors
+    /// [`ClientError`], including the daemon's own error message as
+    /// [`ClientError::Refused`].
+    pub fn call<T: DeserializeOwned>(&self, request: &Request) -> Result<T, ClientError> {
+        let stream = UnixStream::connect(&self.socket).map_err(|error| ClientError::Connect {
+            path: self.socket.display().to_string(),
+            error,
+        })?;
+        stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+        let mut line = serde_json::to_string(request)?;
+        line.push('\n');
+        (&stream).write_all(line.as_bytes())?;
+        let mut answer = Vec::new();
+        BufReader::new((&stream).take(MAX_ANSWER_BYTES)).read_until(b'\n', &mut answer)?;
+        if !answer.ends_with(b"\n") && answer.len() as u64 >= MAX_ANSWER_BYTES {
+            return Err(ClientError::AnswerTooLarge);
+        }
+        let response: Response = serde_json::from_slice(&answer)?;
+        if !response.ok {
+            return Err(ClientError::Refused(
+                response
+                    .error
+                    .unwrap_or_else(|| "request refused".to_owned()),
+            ));
+        }
+        Ok(serde_json::from_value(
+            response.data.unwrap_or(serde_json::Value::Null),
+        )?)
+    }
+}

@@ -1,0 +1,53 @@
+//! What a client asks the daemon: [`Request`], with typed arguments.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{config::Vip, maglev::BackendKey};
+
+/// What `lb backend` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendAction {
+    /// Add a backend (active, with `--weight`, default 1).
+    Add,
+    /// Remove a backend: its flows are re-hashed on the new table.
+    Remove,
+    /// Drain: no new flows, established flows stay.
+    Drain,
+    /// Undo a drain (and set `--weight` if given).
+    Undrain,
+}
+
+/// A request to the daemon, one JSON object tagged by `command`, e.g.
+/// `{"command":"flow","vip":"203.0.113.10:80/tcp","client":"192.0.2.10:40000"}`.
+/// Addresses travel in their text forms and are parsed when the request is decoded: a
+/// request with an unreadable field is refused whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Request {
+    /// `lb status`; answered with [`super::Status`].
+    Status,
+    /// `lb stats`; answered with [`super::Stats`].
+    Stats,
+    /// `lb backend ...`; answered with the log lines of the change applied (none when
+    /// nothing changed).
+    Backend {
+        /// What to do.
+        action: BackendAction,
+        /// The VIP (`ADDR:PORT/PROTO` on the wire).
+        vip: Vip,
+        /// The backend (its canonical text on the wire).
+        backend: BackendKey,
+        /// Weight (add, undrain).
+        weight: Option<u32>,
+    },
+    /// `lb flow`; answered with [`super::FlowReport`].
+    Flow {
+        /// The VIP.
+        vip: Vip,
+        /// The client's address and port (`ADDR:PORT`, IPv6 in brackets, on the wire).
+        client: SocketAddr,
+    },
+}

@@ -1,0 +1,57 @@
+//! Every default of the configuration file and of the CLI, in one place.
+//!
+//! `lb.example.toml` states exactly these values (a test in `config` checks it), so an
+//! instance started from the example builds the same tables as `lb table build` with
+//! its defaults. The two map sizes the eBPF object declares at compile time are defined
+//! in [`lb_common::defaults`] and re-exported here.
+//!
+//! A leaf module: it imports nothing of this crate, so every layer may use it.
+
+pub use lb_common::defaults::{CT_CAPACITY, CT_SYN_CAPACITY};
+
+/// `control_socket`, and `--socket` of the operator verbs.
+pub const CONTROL_SOCKET: &str = "/run/lb/lb.sock";
+
+/// `xdp_mode`: native, falling back to generic (skb) mode with a warning.
+pub const XDP_MODE: &str = "auto";
+
+/// `mtu`: the largest outer IP packet on the LB → backend path (bytes), Ethernet's.
+pub const MTU: u16 = 1500;
+
+/// `hash_seed`: the seed of the data plane's flow hash (the ASCII bytes `lb_1`).
+pub const HASH_SEED: u32 = 0x6c62_5f31;
+
+/// `maglev_seed` and `lb table --seed`: the seed of `h1`/`h2`, the ASCII bytes
+/// `lbmaglev` read as a big-endian `u64` (0x6c62_6d61_676c_6576 =
+/// 7,809,924,968,928,273,782). Every instance that should build the same tables must use
+/// the same seed.
+pub const MAGLEV_SEED: u64 = u64::from_be_bytes(*b"lbmaglev");
+
+/// `max_table_memory_mib`: the cap on the kernel memory of all Maglev table maps (MiB),
+/// so that many services on one host cannot exhaust kernel memory. The kernel stores
+/// each `u32` slot in an 8-byte cell and each VIP has two table buffers
+/// ([`crate::dataplane::table_memory`]): a VIP with a 65,537-slot table takes just over
+/// 1 MiB, so the default allows 511 such VIPs.
+pub const MAX_TABLE_MEMORY_MIB: u32 = 512;
+
+/// `nexthop.mode`: `bpf_fib_lookup` (the kernel's routes and neighbours).
+pub const NEXTHOP_MODE: &str = "fib";
+
+/// `nexthop.cache_ms`: neighbour and route changes reach the packet path within 100 ms,
+/// while the FIB lookup is paid once per backend, CPU and 100 ms.
+pub const NEXTHOP_CACHE_MS: u32 = 100;
+
+/// `conntrack.udp_timeout_secs`: UDP flows idle longer than this are re-picked.
+pub const UDP_TIMEOUT_SECS: u32 = 30;
+
+/// `vip.table_size` and `lb table --size`: the Maglev table size `M`, a prime (the size
+/// the paper uses in its evaluation, section 5.3). Flows are spread in steps of
+/// 1/65,537.
+pub const TABLE_SIZE: u32 = 65_537;
+
+/// `vip.backend.weight`, a backend's weight in `lb table` without `=WEIGHT`, and in
+/// `lb backend add` without `--weight`.
+pub const WEIGHT: u32 = 1;
+
+/// `vip.backend.state`.
+pub const BACKEND_STATE: &str = "active";
