@@ -435,7 +435,7 @@ fn without_privileges_it_refuses_with_a_hint() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.starts_with(
-            "lb: lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config"
+            "lb: lb run needs root (or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN): try `sudo lb run --config"
         ),
         "{stderr}"
     );

@@ -39,12 +39,16 @@ const DEBOUNCE: Duration = Duration::from_millis(300);
 /// Counter sampling period for rates.
 const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
 
-/// `CAP_NET_ADMIN` (attach XDP) and `CAP_BPF` (load programs, create maps).
+/// `CAP_NET_ADMIN` (attach XDP), `CAP_PERFMON` (the verifier accepts the program's
+/// pointer arithmetic only from a perfmon-capable loader) and `CAP_BPF` (load programs,
+/// create maps); numbers from linux/capability.h.
 const CAP_NET_ADMIN: u32 = 12;
+const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// Whether the process may load and attach XDP programs: root, or the effective
-/// capabilities `CAP_BPF` and `CAP_NET_ADMIN` (`CapEff` in `/proc/self/status`).
+/// capabilities `CAP_BPF`, `CAP_PERFMON` and `CAP_NET_ADMIN` (`CapEff` in
+/// `/proc/self/status`).
 pub fn privileged() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -57,7 +61,11 @@ pub fn privileged() -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_BPF) != 0 && caps & (1 << CAP_NET_ADMIN) != 0)
+        .is_some_and(|caps| {
+            [CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN]
+                .iter()
+                .all(|cap| caps & (1 << cap) != 0)
+        })
 }
 
 /// The MAC of `iface` (`/sys/class/net/<iface>/address`).
@@ -231,7 +239,7 @@ fn watch(path: &Path, tx: mpsc::UnboundedSender<()>) -> anyhow::Result<notify::R
 pub fn run(path: &Path) -> anyhow::Result<()> {
     if !privileged() {
         bail!(
-            "lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config {}`",
+            "lb run needs root (or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN): try `sudo lb run --config {}`",
             path.display()
         );
     }

@@ -3,6 +3,7 @@
 
 use std::{
     collections::HashMap as StdHashMap,
+    os::fd::AsFd as _,
     sync::{Arc, Mutex},
 };
 
@@ -10,6 +11,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, MapError, PerCpuArray, ProgramArray},
     programs::{ProgramError, TestRun as _, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId},
+    sys::SyscallError,
 };
 use lb_common::{
     hash::{flow_hash, vip_filter_bit},
@@ -151,13 +153,24 @@ impl KernelDataplane {
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
-        let tables_id = match ebpf.map(maps::TABLES) {
-            Some(aya::maps::Map::ArrayOfMaps(data)) => {
-                data.info().map_err(map_err(maps::TABLES, "info"))?.id()
-            }
+        // A second handle on TABLES, from a duplicate of its fd: reopening it by id
+        // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
+        // nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON).
+        let tables_fd = match ebpf.map(maps::TABLES) {
+            Some(aya::maps::Map::ArrayOfMaps(data)) => data
+                .fd()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|io_error| {
+                    MapError::SyscallError(SyscallError {
+                        call: "dup",
+                        io_error,
+                    })
+                })
+                .map_err(map_err(maps::TABLES, "duplicate fd"))?,
             _ => return Err(DataplaneError::MissingMap(maps::TABLES)),
         };
-        let tables_raw = MapData::from_id(tables_id).map_err(map_err(maps::TABLES, "reopen"))?;
+        let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
         let tables = TableSet::new(
             take(&mut ebpf, maps::TABLES)?,
             tables_raw,
