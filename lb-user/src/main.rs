@@ -7,7 +7,7 @@ use lb_user::cli::{hash, ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
-#[command(name = "lb", version, about)]
+#[command(name = "lb", version = lb_user::VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
