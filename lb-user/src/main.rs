@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
-use lb_user::cli::{hash, ops, table};
+use clap::{CommandFactory as _, Parser};
+use lb_user::cli::{docs, hash, ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -35,6 +35,10 @@ enum Command {
     Hash(Box<hash::HashArgs>),
     /// Print facts about the embedded XDP object (size in bytes).
     Object,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// Print the manual page lb(8), or write every page (lb.8, lb-run.8, ...) into a directory.
+    Manpage(docs::ManpageArgs),
 }
 
 fn print_or_exit(result: Result<String, lb_user::control::ClientError>) {
@@ -87,5 +91,18 @@ fn main() {
         Command::Object => {
             println!("embedded eBPF object: {} bytes", lb_user::EBPF_OBJECT.len());
         }
+        Command::Completions(args) => {
+            let text = docs::completions(&args, Cli::command());
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+        }
+        Command::Manpage(args) => match docs::manpage(&args, Cli::command()) {
+            Ok(text) => {
+                let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+            }
+            Err(e) => {
+                eprintln!("lb manpage: error: {e}");
+                std::process::exit(1);
+            }
+        },
     }
 }
