@@ -129,7 +129,12 @@ fn render(cmd: &clap::Command, name: &str, parent: Option<&str>) -> String {
     let man = Man::new(cmd.clone())
         .title(name.to_uppercase())
         .section(SECTION)
-        .date(crate::COMMIT_DATE)
+        // An empty .TH argument would vanish and shift the ones after it.
+        .date(if crate::COMMIT_DATE.is_empty() {
+            "undated"
+        } else {
+            crate::COMMIT_DATE
+        })
         .source(format!("lb {}", env!("CARGO_PKG_VERSION")))
         .manual("System Manager's Manual");
     let mut out = Vec::new();
@@ -176,18 +181,16 @@ fn top_level_sections(roff: &mut Roff) {
             "The systemd unit that runs lb run; the package neither enables nor starts it.",
         ),
     ];
-    for (path, what) in files {
-        roff.control("TP", []);
-        roff.text([bold(path)]);
-        roff.text([roman(what)]);
-    }
+    tagged_paragraphs(roff, &files);
     roff.control("SH", ["ENVIRONMENT"]);
-    roff.control("TP", []);
-    roff.text([bold("RUST_LOG")]);
-    roff.text([roman(
-        "The log filter of lb run (tracing's EnvFilter syntax, default info); logs go to \
-         standard error.",
-    )]);
+    tagged_paragraphs(
+        roff,
+        &[(
+            "RUST_LOG",
+            "The log filter of lb run (tracing's EnvFilter syntax, default info); logs go \
+             to standard error.",
+        )],
+    );
     roff.control("SH", ["EXIT STATUS"]);
     roff.text([roman(
         "0 on success; 2 when the command line or an option's value is wrong; 1 for any \
@@ -210,10 +213,15 @@ fn signals_section(roff: &mut Roff) {
             "Detach the XDP program, remove the control socket and exit 0.",
         ),
     ];
-    for (signal, what) in signals {
+    tagged_paragraphs(roff, &signals);
+}
+
+/// One `.TP` paragraph per (tag in bold, text) pair.
+fn tagged_paragraphs(roff: &mut Roff, items: &[(&str, &str)]) {
+    for (tag, text) in items {
         roff.control("TP", []);
-        roff.text([bold(signal)]);
-        roff.text([roman(what)]);
+        roff.text([bold(*tag)]);
+        roff.text([roman(*text)]);
     }
 }
 
