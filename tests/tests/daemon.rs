@@ -82,6 +82,20 @@ fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String 
     s
 }
 
+/// A new namespace with the veth pair lb0/lb1 up and 198.51.100.1/24 on lb0, so the
+/// backends 198.51.100.x are on-link (the daemon has the kernel manage their neighbour
+/// entries).
+fn veth_namespace(prefix: &str) -> NetNs {
+    let ns = NetNs::create(prefix).expect("netns");
+    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
+        .expect("veth");
+    ns.ip(&["link", "set", "lb0", "up"]).expect("up");
+    ns.ip(&["link", "set", "lb1", "up"]).expect("up");
+    ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
+        .expect("addr");
+    ns
+}
+
 fn start<'dir>(ns: &NetNs, dir: &'dir Path) -> Daemon<'dir> {
     start_via(ns, dir, &[])
 }
@@ -213,14 +227,7 @@ fn wait_for(daemon: &Daemon<'_>, what: &str, f: impl Fn(&Status) -> bool) -> Sta
 #[test]
 fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     assert!(lb_tests::is_root(), "privileged test: run as root");
-    let ns = NetNs::create("lbt-daemon").expect("netns");
-    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
-        .expect("veth");
-    ns.ip(&["link", "set", "lb0", "up"]).expect("up");
-    ns.ip(&["link", "set", "lb1", "up"]).expect("up");
-    // Backends on-link: the daemon has the kernel manage their neighbour entries.
-    ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
-        .expect("addr");
+    let ns = veth_namespace("lbt-daemon");
     let tmp = TempDir::new("lbt-daemon-").expect("temp dir");
     let dir = tmp.path();
     let config = |b: &[(&str, u32)], size| config_text(dir, b, size);
@@ -478,13 +485,7 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
     assert!(lb_tests::is_root(), "privileged test: run as root");
     let caps = unit_capabilities();
     assert!(!caps.is_empty());
-    let ns = NetNs::create("lbt-caps").expect("netns");
-    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
-        .expect("veth");
-    ns.ip(&["link", "set", "lb0", "up"]).expect("up");
-    ns.ip(&["link", "set", "lb1", "up"]).expect("up");
-    ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
-        .expect("addr");
+    let ns = veth_namespace("lbt-caps");
     let tmp = TempDir::new("lbt-caps-").expect("temp dir");
     let dir = tmp.path();
     std::fs::write(
