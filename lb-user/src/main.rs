@@ -11,12 +11,12 @@ use std::{
     path::PathBuf,
 };
 
-use clap::Parser;
-use lb_user::cli::{self, Output, hash, ops, table};
+use clap::{CommandFactory as _, Parser};
+use lb_user::cli::{self, Output, docs, hash, ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
-#[command(name = "lb", version, about)]
+#[command(name = "lb", version = lb_user::VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,6 +44,10 @@ enum Command {
     Hash(Box<hash::HashArgs>),
     /// Print facts about the embedded XDP object (size in bytes).
     Object,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// Print the manual page lb(8), or write every page (lb.8, lb-run.8, ...) into a directory.
+    Manpage(docs::ManpageArgs),
 }
 
 /// Why a verb failed: the message for standard error and the exit status.
@@ -82,6 +86,10 @@ fn run(command: Command) -> Result<Output, Failure> {
             Failure::new(format!("lb hash: error: {e}"), status)
         }),
         Command::Object => Ok(cli::object()),
+        Command::Completions(args) => Ok(Output::text(docs::completions(&args, Cli::command()))),
+        Command::Manpage(args) => docs::manpage(&args, Cli::command())
+            .map(Output::text)
+            .map_err(|e| Failure::new(format!("lb manpage: error: {e}"), 1)),
     }
 }
 

@@ -88,10 +88,30 @@ fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String 
     s
 }
 
+/// A new namespace with the veth pair lb0/lb1 up and 198.51.100.1/24 on lb0, so the
+/// backends 198.51.100.x are on-link (the daemon has the kernel manage their neighbour
+/// entries).
+fn veth_namespace(prefix: &str) -> NetNs {
+    let ns = NetNs::create(prefix).expect("netns");
+    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
+        .expect("veth");
+    ns.ip(&["link", "set", "lb0", "up"]).expect("up");
+    ns.ip(&["link", "set", "lb1", "up"]).expect("up");
+    ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
+        .expect("addr");
+    ns
+}
+
 fn start<'dir>(ns: &NetNs, dir: &'dir Path) -> Daemon<'dir> {
+    start_via(ns, dir, &[])
+}
+
+/// [`start`], with `lb` run through `wrapper` (a command and its arguments, e.g. setpriv).
+fn start_via<'dir>(ns: &NetNs, dir: &'dir Path, wrapper: &[&str]) -> Daemon<'dir> {
     let log = std::fs::File::create(dir.join("lb.log")).expect("log file");
     let child = Command::new("ip")
         .args(["netns", "exec", ns.name()])
+        .args(wrapper)
         .arg(lb_binary())
         .args(["run", "--config"])
         .arg(dir.join("lb.toml"))
@@ -230,14 +250,7 @@ fn wait_for(daemon: &Daemon<'_>, what: &str, f: impl Fn(&Status) -> bool) -> Sta
 #[test]
 fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     assert!(lb_tests::is_root(), "privileged test: run as root");
-    let ns = NetNs::create("lbt-daemon").expect("netns");
-    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
-        .expect("veth");
-    ns.ip(&["link", "set", "lb0", "up"]).expect("up");
-    ns.ip(&["link", "set", "lb1", "up"]).expect("up");
-    // Backends on-link: the daemon has the kernel manage their neighbour entries.
-    ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
-        .expect("addr");
+    let ns = veth_namespace("lbt-daemon");
     let tmp = TempDir::new("lbt-daemon-").expect("temp dir");
     let dir = tmp.path();
     let config = |b: &[(&str, u32)], size| config_text(dir, b, size);
@@ -483,9 +496,105 @@ fn without_privileges_it_refuses_with_a_hint() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.starts_with(
-            "lb: lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config"
+            "lb: lb run needs root (or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN): try `sudo lb run --config"
         ),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}
+
+/// The capabilities of `CapabilityBoundingSet=` in dist/systemd/lb.service, as setpriv
+/// names them (`bpf`, `net_admin`, ...).
+fn unit_capabilities() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/systemd/lb.service");
+    let unit = std::fs::read_to_string(path).expect("dist/systemd/lb.service");
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit has a CapabilityBoundingSet= line");
+    line.split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_lowercase())
+        .collect()
+}
+
+/// `--bounding-set=` of setpriv keeping only `caps` (the daemon stays uid 0, so after
+/// exec it holds exactly these, as under systemd's CapabilityBoundingSet=).
+fn bounding_set(caps: &[String]) -> String {
+    let mut arg = String::from("--bounding-set=-all");
+    for cap in caps {
+        arg.push_str(",+");
+        arg.push_str(cap);
+    }
+    arg
+}
+
+#[test]
+fn the_units_capabilities_are_enough_and_each_one_is_needed() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let caps = unit_capabilities();
+    assert!(!caps.is_empty());
+    let ns = veth_namespace("lbt-caps");
+    let tmp = TempDir::new("lbt-caps-").expect("temp dir");
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("lb.toml"),
+        config_text(dir, &[("198.51.100.11", 1)], 65_537),
+    )
+    .expect("config");
+
+    // Exactly the unit's set: the daemon loads, attaches, has the kernel manage the
+    // backend's neighbour (`ip neigh`, a child process), and stops cleanly.
+    let all = bounding_set(&caps);
+    let mut daemon = start_via(&ns, dir, &["setpriv", &all, "--inh-caps=-all"]);
+    assert!(attached_program(&ns, "lb0").is_some());
+    let neigh = ns
+        .exec("ip", &["neigh", "show", "198.51.100.11"])
+        .expect("ip neigh");
+    assert!(
+        String::from_utf8_lossy(&neigh.stdout).contains("managed"),
+        "{}",
+        daemon.log()
+    );
+    let code = daemon.stop();
+    assert!(code.success(), "{code:?}\n{}", daemon.log());
+
+    // Without any one of them, the start fails and attaches nothing.
+    for missing in &caps {
+        let rest: Vec<String> = caps.iter().filter(|c| *c != missing).cloned().collect();
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns.name(), "setpriv"])
+            .arg(bounding_set(&rest))
+            .arg("--inh-caps=-all")
+            .arg(lb_binary())
+            .args(["run", "--config"])
+            .arg(dir.join("lb.toml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("setpriv lb run");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("lb run without CAP_{} kept running", missing.to_uppercase());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        assert_eq!(
+            status.code(),
+            Some(1),
+            "without CAP_{}: {stderr}",
+            missing.to_uppercase()
+        );
+        assert_eq!(attached_program(&ns, "lb0"), None, "without CAP_{missing}");
+    }
 }

@@ -3,11 +3,13 @@
 //! - `setup`: install what a fresh machine lacks (idempotent);
 //! - `test`: THE test command (setup if needed, fmt, clippy, unit and privileged tests);
 //! - `demo`: the README's main job;
-//! - `bench`: every benchmark.
+//! - `bench`: every benchmark;
+//! - `package`: the Debian package (and `--check`: its inspection).
 
 mod bench;
 mod cmd;
 mod demo;
+mod package;
 mod setup;
 mod test;
 
@@ -25,7 +27,8 @@ struct Cli {
 
 #[derive(Debug, clap::Subcommand)]
 enum Command {
-    /// Install what this machine lacks: LLVM 22 (apt), nightly rust-src, bpf-linker.
+    /// Install what this machine lacks: Debian packages, nightly rust-src, bpf-linker,
+    /// cargo-deb.
     Setup,
     /// Run setup if needed, then fmt, clippy, unit tests and privileged tests.
     Test(test::TestArgs),
@@ -33,6 +36,8 @@ enum Command {
     Demo,
     /// Run the benchmarks (privileged ones need root).
     Bench(bench::BenchArgs),
+    /// Build the Debian package (target/debian/lb_*.deb); --check inspects it.
+    Package(package::PackageArgs),
 }
 
 fn main() {
@@ -42,6 +47,7 @@ fn main() {
         Command::Test(args) => test::run(&args),
         Command::Demo => demo::run(),
         Command::Bench(args) => bench::run(&args),
+        Command::Package(args) => package::run(&args),
     };
     if let Err(err) = result {
         eprintln!("xtask: error: {err:#}");

@@ -2,9 +2,10 @@
 //!
 //! Steps (../shared/TOOLCHAIN.md): Debian packages (LLVM 22 development files, which
 //! match the LLVM inside rustc 1.95 / nightly 1.97, plus iproute2 for the netns tests and
-//! nftables for their drop rules),
-//! the nightly toolchain's `rust-src` component (for `-Z build-std=core`), and
-//! `bpf-linker` built against LLVM 22. Each step says whether it installs or skips.
+//! nftables for their drop rules, and the tools the package check runs), the nightly
+//! toolchain's `rust-src` component (for `-Z build-std=core`), `bpf-linker` built against
+//! LLVM 22, and `cargo-deb` for `cargo xtask package`. Each step says whether it installs
+//! or skips.
 
 use std::process::Command;
 
@@ -20,10 +21,20 @@ const APT_PACKAGES: &[&str] = &[
     "zlib1g-dev",
     "iproute2",
     "nftables",
+    // The package check (`cargo xtask package --check`): lintian, `man -l`, the bash
+    // completion library the generated script calls, and `systemd-analyze verify`.
+    "lintian",
+    "man-db",
+    "bash-completion",
+    "systemd",
 ];
 
 /// bpf-linker version known to build against LLVM 22 here.
 const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// cargo-deb version `cargo xtask package` is written for (its `--deb-version` flag and
+/// `[package.metadata.deb]` keys); 3.8.0 builds with rustc 1.95.
+pub(crate) const CARGO_DEB_VERSION: &str = "3.8.0";
 
 /// Where Debian installs LLVM 22; bpf-linker's build script needs it (`LLVM_PREFIX`).
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -55,6 +66,11 @@ const STEPS: &[Step] = &[
         name: "bpf-linker",
         missing: missing_bpf_linker,
         install: install_bpf_linker,
+    },
+    Step {
+        name: "cargo-deb",
+        missing: missing_cargo_deb,
+        install: install_cargo_deb,
     },
 ];
 
@@ -210,6 +226,25 @@ fn install_bpf_linker(_: &[String]) -> anyhow::Result<()> {
             ])
             .env("LLVM_PREFIX", LLVM_PREFIX),
     )
+}
+
+fn missing_cargo_deb() -> Vec<String> {
+    let version = cmd::output(cmd::cargo().args(["deb", "--version"]));
+    if version.is_some_and(|v| v.contains(CARGO_DEB_VERSION)) {
+        Vec::new()
+    } else {
+        vec![format!("cargo-deb {CARGO_DEB_VERSION}")]
+    }
+}
+
+fn install_cargo_deb(_: &[String]) -> anyhow::Result<()> {
+    cmd::run(cmd::cargo().args([
+        "install",
+        "cargo-deb",
+        "--locked",
+        "--version",
+        CARGO_DEB_VERSION,
+    ]))
 }
 
 /// The path of `program` in `PATH`, if any.

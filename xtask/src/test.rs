@@ -4,13 +4,14 @@
 //! `-D warnings` on the host crates and on the eBPF crate (BPF target), each with and
 //! without the `test-harness` feature (only the tests enable it), the unit tests,
 //! then the privileged tests (BPF_PROG_TEST_RUN, netns, and the end-to-end tests that run
-//! the `lb` binary, built just before them) when running as root. It ends
+//! the `lb` binary, built just before them) when running as root, and the Debian
+//! package (built and inspected by [`package`], one test per check). It ends
 //! with one line `test: N passed, N failed, N skipped`, where each check (fmt, clippy)
 //! counts as one test, and a privileged suite that could not run counts as skipped.
 
 use anyhow::bail;
 
-use crate::{cmd, setup};
+use crate::{cmd, package, setup};
 
 /// Arguments of `cargo xtask test`.
 #[derive(Debug, clap::Args)]
@@ -102,11 +103,11 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     }
     let mut tally = Tally::default();
 
-    eprintln!("xtask test: [1/5] cargo fmt --check");
+    eprintln!("xtask test: [1/6] cargo fmt --check");
     let ok = cmd::succeeds(cmd::cargo().args(["fmt", "--all", "--", "--check"]));
     tally.check("cargo fmt --check", ok);
 
-    eprintln!("xtask test: [2/5] clippy (host crates)");
+    eprintln!("xtask test: [2/6] clippy (host crates)");
     // The workspace run builds lb-user with lb-tests' `test-harness` feature; the second
     // lints lb-user as the `lb` binary has it, without.
     let ok = cmd::succeeds(cmd::cargo().args([
@@ -129,7 +130,7 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     ]));
     tally.check("clippy (host crates)", ok);
 
-    eprintln!("xtask test: [3/5] clippy (eBPF crate, bpfel-unknown-none)");
+    eprintln!("xtask test: [3/6] clippy (eBPF crate, bpfel-unknown-none)");
     let target_dir = cmd::workspace_root().join("target").join("ebpf-clippy");
     let mut ok = true;
     for features in [&[][..], &["--features", "test-harness"][..]] {
@@ -153,7 +154,7 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     }
     tally.check("clippy (eBPF crate)", ok);
 
-    eprintln!("xtask test: [4/5] unit tests");
+    eprintln!("xtask test: [4/6] unit tests");
     let mut unit = cmd::cargo();
     unit.args([
         "test",
@@ -170,7 +171,7 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let (ok, lines) = cmd::run_capture(&mut unit)?;
     tally.cargo_test("unit tests", ok, &lines);
 
-    eprintln!("xtask test: [5/5] privileged tests (BPF_PROG_TEST_RUN, netns, lb run)");
+    eprintln!("xtask test: [5/6] privileged tests (BPF_PROG_TEST_RUN, netns, lb run)");
     let mut privileged = cmd::cargo();
     privileged.args(["test", "--package", "lb-tests", "--no-fail-fast"]);
     if cmd::is_root() {
@@ -195,6 +196,33 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         let listed = cmd::output(&mut privileged).unwrap_or_default();
         let count = listed.lines().filter(|l| l.ends_with(": test")).count();
         tally.skipped += u64::try_from(count.max(1)).unwrap_or(1);
+    }
+
+    eprintln!("xtask test: [6/6] the Debian package (build, then inspect)");
+    if args
+        .filter
+        .as_deref()
+        .is_some_and(|f| !"package".contains(f))
+    {
+        eprintln!("xtask test: a filter is set: the package step is SKIPPED");
+        tally.skipped += 1;
+    } else {
+        match package::build() {
+            Ok(built) => {
+                for outcome in package::check(&built) {
+                    eprintln!("xtask test: package: {outcome}");
+                    match outcome {
+                        package::Outcome::Passed(name) => tally.check(name, true),
+                        package::Outcome::Failed(name, _) => tally.check(name, false),
+                        package::Outcome::Skipped(..) => tally.skipped += 1,
+                    }
+                }
+            }
+            Err(err) => {
+                eprintln!("xtask test: {err:#}");
+                tally.check("building the Debian package", false);
+            }
+        }
     }
 
     eprintln!(

@@ -5,9 +5,11 @@
 //!
 //! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection;
 //! - [`hash`]: `lb hash`, the offline consistent-hashing lab;
+//! - [`docs`]: `lb completions` / `lb manpage`, generated from the clap definition;
 //! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
 //!   control socket ([`crate::control`]).
 
+pub mod docs;
 pub mod hash;
 pub mod ops;
 pub mod table;

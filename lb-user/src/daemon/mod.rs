@@ -207,7 +207,7 @@ fn watch(path: &Path, tx: mpsc::UnboundedSender<()>) -> anyhow::Result<notify::R
 pub fn run(path: &Path) -> anyhow::Result<()> {
     if !crate::dataplane::may_load_xdp() {
         bail!(
-            "lb run needs root (or CAP_BPF and CAP_NET_ADMIN): try `sudo lb run --config {}`",
+            "lb run needs root (or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN): try `sudo lb run --config {}`",
             path.display()
         );
     }

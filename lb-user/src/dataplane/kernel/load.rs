@@ -3,12 +3,14 @@
 
 use std::{
     collections::HashMap as StdHashMap,
+    os::fd::AsFd as _,
     sync::{Arc, Mutex},
 };
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Map, MapData, MapError},
+    sys::SyscallError,
 };
 use lb_common::{defaults, maps};
 
@@ -17,6 +19,9 @@ use crate::dataplane::{DataplaneError, map_err, tables::TableSet};
 
 /// `CAP_NET_ADMIN` (attach XDP), `include/uapi/linux/capability.h`.
 const CAP_NET_ADMIN: u32 = 12;
+/// `CAP_PERFMON`: the verifier accepts the program's pointer arithmetic only from a
+/// perfmon-capable loader (Linux 5.8+).
+const CAP_PERFMON: u32 = 38;
 /// `CAP_BPF` (load programs, create maps; Linux 5.8+).
 const CAP_BPF: u32 = 39;
 
@@ -27,7 +32,8 @@ pub fn is_root() -> bool {
 }
 
 /// Whether the process may load and attach XDP programs: root, or the effective
-/// capabilities `CAP_BPF` and `CAP_NET_ADMIN` (`CapEff` in `/proc/self/status`).
+/// capabilities `CAP_BPF`, `CAP_PERFMON` and `CAP_NET_ADMIN` (`CapEff` in
+/// `/proc/self/status`).
 pub fn may_load_xdp() -> bool {
     if is_root() {
         return true;
@@ -39,7 +45,11 @@ pub fn may_load_xdp() -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_BPF) != 0 && caps & (1 << CAP_NET_ADMIN) != 0)
+        .is_some_and(|caps| {
+            [CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN]
+                .iter()
+                .all(|cap| caps & (1 << cap) != 0)
+        })
 }
 
 /// Sizes chosen at load time.
@@ -94,13 +104,24 @@ impl KernelDataplane {
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
-        let tables_id = match ebpf.map(maps::TABLES) {
-            Some(Map::ArrayOfMaps(data)) => {
-                data.info().map_err(map_err(maps::TABLES, "info"))?.id()
-            }
+        // A second handle on TABLES, from a duplicate of its fd: reopening it by id
+        // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
+        // nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON).
+        let tables_fd = match ebpf.map(maps::TABLES) {
+            Some(Map::ArrayOfMaps(data)) => data
+                .fd()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|io_error| {
+                    MapError::SyscallError(SyscallError {
+                        call: "dup",
+                        io_error,
+                    })
+                })
+                .map_err(map_err(maps::TABLES, "duplicate fd"))?,
             _ => return Err(DataplaneError::MissingMap(maps::TABLES)),
         };
-        let tables_raw = MapData::from_id(tables_id).map_err(map_err(maps::TABLES, "reopen"))?;
+        let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
         let tables = TableSet::new(
             take(&mut ebpf, maps::TABLES)?,
             tables_raw,
