@@ -46,16 +46,19 @@ fn lb_bench(ctx: XdpContext) -> u32 {
     bench::restore_and_call(&ctx)
 }
 
-/// The verdict of a reason that is not a forward.
+// lb-common's action numbers are the kernel's.
+const _: () = assert!(
+    lb_common::stats::XDP_DROP == xdp_action::XDP_DROP
+        && lb_common::stats::XDP_PASS == xdp_action::XDP_PASS
+        && lb_common::stats::XDP_TX == xdp_action::XDP_TX
+        && lb_common::stats::XDP_REDIRECT == xdp_action::XDP_REDIRECT
+);
+
+/// The verdict of a packet that is not forwarded: `reason` and its action
+/// ([`Reason::action`], one exhaustive mapping in `lb-common`).
 #[inline(always)]
 fn verdict(reason: Reason) -> (u32, Reason) {
-    let action = match reason {
-        Reason::PassNotIp | Reason::PassVlan | Reason::PassNonVip | Reason::PassIpv6ExtHdr => {
-            xdp_action::XDP_PASS
-        }
-        _ => xdp_action::XDP_DROP,
-    };
-    (action, reason)
+    (reason.action(), reason)
 }
 
 #[inline(always)]
