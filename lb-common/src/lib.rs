@@ -4,11 +4,14 @@
 //! size assertion, so the kernel and userspace agree on every byte. Byte order is stated
 //! per field. With the `user` feature the map key and value types implement `aya::Pod`.
 //!
-//! Modules: [`maps`] (map names and limits), [`types`] (map keys and values),
-//! [`stats`] (counter layouts and verdict reasons), [`hash`] (the one flow hash used by
-//! both sides).
+//! Modules: [`maps`] (map names and limits), [`types`] (map keys and values, one file per
+//! map family), [`stats`] (counter layouts, verdict reasons and their XDP actions), and
+//! the two decisions both sides make, written once: [`hash`] (the flow hash, which picks
+//! a flow's Maglev slot) and [`conntrack`] (whether a flow's pin, a held SYN or the table
+//! chooses its backend).
 #![no_std]
 
+pub mod conntrack;
 pub mod hash;
 pub mod maps;
 pub mod stats;
