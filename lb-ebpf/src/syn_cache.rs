@@ -73,18 +73,6 @@ pub(crate) fn remember(
     slot.tag = SynEntry::tag_of(hash, backend_id, vip_id, vip.epoch, now, p.tcp_seq);
 }
 
-/// The flow's slot if it holds a whole SYN entry of flow `p` and VIP `vip`.
-#[inline(always)]
-pub(crate) fn held(
-    p: &Parsed,
-    vip: &VipEntry,
-    hash: u32,
-    cfg: &LbConfig,
-) -> Option<&'static mut SynEntry> {
-    let slot = slot(hash, cfg)?;
-    (u32::from(slot.vip_id) == vip.vip_id && slot.holds(&p.key, hash)).then_some(slot)
-}
-
 /// Frees a slot whose SYN was promoted into conntrack or is of no use any more.
 #[inline(always)]
 pub(crate) fn free(slot: &mut SynEntry) {
