@@ -298,6 +298,15 @@ impl TableSet {
         Ok(Some(InstalledTable { generation, slots }))
     }
 
+    /// The `VIPS` entry of `key` (its id, live buffer and table epoch), if it has one.
+    pub(crate) fn vip_entry(&self, key: &VipKey) -> Result<Option<VipEntry>, DataplaneError> {
+        match self.vips.get(key, 0) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err(maps::VIPS, "lookup")(e)),
+        }
+    }
+
     /// Writes VIP `vip_id`'s `VIP_INFO` element, then its `VIPS` entry selecting its
     /// live buffer and epoch (the flags of `entry` are ignored).
     pub(crate) fn set_vip(&mut self, key: &VipKey, entry: &VipEntry) -> Result<(), DataplaneError> {
