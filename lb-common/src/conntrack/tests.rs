@@ -12,7 +12,6 @@ const NOW: u64 = 50_000_000_000;
 const UDP_TIMEOUT: u64 = 30_000_000_000;
 
 /// Backend states and the SYN cache and table as the decision sees them, counting reads.
-#[derive(Default)]
 struct State {
     /// Backend ids that may keep flows (active or draining).
     keeping: [u32; 2],
@@ -114,6 +113,29 @@ fn syn(backend_id: u16, syn_ns: u64, seq: u32, epoch: u32) -> SynEntry {
     }
 }
 
+fn lookups(keeping: [u32; 2], slot: Option<SynEntry>, table: Option<u32>) -> State {
+    State {
+        keeping,
+        slot,
+        table,
+        clock_reads: 0,
+        backend_reads: 0,
+        slot_reads: 0,
+        table_reads: 0,
+    }
+}
+
+/// The pin a decision asks to write for the test VIP at `NOW`.
+fn record(replace: bool, epoch: u32, isn: u32) -> Record {
+    Record {
+        replace,
+        vip_id: VIP_ID,
+        stamp_ns: NOW,
+        epoch,
+        isn,
+    }
+}
+
 fn run(
     state: &mut State,
     proto: u8,
@@ -131,11 +153,7 @@ fn hash(proto: u8) -> u32 {
 
 #[test]
 fn a_tcp_pin_from_the_current_table_decides_without_reading_the_syn_cache() {
-    let mut state = State {
-        keeping: [2, 0],
-        slot: Some(syn(3, NOW, 99, EPOCH)),
-        ..State::default()
-    };
+    let mut state = lookups([2, 0], Some(syn(3, NOW, 99, EPOCH)), None);
     let entry = pin(2, NOW - 5, EPOCH, 11);
     let (decision, stats) = run(&mut state, PROTO_TCP, false, Some(&entry));
     assert_eq!(
@@ -155,11 +173,7 @@ fn a_tcp_pin_from_the_current_table_decides_without_reading_the_syn_cache() {
 #[test]
 fn after_a_table_change_a_held_syn_of_a_new_connection_replaces_the_pin() {
     let held = syn(3, NOW - 10, 99, EPOCH);
-    let mut state = State {
-        keeping: [2, 3],
-        slot: Some(held),
-        ..State::default()
-    };
+    let mut state = lookups([2, 3], Some(held), None);
     let entry = pin(2, NOW - 20, EPOCH - 1, 11);
     let (decision, stats) = run(&mut state, PROTO_TCP, false, Some(&entry));
     assert_eq!(
@@ -167,13 +181,7 @@ fn after_a_table_change_a_held_syn_of_a_new_connection_replaces_the_pin() {
         Decision::HeldSyn {
             backend: 3,
             slot: held,
-            record: Some(Record {
-                replace: true,
-                vip_id: VIP_ID,
-                stamp_ns: NOW,
-                epoch: EPOCH,
-                isn: 99,
-            }),
+            record: Some(record(true, EPOCH, 99)),
         }
     );
     assert_eq!(stats.ct_hits, 1);
@@ -189,57 +197,33 @@ fn after_a_table_change_a_held_syn_of_a_new_connection_replaces_the_pin() {
 }
 
 #[test]
-fn a_late_duplicate_of_the_pinned_connections_syn_changes_nothing() {
-    // Same ISN as the pin: the connection's own SYN, retransmitted.
-    let mut state = State {
-        keeping: [2, 3],
-        slot: Some(syn(3, NOW - 10, 11, EPOCH)),
-        table: Some(3),
-        ..State::default()
-    };
+fn after_a_table_change_a_held_syn_that_is_no_new_connection_leaves_the_pin_deciding() {
     let entry = pin(2, NOW - 20, EPOCH - 1, 11);
-    let (decision, _) = run(&mut state, PROTO_TCP, false, Some(&entry));
-    assert_eq!(
-        decision,
-        Decision::Pin {
-            backend: 2,
-            touch: Touch::Nothing
-        }
-    );
-}
-
-#[test]
-fn a_syn_held_from_before_the_pin_was_made_is_not_a_new_connection() {
-    let mut state = State {
-        keeping: [2, 3],
-        slot: Some(syn(3, NOW - 30, 99, EPOCH)),
-        ..State::default()
-    };
-    let entry = pin(2, NOW - 20, EPOCH - 1, 11);
-    let (decision, _) = run(&mut state, PROTO_TCP, false, Some(&entry));
-    assert!(matches!(decision, Decision::Pin { backend: 2, .. }));
-}
-
-#[test]
-fn a_new_connection_whose_backend_went_away_leaves_the_pin_deciding() {
-    let mut state = State {
-        keeping: [2, 0],
-        slot: Some(syn(3, NOW - 10, 99, EPOCH)),
-        ..State::default()
-    };
-    let entry = pin(2, NOW - 20, EPOCH - 1, 11);
-    let (decision, _) = run(&mut state, PROTO_TCP, false, Some(&entry));
-    assert!(matches!(decision, Decision::Pin { backend: 2, .. }));
+    for (case, keeping, held) in [
+        // The connection's own SYN retransmitted: the pin's ISN.
+        ("late duplicate", [2, 3], syn(3, NOW - 10, 11, EPOCH)),
+        // Seen before the pin was made.
+        ("older SYN", [2, 3], syn(3, NOW - 30, 99, EPOCH)),
+        // A new connection, but its backend went away.
+        ("backend gone", [2, 0], syn(3, NOW - 10, 99, EPOCH)),
+    ] {
+        let mut state = lookups(keeping, Some(held), Some(3));
+        let (decision, _) = run(&mut state, PROTO_TCP, false, Some(&entry));
+        assert_eq!(
+            decision,
+            Decision::Pin {
+                backend: 2,
+                touch: Touch::Nothing
+            },
+            "{case}"
+        );
+    }
 }
 
 #[test]
 fn a_pin_from_an_older_table_is_relabelled_only_when_the_current_table_agrees() {
     let entry = pin(2, NOW - 20, EPOCH - 1, 11);
-    let mut agrees = State {
-        keeping: [2, 0],
-        table: Some(2),
-        ..State::default()
-    };
+    let mut agrees = lookups([2, 0], None, Some(2));
     assert_eq!(
         run(&mut agrees, PROTO_TCP, false, Some(&entry)).0,
         Decision::Pin {
@@ -247,11 +231,7 @@ fn a_pin_from_an_older_table_is_relabelled_only_when_the_current_table_agrees() 
             touch: Touch::Relabel(EPOCH)
         }
     );
-    let mut moved = State {
-        keeping: [2, 0],
-        table: Some(3),
-        ..State::default()
-    };
+    let mut moved = lookups([2, 0], None, Some(3));
     assert_eq!(
         run(&mut moved, PROTO_TCP, false, Some(&entry)).0,
         Decision::Pin {
@@ -267,24 +247,14 @@ fn a_pin_from_an_older_table_is_relabelled_only_when_the_current_table_agrees() 
 #[test]
 fn without_a_pin_the_held_syn_decides_and_is_promoted() {
     let held = syn(3, NOW - 10, 99, EPOCH);
-    let mut state = State {
-        keeping: [3, 0],
-        slot: Some(held),
-        ..State::default()
-    };
+    let mut state = lookups([3, 0], Some(held), None);
     let (decision, stats) = run(&mut state, PROTO_TCP, false, None);
     assert_eq!(
         decision,
         Decision::HeldSyn {
             backend: 3,
             slot: held,
-            record: Some(Record {
-                replace: false,
-                vip_id: VIP_ID,
-                stamp_ns: NOW,
-                epoch: EPOCH,
-                isn: 99,
-            }),
+            record: Some(record(false, EPOCH, 99)),
         }
     );
     assert_eq!((stats.ct_hits, stats.ct_misses_non_syn), (1, 0));
@@ -293,11 +263,7 @@ fn without_a_pin_the_held_syn_decides_and_is_promoted() {
 #[test]
 fn a_stale_pin_gives_way_to_the_held_syn_which_overwrites_it() {
     // The pin's backend is down; the handshake's SYN went to backend 3.
-    let mut state = State {
-        keeping: [3, 0],
-        slot: Some(syn(3, NOW - 10, 99, EPOCH)),
-        ..State::default()
-    };
+    let mut state = lookups([3, 0], Some(syn(3, NOW - 10, 99, EPOCH)), None);
     let entry = pin(2, NOW - 20, EPOCH, 11);
     let (decision, stats) = run(&mut state, PROTO_TCP, false, Some(&entry));
     let Decision::HeldSyn {
@@ -319,11 +285,7 @@ fn a_slot_of_another_vip_or_torn_by_two_writers_is_no_held_syn() {
     let mut torn = syn(3, NOW - 10, 99, EPOCH);
     torn.backend_id = 2;
     for slot in [other_vip, torn] {
-        let mut state = State {
-            keeping: [2, 3],
-            slot: Some(slot),
-            ..State::default()
-        };
+        let mut state = lookups([2, 3], Some(slot), None);
         let (decision, stats) = run(&mut state, PROTO_TCP, false, None);
         assert!(
             matches!(
@@ -342,23 +304,13 @@ fn a_slot_of_another_vip_or_torn_by_two_writers_is_no_held_syn() {
 #[test]
 fn a_held_syn_whose_backend_went_away_is_freed_and_the_table_decides() {
     let held = syn(3, NOW - 10, 99, EPOCH);
-    let mut state = State {
-        keeping: [2, 0],
-        slot: Some(held),
-        ..State::default()
-    };
+    let mut state = lookups([2, 0], Some(held), None);
     let (decision, stats) = run(&mut state, PROTO_TCP, false, None);
     assert_eq!(
         decision,
         Decision::Table {
             hash: hash(PROTO_TCP),
-            record: Some(Record {
-                replace: false,
-                vip_id: VIP_ID,
-                stamp_ns: NOW,
-                epoch: EPOCH,
-                isn: 0,
-            }),
+            record: Some(record(false, EPOCH, 0)),
             stale_slot: Some(held),
         }
     );
@@ -368,19 +320,13 @@ fn a_held_syn_whose_backend_went_away_is_freed_and_the_table_decides() {
 
 #[test]
 fn mid_flow_tcp_without_any_state_is_a_miss_pinned_from_the_table() {
-    let mut state = State::default();
+    let mut state = lookups([0, 0], None, None);
     let (decision, stats) = run(&mut state, PROTO_TCP, false, None);
     assert_eq!(
         decision,
         Decision::Table {
             hash: hash(PROTO_TCP),
-            record: Some(Record {
-                replace: false,
-                vip_id: VIP_ID,
-                stamp_ns: NOW,
-                epoch: EPOCH,
-                isn: 0,
-            }),
+            record: Some(record(false, EPOCH, 0)),
             stale_slot: None,
         }
     );
@@ -390,15 +336,11 @@ fn mid_flow_tcp_without_any_state_is_a_miss_pinned_from_the_table() {
 #[test]
 fn a_rst_is_forwarded_by_the_same_rule_but_records_nothing() {
     // Without state: the table, nothing pinned.
-    let mut state = State::default();
+    let mut state = lookups([0, 0], None, None);
     let (decision, _) = run(&mut state, PROTO_TCP, true, None);
     assert!(matches!(decision, Decision::Table { record: None, .. }));
     // Between a SYN and its ACK: the SYN's backend, the slot left in place.
-    let mut state = State {
-        keeping: [3, 0],
-        slot: Some(syn(3, NOW - 10, 99, EPOCH)),
-        ..State::default()
-    };
+    let mut state = lookups([3, 0], Some(syn(3, NOW - 10, 99, EPOCH)), None);
     let (decision, _) = run(&mut state, PROTO_TCP, true, None);
     assert!(matches!(
         decision,
@@ -409,11 +351,7 @@ fn a_rst_is_forwarded_by_the_same_rule_but_records_nothing() {
         }
     ));
     // After a table change, on a new connection: its backend, the pin left in place.
-    let mut state = State {
-        keeping: [2, 3],
-        slot: Some(syn(3, NOW - 10, 99, EPOCH)),
-        ..State::default()
-    };
+    let mut state = lookups([2, 3], Some(syn(3, NOW - 10, 99, EPOCH)), None);
     let entry = pin(2, NOW - 20, EPOCH - 1, 11);
     let (decision, _) = run(&mut state, PROTO_TCP, true, Some(&entry));
     assert!(matches!(
@@ -432,10 +370,7 @@ fn a_pin_of_another_vip_or_on_a_removed_backend_is_repicked() {
     other_vip.vip_id += 1;
     let removed = pin(4, NOW - 20, EPOCH, 11);
     for entry in [other_vip, removed] {
-        let mut state = State {
-            keeping: [2, 3],
-            ..State::default()
-        };
+        let mut state = lookups([2, 3], None, None);
         let (decision, stats) = run(&mut state, PROTO_TCP, false, Some(&entry));
         let Decision::Table {
             record: Some(record),
@@ -449,20 +384,14 @@ fn a_pin_of_another_vip_or_on_a_removed_backend_is_repicked() {
         assert_eq!((stats.ct_stale_repicked, stats.ct_misses_non_syn), (1, 0));
     }
     // Another VIP's pin is stale without a look at its backend.
-    let mut state = State {
-        keeping: [2, 3],
-        ..State::default()
-    };
+    let mut state = lookups([2, 3], None, None);
     run(&mut state, PROTO_TCP, false, Some(&other_vip));
     assert_eq!(state.backend_reads, 0);
 }
 
 #[test]
 fn a_udp_pin_holds_until_the_idle_timeout_and_is_refreshed_at_most_once_a_second() {
-    let mut state = State {
-        keeping: [2, 0],
-        ..State::default()
-    };
+    let mut state = lookups([2, 0], None, None);
     let fresh = pin(2, NOW - 500_000_000, 0, 0);
     assert_eq!(
         run(&mut state, PROTO_UDP, false, Some(&fresh)).0,
@@ -490,23 +419,14 @@ fn a_udp_pin_holds_until_the_idle_timeout_and_is_refreshed_at_most_once_a_second
 
 #[test]
 fn an_idle_udp_pin_expires_and_the_table_decides_again() {
-    let mut state = State {
-        keeping: [2, 0],
-        ..State::default()
-    };
+    let mut state = lookups([2, 0], None, None);
     let idle = pin(2, NOW - UDP_TIMEOUT - 1, 0, 0);
     let (decision, stats) = run(&mut state, PROTO_UDP, false, Some(&idle));
     assert_eq!(
         decision,
         Decision::Table {
             hash: hash(PROTO_UDP),
-            record: Some(Record {
-                replace: true,
-                vip_id: VIP_ID,
-                stamp_ns: NOW,
-                epoch: 0,
-                isn: 0,
-            }),
+            record: Some(record(true, 0, 0)),
             stale_slot: None,
         }
     );
@@ -516,7 +436,7 @@ fn an_idle_udp_pin_expires_and_the_table_decides_again() {
 
 #[test]
 fn a_new_udp_flow_is_pinned_from_the_table_without_counting_a_miss() {
-    let mut state = State::default();
+    let mut state = lookups([0, 0], None, None);
     let (decision, stats) = run(&mut state, PROTO_UDP, false, None);
     assert!(matches!(
         decision,
@@ -546,10 +466,7 @@ fn udp_idle_refreshes_after_a_second_or_half_the_timeout_whichever_is_shorter() 
 
 #[test]
 fn the_fast_path_check_reads_only_the_pins_backend_and_for_udp_the_clock() {
-    let mut state = State {
-        keeping: [2, 0],
-        ..State::default()
-    };
+    let mut state = lookups([2, 0], None, None);
     let entry = pin(2, NOW - 20, EPOCH, 11);
     assert_eq!(
         pin_state(&mut state, &entry, VIP_ID, EPOCH, false, UDP_TIMEOUT),
