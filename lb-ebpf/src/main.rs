@@ -7,7 +7,8 @@
 //!    TCP: at the VIP's current table epoch) goes to its pinned backend without the VIP
 //!    lookup; a TCP SYN takes the VIP's current table and is remembered in the SYN cache,
 //!    without a conntrack lookup; any other packet takes the VIP lookup and the
-//!    connection-tracking decision ([`conntrack`], [`syn_cache`], [`table`]);
+//!    connection-tracking decision of `lb_common::conntrack`, over the maps of
+//!    [`conntrack`], [`syn_cache`] and [`table`];
 //! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
 //!
 //! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
