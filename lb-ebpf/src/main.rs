@@ -36,7 +36,7 @@ use lb_common::{
     stats::{Reason, VipStats},
     types::{CONFIG_VALID, LbConfig},
 };
-use parse::Unparsed;
+use parse::Parse;
 
 /// The load balancer.
 #[xdp]
@@ -76,17 +76,15 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 #[inline(always)]
 fn process(ctx: &XdpContext) -> (u32, Reason) {
     let parsed = match parse::parse(ctx) {
-        Ok(parsed) => parsed,
-        Err(Unparsed::Verdict(reason)) => return verdict(reason),
-        Err(Unparsed::Fragment(key)) if vip::is_vip_address(&key) => {
+        Parse::Packet(parsed) => parsed,
+        Parse::Verdict(reason) => return verdict(reason),
+        Parse::Fragment(key) if vip::is_vip_address(&key) => {
             return verdict(Reason::DropFragment);
         }
-        Err(Unparsed::TruncatedL4(key)) if vip::is_vip_address(&key) => {
+        Parse::TruncatedL4(key) if vip::is_vip_address(&key) => {
             return verdict(Reason::DropMalformedL4);
         }
-        Err(Unparsed::Fragment(_) | Unparsed::TruncatedL4(_)) => {
-            return verdict(Reason::PassNonVip);
-        }
+        Parse::Fragment(_) | Parse::TruncatedL4(_) => return verdict(Reason::PassNonVip),
     };
     if !vip::maybe_vip(&parsed.key.vip) {
         return verdict(Reason::PassNonVip);
