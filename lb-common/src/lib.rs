@@ -5,11 +5,14 @@
 //! per field. With the `user` feature the map key and value types implement `aya::Pod`.
 //!
 //! Modules: [`maps`] (map names and limits), [`defaults`] (the map sizes the object
-//! declares), [`types`] (map keys and values), [`stats`] (counter layouts and verdict
-//! reasons), [`hash`] (the one flow hash used by both sides), [`probe`] (the socket mark
-//! that sends a health probe to one backend).
+//! declares), [`types`] (map keys and values, one file per map family), [`stats`]
+//! (counter layouts, verdict reasons and their XDP actions), [`probe`] (the socket mark
+//! that sends a health probe to one backend), and the two decisions both sides make,
+//! written once: [`hash`] (the flow hash, which picks a flow's Maglev slot) and
+//! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend).
 #![no_std]
 
+pub mod conntrack;
 pub mod defaults;
 pub mod hash;
 pub mod maps;

@@ -52,6 +52,15 @@ pub enum Reason {
 /// Number of [`Reason`] variants.
 pub const REASON_COUNT: usize = 16;
 
+/// `XDP_DROP`: the frame is dropped (`enum xdp_action`, include/uapi/linux/bpf.h).
+pub const XDP_DROP: u32 = 1;
+/// `XDP_PASS`: the frame goes on to the kernel's network stack.
+pub const XDP_PASS: u32 = 2;
+/// `XDP_TX`: the frame is sent back out of the interface it arrived on.
+pub const XDP_TX: u32 = 3;
+/// `XDP_REDIRECT`: the frame is sent out of the interface `bpf_redirect` named.
+pub const XDP_REDIRECT: u32 = 4;
+
 impl Reason {
     /// Every reason, in index order.
     pub const ALL: [Reason; REASON_COUNT] = [
@@ -72,6 +81,33 @@ impl Reason {
         Reason::DropFibNoNeigh,
         Reason::DropFibFail,
     ];
+
+    /// The XDP action of a packet counted under this reason: [`XDP_PASS`] for `Pass*`,
+    /// [`XDP_DROP`] for `Drop*`, [`XDP_TX`] and [`XDP_REDIRECT`] for the two forwards
+    /// (for a redirect the program returns `bpf_redirect`'s own answer, which is
+    /// `XDP_REDIRECT` when the interface index is valid).
+    ///
+    /// The match has no wildcard on purpose: a new reason does not compile until it is
+    /// given its action here.
+    pub const fn action(self) -> u32 {
+        match self {
+            Reason::PassNotIp | Reason::PassVlan | Reason::PassNonVip | Reason::PassIpv6ExtHdr => {
+                XDP_PASS
+            }
+            Reason::TxEncap => XDP_TX,
+            Reason::RedirectEncap => XDP_REDIRECT,
+            Reason::DropMalformedL2
+            | Reason::DropMalformedL3
+            | Reason::DropMalformedL4
+            | Reason::DropFragment
+            | Reason::DropNoBackend
+            | Reason::DropTooBig
+            | Reason::DropBadConfig
+            | Reason::DropEncapFail
+            | Reason::DropFibNoNeigh
+            | Reason::DropFibFail => XDP_DROP,
+        }
+    }
 
     /// The counter's exported name (snake case, as shown by `lb stats`).
     pub const fn name(self) -> &'static str {
@@ -198,16 +234,4 @@ impl BackendStats {
 impl_pod!(GlobalStats, VipStats, BackendStats);
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_are_indexed_in_order_and_named_uniquely() {
-        for (i, reason) in Reason::ALL.iter().enumerate() {
-            assert_eq!(*reason as usize, i);
-            for other in &Reason::ALL[..i] {
-                assert_ne!(other.name(), reason.name());
-            }
-        }
-    }
-}
+mod tests;

@@ -7,14 +7,15 @@
 //! inner header, IPv4 identification and DF copied from the inner header, IPv4 header
 //! checksum computed with a full carry fold (RFC 1071).
 //!
-//! Next hop: in `NEXTHOP_FIB` mode `bpf_fib_lookup` (with `BPF_FIB_LOOKUP_OUTPUT`, as the
-//! LB originates the outer packet) on the outer destination gives both MACs and the
-//! egress interface (kernel doc: `bpf_fib_lookup` in `include/uapi/linux/bpf.h`; it needs
-//! forwarding enabled on the interface); a successful result is reused by this CPU for
-//! the backend for `nexthop_cache_ns` (`NEXTHOP_CACHE`), so route and neighbour changes
-//! take effect within that time. In `NEXTHOP_GATEWAY` mode the configured gateway and
-//! interface MACs are used. An unresolved neighbour is dropped and counted
-//! rather than passed: passing would hand a VIP packet to the host stack.
+//! Next hop: in `NEXTHOP_FIB` mode, `bpf_fib_lookup` on the outer destination gives both
+//! MACs and the egress interface. It runs with `BPF_FIB_LOOKUP_OUTPUT`, because the LB
+//! originates the outer packet, and needs forwarding enabled on the interface (kernel
+//! doc: `bpf_fib_lookup` in `include/uapi/linux/bpf.h`). Each CPU reuses a successful
+//! result for the backend during `nexthop_cache_ns` (`NEXTHOP_CACHE`), so route and
+//! neighbour changes take effect within that time. In `NEXTHOP_GATEWAY` mode the
+//! configured gateway and interface MACs are used. A packet whose neighbour is unresolved
+//! is dropped and counted rather than passed: passing would hand a VIP packet to the host
+//! stack.
 
 use aya_ebpf::{
     bindings::{

@@ -67,7 +67,7 @@ pub(crate) struct Ipv6Hdr {
 }
 const _: () = assert!(size_of::<Ipv6Hdr>() == 40);
 
-/// The first eight bytes of TCP (RFC 9293) or UDP (RFC 768): the ports.
+/// The first four bytes of a TCP (RFC 9293) or UDP (RFC 768) header: the ports.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Ports {
@@ -76,6 +76,7 @@ pub(crate) struct Ports {
     /// Destination port, network order.
     pub(crate) dst: u16,
 }
+const _: () = assert!(size_of::<Ports>() == 4);
 
 /// The words of 16 address bytes (network order kept: memory order).
 #[inline(always)]

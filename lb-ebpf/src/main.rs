@@ -1,19 +1,27 @@
 //! The XDP program of the load balancer.
 //!
-//! `lb_xdp` per packet: parse ([`parse`]); not for a VIP → `XDP_PASS` untouched; an
-//! established flow whose VIP still exists (for TCP: at the VIP's current table epoch)
-//! → its pinned backend, without the VIP lookup; a TCP SYN → the VIP's current table,
-//! remembered in the SYN cache, without a conntrack lookup; otherwise the VIP lookup and
-//! the backend choice ([`select`]: connection tracking, then the VIP's Maglev table);
-//! then IP-in-IP encapsulation and the send ([`forward`]). It always returns a verdict
-//! (never `XDP_ABORTED`) and counts its reason ([`stats`]); nothing is logged per
-//! packet. Built with the `test-harness` feature (for the tests and benchmarks only),
-//! the object also holds `lb_empty` and `lb_bench`, the benchmark harness (`bench`).
+//! `lb_xdp` per packet:
+//! 1. parse the headers ([`parse`]); a packet not for a VIP ([`vip`]) gets `XDP_PASS`,
+//!    untouched;
+//! 2. choose the backend ([`select`]): an established flow whose VIP still exists (for
+//!    TCP: at the VIP's current table epoch) goes to its pinned backend without the VIP
+//!    lookup; a TCP SYN takes the VIP's current table and is remembered in the SYN cache,
+//!    without a conntrack lookup; any other packet takes the VIP lookup and the
+//!    connection-tracking decision of `lb_common::conntrack`, over the maps of
+//!    [`conntrack`], [`syn_cache`] and [`table`];
+//! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
+//!
+//! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
+//! nothing is logged per packet. Built with the `test-harness` feature (for the tests
+//! and benchmarks only), the object also holds `lb_empty` and `lb_bench`, the benchmark
+//! harness (`bench`).
 #![no_std]
 #![no_main]
 
+mod backend;
 #[cfg(feature = "test-harness")]
 mod bench;
+mod conntrack;
 mod forward;
 mod headers;
 mod maps;
@@ -21,12 +29,16 @@ mod packet;
 mod parse;
 mod select;
 mod stats;
+mod syn_cache;
+mod table;
+mod vip;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
     stats::{Reason, VipStats},
     types::{CONFIG_VALID, LbConfig},
 };
+use parse::Parse;
 
 /// The load balancer.
 #[xdp]
@@ -36,25 +48,35 @@ fn lb_xdp(ctx: XdpContext) -> u32 {
     action
 }
 
-/// The verdict of a reason that is not a forward.
+// lb-common's action numbers are the kernel's.
+const _: () = assert!(
+    lb_common::stats::XDP_DROP == xdp_action::XDP_DROP
+        && lb_common::stats::XDP_PASS == xdp_action::XDP_PASS
+        && lb_common::stats::XDP_TX == xdp_action::XDP_TX
+        && lb_common::stats::XDP_REDIRECT == xdp_action::XDP_REDIRECT
+);
+
+/// The verdict of a packet that is not forwarded: `reason` and its action
+/// ([`Reason::action`], one exhaustive mapping in `lb-common`).
 #[inline(always)]
 fn verdict(reason: Reason) -> (u32, Reason) {
-    let action = match reason {
-        Reason::PassNotIp | Reason::PassVlan | Reason::PassNonVip | Reason::PassIpv6ExtHdr => {
-            xdp_action::XDP_PASS
-        }
-        _ => xdp_action::XDP_DROP,
-    };
-    (action, reason)
+    (reason.action(), reason)
 }
 
 #[inline(always)]
 fn process(ctx: &XdpContext) -> (u32, Reason) {
     let parsed = match parse::parse(ctx) {
-        Ok(parsed) => parsed,
-        Err(reason) => return verdict(reason),
+        Parse::Packet(parsed) => parsed,
+        Parse::Verdict(reason) => return verdict(reason),
+        Parse::Fragment(key) if vip::is_vip_address(&key) => {
+            return verdict(Reason::DropFragment);
+        }
+        Parse::TruncatedL4(key) if vip::is_vip_address(&key) => {
+            return verdict(Reason::DropMalformedL4);
+        }
+        Parse::Fragment(_) | Parse::TruncatedL4(_) => return verdict(Reason::PassNonVip),
     };
-    if !select::maybe_vip(&parsed.key.vip) {
+    if !vip::maybe_vip(&parsed.key.vip) {
         return verdict(Reason::PassNonVip);
     }
     let cfg = maps::CONFIG
@@ -62,11 +84,11 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN opens a connection: no conntrack lookup (see `select`).
-    let syn = select::is_syn(&parsed);
+    let syn = parsed.is_syn();
     let ct = if syn {
         None
     } else {
-        select::lookup_flow(&parsed)
+        conntrack::lookup_flow(&parsed.key)
     };
     // Established flows: no VIPS lookup.
     if let Some(cfg) = cfg
@@ -78,7 +100,7 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         vip_stats.ct_hits += 1;
         return send(ctx, &parsed, choice, cfg, vip_stats, bytes);
     }
-    let Some(vip) = select::find_vip(&parsed) else {
+    let Some(vip) = vip::find_vip(&parsed.key.vip) else {
         return verdict(Reason::PassNonVip);
     };
     let Some(vip_stats) = stats::vip(vip.vip_id) else {
@@ -109,7 +131,7 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
 fn send(
     ctx: &XdpContext,
     parsed: &parse::Parsed,
-    choice: select::Choice,
+    choice: backend::Choice,
     cfg: &LbConfig,
     vip_stats: &mut VipStats,
     bytes: u64,

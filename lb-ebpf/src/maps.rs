@@ -1,4 +1,5 @@
-//! The program's maps (names, key/value types and sizes in `lb_common::maps`).
+//! The program's maps, one line each; `lb_common::maps` says why each is shaped as it is
+//! and gives the names and limits userspace shares.
 //!
 //! All maps are BTF-defined (`#[btf_map]`, section `.maps`); userspace resizes the
 //! conntrack maps and the SYN cache at load time.
@@ -29,27 +30,35 @@ const BACKENDS_MAX: usize = MAX_BACKENDS as usize;
 pub(crate) type TableMap =
     Array<u32, { TABLE_HEADER_LEN as usize + 1 }, { TABLE_MAP_FLAGS as usize }>;
 
+/// The global settings (one element).
 #[btf_map]
 pub(crate) static CONFIG: Array<LbConfig, 1> = Array::new();
 
+/// VIP key → its id, live table buffer and table epoch.
 #[btf_map]
 pub(crate) static VIPS: HashMap<VipKey, VipEntry, VIPS_MAX> = HashMap::new();
 
+/// Bitmap with one bit set per VIP: a clear bit passes a packet without a lookup.
 #[btf_map]
 pub(crate) static VIP_FILTER: Array<u64, { VIP_FILTER_WORDS as usize }> = Array::new();
 
+/// VIP id → the VIP it names, whether it is live, and its table epoch.
 #[btf_map]
 pub(crate) static VIP_INFO: Array<VipInfo, VIPS_MAX> = Array::new();
 
+/// VIP address → number of VIPs on it (read for packets whose ports are unreadable).
 #[btf_map]
 pub(crate) static VIP_ADDRS: HashMap<VipAddrKey, u32, VIPS_MAX> = HashMap::new();
 
+/// Two Maglev table buffers per VIP (inner maps shaped like [`TableMap`]).
 #[btf_map]
 pub(crate) static TABLES: ArrayOfMaps<TableMap, { TABLE_SLOTS as usize }> = ArrayOfMaps::new();
 
+/// Backend id → address, family and state.
 #[btf_map]
 pub(crate) static BACKENDS: Array<BackendEntry, BACKENDS_MAX> = Array::new();
 
+/// IPv4 flow (16-byte key) → its pin: backend, VIP, time, table epoch, ISN.
 #[btf_map]
 pub(crate) static CONNTRACK_V4: LruHashMap<
     FlowKey4,
@@ -58,6 +67,7 @@ pub(crate) static CONNTRACK_V4: LruHashMap<
     { CT_MAP_FLAGS as usize },
 > = LruHashMap::new();
 
+/// IPv6 flow (40-byte key) → its pin.
 #[btf_map]
 pub(crate) static CONNTRACK_V6: LruHashMap<
     FlowKey,
@@ -66,17 +76,22 @@ pub(crate) static CONNTRACK_V6: LruHashMap<
     { CT_MAP_FLAGS as usize },
 > = LruHashMap::new();
 
+/// Direct-mapped slots of TCP SYNs whose handshake has not completed.
 #[btf_map]
 pub(crate) static SYN_CACHE: Array<SynEntry, { CT_SYN_CAPACITY as usize }> = Array::new();
 
+/// Per CPU, backend id → its next hop found by `bpf_fib_lookup`, with an expiry.
 #[btf_map]
 pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
 
+/// Per CPU, one packet counter per verdict reason.
 #[btf_map]
 pub(crate) static GLOBAL_STATS: PerCpuArray<GlobalStats, 1> = PerCpuArray::new();
 
+/// Per CPU, VIP id → its counters.
 #[btf_map]
 pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new();
 
+/// Per CPU, backend id → packets and bytes forwarded to it.
 #[btf_map]
 pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();

@@ -2,20 +2,22 @@
 //! a bounded walk of hop-by-hop, routing, destination-options and authentication
 //! headers), then the TCP/UDP ports and TCP flags.
 //!
-//! The result is the flow's 5-tuple, or the verdict reason for a packet that cannot be
-//! for a VIP or cannot be parsed. References: RFC 791 (IPv4), RFC 8200 (IPv6 and its
-//! extension headers), RFC 4302 (AH length in 4-octet units), RFC 9293 (TCP), RFC 768 (UDP).
+//! The result ([`Parse`]) is the flow's 5-tuple, or why there is none: the verdict
+//! reason of a packet that cannot be for a VIP or cannot be parsed, or a TCP/UDP packet
+//! whose ports cannot be read, which the caller drops only if its destination address
+//! carries a VIP. Parsing reads the frame only, no map. References: RFC 791 (IPv4),
+//! RFC 8200 (IPv6 and its extension headers), RFC 4302 (AH length in 4-octet units),
+//! RFC 9293 (TCP), RFC 768 (UDP).
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
     stats::Reason,
-    types::{FAMILY_V4, FAMILY_V6, FlowKey, PROTO_TCP, PROTO_UDP, VipAddrKey},
+    types::{FAMILY_V4, FAMILY_V6, FlowKey, PROTO_TCP, PROTO_UDP},
 };
 
 use crate::{
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, Ports},
     packet::{frame_len, ptr_at},
-    select,
 };
 
 /// Length of an Ethernet II header.
@@ -51,13 +53,17 @@ pub(crate) const MAX_IPV6_EXT_HEADERS: usize = 6;
 const MAX_L4_OFFSET: usize = ETH_LEN + IPV6_LEN + MAX_IPV6_EXT_HEADERS * 2048;
 
 /// TCP flag bits (RFC 9293, byte 13 of the header).
-pub(crate) const TCP_SYN: u8 = 0x02;
-pub(crate) const TCP_RST: u8 = 0x04;
-pub(crate) const TCP_ACK: u8 = 0x10;
+const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
+const TCP_ACK: u8 = 0x10;
 
 /// A parsed TCP/UDP packet.
+///
+/// `repr(C)` with the key first: the key then sits at the same place in every variant of
+/// [`Parse`] that has one, so LLVM builds it once, with word stores.
+#[repr(C)]
 pub(crate) struct Parsed {
-    /// The 5-tuple (client → VIP) and family; `key.vip` is the `VIPS` key.
+    /// The 5-tuple (client → VIP) and family; `key.vip` is the VIP's key.
     pub(crate) key: FlowKey,
     /// Length of the IP packet according to its header: IPv4 total length, or 40 plus
     /// the IPv6 payload length.
@@ -69,55 +75,94 @@ pub(crate) struct Parsed {
     pub(crate) tcp_seq: u32,
 }
 
-/// Parses the frame. `Err` carries the reason of the verdict for frames that are not
-/// TCP/UDP over IP or are malformed.
+impl Parsed {
+    /// Whether the packet opens a TCP connection: SYN set, ACK and RST clear.
+    #[inline(always)]
+    pub(crate) fn is_syn(&self) -> bool {
+        self.key.vip.proto == PROTO_TCP && self.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST) == TCP_SYN
+    }
+
+    /// Whether the packet is a TCP RST (forwarded, but it writes no conntrack state).
+    #[inline(always)]
+    pub(crate) fn is_rst(&self) -> bool {
+        self.tcp_flags & TCP_RST != 0
+    }
+}
+
+/// What parsing a frame gives.
+///
+/// One flat enum rather than a `Result` whose error carries the key: there the key sat
+/// at another offset than in `Parsed`, and LLVM assembled the fast path's key from byte
+/// stores (measured a few ns per packet).
+pub(crate) enum Parse {
+    /// A TCP/UDP packet.
+    Packet(Parsed),
+    /// An IP fragment of TCP or UDP, whose ports cannot be read (its key has the
+    /// addresses and protocol, ports zero): dropped (`drop_fragment`) when its
+    /// destination address carries a VIP, passed otherwise.
+    Fragment(FlowKey),
+    /// A TCP/UDP packet whose header is truncated, so its ports cannot be read (key as
+    /// for [`Parse::Fragment`]): dropped (`drop_malformed_l4`) when its destination
+    /// address carries a VIP, passed otherwise.
+    TruncatedL4(FlowKey),
+    /// Not a TCP/UDP packet over IP, or malformed: the verdict is this reason's.
+    Verdict(Reason),
+}
+
+/// Parses the frame.
 #[inline(always)]
-pub(crate) fn parse(ctx: &XdpContext) -> Result<Parsed, Reason> {
-    let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropMalformedL2)?;
+pub(crate) fn parse(ctx: &XdpContext) -> Parse {
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return Parse::Verdict(Reason::DropMalformedL2);
+    };
     // SAFETY: ptr_at checked the 14-byte header.
     match unsafe { (*eth).proto } {
         ETH_P_IP => parse_v4(ctx),
         ETH_P_IPV6 => parse_v6(ctx),
-        ETH_P_8021Q | ETH_P_8021AD => Err(Reason::PassVlan),
-        _ => Err(Reason::PassNotIp),
+        ETH_P_8021Q | ETH_P_8021AD => Parse::Verdict(Reason::PassVlan),
+        _ => Parse::Verdict(Reason::PassNotIp),
     }
 }
 
 #[inline(always)]
-fn parse_v4(ctx: &XdpContext) -> Result<Parsed, Reason> {
-    let ip = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropMalformedL3)?;
+fn parse_v4(ctx: &XdpContext) -> Parse {
+    let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN) else {
+        return Parse::Verdict(Reason::DropMalformedL3);
+    };
     // SAFETY: ptr_at checked the 20-byte fixed header.
     let ip = unsafe { &*ip };
     let hdr_len = usize::from(ip.vihl & 0x0f) * 4;
     if ip.vihl >> 4 != 4 || hdr_len < IPV4_MIN_LEN {
-        return Err(Reason::DropMalformedL3);
+        return Parse::Verdict(Reason::DropMalformedL3);
     }
     let tot_len = usize::from(u16::from_be(ip.tot_len));
     if tot_len < hdr_len || ETH_LEN + tot_len > frame_len(ctx) {
-        return Err(Reason::DropMalformedL3);
+        return Parse::Verdict(Reason::DropMalformedL3);
     }
     let key = flow_key([ip.dst, 0, 0, 0], [ip.src, 0, 0, 0], ip.proto, FAMILY_V4);
     if key.vip.proto != PROTO_TCP && key.vip.proto != PROTO_UDP {
-        return Err(Reason::PassNonVip);
+        return Parse::Verdict(Reason::PassNonVip);
     }
     if ip.frag & IPV4_FRAG_MASK != 0 {
-        return Err(unreadable_port(&key, Reason::DropFragment));
+        return Parse::Fragment(key);
     }
     // IHL is at most 15, so the L4 offset is at most 14 + 60.
     parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len)
 }
 
 #[inline(always)]
-fn parse_v6(ctx: &XdpContext) -> Result<Parsed, Reason> {
-    let ip = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN).ok_or(Reason::DropMalformedL3)?;
+fn parse_v6(ctx: &XdpContext) -> Parse {
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN) else {
+        return Parse::Verdict(Reason::DropMalformedL3);
+    };
     // SAFETY: ptr_at checked the 40-byte header.
     let ip = unsafe { &*ip };
     if u32::from_be(ip.vtcfl) >> 28 != 6 {
-        return Err(Reason::DropMalformedL3);
+        return Parse::Verdict(Reason::DropMalformedL3);
     }
     let l3_len = IPV6_LEN + usize::from(u16::from_be(ip.plen));
     if ETH_LEN + l3_len > frame_len(ctx) {
-        return Err(Reason::DropMalformedL3);
+        return Parse::Verdict(Reason::DropMalformedL3);
     }
     let mut key = flow_key(ip.dst, ip.src, 0, FAMILY_V6);
     let mut next = ip.next;
@@ -128,13 +173,13 @@ fn parse_v6(ctx: &XdpContext) -> Result<Parsed, Reason> {
             PROTO_TCP | PROTO_UDP => break,
             NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST | NEXTHDR_AUTH => {
                 if walked == MAX_IPV6_EXT_HEADERS {
-                    return Err(Reason::PassIpv6ExtHdr);
+                    return Parse::Verdict(Reason::PassIpv6ExtHdr);
                 }
                 walked += 1;
                 // One two-byte read (next header, length): a single-byte read at a
                 // variable offset gives the verifier no packet range.
                 let Some(ext) = ptr_at::<[u8; 2]>(ctx, off) else {
-                    return Err(Reason::DropMalformedL3);
+                    return Parse::Verdict(Reason::DropMalformedL3);
                 };
                 // SAFETY: ptr_at checked both bytes.
                 let [nh, units] = unsafe { *ext };
@@ -147,16 +192,16 @@ fn parse_v6(ctx: &XdpContext) -> Result<Parsed, Reason> {
                 };
                 next = nh;
                 if off > MAX_L4_OFFSET {
-                    return Err(Reason::DropMalformedL3);
+                    return Parse::Verdict(Reason::DropMalformedL3);
                 }
             }
             NEXTHDR_FRAGMENT => {
                 key.vip.proto = NEXTHDR_FRAGMENT;
-                return Err(unreadable_port(&key, Reason::DropFragment));
+                return Parse::Fragment(key);
             }
             NEXTHDR_ESP | NEXTHDR_MOBILITY | NEXTHDR_HIP | NEXTHDR_SHIM6 | NEXTHDR_EXPERIMENT1
-            | NEXTHDR_EXPERIMENT2 => return Err(Reason::PassIpv6ExtHdr),
-            _ => return Err(Reason::PassNonVip),
+            | NEXTHDR_EXPERIMENT2 => return Parse::Verdict(Reason::PassIpv6ExtHdr),
+            _ => return Parse::Verdict(Reason::PassNonVip),
         }
     }
     key.vip.proto = next;
@@ -186,13 +231,7 @@ fn flow_key(dst: [u32; 4], src: [u32; 4], proto: u8, family: u8) -> FlowKey {
 /// Reads the ports (and TCP flags) of the L4 header at `l4`, which must end before
 /// `l3_end` (the end of the IP packet per its header).
 #[inline(always)]
-fn parse_l4(
-    ctx: &XdpContext,
-    mut key: FlowKey,
-    l4: usize,
-    l3_end: usize,
-    l3_len: usize,
-) -> Result<Parsed, Reason> {
+fn parse_l4(ctx: &XdpContext, mut key: FlowKey, l4: usize, l3_end: usize, l3_len: usize) -> Parse {
     let is_tcp = key.vip.proto == PROTO_TCP;
     // The frame bound is checked before the IP-length bound: the other way round, LLVM
     // proves the frame check redundant (the IP length was checked against the frame)
@@ -200,7 +239,7 @@ fn parse_l4(
     // read.
     let (ports, tcp_flags, tcp_seq) = if is_tcp {
         let Some(tcp) = ptr_at::<[u8; TCP_MIN_LEN]>(ctx, l4) else {
-            return Err(unreadable_port(&key, Reason::DropMalformedL4));
+            return Parse::TruncatedL4(key);
         };
         // SAFETY: ptr_at checked the 20-byte TCP header; the sequence number is bytes
         // 4..8 (RFC 9293).
@@ -210,18 +249,18 @@ fn parse_l4(
         }
     } else {
         let Some(udp) = ptr_at::<[u8; UDP_LEN]>(ctx, l4) else {
-            return Err(unreadable_port(&key, Reason::DropMalformedL4));
+            return Parse::TruncatedL4(key);
         };
         // SAFETY: ptr_at checked the 8-byte UDP header.
         (unsafe { *udp.cast::<Ports>() }, 0, 0)
     };
     let min = if is_tcp { TCP_MIN_LEN } else { UDP_LEN };
     if l4 + min > l3_end {
-        return Err(unreadable_port(&key, Reason::DropMalformedL4));
+        return Parse::TruncatedL4(key);
     }
     key.sport = ports.src;
     key.vip.port = ports.dst;
-    Ok(Parsed {
+    Parse::Packet(Parsed {
         key,
         #[expect(
             clippy::cast_possible_truncation,
@@ -231,20 +270,4 @@ fn parse_l4(
         tcp_flags,
         tcp_seq,
     })
-}
-
-/// Verdict for a TCP/UDP packet whose port cannot be read: `reason` (a drop) when its
-/// destination is a VIP address, `pass_non_vip` otherwise.
-#[inline(always)]
-fn unreadable_port(key: &FlowKey, reason: Reason) -> Reason {
-    let addr = VipAddrKey {
-        addr: key.vip.addr,
-        family: key.vip.family,
-        _pad: [0; 3],
-    };
-    if select::is_vip_address(&addr) {
-        reason
-    } else {
-        Reason::PassNonVip
-    }
 }

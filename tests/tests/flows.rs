@@ -634,3 +634,65 @@ fn a_rst_between_a_syn_and_its_ack_leaves_the_handshake_together() {
     assert_eq!(lb.send(&flow.frame(L4::Tcp(RST), &[])), (XDP_TX, b4(1)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
 }
+
+#[test]
+fn the_reported_state_is_the_one_the_next_packet_follows() {
+    // `lookup_flow`, which `lb flow` shows, takes the program's own decision
+    // (lb_common::conntrack): it names the pin or held SYN that the flow's next packet
+    // goes by, or nothing when the table decides.
+    let mut lb = Lb::standard();
+    let reported = |lb: &Lb, flow: &Flow, proto: u8| {
+        lb.dp
+            .lookup_flow(&flow_key(flow, proto))
+            .expect("lookup")
+            .map(|(table, entry)| (table, entry.backend_id))
+    };
+
+    // A pin on a backend that went down: nothing; the next packet follows the table.
+    let stale = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 47_700), VIP4, 80);
+    assert_eq!(establish(&mut lb, &stale), b4(2));
+    lb.table(0, &round_robin(65_537, &[1, 3]));
+    lb.backend(2, packets::backend4(2), BACKEND_DOWN);
+    assert_eq!(reported(&lb, &stale, PROTO_TCP), None);
+    let owner = lb.predict(0, &stale, PROTO_TCP);
+    assert_eq!(
+        lb.send(&stale.frame(L4::Tcp(ACK), &[])),
+        (XDP_TX, b4(owner))
+    );
+    assert_eq!(
+        reported(&lb, &stale, PROTO_TCP),
+        Some((CtTable::Established, owner))
+    );
+
+    // After a table change, a new connection on a pinned 4-tuple: its held SYN, which
+    // the handshake's ACK follows.
+    let reused = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 1, 47_800), VIP4, 80);
+    assert_eq!(establish(&mut lb, &reused), b4(1));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&reused.syn_with_isn(2000)), (XDP_TX, b4(3)));
+    assert_eq!(
+        reported(&lb, &reused, PROTO_TCP),
+        Some((CtTable::SynOnly, 3))
+    );
+    assert_eq!(lb.send(&reused.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
+    assert_eq!(
+        reported(&lb, &reused, PROTO_TCP),
+        Some((CtTable::Established, 3))
+    );
+
+    // A UDP pin idle past the timeout: nothing; the next datagram follows the table.
+    let mut cfg = default_config();
+    cfg.udp_timeout_ns = 200_000_000;
+    lb.dp.set_config(&cfg).expect("config");
+    lb.table(1, &[1; 65_537]);
+    let udp = Flow::new(CLIENT4, 50_100, VIP4, 53);
+    assert_eq!(lb.send(&udp.frame(L4::Udp, b"q")), (XDP_TX, b4(1)));
+    assert_eq!(
+        reported(&lb, &udp, PROTO_UDP),
+        Some((CtTable::Established, 1))
+    );
+    lb.table(1, &[3; 65_537]);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(reported(&lb, &udp, PROTO_UDP), None);
+    assert_eq!(lb.send(&udp.frame(L4::Udp, b"q")), (XDP_TX, b4(3)));
+}

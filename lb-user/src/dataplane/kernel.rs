@@ -93,7 +93,7 @@ fn addr_key(key: &VipKey) -> VipAddrKey {
     }
 }
 
-fn lock(tables: &Mutex<TableSet>) -> MutexGuard<'_, TableSet> {
+pub(super) fn lock(tables: &Mutex<TableSet>) -> MutexGuard<'_, TableSet> {
     tables.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -270,7 +270,9 @@ pub trait Dataplane {
     /// When the map update fails.
     fn reset_backend_stats(&mut self, id: u32) -> Result<(), DataplaneError>;
 
-    /// The conntrack entry of a flow, if any, and which map holds it.
+    /// The state (pin or held SYN) the flow's next packet follows, as the data plane
+    /// decides it (`lb_common::conntrack::decide`), and which map holds it; `None` when
+    /// the next packet is picked from the table.
     ///
     /// # Errors
     /// When the maps cannot be read.

@@ -21,7 +21,7 @@
 
 use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _};
 
-use aya::maps::{Array, ArrayOfMaps, HashMap, MapData};
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 use lb_common::{
     maps::{self, TABLE_HEADER_LEN},
     types::{VIP_TABLE_B, VipEntry, VipInfo, VipKey},
@@ -301,6 +301,15 @@ impl TableSet {
             .read_table()
             .map_err(syscall_err(format!("reading the table of VIP id {vip_id}")))?;
         Ok(Some(InstalledTable { generation, slots }))
+    }
+
+    /// The `VIPS` entry of `key` (its id, live buffer and table epoch), if it has one.
+    pub(crate) fn vip_entry(&self, key: &VipKey) -> Result<Option<VipEntry>, DataplaneError> {
+        match self.vips.get(key, 0) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err(maps::VIPS, "lookup")(e)),
+        }
     }
 
     /// Writes VIP `vip_id`'s `VIP_INFO` element, then its `VIPS` entry selecting its

@@ -1,14 +1,16 @@
 //! Inspecting and clearing flows in the conntrack maps and the SYN cache: the pin
 //! `lb flow` reports, and the deletes and counts tests use.
 
-use aya::maps::{HashMap, MapData};
+use aya::maps::{HashMap, MapData, MapError};
 use lb_common::{
+    conntrack::{self, Decision},
     hash::flow_hash,
     maps::{self, MAX_VIPS},
-    types::{CtEntry, FAMILY_V4, FlowKey, SynEntry},
+    stats::VipStats,
+    types::{BACKEND_ACTIVE, BACKEND_DRAINING, CtEntry, FAMILY_V4, FlowKey, SynEntry},
 };
 
-use super::KernelDataplane;
+use super::{KernelDataplane, lock};
 use crate::dataplane::{CtTable, DataplaneError, absent_is_ok, map_err};
 
 impl KernelDataplane {
@@ -99,21 +101,37 @@ impl KernelDataplane {
         };
         let pinned = match found {
             Ok(entry) => Some(entry),
-            Err((_, aya::maps::MapError::KeyNotFound)) => None,
+            Err((_, MapError::KeyNotFound)) => None,
             Err((name, e)) => return Err(map_err(name, "lookup")(e)),
         };
-        let syn = self.held_syn(key)?;
-        // As the data plane decides: a held SYN of another connection, seen no earlier
-        // than the pin was made, is a new connection on the 4-tuple, and its choice is
-        // the one the next packet takes (when it differs from the pin).
-        Ok(match (pinned, syn) {
-            (Some(entry), Some((_, s)))
-                if !s.is_new_connection_over(&entry)
-                    || u32::from(s.backend_id) == entry.backend_id =>
-            {
-                Some((CtTable::Established, entry))
-            }
-            (_, Some((_, s))) => Some((
+        // The state the flow's next packet (neither SYN nor RST) follows, decided as the
+        // XDP program decides it. Without a configuration or a VIPS entry the program
+        // forwards nothing.
+        let Some(cfg) = self.written_config else {
+            return Ok(None);
+        };
+        let Some(vip) = lock(&self.tables).vip_entry(&key.vip)? else {
+            return Ok(None);
+        };
+        let mut reads = MapReads {
+            dp: self,
+            error: None,
+        };
+        let decision = conntrack::decide(
+            &mut reads,
+            key,
+            false,
+            &vip,
+            pinned.as_ref(),
+            &cfg,
+            &mut VipStats::default(),
+        );
+        if let Some(error) = reads.error {
+            return Err(error);
+        }
+        Ok(match decision {
+            Decision::Pin { .. } => pinned.map(|entry| (CtTable::Established, entry)),
+            Decision::HeldSyn { slot: s, .. } => Some((
                 CtTable::SynOnly,
                 CtEntry {
                     backend_id: u32::from(s.backend_id),
@@ -123,9 +141,66 @@ impl KernelDataplane {
                     isn: s.seq,
                 },
             )),
-            (Some(entry), None) => Some((CtTable::Established, entry)),
-            (None, None) => None,
+            Decision::Table { .. } => None,
         })
+    }
+}
+
+/// The map reads of the conntrack decision (`lb_common::conntrack`) for `lookup_flow`:
+/// the clock, `BACKENDS` and `SYN_CACHE`. The first failed read is kept in `error`.
+struct MapReads<'a> {
+    dp: &'a KernelDataplane,
+    error: Option<DataplaneError>,
+}
+
+impl conntrack::PinLookups for MapReads<'_> {
+    type Backend = u32;
+
+    fn now_ns(&mut self) -> u64 {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec through a valid pointer; with a
+        // clock every Linux kernel has, it cannot fail.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut now) };
+        // The program's clock (bpf_ktime_get_coarse_ns) is CLOCK_MONOTONIC_COARSE.
+        u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(now.tv_nsec).unwrap_or(0)
+    }
+
+    fn keeps_flows(&mut self, id: u32) -> Option<u32> {
+        match self.dp.backends.get(&id, 0) {
+            Ok(b) => (b.state == BACKEND_ACTIVE || b.state == BACKEND_DRAINING).then_some(id),
+            Err(MapError::OutOfBounds { .. }) => None,
+            Err(e) => {
+                self.error
+                    .get_or_insert(map_err(maps::BACKENDS, "lookup")(e));
+                None
+            }
+        }
+    }
+}
+
+impl conntrack::Lookups for MapReads<'_> {
+    type Slot = SynEntry;
+
+    fn syn_slot(&mut self, hash: u32) -> Option<SynEntry> {
+        let index = hash & (self.dp.syn_slots - 1);
+        match self.dp.syn_cache.get(&index, 0) {
+            Ok(slot) => Some(slot),
+            Err(e) => {
+                self.error
+                    .get_or_insert(map_err(maps::SYN_CACHE, "lookup")(e));
+                None
+            }
+        }
+    }
+
+    /// Not read: the table only decides whether a pin is re-labelled, which does not
+    /// change where the packet goes.
+    fn table_slot(&mut self, _hash: u32) -> Option<u32> {
+        None
     }
 }
 

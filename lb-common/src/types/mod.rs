@@ -1,0 +1,36 @@
+//! Map keys and values shared by the XDP program and userspace, one file per map family:
+//! the VIP maps, the per-backend arrays, connection tracking (flow keys, conntrack
+//! entries, SYN cache slots), the configuration, and the benchmark harness's frame.
+//! Everything is re-exported here: a type's path is `lb_common::types::Name` whichever
+//! file defines it.
+//!
+//! Addresses are 16-byte arrays in network byte order; an IPv4 address occupies the first
+//! four bytes and the other twelve are zero, and the `family` field ([`FAMILY_V4`] or
+//! [`FAMILY_V6`]) tells which. Ports are in network byte order as on the wire (the
+//! `u16` holds the two wire bytes in memory order). Other integers are in host byte order.
+//! Every type documents its byte layout and is followed by a size assertion.
+
+mod backend;
+mod bench;
+mod config;
+mod conntrack;
+mod vip;
+
+pub use backend::*;
+pub use bench::*;
+pub use config::*;
+pub use conntrack::*;
+pub use vip::*;
+
+/// `family` value of an IPv4 key or entry.
+pub const FAMILY_V4: u8 = 4;
+/// `family` value of an IPv6 key or entry.
+pub const FAMILY_V6: u8 = 6;
+
+/// IP protocol number of TCP (IANA).
+pub const PROTO_TCP: u8 = 6;
+/// IP protocol number of UDP (IANA).
+pub const PROTO_UDP: u8 = 17;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,54 @@
+//! Tests of the shared types.
+
+use super::{FlowKey, SynEntry};
+
+fn entry(key: FlowKey, hash: u32, backend_id: u16, epoch: u32, syn_ns: u64) -> SynEntry {
+    SynEntry {
+        key,
+        backend_id,
+        vip_id: 0,
+        epoch,
+        tag: SynEntry::tag_of(hash, backend_id, 0, epoch, syn_ns, 77),
+        syn_ns,
+        seq: 77,
+    }
+}
+
+#[test]
+fn a_syn_slot_mixing_two_writers_fields_reads_as_empty() {
+    let a_key = FlowKey::from_words([1, 0, 0, 0, 0x0400_0600, 9, 0, 0, 0, 40_000]);
+    let b_key = FlowKey::from_words([1, 0, 0, 0, 0x0400_0600, 9, 0, 0, 0, 40_001]);
+    let (ha, hb) = (0x1234_4000, 0x9876_4000);
+    let a = entry(a_key, ha, 2, 7, 1_000_000);
+    let b = entry(b_key, hb, 3, 7, 1_000_000);
+    assert!(a.holds(&a_key, ha) && b.holds(&b_key, hb));
+    // Every mix of a's key with some of b's other fields (and either tag).
+    for mask in 1u32..32 {
+        let mut m = a;
+        if mask & 1 != 0 {
+            m.backend_id = b.backend_id;
+        }
+        if mask & 2 != 0 {
+            m.vip_id = b.vip_id;
+        }
+        if mask & 4 != 0 {
+            m.epoch = b.epoch;
+        }
+        if mask & 8 != 0 {
+            m.syn_ns = b.syn_ns;
+        }
+        if mask & 16 != 0 {
+            m.tag = b.tag;
+        }
+        let same_values = m.backend_id == a.backend_id
+            && m.vip_id == a.vip_id
+            && m.epoch == a.epoch
+            && m.syn_ns == a.syn_ns;
+        assert_eq!(
+            m.holds(&a_key, ha),
+            same_values && m.tag == a.tag,
+            "mask {mask:#b}"
+        );
+    }
+    assert!(!a.holds(&b_key, hb), "another flow's key");
+}

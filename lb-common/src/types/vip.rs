@@ -1,0 +1,113 @@
+//! The VIP maps: `VIPS` (key and value), `VIP_INFO` (what a VIP id names) and
+//! `VIP_ADDRS` (the addresses that carry VIPs).
+
+use crate::impl_pod;
+
+/// Key of the `VIPS` map: a VIP is (address, port, protocol, family).
+///
+/// Layout (20 bytes, 4-byte aligned): `addr` 0..16 (network order), `port` 16..18
+/// (network order), `proto` 18, `family` 19.
+#[repr(C, align(4))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipKey {
+    /// VIP address, network byte order (IPv4 in bytes 0..4, rest zero).
+    pub addr: [u8; 16],
+    /// Destination port, network byte order.
+    pub port: u16,
+    /// [`PROTO_TCP`](super::PROTO_TCP) or [`PROTO_UDP`](super::PROTO_UDP).
+    pub proto: u8,
+    /// [`FAMILY_V4`](super::FAMILY_V4) or [`FAMILY_V6`](super::FAMILY_V6).
+    pub family: u8,
+}
+const _: () = assert!(size_of::<VipKey>() == 20);
+
+/// Value of the `VIPS` map.
+///
+/// Layout (12 bytes): `vip_id` 0..4, `flags` 4..8, `epoch` 8..12. One hash-map update
+/// replaces the whole value, so a packet reads the live table buffer and its epoch as a
+/// consistent pair.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipEntry {
+    /// Index into `VIP_STATS`, and (times two) into `TABLES`; `0..MAX_VIPS`.
+    pub vip_id: u32,
+    /// Bit set: [`VIP_TABLE_B`]; other bits zero.
+    pub flags: u32,
+    /// Table epoch: a data-plane-wide counter, incremented by every table install of
+    /// any VIP (never reused, never 0 for an installed table). Conntrack entries record
+    /// the epoch of the table their backend came from
+    /// ([`CtEntry::epoch`](super::CtEntry::epoch)).
+    pub epoch: u32,
+}
+
+/// Element of the `VIP_INFO` array (index = VIP id).
+///
+/// Layout (28 bytes): `key` 0..20, `live` 20..24, `epoch` 24..28.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipInfo {
+    /// The VIP that has this id.
+    pub key: VipKey,
+    /// 1 while the VIP is configured, 0 otherwise.
+    pub live: u32,
+    /// Epoch of the VIP's live table ([`VipEntry::epoch`]). Written before the `VIPS`
+    /// entry switches to a new table, so it is never older than the table packets
+    /// pick from; the established-flow path only trusts a TCP conntrack entry whose
+    /// epoch equals it.
+    pub epoch: u32,
+}
+const _: () = assert!(size_of::<VipInfo>() == 28);
+
+impl VipKey {
+    /// Whether `self` and `other` are the same VIP, compared as five 32-bit words
+    /// (cheaper in BPF than a byte-wise comparison).
+    #[inline(always)]
+    pub fn same_as(&self, other: &VipKey) -> bool {
+        let a = self.words();
+        let b = other.words();
+        (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) == 0
+    }
+
+    /// The key's 20 bytes as five `u32` (memory order).
+    #[inline(always)]
+    pub fn words(&self) -> [u32; 5] {
+        let a = &self.addr;
+        let p = self.port.to_ne_bytes();
+        [
+            u32::from_ne_bytes([a[0], a[1], a[2], a[3]]),
+            u32::from_ne_bytes([a[4], a[5], a[6], a[7]]),
+            u32::from_ne_bytes([a[8], a[9], a[10], a[11]]),
+            u32::from_ne_bytes([a[12], a[13], a[14], a[15]]),
+            u32::from_ne_bytes([p[0], p[1], self.proto, self.family]),
+        ]
+    }
+}
+
+/// `VipEntry::flags`: the VIP's live table is buffer B (`TABLES[2 * vip_id + 1]`);
+/// clear means buffer A (`TABLES[2 * vip_id]`).
+pub const VIP_TABLE_B: u32 = 1;
+
+impl VipEntry {
+    /// Index of the VIP's live table in `TABLES`.
+    pub const fn table_index(&self) -> u32 {
+        self.vip_id * 2 + (self.flags & VIP_TABLE_B)
+    }
+}
+const _: () = assert!(size_of::<VipEntry>() == 12);
+
+/// Key of the `VIP_ADDRS` map: a VIP address without port and protocol.
+///
+/// Layout (20 bytes): `addr` 0..16 (network order), `family` 16, `_pad` 17..20 (zero).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipAddrKey {
+    /// Address, network byte order (IPv4 in bytes 0..4, rest zero).
+    pub addr: [u8; 16],
+    /// [`FAMILY_V4`](super::FAMILY_V4) or [`FAMILY_V6`](super::FAMILY_V6).
+    pub family: u8,
+    /// Explicit padding, always zero.
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(size_of::<VipAddrKey>() == 20);
+
+impl_pod!(VipKey, VipEntry, VipInfo, VipAddrKey);

@@ -1,0 +1,85 @@
+//! The conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`): looking a flow up and pinning
+//! it to a backend, and the clock their entries are stamped with.
+//!
+//! An entry maps a flow's 5-tuple to its backend (`lb_common::types::CtEntry`). IPv4
+//! flows have their own map with a 16-byte key, because the kernel hashes the whole key
+//! on every lookup.
+
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "keys go to map helpers by reference, as values do: a key passed by value \
+              would make another stack copy in the BPF program"
+)]
+
+use aya_ebpf::{cty::c_int, helpers::generated::bpf_ktime_get_coarse_ns};
+use lb_common::types::{CtEntry, FAMILY_V4, FlowKey};
+
+use crate::{
+    backend::{self, Choice},
+    maps::{CONNTRACK_V4, CONNTRACK_V6},
+};
+
+/// `BPF_ANY`: create or replace.
+const BPF_ANY: u64 = 0;
+/// `BPF_NOEXIST`: create only.
+const BPF_NOEXIST: u64 = 1;
+/// `-EEXIST`, the helper's answer to a `BPF_NOEXIST` insert of an existing key.
+const NEG_EEXIST: c_int = -17;
+
+/// A conntrack entry of the packet's flow, from one lookup shared by both paths.
+pub(crate) type CtHit = Option<*mut CtEntry>;
+
+/// The time conntrack entries and SYN cache slots are stamped with:
+/// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE, ns).
+#[inline(always)]
+pub(crate) fn now_coarse_ns() -> u64 {
+    // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
+    unsafe { bpf_ktime_get_coarse_ns() }
+}
+
+/// Looks flow `key` up in its family's conntrack map.
+#[inline(always)]
+pub(crate) fn lookup_flow(key: &FlowKey) -> CtHit {
+    if key.vip.family == FAMILY_V4 {
+        CONNTRACK_V4.get_ptr_mut(&key.v4())
+    } else {
+        CONNTRACK_V6.get_ptr_mut(key)
+    }
+}
+
+/// Records flow `key` in its family's conntrack map with update `flags`. LRU maps evict
+/// instead of refusing inserts; an error (allocation failure) only loses the pin, never
+/// the packet.
+#[inline(always)]
+fn record_flow(key: &FlowKey, entry: &CtEntry, flags: u64) -> Result<(), c_int> {
+    if key.vip.family == FAMILY_V4 {
+        CONNTRACK_V4.insert(&key.v4(), entry, flags)
+    } else {
+        CONNTRACK_V6.insert(key, entry, flags)
+    }
+}
+
+/// Pins flow `key` with `entry` (its backend: `choice`): replaces the flow's entry
+/// (`replace`), or creates one unless another CPU pinned the flow since the lookup, in
+/// which case that pin wins (two packets of one flow never go to two backends because
+/// they raced). Returns whether `entry` was recorded, and the backend to use.
+#[inline(always)]
+pub(crate) fn pin_flow(
+    key: &FlowKey,
+    entry: &CtEntry,
+    choice: Choice,
+    replace: bool,
+) -> (bool, Choice) {
+    let flags = if replace { BPF_ANY } else { BPF_NOEXIST };
+    match record_flow(key, entry, flags) {
+        Ok(()) => (true, choice),
+        Err(NEG_EEXIST) => {
+            let winner = lookup_flow(key)
+                // SAFETY: the pointer comes from a successful lookup; the id is copied.
+                .map(|e| unsafe { (*e).backend_id })
+                .and_then(backend::keeps_flows);
+            (false, winner.unwrap_or(choice))
+        }
+        Err(_) => (false, choice),
+    }
+}

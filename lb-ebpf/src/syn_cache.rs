@@ -1,0 +1,80 @@
+//! The SYN cache (`SYN_CACHE`): the backend chosen for each TCP SYN, kept in the flow's
+//! slot (`flow_hash & syn_cache_mask`) until the handshake's ACK, on any CPU, promotes it
+//! into conntrack.
+//!
+//! The array is shared by all CPUs and written with plain stores; a slot's tag
+//! (`lb_common::types::SynEntry::tag_of`) lets readers ignore a slot that two writers
+//! tore.
+
+use lb_common::{
+    maps::MAX_VIPS,
+    stats::VipStats,
+    types::{LbConfig, SynEntry, VipEntry},
+};
+
+use crate::{backend::Choice, conntrack::now_coarse_ns, maps::SYN_CACHE, parse::Parsed};
+
+/// `SynEntry::vip_id` of a slot whose SYN was used (no VIP has it). Not `u32::MAX`:
+/// LLVM's BPF backend compared a zero-extended 32-bit load with that constant as a
+/// 64-bit jump whose immediate is sign-extended (`if r2 == -1`), which is never true.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "MAX_VIPS (1,024) fits 16 bits (asserted in lb_common::types)"
+)]
+const SYN_SLOT_FREE: u16 = MAX_VIPS as u16;
+
+/// A backend or VIP id as stored in a `SynEntry` (both are below 65,536, asserted in
+/// `lb_common::types`).
+#[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "backend ids are below MAX_BACKENDS and VIP ids below MAX_VIPS, both <= 65,536"
+)]
+fn id16(id: u32) -> u16 {
+    id as u16
+}
+
+/// The slot of a flow whose flow hash is `hash`, whatever it holds.
+#[inline(always)]
+pub(crate) fn slot(hash: u32, cfg: &LbConfig) -> Option<&'static mut SynEntry> {
+    // SAFETY: an element of the shared array. Other CPUs may write it at the same time;
+    // readers detect a torn element by its tag (`SynEntry::holds`).
+    SYN_CACHE
+        .get_ptr_mut(hash & cfg.syn_cache_mask)
+        .map(|slot| unsafe { &mut *slot })
+}
+
+/// Remembers that SYN `p` of VIP `vip` (flow hash `hash`) went to `choice`, in its
+/// flow's slot. Counts `ct_syn_only_evicted` when the slot held another flow's SYN
+/// whose handshake had not completed.
+#[inline(always)]
+pub(crate) fn remember(
+    p: &Parsed,
+    vip: &VipEntry,
+    hash: u32,
+    choice: &Choice,
+    cfg: &LbConfig,
+    stats: &mut VipStats,
+) {
+    let Some(slot) = slot(hash, cfg) else {
+        return;
+    };
+    if slot.vip_id != SYN_SLOT_FREE && slot.key.vip.family != 0 && !slot.key.same_as(&p.key) {
+        stats.ct_syn_only_evicted += 1;
+    }
+    let now = now_coarse_ns();
+    slot.key = p.key;
+    let (backend_id, vip_id) = (id16(choice.id), id16(vip.vip_id));
+    slot.backend_id = backend_id;
+    slot.vip_id = vip_id;
+    slot.epoch = vip.epoch;
+    slot.syn_ns = now;
+    slot.seq = p.tcp_seq;
+    slot.tag = SynEntry::tag_of(hash, backend_id, vip_id, vip.epoch, now, p.tcp_seq);
+}
+
+/// Frees a slot whose SYN was promoted into conntrack or is of no use any more.
+#[inline(always)]
+pub(crate) fn free(slot: &mut SynEntry) {
+    slot.vip_id = SYN_SLOT_FREE;
+}

@@ -1,0 +1,54 @@
+//! VIP lookups: the `VIP_FILTER` bitmap, the `VIPS` entry of a VIP, the VIP a VIP id
+//! names (`VIP_INFO`), and whether an address carries any VIP (`VIP_ADDRS`).
+//!
+//! The bitmap comes first for every packet: most non-VIP traffic passes on a clear bit,
+//! without a hash-map lookup.
+
+use lb_common::{
+    hash::vip_filter_bit,
+    types::{FlowKey, VipAddrKey, VipEntry, VipInfo, VipKey},
+};
+
+use crate::maps::{VIP_ADDRS, VIP_FILTER, VIP_INFO, VIPS};
+
+/// False when the packet is certainly not for a VIP (its `VIP_FILTER` bit is clear).
+#[inline(always)]
+pub(crate) fn maybe_vip(key: &VipKey) -> bool {
+    let bit = vip_filter_bit(key);
+    VIP_FILTER
+        .get(bit / 64)
+        .is_some_and(|word| word & (1u64 << (bit % 64)) != 0)
+}
+
+/// The `VIPS` entry of `key`, if it is a VIP.
+#[inline(always)]
+pub(crate) fn find_vip(key: &VipKey) -> Option<VipEntry> {
+    // SAFETY: the pointer comes from a successful lookup; the 12-byte value is copied
+    // out at once.
+    VIPS.get_ptr(key).map(|v| unsafe { *v })
+}
+
+/// What VIP id `vip_id` names, if it is configured and still names `key` (a conntrack
+/// entry's VIP id may have been given to another VIP since).
+#[inline(always)]
+pub(crate) fn live_info(vip_id: u32, key: &VipKey) -> Option<&'static VipInfo> {
+    let info = VIP_INFO.get(vip_id)?;
+    (info.live != 0 && info.key.same_as(key)).then_some(info)
+}
+
+/// Whether the destination address of flow `key` carries at least one VIP (any port or
+/// protocol).
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "the key goes to the map helper by reference: by value would make another \
+              stack copy in the BPF program"
+)]
+pub(crate) fn is_vip_address(key: &FlowKey) -> bool {
+    let addr = VipAddrKey {
+        addr: key.vip.addr,
+        family: key.vip.family,
+        _pad: [0; 3],
+    };
+    VIP_ADDRS.get_ptr(&addr).is_some()
+}
