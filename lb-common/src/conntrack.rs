@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The connection-tracking decision: which state chooses the backend of a VIP packet that
 //! does not open a TCP connection, and what the choice writes back.
 //!

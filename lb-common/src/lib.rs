@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Types shared by the XDP program (`lb-ebpf`) and the userspace controller (`lb-user`).
 //!
 //! Everything here is `#![no_std]`, `#[repr(C)]` with explicit padding and a compile-time

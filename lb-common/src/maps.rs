@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Names and limits of the maps and programs in the eBPF object.
 //!
 //! Map names are the symbol names in the object; userspace looks maps up by them, so they

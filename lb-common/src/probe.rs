@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The socket mark of tunnel-mode health probes: which backend a probe packet is for.
 //!
 //! A tunnel-mode probe is sent to the VIP address, as a client's packet would be, from a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Counter layouts of the per-CPU statistics maps and the verdict reasons.
 //!
 //! All counters are `u64` in host byte order, one copy per CPU; userspace sums them.

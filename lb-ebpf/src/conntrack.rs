@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`): looking a flow up and pinning
 //! it to a backend, and the clock their entries are stamped with.
 //!

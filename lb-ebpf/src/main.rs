@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet:

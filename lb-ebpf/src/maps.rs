@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The program's maps, one line each; `lb_common::maps` says why each is shaped as it is
 //! and gives the names and limits userspace shares.
 //!

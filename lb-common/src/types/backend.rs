@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The per-backend arrays: `BACKENDS` (address and state) and `NEXTHOP_CACHE` (the
 //! next hop found for the backend's address).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The `CONFIG` array's single element: the data plane's global settings.
 
 use crate::impl_pod;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The VIP maps: `VIPS` (key and value), `VIP_INFO` (what a VIP id names) and
 //! `VIP_ADDRS` (the addresses that carry VIPs).
 
