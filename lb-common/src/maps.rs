@@ -24,7 +24,7 @@ pub const VIPS: &str = "VIPS";
 /// `VIPS` entry and clears it only after removing the entry (bits are only ever added
 /// or removed for VIPs that are absent), so no VIP is ever filtered out.
 pub const VIP_FILTER: &str = "VIP_FILTER";
-/// `BPF_MAP_TYPE_ARRAY`: VIP id → [`crate::types::VipInfo`], the VIP a conntrack entry's
+/// `BPF_MAP_TYPE_ARRAY`: VIP id → [`crate::types::VipInfo`], the VIP a pin's
 /// `vip_id` stands for. A conntrack hit whose VIP still matches is forwarded without
 /// the `VIPS` lookup.
 pub const VIP_INFO: &str = "VIP_INFO";
@@ -58,8 +58,9 @@ pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
 /// chosen for each TCP SYN, in slot `flow_hash & syn_cache_mask`, until the handshake's
 /// ACK (on any CPU) promotes it into conntrack. A direct-mapped array instead of an LRU
 /// map: recording a SYN is one write to a cache-resident slot (no lock, no eviction
-/// walk), and a SYN flood only overwrites other SYNs' slots, never established flows
-/// (../shared/cases BR-16). Concurrent writers are detected by the slot's tag.
+/// walk), and a SYN flood only overwrites other held SYNs, never pins, so it cannot
+/// evict established flows (BR-16 in `docs/failure-scenarios.md`). Concurrent writers
+/// are detected by the slot's tag.
 pub const SYN_CACHE: &str = "SYN_CACHE";
 /// Per-CPU array: backend id → [`crate::types::NextHopEntry`], the `bpf_fib_lookup`
 /// result of the backend's address reused for `LbConfig::nexthop_cache_ns` (FIB mode).
