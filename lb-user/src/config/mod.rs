@@ -55,7 +55,7 @@ pub enum BackendState {
     Active,
     /// Out of the table (as weight 0); its established flows stay.
     Drain,
-    /// Out of the table; its flows are re-hashed on the current table (as if removed).
+    /// Out of the table; its flows are re-picked on the current table (as if removed).
     Down,
 }
 

@@ -1,15 +1,18 @@
 //! From [`FileConfig`] to [`Config`]: parse errors with their key path and line, then
 //! every semantic check, collected (not just the first).
 //!
-//! Semantic rules, with the shared cases they come from (../shared/cases):
-//! - table sizes: prime, at most `maglev::MAX_TABLE_SIZE`, not below the VIP's backend
-//!   count (BR-04);
+//! Semantic rules, each guarding against a failure seen in other balancers (the
+//! failure scenarios of `docs/failure-scenarios.md` named in brackets):
+//! - table sizes: prime (Maglev's permutations visit every slot only then), at most
+//!   `maglev::MAX_TABLE_SIZE` (bounds what one entry makes the daemon allocate), not
+//!   below the VIP's backend count (BR-04);
 //! - backends: unique per VIP after canonicalisation (`::ffff:a.b.c.d` is `a.b.c.d`),
 //!   no port (IP-in-IP keeps the VIP's port), same family as the VIP, never the VIP or
 //!   the LB's own address (a forwarding loop) (BR-06);
 //! - weights are integers in `0..=u32::MAX` (BR-03.T4); all-zero weights are a warning
-//!   and the VIP drops new flows (BR-03.T3, BR-08);
-//! - the table maps' total memory stays under `max_table_memory_mib` (BR-10.T3).
+//!   and the VIP drops new flows, like a VIP without backends (BR-03.T3, BR-08);
+//! - the table maps' total memory stays under `max_table_memory_mib`, so many VIPs
+//!   cannot exhaust kernel memory (BR-10.T3).
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
 //! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`].

@@ -114,7 +114,7 @@ pub struct Pin {
     pub backend: String,
     /// Backend id.
     pub backend_id: u32,
-    /// Established (`true`) or SYN-only.
+    /// A pin in conntrack (`true`), or a held SYN in the SYN cache (`false`).
     pub established: bool,
 }
 

@@ -12,7 +12,7 @@ use crate::{config::Vip, maglev::BackendKey};
 pub enum BackendAction {
     /// Add a backend (active, with `--weight`, default 1).
     Add,
-    /// Remove a backend: its flows are re-hashed on the new table.
+    /// Remove a backend: its flows are re-picked on the new table.
     Remove,
     /// Drain: no new flows, established flows stay.
     Drain,

@@ -165,12 +165,12 @@ pub struct InstalledTable {
     pub slots: Vec<u32>,
 }
 
-/// Which conntrack map holds a flow.
+/// Which state holds a flow: a pin or a held SYN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtTable {
-    /// Established flows (`CONNTRACK_V4`, `CONNTRACK_V6`).
+    /// A pin (`CONNTRACK_V4`, `CONNTRACK_V6`).
     Established,
-    /// TCP flows of which only a SYN was seen (a `SYN_CACHE` slot).
+    /// A held SYN: a TCP flow of which only the SYN was seen (its `SYN_CACHE` slot).
     SynOnly,
 }
 

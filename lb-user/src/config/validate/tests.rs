@@ -307,7 +307,7 @@ fn every_problem_is_reported_not_just_the_first() {
 
 #[test]
 fn all_weights_zero_is_a_warning_not_an_error() {
-    // BR-03.T3.
+    // Every backend drained: valid, with a warning; the VIP drops new flows (BR-03.T3).
     let text = format!("{BASE}{VIP}")
         .replace("weight = 2", "weight = 0")
         .replace(
@@ -323,7 +323,8 @@ fn all_weights_zero_is_a_warning_not_an_error() {
 
 #[test]
 fn extreme_weights_are_accepted() {
-    // BR-01.T2: weights are u32; u32::MAX is fine.
+    // Weights are u32, and the largest is a valid weight: ratios are computed exactly
+    // (BR-01.T2).
     let text = format!("{BASE}{VIP}").replace("weight = 2", "weight = 4294967295");
     assert_eq!(
         load(&text).expect("valid").config.vips[0].backends[1].weight,
