@@ -68,7 +68,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Conntrack capacity of the generated configuration (small: created quickly).
 pub const CT_CAPACITY: u32 = 65_536;
-/// SYN-only conntrack capacity of the generated configuration.
+/// SYN cache slots of the generated configuration.
 pub const CT_SYN_CAPACITY: u32 = 16_384;
 /// Poll period of the waits.
 const POLL: Duration = Duration::from_millis(25);
@@ -107,7 +107,7 @@ pub enum BackendState {
     Active,
     /// No new flows; established flows stay.
     Drain,
-    /// No new flows; established flows are re-hashed.
+    /// No new flows; established flows are re-picked.
     Down,
 }
 

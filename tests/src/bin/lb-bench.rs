@@ -37,7 +37,7 @@ struct Case {
     vary: u32,
     /// Expected action.
     action: u32,
-    /// Packets to send once before timing (to create the conntrack entry).
+    /// Packets to send once before timing (to pin the flow).
     warm: Vec<Vec<u8>>,
 }
 
@@ -264,8 +264,8 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
     })
 }
 
-/// Command-line options. The defaults are the method: 5 runs of 1,000,000
-/// repetitions, CPU 1, the daemon's default conntrack sizes.
+/// Command-line options. The defaults are the README's method ("Performance"): 5 runs
+/// of 1,000,000 repetitions, CPU 1, the daemon's default conntrack sizes.
 #[derive(clap::Parser)]
 #[command(about = "Control- and data-plane benchmarks of lb (run as root)")]
 struct Options {

@@ -3,9 +3,9 @@
 //! - Connections on the other backends are untouched: same backend, no error.
 //! - The removed backend's own connections fail fast. With IP-in-IP direct server
 //!   return the load balancer keeps no per-connection state it could hand over: the
-//!   removed backend's conntrack entries stop being honoured, the next packet of each
-//!   such flow is re-hashed on the new table to a remaining backend, whose kernel has no
-//!   socket for it and answers with a RST from the VIP (it owns the VIP on `lo`), so
+//!   removed backend's pins no longer hold, the next packet of each such flow is
+//!   re-picked on the new table to a remaining backend, whose kernel has no socket for
+//!   it and answers with a RST from the VIP (it owns the VIP on `lo`), so
 //!   the client gets ECONNRESET at once rather than hanging in retransmissions
 //!   (failure scenario BR-13.T3 in `docs/failure-scenarios.md`). Asserted: every such
 //!   connection's next exchange fails with `ConnectionReset` (a hang would end in the

@@ -1,4 +1,4 @@
-//! Issue 6, test 3: 100 long-lived TCP connections, each exchanging a line every
+//! 100 long-lived TCP connections, each exchanging a line every
 //! 100 ms on its own thread, while the controller adds a backend (`lb backend add`),
 //! drains one (`lb backend drain`) and reloads a configuration file with a new table
 //! size (the file is rewritten; the daemon's watcher reloads it). Every connection
