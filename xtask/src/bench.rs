@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: the single entry point for benchmarks.
 //!
 //! 1. The Maglev table builder (no root needed): the criterion benchmarks of
-//!    `lb-user/benches/maglev.rs` (build time for the issue-3 configurations, the paper's
+//!    `lb-user/benches/maglev.rs` (build time for the four (M, N) configurations of
+//!    `lb-user/benches/common/mod.rs`, the paper's
 //!    pseudocode as a same-run yardstick, the fingerprint), then
 //!    `lb-user/benches/maglev_memory.rs` (median build time and peak heap memory as one
 //!    Markdown table).
