@@ -325,4 +325,11 @@ impl Dataplane for KernelDataplane {
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         self.conntrack_lookup(key)
     }
+
+    fn probe_encap(&self) -> Option<(bool, lb_common::probe::ProbeStats)> {
+        Some((
+            self.probe_encap_attached(),
+            self.probe_stats().unwrap_or_default(),
+        ))
+    }
 }
