@@ -9,7 +9,8 @@
 //! for its neighbour entry (which the daemon has the kernel manage). A new backend is
 //! checked at once, one whose neighbour is still being resolved every
 //! [`PENDING_PERIOD`], every other one every [`PERIOD`]. States:
-//! - `resolved`: a usable neighbour (REACHABLE, STALE, DELAY, PROBE, PERMANENT, NOARP);
+//! - `resolved`: a usable neighbour (REACHABLE, STALE, DELAY, PROBE, PERMANENT, NOARP),
+//!   or an address of the host itself;
 //! - `resolving`: INCOMPLETE (or no entry yet) for less than [`RESOLVE_GRACE`];
 //! - `no neighbour`: FAILED, or still unresolved after the grace time;
 //! - `no route`: the kernel has no route to the backend.
@@ -224,6 +225,13 @@ fn lookup(addr: IpAddr, age: Duration) -> NexthopStatus {
             detail: Some(format!("route without a device: {route}")),
         };
     };
+    if route[0]["type"].as_str() == Some("local") {
+        return NexthopStatus {
+            state: "resolved".to_owned(),
+            via: Some(format!("local dev {dev}")),
+            detail: Some("a local address".to_owned()),
+        };
+    }
     let hop = route[0]["gateway"]
         .as_str()
         .and_then(|g| g.parse().ok())
