@@ -1,0 +1,338 @@
+//! Issue 10: health checks through the real `lb run` daemon, with backends failing in
+//! each way an operator meets (real sockets, real processes, a real firewall rule).
+//!
+//! Probe timing in every test: interval 200 ms, timeout 100 ms, fall 3, rise 2, so a
+//! failure is detected within fall x interval + timeout = 700 ms after the first failed
+//! probe, and a recovery within rise x interval = 400 ms; the tests allow 3 s for either
+//! (a generous margin for a loaded machine; speed is measured by `cargo xtask bench`).
+//! Flap damping is off (`flap_transitions = 0`) unless a test is about it.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use lb_tests::{
+    daemon::{Daemon, DaemonConfig, backend_addr, vip_text},
+    packets::{VIP4, VIP6},
+    testbed::{
+        TestBed, client4, client6,
+        health::{
+            DNS_PROBE_PORT, DnsServer, DropRule, HTTP_PROBE_PORT, HttpServer, PROCESS_PROBE_PORT,
+            PortListener, ServerProcess, TCP_PROBE_PORT,
+        },
+        plumbing, vip_tcp,
+    },
+    traffic::{self, Ports, Tally},
+};
+use lb_user::control::{BackendStatus, Status};
+
+use super::{bed, daemon};
+
+/// Detection and recovery must each happen within this.
+const WITHIN: Duration = Duration::from_secs(3);
+
+/// The probe timing of the module documentation, for a TCP probe of `port`.
+fn tcp_probe(port: u16) -> String {
+    format!(
+        "kind = \"tcp\"\nport = {port}\ninterval_ms = 200\ntimeout_ms = 100\nrise = 2\nfall = 3\n\
+         flap_transitions = 0\n"
+    )
+}
+
+/// Backend `k` of `vip` in `status`.
+fn backend<'a>(status: &'a Status, vip: &str, k: u8) -> &'a BackendStatus {
+    let v6 = vip.starts_with('[');
+    let addr = backend_addr(k, v6).to_string();
+    status
+        .vips
+        .iter()
+        .find(|v| v.vip == vip)
+        .and_then(|v| v.backends.iter().find(|b| b.address == addr))
+        .unwrap_or_else(|| panic!("no backend {k} in {vip}"))
+}
+
+/// Backend `k`'s health label in `vip` (`not probed` without one).
+fn label(status: &Status, vip: &str, k: u8) -> String {
+    backend(status, vip, k)
+        .health
+        .as_ref()
+        .map_or_else(|| "not probed".to_owned(), |h| h.state.clone())
+}
+
+/// Waits until every `(vip, k)` of `which` shows `want`; returns the status and how long
+/// each took (from the call).
+fn wait_labels(
+    lb: &Daemon<'_>,
+    which: &[(&str, u8)],
+    want: &str,
+    within: Duration,
+) -> (Status, BTreeMap<(String, u8), Duration>) {
+    let started = Instant::now();
+    let mut took = BTreeMap::new();
+    loop {
+        let status = lb.status().expect("lb status");
+        for (vip, k) in which {
+            if label(&status, vip, *k) == want {
+                took.entry(((*vip).to_owned(), *k))
+                    .or_insert_with(|| started.elapsed());
+            }
+        }
+        if took.len() == which.len() {
+            return (status, took);
+        }
+        assert!(
+            started.elapsed() < within,
+            "waited {within:?} for {which:?} to be {want}; got {:?}\ndaemon log:\n{}",
+            which
+                .iter()
+                .map(|(v, k)| label(&status, v, *k))
+                .collect::<Vec<_>>(),
+            lb.log()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Waits until `done` holds for `lb status`.
+fn wait(lb: &Daemon<'_>, what: &str, done: impl Fn(&Status) -> bool) -> Status {
+    lb.wait_status(what, WITHIN, done)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// Routes to both VIPs from the LB namespace through the client (standing for the
+/// router): tunnel-mode probes are addressed to the VIP, and leave by that route.
+fn vip_routes(bed: &TestBed) {
+    plumbing::ip_batch(
+        bed.lb_ns(),
+        &[
+            format!("route add {VIP4}/32 via {}", client4(0)),
+            format!("route add {VIP6}/128 via {}", client6(0)),
+        ],
+    )
+    .expect("VIP routes in the LB namespace");
+}
+
+/// Backends made to fail in each way, all at once: a killed server process, a closed
+/// port, HTTP 503, packets silently dropped by a firewall rule, a DNS server answering
+/// garbage. Each is detected within fall x interval + timeout (with margin) with its
+/// reason, leaves the table, gets none of the new connections, and comes back after
+/// rise x interval with the same id and the same table.
+#[test]
+fn backends_failing_in_each_way_are_detected_avoided_and_recovered() {
+    let bed = bed(6);
+    let vip = vip_text(false, true);
+    let mut listeners: Vec<Option<PortListener>> = bed
+        .backends()
+        .map(|b| Some(PortListener::open(b.ns(), TCP_PROBE_PORT).expect("listener")))
+        .collect();
+    let mut process = ServerProcess::http(bed.backend_ns(2), PROCESS_PROBE_PORT).expect("python");
+    let http = HttpServer::start(bed.backend_ns(4), HTTP_PROBE_PORT).expect("http");
+    let dns = DnsServer::start(bed.backend_ns(6), DNS_PROBE_PORT).expect("dns");
+    let config = DaemonConfig::equal(1..=6)
+        .with_health(&vip, &tcp_probe(TCP_PROBE_PORT))
+        .with_backend_health(
+            &vip,
+            2,
+            &format!("kind = \"http\"\nport = {PROCESS_PROBE_PORT}"),
+        )
+        .with_backend_health(
+            &vip,
+            4,
+            &format!("kind = \"http\"\nport = {HTTP_PROBE_PORT}\npath = \"/health\""),
+        )
+        .with_backend_health(
+            &vip,
+            6,
+            &format!("kind = \"dns\"\nport = {DNS_PROBE_PORT}\ndns_name = \"health.example.com\""),
+        );
+    let lb = daemon(&bed, &config);
+    let all: Vec<(&str, u8)> = (1..=6).map(|k| (vip.as_str(), k)).collect();
+    let (healthy, _) = wait_labels(&lb, &all, "healthy", WITHIN);
+    let fingerprint = healthy
+        .vips
+        .iter()
+        .find(|v| v.vip == vip)
+        .unwrap()
+        .fingerprint
+        .clone();
+    let ids: Vec<u32> = (1..=6).map(|k| backend(&healthy, &vip, k).id).collect();
+
+    // Everything fails at once.
+    process.kill();
+    listeners[2] = None;
+    http.set_status(503);
+    let drop_rule = DropRule::add(bed.backend_ns(5), TCP_PROBE_PORT).expect("nft drop rule");
+    dns.set_garbage(true);
+    let failed: Vec<(&str, u8)> = (2..=6).map(|k| (vip.as_str(), k)).collect();
+    let (status, took) = wait_labels(&lb, &failed, "unhealthy", WITHIN);
+    eprintln!("detection after the failure: {took:?}");
+    let reasons = [
+        (2, "connection refused"),
+        (3, "connection refused"),
+        (4, "HTTP 503"),
+        (5, "timeout after 100 ms (connect)"),
+        (6, "malformed DNS answer"),
+    ];
+    for (k, reason) in reasons {
+        let h = backend(&status, &vip, k).health.clone().unwrap();
+        let error = h.last_error.unwrap_or_default();
+        assert!(
+            error.starts_with(reason),
+            "b{k}: {error:?}, expected {reason}"
+        );
+        assert_eq!(h.went_down, 1, "b{k}");
+    }
+    assert_eq!(label(&status, &vip, 1), "healthy");
+    // Each transition is logged once, with its reason.
+    let log = lb.log();
+    for (k, reason) in reasons {
+        let (what, who) = (
+            format!("backend unhealthy: {reason}"),
+            format!("backend={}", backend_addr(k, false)),
+        );
+        let lines = log
+            .lines()
+            .filter(|l| l.contains(&what) && l.ends_with(&who))
+            .count();
+        assert_eq!(lines, 1, "{what} ... {who} in:\n{log}");
+    }
+    let status = wait(&lb, "the failed backends out of the table", |s| {
+        (2..=6).all(|k| backend(s, &vip, k).slots == 0)
+    });
+    for k in 2..=6 {
+        assert_eq!(backend(&status, &vip, k).dataplane_state, "down", "b{k}");
+        assert_eq!(backend(&status, &vip, k).state, "active", "b{k}");
+    }
+    let text = lb.cli(&["status"]).expect("lb status");
+    assert!(
+        text.contains("HEALTH OF") && text.contains("HTTP 503"),
+        "{text}"
+    );
+
+    // No new connection reaches a failed backend.
+    let accepted: Vec<u64> = (2..=6)
+        .map(|k| bed.backend(k).stats().tcp_connections)
+        .collect();
+    let srcs = traffic::sources(&bed, 100, false, Ports::Kernel);
+    let answered = traffic::greet_all(&bed, &srcs, vip_tcp(false)).expect("new connections");
+    let tally = Tally::of(answered.iter().map(|(_, b)| b.as_str()));
+    eprintln!("new connections while b2..b6 are unhealthy: {tally}");
+    assert_eq!(tally.get("b1"), 100, "{tally}");
+    let after: Vec<u64> = (2..=6)
+        .map(|k| bed.backend(k).stats().tcp_connections)
+        .collect();
+    assert_eq!(
+        accepted, after,
+        "a failed backend's server accepted a connection"
+    );
+
+    // Everything recovers.
+    process = ServerProcess::http(bed.backend_ns(2), PROCESS_PROBE_PORT).expect("python again");
+    listeners[2] = Some(PortListener::open(bed.backend_ns(3), TCP_PROBE_PORT).expect("listener"));
+    http.set_status(200);
+    drop(drop_rule);
+    dns.set_garbage(false);
+    let (_, took) = wait_labels(&lb, &failed, "healthy", WITHIN);
+    eprintln!("recovery after the repair: {took:?}");
+    let status = wait(&lb, "every backend back in the table", |s| {
+        (1..=6).all(|k| backend(s, &vip, k).slots > 0)
+    });
+    let v = status.vips.iter().find(|v| v.vip == vip).unwrap();
+    assert_eq!(v.fingerprint, fingerprint, "the table it had before");
+    assert_eq!(
+        (1..=6)
+            .map(|k| backend(&status, &vip, k).id)
+            .collect::<Vec<_>>(),
+        ids
+    );
+    assert!(status.health.table_changes >= 2, "{:?}", status.health);
+    drop(process);
+}
+
+/// Tunnel mode proves decapsulation and the VIP on the backend; direct mode does not.
+/// With the backend's decapsulation program detached, its tunnel-mode probes (to the
+/// VIP, IPv4 and IPv6, encapsulated by the TC program) fail, while a direct probe of
+/// the same backend (another VIP's, to its own address) keeps passing.
+#[test]
+fn tunnel_mode_detects_broken_decapsulation_and_direct_mode_does_not() {
+    let bed = bed(2);
+    vip_routes(&bed);
+    let _listeners: Vec<PortListener> = bed
+        .backends()
+        .map(|b| PortListener::open(b.ns(), TCP_PROBE_PORT).expect("listener"))
+        .collect();
+    let tunnel = |port: u16| {
+        format!(
+            "kind = \"tcp\"\nmode = \"tunnel\"\nport = {port}\ninterval_ms = 200\ntimeout_ms = 100\n\
+             rise = 2\nfall = 3\nflap_transitions = 0\n"
+        )
+    };
+    let (vip4, vip6, direct) = (
+        vip_text(false, true),
+        vip_text(true, true),
+        vip_text(false, false),
+    );
+    let config = DaemonConfig::equal(1..=2)
+        .with_health(&vip4, &tunnel(80))
+        .with_health(&vip6, &tunnel(80))
+        .with_health(&direct, &tcp_probe(TCP_PROBE_PORT));
+    let lb = daemon(&bed, &config);
+    let every: Vec<(&str, u8)> = [vip4.as_str(), vip6.as_str(), direct.as_str()]
+        .iter()
+        .flat_map(|v| [(*v, 1), (*v, 2)])
+        .collect();
+    let (status, _) = wait_labels(&lb, &every, "healthy", WITHIN);
+    let target = backend(&status, &vip4, 2)
+        .health
+        .clone()
+        .unwrap()
+        .target
+        .unwrap();
+    assert!(
+        target.starts_with("203.0.113.10:80 mark 0x4c42"),
+        "{target}"
+    );
+    assert!(status.health.tunnel.attached);
+    let encapsulated = status.health.tunnel.encapsulated;
+    assert!(encapsulated > 0, "{:?}", status.health);
+
+    bed.backend(2)
+        .set_decap(false)
+        .expect("detach b2's decapsulation");
+    let broken = [(vip4.as_str(), 2), (vip6.as_str(), 2)];
+    let (status, took) = wait_labels(&lb, &broken, "unhealthy", WITHIN);
+    eprintln!("tunnel probes detected the broken decapsulation after {took:?}");
+    let error = backend(&status, &vip4, 2)
+        .health
+        .clone()
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert!(error.starts_with("timeout"), "{error}");
+    // Meanwhile the direct probe of the same backend passed every time.
+    let direct_b2 = backend(&status, &direct, 2).health.clone().unwrap();
+    assert_eq!(direct_b2.state, "healthy");
+    let probes_then = direct_b2.probes;
+    std::thread::sleep(Duration::from_millis(600));
+    let status = lb.status().expect("lb status");
+    let direct_b2 = backend(&status, &direct, 2).health.clone().unwrap();
+    assert_eq!(
+        (
+            direct_b2.state.as_str(),
+            direct_b2.failed_probes,
+            direct_b2.went_down
+        ),
+        ("healthy", 0, 0),
+        "direct mode cannot see the broken decapsulation"
+    );
+    assert!(direct_b2.probes > probes_then);
+    assert_eq!(label(&status, &vip4, 1), "healthy");
+    assert_eq!(label(&status, &vip6, 1), "healthy");
+    assert!(status.health.tunnel.encapsulated > encapsulated);
+
+    bed.backend(2)
+        .set_decap(true)
+        .expect("attach b2's decapsulation again");
+    wait_labels(&lb, &broken, "healthy", WITHIN);
+}
