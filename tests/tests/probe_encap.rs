@@ -275,45 +275,50 @@ fn plain_udp_to(frame: &[u8], dst: IpAddr, payload: &[u8]) -> bool {
     matches!(p.transport, Some(etherparse::TransportSlice::Udp(u)) if to == dst && u.payload() == payload)
 }
 
-fn loaded() -> KernelDataplane {
-    KernelDataplane::load(LoadOptions {
+/// The object loaded with next-hop `mode` and `backends` (id, address, state), the
+/// probe program attached to `p0`, and a capture of `p1` (call inside the namespace).
+fn attached(mode: u8, backends: &[(u32, IpAddr, u8)]) -> (KernelDataplane, OwnedFd) {
+    let mut dp = KernelDataplane::load(LoadOptions {
         ct_capacity: 1024,
         ct_syn_capacity: 256,
     })
-    .expect("load the object")
+    .expect("load the object");
+    dp.set_config(&config(mode)).expect("config");
+    for (id, addr, state) in backends {
+        dp.set_backend(*id, &backend(*addr, *state))
+            .expect("backend");
+    }
+    dp.attach_probe_encap("p0")
+        .expect("attach the probe program");
+    (dp, capture())
+}
+
+/// Sends `payload` to `vip` port 53 marked for backend `id`.
+fn probe(vip: IpAddr, id: u32, payload: &[u8]) {
+    send(
+        (vip, 53).into(),
+        Some(probe_mark(id).expect("mark")),
+        payload,
+    );
 }
 
 #[test]
 fn marked_probes_leave_encapsulated_to_their_backend_and_others_untouched() {
     let ns = namespace();
     ns.enter(|| {
-        let mut dp = loaded();
-        dp.set_config(&config(NEXTHOP_GATEWAY)).expect("config");
-        dp.set_backend(7, &backend(BACKEND4.into(), BACKEND_ACTIVE))
-            .expect("backend 7");
-        // An unhealthy backend is still probed: its entry is down, not unused.
-        dp.set_backend(8, &backend(BACKEND6.into(), BACKEND_DOWN))
-            .expect("backend 8");
-        dp.attach_probe_encap("p0")
-            .expect("attach the probe program");
-        let cap = capture();
+        // An unhealthy backend (8) is still probed: its entry is down, not unused.
+        let (mut dp, cap) = attached(
+            NEXTHOP_GATEWAY,
+            &[
+                (7, BACKEND4.into(), BACKEND_ACTIVE),
+                (8, BACKEND6.into(), BACKEND_DOWN),
+            ],
+        );
 
-        send(
-            (VIP4, 53).into(),
-            Some(probe_mark(7).expect("mark")),
-            b"probe-7",
-        );
-        send(
-            (VIP6, 53).into(),
-            Some(probe_mark(8).expect("mark")),
-            b"probe-8",
-        );
+        probe(VIP4.into(), 7, b"probe-7");
+        probe(VIP6.into(), 8, b"probe-8");
         send((VIP4, 53).into(), None, b"unmarked");
-        send(
-            (VIP4, 53).into(),
-            Some(probe_mark(9).expect("mark")),
-            b"probe-9",
-        );
+        probe(VIP4.into(), 9, b"probe-9");
         let got = frames(&cap, Duration::from_millis(300));
 
         let enc: Vec<Encapsulated> = got.iter().filter_map(|f| decode(f)).collect();
@@ -349,11 +354,7 @@ fn marked_probes_leave_encapsulated_to_their_backend_and_others_untouched() {
         assert_eq!(stats.encapsulated, 2, "{stats:?}");
         assert_eq!(stats.no_backend, 1, "{stats:?}");
         dp.detach_probe_encap().expect("detach");
-        send(
-            (VIP4, 53).into(),
-            Some(probe_mark(7).expect("mark")),
-            b"after",
-        );
+        probe(VIP4.into(), 7, b"after");
         let after = frames(&cap, Duration::from_millis(200));
         assert!(
             after.iter().any(|f| plain_udp_to(f, VIP4.into(), b"after")),
@@ -367,25 +368,15 @@ fn marked_probes_leave_encapsulated_to_their_backend_and_others_untouched() {
 fn fib_mode_uses_the_neighbour_and_resolves_an_unknown_one() {
     let ns = namespace();
     ns.enter(|| {
-        let mut dp = loaded();
-        dp.set_config(&config(NEXTHOP_FIB)).expect("config");
-        dp.set_backend(7, &backend(BACKEND4.into(), BACKEND_ACTIVE))
-            .expect("backend 7");
-        dp.set_backend(5, &backend(UNRESOLVED4.into(), BACKEND_ACTIVE))
-            .expect("backend 5");
-        dp.attach_probe_encap("p0")
-            .expect("attach the probe program");
-        let cap = capture();
-        send(
-            (VIP4, 53).into(),
-            Some(probe_mark(7).expect("mark")),
-            b"fib-7",
+        let (dp, cap) = attached(
+            NEXTHOP_FIB,
+            &[
+                (7, BACKEND4.into(), BACKEND_ACTIVE),
+                (5, UNRESOLVED4.into(), BACKEND_ACTIVE),
+            ],
         );
-        send(
-            (VIP4, 53).into(),
-            Some(probe_mark(5).expect("mark")),
-            b"fib-5",
-        );
+        probe(VIP4.into(), 7, b"fib-7");
+        probe(VIP4.into(), 5, b"fib-5");
         let got = frames(&cap, Duration::from_millis(500));
         let seven = got
             .iter()
