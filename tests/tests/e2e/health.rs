@@ -684,3 +684,65 @@ fn a_backend_whose_next_hop_cannot_be_resolved_is_reported_when_added() {
         "{text}"
     );
 }
+
+/// Flapping (case BR-09.T5 through the daemon): a backend whose port opens and closes
+/// every 300 ms, probed every 100 ms with rise = fall = 1, changes state a few times,
+/// and then, past the default damping limit (4 changes within 60 s), is held unhealthy
+/// for the hold time, logged once, whatever its probes say; each change cost its VIP at
+/// most one table change, and the table ends as the one without it.
+#[test]
+fn a_flapping_backend_is_held_unhealthy() {
+    let bed = bed(2);
+    let vip = vip_text(false, true);
+    let _one = PortListener::open(bed.backend_ns(1), TCP_PROBE_PORT).expect("listener");
+    let probe = format!(
+        "kind = \"tcp\"\nport = {TCP_PROBE_PORT}\ninterval_ms = 100\ntimeout_ms = 50\nrise = 1\nfall = 1\n"
+    );
+    let lb = daemon(&bed, &DaemonConfig::equal(1..=2).with_health(&vip, &probe));
+    let mut two = Some(PortListener::open(bed.backend_ns(2), TCP_PROBE_PORT).expect("listener"));
+    wait_labels(&lb, &[(&vip, 1), (&vip, 2)], "healthy", WITHIN);
+    let started = Instant::now();
+    let mut held = None;
+    while started.elapsed() < Duration::from_secs(6) && held.is_none() {
+        std::thread::sleep(Duration::from_millis(300));
+        two = match two {
+            Some(_) => None,
+            None => Some(PortListener::open(bed.backend_ns(2), TCP_PROBE_PORT).expect("listener")),
+        };
+        let status = lb.status().expect("lb status");
+        if label(&status, &vip, 2) == "unhealthy (held)" {
+            held = Some(status);
+        }
+    }
+    let status = held.unwrap_or_else(|| panic!("never held:\n{}", lb.log()));
+    let h = backend(&status, &vip, 2).health.clone().unwrap();
+    eprintln!(
+        "held after {:?}: {} changes, {} table changes",
+        started.elapsed(),
+        h.transitions,
+        status.health.table_changes
+    );
+    assert_eq!(h.holds, 1);
+    assert!(h.transitions <= 5, "{h:?}");
+    assert!(
+        status.health.table_changes <= h.transitions,
+        "{:?}",
+        status.health
+    );
+    // Its port open for good now: it stays held (unhealthy, out of the table).
+    if two.is_none() {
+        two = Some(PortListener::open(bed.backend_ns(2), TCP_PROBE_PORT).expect("listener"));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let status = wait(&lb, "b2 out of the table", |s| {
+        backend(s, &vip, 2).slots == 0
+    });
+    assert_eq!(label(&status, &vip, 2), "unhealthy (held)");
+    let held_lines = lb
+        .log()
+        .lines()
+        .filter(|l| l.contains("held unhealthy"))
+        .count();
+    assert_eq!(held_lines, 1, "{}", lb.log());
+    drop(two);
+}
