@@ -9,6 +9,10 @@ pub const XDP_PROGRAM: &str = "lb_xdp";
 /// An XDP program that returns `XDP_PASS` and does nothing else: the reference for
 /// benchmarks ("ns over an empty program").
 pub const EMPTY_PROGRAM: &str = "lb_empty";
+/// The TC egress program (`clsact`/TCX egress of the LB's interface) that encapsulates
+/// tunnel-mode health probes: packets whose `skb->mark` is a probe mark
+/// ([`crate::probe`]) go IP-in-IP to the backend the mark names.
+pub const PROBE_PROGRAM: &str = "lb_probe_encap";
 /// Benchmark harness: restores the frame from [`BENCH_FRAME`] before every repetition of
 /// `BPF_PROG_TEST_RUN`, then tail-calls `BENCH_PROGS[0]`.
 pub const BENCH_PROGRAM: &str = "lb_bench";
@@ -73,6 +77,8 @@ pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 pub const VIP_STATS: &str = "VIP_STATS";
 /// Per-CPU array: backend id → [`crate::stats::BackendStats`].
 pub const BACKEND_STATS: &str = "BACKEND_STATS";
+/// Per-CPU array of one [`crate::probe::ProbeStats`]: what the probe program did.
+pub const PROBE_STATS: &str = "PROBE_STATS";
 /// Array of one [`crate::types::BenchFrame`] (benchmark harness only).
 pub const BENCH_FRAME: &str = "BENCH_FRAME";
 /// `BPF_MAP_TYPE_PROG_ARRAY` of one program: the program under benchmark.

@@ -350,7 +350,7 @@ fn push_ipv6(
 /// its ten 16-bit words (in memory order; the one's-complement sum is byte-order
 /// independent) is folded twice, which absorbs every carry.
 #[inline(always)]
-fn ipv4_checksum(ip: &Ipv4Hdr) -> u16 {
+pub(crate) fn ipv4_checksum(ip: &Ipv4Hdr) -> u16 {
     let words = [
         u16::from_ne_bytes([ip.vihl, ip.tos]),
         ip.tot_len,

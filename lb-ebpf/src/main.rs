@@ -12,6 +12,9 @@
 //!    [`conntrack`], [`syn_cache`] and [`table`];
 //! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
 //!
+//! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
+//! tunnel-mode health probes through the same encapsulation.
+//!
 //! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
 //! nothing is logged per packet. Built with the `test-harness` feature (for the tests
 //! and benchmarks only), the object also holds `lb_empty` and `lb_bench`, the benchmark
@@ -28,6 +31,7 @@ mod headers;
 mod maps;
 mod packet;
 mod parse;
+mod probe;
 mod select;
 mod stats;
 mod syn_cache;

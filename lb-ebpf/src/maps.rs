@@ -15,6 +15,7 @@ use lb_common::{
         CT_MAP_FLAGS, MAX_BACKENDS, MAX_VIPS, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
         VIP_FILTER_WORDS,
     },
+    probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
         BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry, VipAddrKey,
@@ -96,3 +97,7 @@ pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new(
 /// Per CPU, backend id → packets and bytes forwarded to it.
 #[btf_map]
 pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
+
+/// Per CPU, what the probe program (`probe`) did with marked packets.
+#[btf_map]
+pub(crate) static PROBE_STATS: PerCpuArray<ProbeStats, 1> = PerCpuArray::new();

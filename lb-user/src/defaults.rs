@@ -55,3 +55,11 @@ pub const WEIGHT: u32 = 1;
 
 /// `vip.backend.state`.
 pub const BACKEND_STATE: &str = "active";
+
+/// `health.coalesce_ms`: transitions of many backends within 100 ms become one table
+/// change per VIP (`health::coalesce::DEFAULT_WINDOW`).
+pub const HEALTH_COALESCE_MS: u32 = 100;
+
+/// `health.max_concurrent_probes`: at most 256 probes in flight at once
+/// (`health::scheduler::DEFAULT_MAX_CONCURRENT`).
+pub const HEALTH_MAX_CONCURRENT_PROBES: u32 = 256;

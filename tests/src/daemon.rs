@@ -142,6 +142,12 @@ pub struct DaemonConfig {
     pub table_size: u32,
     /// UDP conntrack idle timeout.
     pub udp_timeout_secs: u32,
+    /// Top-level tables written before the VIPs (e.g. `[health]`), empty by default.
+    pub extra: String,
+    /// `[vip.health]` bodies by VIP ([`vip_text`]); VIPs not listed have none.
+    pub vip_health: Vec<(String, String)>,
+    /// `[vip.backend.health]` bodies by VIP and backend number.
+    pub backend_health: Vec<(String, u8, String)>,
 }
 
 impl DaemonConfig {
@@ -163,7 +169,25 @@ impl DaemonConfig {
                 .collect(),
             table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
+            extra: String::new(),
+            vip_health: Vec::new(),
+            backend_health: Vec::new(),
         }
+    }
+
+    /// This configuration with `body` as the `[vip.health]` table of `vip`.
+    #[must_use]
+    pub fn with_health(mut self, vip: &str, body: &str) -> Self {
+        self.vip_health.push((vip.to_owned(), body.to_owned()));
+        self
+    }
+
+    /// This configuration with `body` as backend `k`'s `[vip.backend.health]` in `vip`.
+    #[must_use]
+    pub fn with_backend_health(mut self, vip: &str, k: u8, body: &str) -> Self {
+        self.backend_health
+            .push((vip.to_owned(), k, body.to_owned()));
+        self
     }
 
     /// The configuration file for a daemon whose control socket is `socket`.
@@ -181,6 +205,7 @@ impl DaemonConfig {
             socket.display(),
             self.udp_timeout_secs,
         );
+        out.push_str(&self.extra);
         for v6 in [false, true] {
             for (tcp, port) in [(true, vip_tcp(v6).port()), (false, vip_udp(v6).port())] {
                 let addr = vip_tcp(v6).ip();
@@ -191,6 +216,10 @@ impl DaemonConfig {
                      table_size = {}\n",
                     self.table_size
                 );
+                let vip = vip_text(v6, tcp);
+                for (_, body) in self.vip_health.iter().filter(|(v, _)| *v == vip) {
+                    let _ = write!(out, "[vip.health]\n{body}\n");
+                }
                 for b in &self.backends {
                     let _ = write!(
                         out,
@@ -199,6 +228,13 @@ impl DaemonConfig {
                         b.weight,
                         b.state.text()
                     );
+                    for (_, _, body) in self
+                        .backend_health
+                        .iter()
+                        .filter(|(v, k, _)| *v == vip && *k == b.k)
+                    {
+                        let _ = write!(out, "[vip.backend.health]\n{body}\n");
+                    }
                 }
             }
         }

@@ -65,6 +65,7 @@
 
 pub mod client;
 pub mod decap;
+pub mod health;
 pub mod lb;
 pub mod offload;
 pub mod plumbing;
@@ -217,7 +218,8 @@ pub struct Backend {
     // Field order is drop order: the server's sockets and the program go before the
     // namespace.
     server: Option<server::EchoServer>,
-    _decap: decap::DecapLink,
+    /// `None` while decapsulation is broken on purpose ([`Backend::set_decap`]).
+    decap: Mutex<Option<decap::DecapLink>>,
     k: u8,
     ns: NetNs,
 }
@@ -259,6 +261,32 @@ impl Backend {
             .as_ref()
             .map(server::EchoServer::stats)
             .unwrap_or_default()
+    }
+
+    /// Detaches (`false`) or attaches again (`true`) its decapsulation program: while
+    /// detached, IP-in-IP packets reach its stack undecapsulated and are lost there.
+    ///
+    /// # Errors
+    /// When the program cannot be attached again.
+    pub fn set_decap(&self, on: bool) -> anyhow::Result<()> {
+        let mut decap = self
+            .decap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (on, decap.is_some()) {
+            (false, true) => {
+                decap.take();
+            }
+            (true, false) => {
+                *decap = Some(
+                    self.ns
+                        .enter(|| decap::DecapLink::attach(BACKEND_IFACE))?
+                        .context("decapsulation program")?,
+                );
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Counters of its `b0` (received frames count before decapsulation).
@@ -520,7 +548,7 @@ impl TestBed {
         )?;
         Ok(Backend {
             server,
-            _decap: decap,
+            decap: Mutex::new(Some(decap)),
             k,
             ns,
         })

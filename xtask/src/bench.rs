@@ -7,7 +7,9 @@
 //!    `lb-user/benches/maglev_memory.rs` (median build time and peak heap memory as one
 //!    Markdown table).
 //! 2. As root, `lb-bench`: the control-plane benchmark (backend change to live table
-//!    through the controller and the kernel maps), then the data-plane benchmark
+//!    through the controller and the kernel maps), the health-check benchmark (CPU of
+//!    probing 1,000 backends every second, transition to table live), then the
+//!    data-plane benchmark
 //!    (BPF_PROG_TEST_RUN ns/packet over an empty XDP program measured in the same run,
 //!    gateway next hop and FIB with and without its per-CPU cache, and the verifier's
 //!    instruction count).

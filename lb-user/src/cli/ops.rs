@@ -126,23 +126,26 @@ pub fn status_text(s: &Status) -> String {
         "changes applied: {}, table builds: {}",
         s.changes, s.table_builds
     );
+    health::summary(&mut out, &s.health);
     for v in &s.vips {
         let _ = writeln!(
             out,
             "\nVIP {} (id {}): table {} slots, generation {}, fingerprint {}",
             v.vip, v.id, v.table_size, v.generation, v.fingerprint
         );
+        health::policy(&mut out, v);
         let _ = writeln!(
             out,
-            "  {:<40} {:<7} {:>10} {:>8} {:>8} {:>6}",
-            "BACKEND", "STATE", "WEIGHT", "SLOTS", "SHARE", "ID"
+            "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>8} {:>6}",
+            "BACKEND", "STATE", "DATAPLANE", "WEIGHT", "SLOTS", "SHARE", "ID"
         );
         for b in &v.backends {
             let _ = writeln!(
                 out,
-                "  {:<40} {:<7} {:>10} {:>8} {:>7.2}% {:>6}",
+                "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>7.2}% {:>6}",
                 b.address,
                 b.state,
+                b.dataplane_state,
                 b.weight,
                 b.slots,
                 b.share * 100.0,
@@ -152,6 +155,7 @@ pub fn status_text(s: &Status) -> String {
         if v.backends.is_empty() {
             let _ = writeln!(out, "  (no backends: new flows are dropped)");
         }
+        health::backends(&mut out, v);
     }
     out
 }
@@ -252,5 +256,6 @@ pub fn flow_text(f: &FlowReport) -> String {
     out
 }
 
+mod health;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! Configuration: the TOML file ([`file`]), parsed with serde and then validated
-//! ([`validate`]) into the [`Config`] the daemon uses.
+//! ([`validate`]) into the [`Config`] the daemon uses; its health-check part is in
+//! [`health`] (the probes' own types are `crate::health`'s).
 //!
 //! Every error names the key path and the value, e.g.
 //! `vip[1].backend[2].weight: expected an integer >= 0 and <= 4294967295, got "abc" (line 14)`.
@@ -7,6 +8,7 @@
 //! example file with every key is `lb.example.toml` at the repository root.
 
 pub mod file;
+mod health;
 mod validate;
 mod vip;
 
@@ -17,6 +19,7 @@ use std::{
     time::Duration,
 };
 
+pub use health::{HealthChecker, VipProbes};
 pub use vip::{Protocol, Vip};
 
 use crate::maglev::BackendKey;
@@ -89,6 +92,8 @@ pub struct VipConfig {
     pub table_size: u32,
     /// Backends, in file order.
     pub backends: Vec<BackendConfig>,
+    /// Health checks of its backends, its multi-failure policy.
+    pub health: VipProbes,
 }
 
 /// A validated configuration.
@@ -123,6 +128,8 @@ pub struct Config {
     /// `fib` next hop: how long each CPU reuses a backend's FIB lookup (zero: every
     /// packet looks it up).
     pub nexthop_cache: Duration,
+    /// The health checker's settings.
+    pub health: HealthChecker,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
 }

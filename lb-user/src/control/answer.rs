@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus};
+
 /// The daemon's answer: `{"ok":true,"data":...}` or `{"ok":false,"error":"..."}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Response {
@@ -56,6 +58,9 @@ pub struct Status {
     pub table_builds: u64,
     /// The VIPs.
     pub vips: Vec<VipStatus>,
+    /// Health checks and next hops, all VIPs together.
+    #[serde(default)]
+    pub health: HealthSummary,
 }
 
 /// A VIP in `lb status`.
@@ -73,6 +78,9 @@ pub struct VipStatus {
     pub fingerprint: String,
     /// Backends.
     pub backends: Vec<BackendStatus>,
+    /// How the VIP is balanced (its multi-failure policy's mode).
+    #[serde(default)]
+    pub policy: Option<PolicyStatus>,
 }
 
 /// A backend in `lb status`.
@@ -90,6 +98,17 @@ pub struct BackendStatus {
     pub slots: u32,
     /// Share of the table, 0..1.
     pub share: f64,
+    /// What the data plane does with it (`active`: new flows by its slots;
+    /// `draining`: no slots, keeps its flows; `down`: no slots, its flows re-picked):
+    /// the administrative state with health and the VIP's policy applied.
+    #[serde(default)]
+    pub dataplane_state: String,
+    /// Its health checks, when it is probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<BackendHealth>,
+    /// Its next hop (FIB next-hop mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nexthop: Option<NexthopStatus>,
 }
 
 /// `lb flow`.

@@ -22,6 +22,7 @@
 
 mod answer;
 mod client;
+mod health;
 mod request;
 pub mod server;
 
@@ -30,6 +31,7 @@ pub use answer::{
     VipStatus,
 };
 pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES};
+pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};
 pub use request::{BackendAction, Request};
 pub use server::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
 

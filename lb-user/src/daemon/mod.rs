@@ -6,9 +6,13 @@
 //!
 //! The logic is in [`service`] (tested without root); this module is the event loop
 //! and the parts that need the real system (privileges, the interface's MAC, the
-//! socket, signals, file watching).
+//! socket, signals, file watching). Health checks run on their own runtime thread
+//! ([`health`]) and send their batches of transitions to the event loop; the backends'
+//! next hops are watched by [`nexthop`].
 
+pub mod health;
 mod neighbours;
+pub mod nexthop;
 pub mod service;
 mod stats;
 
@@ -73,13 +77,14 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
         .flat_map(|v| v.backends.keys().map(crate::maglev::BackendKey::ip))
         .collect::<Vec<_>>();
     neighbours::manage(service.interface(), backends);
+    service.watch_nexthops();
 }
 
 fn log_report(report: &ApplyReport) {
     for line in report.lines() {
         info!("{line}");
     }
-    for w in &report.warnings {
+    for w in report.warnings.iter().chain(&report.policy_changes) {
         warn!("{w}");
     }
 }
@@ -239,6 +244,13 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         config.xdp_mode,
     )?;
     service.set_mode(mode.to_string());
+    let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
+    let batches = service.start_health(health_runtime.handle(), &config);
+    health::attach_probe_program(&mut service, &config.interface);
+    match nexthop::NexthopMonitor::start() {
+        Ok(monitor) => service.set_nexthop_monitor(monitor),
+        Err(e) => warn!("not watching the backends' next hops: {e}"),
+    }
     info!(
         "attached to {} in {mode} mode; control socket {}",
         config.interface,
@@ -253,8 +265,10 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
             listener,
             Arc::clone(&service),
             path.to_path_buf(),
+            batches,
         ));
     let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    health::detach_probe_program(&mut service, &config.interface);
     if let Err(e) = service.controller_mut().dataplane_mut().detach() {
         error!("detaching: {e}");
     } else {
@@ -267,6 +281,7 @@ async fn event_loop(
     listener: std::os::unix::net::UnixListener,
     service: Shared,
     path: PathBuf,
+    mut batches: mpsc::Receiver<crate::health::coalesce::Batch<crate::config::Vip>>,
 ) -> anyhow::Result<()> {
     let listener = UnixListener::from_std(listener)?;
     let mut hangup = signal(SignalKind::hangup())?;
@@ -305,6 +320,7 @@ async fn event_loop(
                 reload(&service, &path, "file changed");
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
+            Some(batch) = batches.recv() => health::apply_batch(&service, &batch, &mut log_report),
             _ = interrupt.recv() => { info!("SIGINT: shutting down"); return Ok(()); }
             _ = terminate.recv() => { info!("SIGTERM: shutting down"); return Ok(()); }
         }

@@ -4,13 +4,20 @@
 
 use std::path::PathBuf;
 
-use super::stats::{self, Sample};
+use tokio::{runtime::Handle, sync::mpsc};
+
+use super::{
+    health::HealthChecks,
+    nexthop::NexthopMonitor,
+    stats::{self, Sample},
+};
 use crate::{
-    config::{BackendState, Config, Loaded, Vip, XdpMode},
+    config::{BackendState, Config, HealthChecker, Loaded, Nexthop, Vip, XdpMode},
     control::{BackendAction, Request, Response, Stats, Status},
     controller::{ApplyError, ApplyReport, Controller, Desired, EditError, FlowError},
     dataplane::{Dataplane, DataplaneError},
     defaults,
+    health::coalesce::Batch,
     maglev::BackendKey,
 };
 
@@ -57,6 +64,9 @@ struct StartOnly {
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
     hash_seed: u32,
+    /// The health checker's coalescing window and concurrency (its scheduler is
+    /// started with them).
+    health: HealthChecker,
 }
 
 impl StartOnly {
@@ -68,6 +78,7 @@ impl StartOnly {
             ct_capacity: c.ct_capacity,
             ct_syn_capacity: c.ct_syn_capacity,
             hash_seed: c.hash_seed,
+            health: c.health,
         }
     }
 
@@ -86,6 +97,14 @@ impl StartOnly {
                 self.ct_syn_capacity != other.ct_syn_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
+            (
+                "health.coalesce_ms",
+                self.health.coalesce_window != other.health.coalesce_window,
+            ),
+            (
+                "health.max_concurrent_probes",
+                self.health.max_concurrent != other.health.max_concurrent,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
@@ -103,6 +122,10 @@ pub struct Service<D> {
     interface: String,
     mode: String,
     previous: Option<Sample>,
+    /// The health checks, once started ([`Self::start_health`]).
+    health: Option<HealthChecks>,
+    /// The backends' next hops, once watched ([`Self::set_nexthop_monitor`]).
+    nexthops: Option<NexthopMonitor>,
 }
 
 impl<D: Dataplane> Service<D> {
@@ -132,9 +155,78 @@ impl<D: Dataplane> Service<D> {
                 interface: loaded.config.interface.clone(),
                 mode,
                 previous: None,
+                health: None,
+                nexthops: None,
             },
             report,
         ))
+    }
+
+    /// Starts the health checks of `config` (the configuration [`Self::start`] applied)
+    /// on the runtime of `handle` and schedules every probed backend; returns the
+    /// receiver of their batches of transitions, for [`Self::apply_health`].
+    pub fn start_health(&mut self, handle: Handle, config: &Config) -> mpsc::Receiver<Batch<Vip>> {
+        let (checks, batches) = HealthChecks::start(handle, config);
+        self.health = Some(checks);
+        let report = self.sync_health();
+        debug_assert!(report.operations == 0, "nothing is unhealthy at start");
+        batches
+    }
+
+    /// Applies one batch of health transitions (one table change per VIP at most).
+    ///
+    /// # Errors
+    /// The change could not be applied (the running state is kept; the health stays
+    /// recorded and the next change applies it).
+    pub fn apply_health(&mut self, batch: &Batch<Vip>) -> Result<ApplyReport, ServiceError> {
+        let Some(health) = &self.health else {
+            return Ok(ApplyReport::default());
+        };
+        Ok(health.apply(&mut self.controller, batch)?)
+    }
+
+    /// Schedules the probes of what the controller applied (see
+    /// [`HealthChecks::sync`]); a backend no longer probed counts as healthy again.
+    fn sync_health(&mut self) -> ApplyReport {
+        let Some(health) = &self.health else {
+            return ApplyReport::default();
+        };
+        let released = health.sync(&self.controller);
+        let healthy = released.into_iter().map(|(vip, key)| (vip, key, true));
+        self.controller.set_health(healthy).unwrap_or_else(|e| {
+            tracing::error!("health: returning unprobed backends to their VIPs failed: {e}");
+            ApplyReport::default()
+        })
+    }
+
+    /// The health checks, once started.
+    pub fn health(&self) -> Option<&HealthChecks> {
+        self.health.as_ref()
+    }
+
+    /// Watches the backends' next hops with `monitor` from now on.
+    pub fn set_nexthop_monitor(&mut self, monitor: NexthopMonitor) {
+        self.nexthops = Some(monitor);
+        self.watch_nexthops();
+    }
+
+    /// Has the next-hop monitor watch the backends now applied (none in gateway mode).
+    pub fn watch_nexthops(&self) {
+        let Some(monitor) = &self.nexthops else {
+            return;
+        };
+        let backends = self
+            .controller
+            .applied()
+            .filter(|d| d.globals.nexthop == Nexthop::Fib)
+            .map(|d| {
+                d.vips
+                    .iter()
+                    .flat_map(|(vip, spec)| spec.backends.keys().map(|k| (vip.to_string(), k.ip())))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        monitor.watch(backends);
     }
 
     /// Records the attach mode in use (`native` or `skb`) for `lb status`.
@@ -168,8 +260,13 @@ impl<D: Dataplane> Service<D> {
             return Err(ServiceError::StartOnly(changed));
         }
         let desired = Desired::from_config(&loaded.config, self.if_mac);
-        let report = self.controller.apply(&desired)?;
+        let mut report = self.controller.apply(&desired)?;
         self.file_desired = desired;
+        if let Some(health) = &mut self.health {
+            health.configure(&loaded.config);
+        }
+        let health = self.sync_health();
+        merge(&mut report, health);
         Ok(report)
     }
 
@@ -237,12 +334,15 @@ impl<D: Dataplane> Service<D> {
                 });
             }
         }
-        Ok(self.controller.apply(&desired)?)
+        let mut report = self.controller.apply(&desired)?;
+        let health = self.sync_health();
+        merge(&mut report, health);
+        Ok(report)
     }
 
     /// `lb status`.
     pub fn status(&self) -> Status {
-        Status {
+        let mut status = Status {
             interface: self.interface.clone(),
             mode: self.mode.clone(),
             config_file: self.config_file.display().to_string(),
@@ -250,7 +350,20 @@ impl<D: Dataplane> Service<D> {
             changes: self.controller.changes(),
             table_builds: self.controller.builds_total(),
             vips: self.controller.vip_statuses(),
+            health: crate::control::HealthSummary::default(),
+        };
+        if let Some(health) = &self.health {
+            health.annotate(&mut status, &self.controller);
         }
+        if let Some(monitor) = &self.nexthops {
+            for b in status.vips.iter_mut().flat_map(|v| &mut v.backends) {
+                b.nexthop = b.address.parse().ok().and_then(|a| monitor.status(a));
+            }
+            let (now, total) = monitor.counts();
+            status.health.nexthop_unresolved = now;
+            status.health.nexthop_unresolved_total = total;
+        }
+        status
     }
 
     /// Records the counters, so that the next `lb stats` reports rates over the time
@@ -273,6 +386,14 @@ impl<D: Dataplane> Service<D> {
             self.previous.as_ref(),
         ))
     }
+}
+
+/// Appends what `extra` did to `report` (a change and the health change it caused).
+fn merge(report: &mut ApplyReport, extra: ApplyReport) {
+    report.changes.extend(extra.changes);
+    report.warnings.extend(extra.warnings);
+    report.policy_changes.extend(extra.policy_changes);
+    report.operations += extra.operations;
 }
 
 #[cfg(test)]

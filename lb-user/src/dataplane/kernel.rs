@@ -2,6 +2,7 @@
 //! [`Dataplane`] implementation over its maps.
 //!
 //! - `load`: loading the embedded object ([`LoadOptions`]) and the privileges it needs;
+//! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
 //! - `harness` (feature `test-harness`): `BPF_PROG_TEST_RUN` runs, the benchmark
 //!   harness, raw tables and a second table writer, for the privileged tests and
@@ -18,6 +19,7 @@ mod harness;
 mod load;
 #[cfg(feature = "test-harness")]
 mod pass;
+mod probe;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -27,7 +29,7 @@ use std::{
 use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues},
-    programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
+    programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
 #[cfg(feature = "test-harness")]
 pub use harness::{BenchTarget, TableWriter, TestRunOutput};
@@ -50,6 +52,8 @@ use super::{
 pub struct KernelDataplane {
     ebpf: Ebpf,
     link: Option<XdpLinkId>,
+    /// The probe program's egress link, when attached (`probe`).
+    probe_link: Option<SchedClassifierLinkId>,
     config: Array<MapData, LbConfig>,
     vip_addrs: HashMap<MapData, VipAddrKey, u32>,
     vip_filter: Array<MapData, u64>,
@@ -320,5 +324,12 @@ impl Dataplane for KernelDataplane {
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         self.conntrack_lookup(key)
+    }
+
+    fn probe_encap(&self) -> Option<(bool, lb_common::probe::ProbeStats)> {
+        Some((
+            self.probe_encap_attached(),
+            self.probe_stats().unwrap_or_default(),
+        ))
     }
 }

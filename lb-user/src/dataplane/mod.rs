@@ -20,6 +20,7 @@ mod tables;
 
 use aya::maps::MapError;
 use lb_common::{
+    probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipKey},
 };
@@ -277,6 +278,12 @@ pub trait Dataplane {
     /// # Errors
     /// When the maps cannot be read.
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError>;
+
+    /// The tunnel-probe program: whether it is attached, and its counters (zero when
+    /// they cannot be read); `None` for a data plane without one (the fake).
+    fn probe_encap(&self) -> Option<(bool, ProbeStats)> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -18,10 +18,13 @@
 //! | an IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
 //! | `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
 //!
+//! | issue 10 (health checks) | [`health`] |
+//!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
 mod distribution;
 mod harness;
+mod health;
 mod ipv6;
 mod removal;
 mod stats;

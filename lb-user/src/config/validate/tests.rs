@@ -1,7 +1,10 @@
 //! Validation: good files load; a table of bad files, each with the exact error text.
 
 use super::*;
-use crate::config::BackendState;
+use crate::{
+    config::BackendState,
+    health::{damping::Damping, policy::FailurePolicy, settings::StatusRanges, state::Thresholds},
+};
 
 const BASE: &str = r#"
 interface = "eth0"
@@ -92,6 +95,7 @@ fn the_example_file_states_exactly_the_defaults() {
         value
     };
     let int = |v: u64| toml::Value::Integer(i64::try_from(v).expect("fits TOML"));
+    let ms = |d: Duration| u64::try_from(d.as_millis()).expect("fits");
     let string = |s: &str| toml::Value::String(s.to_owned());
     let expected = [
         ("xdp_mode", string(defaults::XDP_MODE)),
@@ -115,6 +119,57 @@ fn the_example_file_states_exactly_the_defaults() {
             int(defaults::UDP_TIMEOUT_SECS.into()),
         ),
         ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
+        (
+            "health.coalesce_ms",
+            int(defaults::HEALTH_COALESCE_MS.into()),
+        ),
+        (
+            "health.max_concurrent_probes",
+            int(defaults::HEALTH_MAX_CONCURRENT_PROBES.into()),
+        ),
+        ("vip[0].health.mode", string("direct")),
+        (
+            "vip[0].health.interval_ms",
+            int(ms(crate::health::settings::DEFAULT_INTERVAL)),
+        ),
+        (
+            "vip[0].health.timeout_ms",
+            int(ms(crate::health::settings::DEFAULT_TIMEOUT)),
+        ),
+        ("vip[0].health.rise", int(Thresholds::DEFAULT_RISE.into())),
+        ("vip[0].health.fall", int(Thresholds::DEFAULT_FALL.into())),
+        (
+            "vip[0].health.path",
+            string(crate::health::settings::DEFAULT_HTTP_PATH),
+        ),
+        (
+            "vip[0].health.status",
+            string(&StatusRanges::default().to_string()),
+        ),
+        (
+            "vip[0].health.panic_threshold",
+            int(FailurePolicy::default().panic_threshold.into()),
+        ),
+        (
+            "vip[0].health.all_down",
+            string(&FailurePolicy::default().all_down.to_string()),
+        ),
+        (
+            "vip[0].health.flap_transitions",
+            int(Damping::DEFAULT_MAX_TRANSITIONS.into()),
+        ),
+        (
+            "vip[0].health.flap_window_secs",
+            int(Damping::DEFAULT_WINDOW.as_secs()),
+        ),
+        (
+            "vip[0].health.flap_hold_secs",
+            int(Damping::DEFAULT_HOLD.as_secs()),
+        ),
+        (
+            "vip[1].health.dns_type",
+            string(&crate::health::settings::DEFAULT_DNS_TYPE.to_string()),
+        ),
         ("vip[0].backend[0].weight", int(defaults::WEIGHT.into())),
     ];
     for (path, value) in expected {
@@ -148,11 +203,11 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `health`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
-            "vip[0].backend[2].stat: unknown field `stat`, expected one of `address`, `weight`, `state` (line 18)",
+            "vip[0].backend[2].stat: unknown field `stat`, expected one of `address`, `weight`, `state`, `health` (line 18)",
         ),
         (
             "[encap]\nsource_v4 = \"192.0.2.1\"\n".to_owned(),

@@ -144,6 +144,7 @@ impl KernelDataplane {
             backend_stats: take(&mut ebpf, maps::BACKEND_STATS)?,
             ebpf,
             link: None,
+            probe_link: None,
             vip_keys: StdHashMap::new(),
         })
     }
