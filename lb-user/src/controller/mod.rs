@@ -5,10 +5,15 @@
 //! new state only when every operation succeeded; a failure midway restores the
 //! previous data-plane state and reports the error. It is generic over the
 //! [`Dataplane`] trait, so everything here is tested against the in-memory fake.
+//!
+//! A data plane that outlives the daemon is adopted with [`Controller::adopt`]: the
+//! state is recovered from its maps and the controller's record ([`record`]), and the
+//! first [`Controller::apply`] then writes only what differs.
 
 pub mod desired;
 mod ids;
 mod plan;
+mod record;
 mod report;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
@@ -18,6 +23,7 @@ use lb_common::types::BackendEntry;
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
 pub use ids::IdError;
 pub use plan::ApplyError;
+pub use record::Recovery;
 pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
@@ -43,6 +49,9 @@ pub struct AppliedVip {
     pub generation: u32,
     /// Backend ids of the VIP's backends.
     pub backend_ids: BTreeMap<BackendKey, u32>,
+    /// Recovered from an adopted data plane without proof that its table is the one
+    /// `spec` builds: the next change rebuilds it.
+    pub unverified: bool,
 }
 
 /// Everything the controller has applied.
@@ -76,6 +85,25 @@ impl<D: Dataplane> Controller<D> {
         }
     }
 
+    /// A controller of `dp`, with the state recovered from what `dp` already holds
+    /// (an adopted data plane), and what was found. A fresh `dp` gives the same as
+    /// [`Self::new`].
+    ///
+    /// # Errors
+    /// When the data plane's maps cannot be read.
+    pub fn adopt(dp: D) -> Result<(Self, Recovery), DataplaneError> {
+        let (state, recovery) = record::recover(&dp)?;
+        Ok((
+            Self {
+                dp,
+                state,
+                applied: None,
+                changes: 0,
+            },
+            recovery,
+        ))
+    }
+
     /// The data plane.
     pub fn dataplane(&self) -> &D {
         &self.dp
@@ -93,7 +121,21 @@ impl<D: Dataplane> Controller<D> {
     /// or a failed map write (everything written before it was undone).
     pub fn apply(&mut self, desired: &Desired) -> Result<ApplyReport, ApplyError> {
         let plan = plan::plan(&self.state, desired)?;
-        plan::execute(&mut self.dp, &self.state, &plan.ops)?;
+        if !plan.ops.is_empty() {
+            // The record of the next state goes first: it binds every id the maps are
+            // about to use, whatever interrupts the change.
+            self.dp
+                .store_record(&record::encode(&plan.next))
+                .map_err(|error| ApplyError::Dataplane {
+                    step: "storing the controller's record".into(),
+                    error: Box::new(error),
+                    undo: String::new(),
+                })?;
+        }
+        if let Err(e) = plan::execute(&mut self.dp, &self.state, &plan.ops) {
+            let _ = self.dp.store_record(&record::encode(&self.state));
+            return Err(e);
+        }
         self.state = plan.next;
         self.applied = Some(desired.clone());
         if !plan.ops.is_empty() {
