@@ -102,6 +102,12 @@ pub struct Config {
     pub xdp_mode: XdpMode,
     /// Control socket path.
     pub control_socket: PathBuf,
+    /// Where the datapath is pinned (bpffs, host's view).
+    pub pin_dir: PathBuf,
+    /// Where runtime changes are kept.
+    pub state_dir: PathBuf,
+    /// Detach the datapath and remove its pins at exit.
+    pub detach_on_exit: bool,
     /// MTU of the LB → backend path (bytes).
     pub mtu: u16,
     /// Flow-hash seed.
