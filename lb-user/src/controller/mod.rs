@@ -12,6 +12,7 @@
 
 pub mod desired;
 mod ids;
+pub mod overrides;
 mod plan;
 mod record;
 mod report;
@@ -22,6 +23,7 @@ use lb_common::types::BackendEntry;
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
 pub use ids::IdError;
+pub use overrides::{Override, Overrides};
 pub use plan::ApplyError;
 pub use record::Recovery;
 pub use report::{ApplyReport, TableChange, VipChange};

@@ -110,6 +110,7 @@ fn vip_status(vip: &Vip, applied: &AppliedVip) -> VipStatus {
                 weight: spec.weight,
                 slots,
                 share,
+                runtime: None,
             }
         })
         .collect();

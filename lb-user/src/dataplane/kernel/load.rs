@@ -169,17 +169,12 @@ impl KernelDataplane {
         let meta = dir.check(&layout, &size_overrides(&options))?;
         let mut opened = Opened::Adopted;
         if meta.is_none() {
-            let leftovers = if dir.exists() { dir.discard()?.pins } else { 0 };
+            let leftovers = if dir.exists() {
+                dir.discard(false)?.pins
+            } else {
+                0
+            };
             opened = Opened::Created { leftovers };
-            // discard removed the directory: recreate it under the lock we hold.
-            for sub in ["maps", "tables"] {
-                std::fs::create_dir_all(dir.path().join(sub)).map_err(|e| {
-                    DataplaneError::Syscall {
-                        op: format!("creating {}", dir.shown().join(sub).display()),
-                        error: e,
-                    }
-                })?;
-            }
         }
         let names: Vec<String> = layout.maps.iter().map(|m| m.name.clone()).collect();
         let paths: Vec<std::path::PathBuf> = names.iter().map(|n| dir.map(n)).collect();

@@ -170,7 +170,7 @@ impl KernelDataplane {
             self.detach_pinned()?;
         }
         match &self.pinned {
-            Some(p) => Ok(Some(p.dir.discard()?)),
+            Some(p) => Ok(Some(p.dir.discard(false)?)),
             None => Ok(None),
         }
     }

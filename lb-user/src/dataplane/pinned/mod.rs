@@ -287,13 +287,13 @@ impl PinDir {
         }
     }
 
-    /// Removes everything pinned here (the caller holds the lock, or nothing runs): the
-    /// XDP link is detached first, at once; then every pin and the directory. Reports
-    /// what was discarded.
+    /// Removes everything pinned here (the caller holds the lock): the XDP link is
+    /// detached first, at once; then every pin, and with `remove_dir` the directory
+    /// itself (a daemon keeps it: its lock is on it). Reports what was discarded.
     ///
     /// # Errors
     /// When a pin cannot be removed (what was removed stays removed).
-    pub fn discard(&self) -> Result<Discarded, PinError> {
+    pub fn discard(&self, remove_dir: bool) -> Result<Discarded, PinError> {
         let mut gone = Discarded::default();
         let dir = self.path();
         for name in [lb_common::maps::CONNTRACK_V4, lb_common::maps::CONNTRACK_V6] {
@@ -323,9 +323,16 @@ impl PinDir {
             removed.map_err(io_err("removing", &self.shown().join(entry.file_name())))?;
             gone.pins += 1;
         }
-        let _ = std::fs::remove_dir(&dir);
-        if let Some(netns) = dir.parent() {
-            let _ = std::fs::remove_dir(netns);
+        if remove_dir {
+            let _ = std::fs::remove_dir(&dir);
+            if let Some(netns) = dir.parent() {
+                let _ = std::fs::remove_dir(netns);
+            }
+        } else {
+            for sub in ["maps", "tables"] {
+                std::fs::create_dir_all(dir.join(sub))
+                    .map_err(io_err("creating", &self.shown().join(sub)))?;
+            }
         }
         Ok(gone)
     }
