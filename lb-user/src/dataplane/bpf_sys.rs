@@ -193,11 +193,16 @@ pub(crate) fn open_pinned(path: &Path) -> io::Result<Option<OwnedFd>> {
     }
 }
 
+/// The suffix of a pin being replaced. Not `.new`: bpffs refuses names with a dot
+/// (`bpf_lookup`: they are reserved for its own files).
+pub(crate) const REPLACING_SUFFIX: &str = "-new";
+
 /// Pins `fd` at `path`, replacing whatever is pinned there in one rename (pinned first
-/// at `path` + `.new`): a reader sees the old object or the new one, never none.
+/// at `path` + [`REPLACING_SUFFIX`]): a reader sees the old object or the new one,
+/// never none.
 pub(crate) fn pin_replacing(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".new");
+    tmp.push(REPLACING_SUFFIX);
     let tmp = Path::new(&tmp);
     match std::fs::remove_file(tmp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),

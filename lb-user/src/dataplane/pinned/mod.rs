@@ -222,7 +222,7 @@ impl PinDir {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".new") {
+            if name.ends_with(bpf_sys::REPLACING_SUFFIX) {
                 continue;
             }
             let path = entry.path();
@@ -314,6 +314,9 @@ impl PinDir {
         }
         let entries = std::fs::read_dir(&dir).map(|d| d.flatten().collect::<Vec<_>>());
         for entry in entries.unwrap_or_default() {
+            if !remove_dir && entry.file_name() == "owner" {
+                continue;
+            }
             let path = entry.path();
             let removed = if path.is_dir() {
                 std::fs::remove_dir_all(&path)
