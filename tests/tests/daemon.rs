@@ -68,10 +68,50 @@ impl Drop for Daemon<'_> {
     }
 }
 
+/// The `pin_dir` line of a test whose daemon cannot reach the host's bpffs (it runs
+/// with fewer capabilities than the test: see `PrivateBpffs`), empty otherwise.
+fn pin_line(dir: &Path) -> String {
+    let private = dir.join("bpffs");
+    if private.exists() {
+        format!("pin_dir = \"{}\"\n", private.join("lb").display())
+    } else {
+        String::new()
+    }
+}
+
+/// A bpffs mounted at `<dir>/bpffs` for one test (unmounted on drop, which frees what
+/// is pinned in it): the daemon of the capability test holds only the unit's three
+/// capabilities, which do not let it look into another mount namespace, so the host's
+/// `/sys/fs/bpf` (hidden by `ip netns exec`) is out of its reach.
+struct PrivateBpffs(PathBuf);
+
+impl PrivateBpffs {
+    fn mount(dir: &Path) -> Self {
+        let at = dir.join("bpffs");
+        std::fs::create_dir(&at).expect("mkdir bpffs");
+        let ok = Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&at)
+            .status()
+            .expect("mount")
+            .success();
+        assert!(ok, "mount -t bpf");
+        Self(at)
+    }
+}
+
+impl Drop for PrivateBpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String {
     let mut s = format!(
-        "interface = \"lb0\"\ncontrol_socket = \"{}\"\n[encap]\nsource_v4 = \"192.0.2.1\"\nsource_v6 = \"2001:db8:c::1\"\n[conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
-        dir.join("lb.sock").display()
+        "interface = \"lb0\"\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n{}[encap]\nsource_v4 = \"192.0.2.1\"\nsource_v6 = \"2001:db8:c::1\"\n[conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
+        dir.join("lb.sock").display(),
+        dir.join("state").display(),
+        pin_line(dir),
     );
     s.push_str(&format!(
         "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {size_80}\n"
@@ -389,7 +429,10 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     );
     assert!(idle_since.elapsed() < IDLE_TIMEOUT + Duration::from_secs(10));
 
-    // A reload from the file replaces the runtime changes.
+    // A reload merges the file with the runtime changes: 11 drained at runtime stays
+    // drained (the file still says what it said), 13 added at runtime stays, 12 removed
+    // at runtime comes back with the file's new weight (the file changed it: the file
+    // wins), 14 is new in the file.
     std::fs::write(
         daemon.config(),
         config(
@@ -403,14 +446,28 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     )
     .expect("config");
     let s = wait_for(&daemon, "the reload", |s| s.vips[0].table_size == 65_521);
-    assert!(!s.differs_from_file);
+    assert!(s.differs_from_file);
+    let backends: Vec<(&str, &str, u32)> = s.vips[0]
+        .backends
+        .iter()
+        .map(|b| (b.address.as_str(), b.state.as_str(), b.weight))
+        .collect();
     assert_eq!(
-        s.vips[0]
-            .backends
-            .iter()
-            .map(|b| b.address.as_str())
-            .collect::<Vec<_>>(),
-        ["198.51.100.11", "198.51.100.12", "198.51.100.14"]
+        backends,
+        [
+            ("198.51.100.11", "drain", 1),
+            ("198.51.100.12", "active", 3),
+            ("198.51.100.13", "active", 2),
+            ("198.51.100.14", "active", 1)
+        ]
+    );
+    assert_eq!(s.vips[0].backends[0].runtime.as_deref(), Some("drain"));
+    assert!(
+        daemon
+            .log()
+            .contains("the file changed backend 198.51.100.12 of VIP 203.0.113.10:80/tcp"),
+        "the dropped runtime change is logged:\n{}",
+        daemon.log()
     );
     assert_maps_agree(&ns, &s);
 
@@ -432,11 +489,28 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     assert_eq!(unchanged.vips[0].generation, s.vips[0].generation);
     assert_maps_agree(&ns, &unchanged);
 
-    // SIGTERM: exit 0, nothing left attached, socket removed.
+    // SIGTERM: exit 0, the datapath stays attached, socket removed; `lb detach`
+    // (run in the namespace, no daemon) removes it.
+    let program = attached_program(&ns, "lb0");
     let code = daemon.stop();
     assert!(code.success(), "{code:?}\n{}", daemon.log());
-    assert_eq!(attached_program(&ns, "lb0"), None);
+    assert!(program.is_some());
+    assert_eq!(attached_program(&ns, "lb0"), program, "still attached");
     assert!(!daemon.socket().exists());
+    let out = ns
+        .exec(
+            lb_binary().to_str().expect("path"),
+            &["detach", "--interface", "lb0"],
+        )
+        .expect("lb detach");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(attached_program(&ns, "lb0"), None);
+    let dir = ns.pin_dir().expect("cookie").join("lb0");
+    assert!(!dir.exists(), "{} removed", dir.display());
 }
 
 #[test]
@@ -536,6 +610,7 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
     let ns = veth_namespace("lbt-caps");
     let tmp = TempDir::new("lbt-caps-").expect("temp dir");
     let dir = tmp.path();
+    let _bpffs = PrivateBpffs::mount(dir);
     std::fs::write(
         dir.join("lb.toml"),
         config_text(dir, &[("198.51.100.11", 1)], 65_537),
@@ -557,6 +632,24 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
     );
     let code = daemon.stop();
     assert!(code.success(), "{code:?}\n{}", daemon.log());
+    let pins = dir.join("bpffs").join("lb");
+    let out = ns
+        .exec(
+            lb_binary().to_str().expect("path"),
+            &[
+                "detach",
+                "--interface",
+                "lb0",
+                "--pin-dir",
+                pins.to_str().expect("path"),
+            ],
+        )
+        .expect("lb detach");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Without any one of them, the start fails and attaches nothing.
     for missing in &caps {

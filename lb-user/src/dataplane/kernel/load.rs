@@ -182,7 +182,17 @@ impl KernelDataplane {
         for (name, path) in names.iter().zip(&paths) {
             loader.map_pin_path(name.as_str(), path.as_path());
         }
-        let ebpf = Self::load_object(&options, &mut loader, object)?;
+        let ebpf = match Self::load_object(&options, &mut loader, object) {
+            Ok(ebpf) => ebpf,
+            Err(e) => {
+                // Maps this start created (and pinned) must not outlive the failure:
+                // two conntrack maps of 1M entries hold about 100 MB of kernel memory.
+                if meta.is_none() {
+                    let _ = dir.discard(false);
+                }
+                return Err(e);
+            }
+        };
         let meta = match meta {
             Some(meta) => meta,
             None => MetaMap::create(
