@@ -64,3 +64,10 @@ pub const COMMIT_DATE: &str = env!("LB_COMMIT_DATE");
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary
 /// (ELF, BPF little-endian, 8-byte aligned as aya requires).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
+
+/// The upgrade tests' variant of the XDP object (feature `test-harness` only): built
+/// from `lb-ebpf` with its `upgrade-variant` feature, so its program differs from the
+/// `lb` binary's while every map is the same; `lb run --object FILE` loads it.
+#[cfg(feature = "test-harness")]
+pub static UPGRADE_VARIANT_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/variant/lb-ebpf"));

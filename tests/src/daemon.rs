@@ -146,6 +146,8 @@ pub struct DaemonConfig {
     pub table_size: u32,
     /// UDP conntrack idle timeout.
     pub udp_timeout_secs: u32,
+    /// `conntrack.capacity`.
+    pub ct_capacity: u32,
 }
 
 impl DaemonConfig {
@@ -167,6 +169,7 @@ impl DaemonConfig {
                 .collect(),
             table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
+            ct_capacity: CT_CAPACITY,
         }
     }
 
@@ -181,10 +184,11 @@ impl DaemonConfig {
              mtu = 1500\n\n\
              [encap]\nsource_v4 = \"{LB4}\"\nsource_v6 = \"{LB6}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
-             [conntrack]\ncapacity = {CT_CAPACITY}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
+             [conntrack]\ncapacity = {}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
              udp_timeout_secs = {}\n",
             socket.display(),
             socket.with_file_name("state").display(),
+            self.ct_capacity,
             self.udp_timeout_secs,
         );
         for v6 in [false, true] {
@@ -376,6 +380,12 @@ impl<'bed> Daemon<'bed> {
     /// # Errors
     /// As [`Self::start`].
     pub fn restart(&mut self, stop: Stop, args: &[&str]) -> anyhow::Result<Duration> {
+        self.halt(stop);
+        self.resume(args)
+    }
+
+    /// Stops the daemon as `stop` says (the datapath stays pinned).
+    pub fn halt(&mut self, stop: Stop) {
         match stop {
             Stop::Term => {
                 let _ = self.terminate();
@@ -387,9 +397,22 @@ impl<'bed> Daemon<'bed> {
                 }
             }
         }
+    }
+
+    /// Starts `lb run ARGS...` again on the same directory after [`Self::halt`]; the
+    /// time until `lb status` answered.
+    ///
+    /// # Errors
+    /// As [`Self::start`] (the message has the log).
+    pub fn resume(&mut self, args: &[&str]) -> anyhow::Result<Duration> {
         let begun = Instant::now();
         self.spawn(args)?;
         Ok(begun.elapsed())
+    }
+
+    /// The daemon's directory (configuration, socket, state, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Starts `lb run --config <dir>/lb.toml ARGS...` in the bed's LB namespace (its
