@@ -67,9 +67,12 @@ pub struct PhaseTally {
     pub new_backends: Vec<(String, u64)>,
 }
 
+/// One phase: its name, counts, and the backends that answered its new connections.
+type Phase = (String, Counts, Mutex<Vec<(String, u64)>>);
+
 /// Traffic running in scoped threads until [`Steady::stop`].
 pub struct Steady {
-    phases: Mutex<Vec<(String, Counts, Mutex<Vec<(String, u64)>>)>>,
+    phases: Mutex<Vec<Phase>>,
     current: AtomicUsize,
     stop: AtomicBool,
 }

@@ -223,6 +223,9 @@ impl Ids {
     }
 }
 
+/// A (VIP, backend) pair.
+type Pair = (Vip, BackendKey);
+
 /// [`Ids`] as the controller's record stores them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct IdsRecord {
@@ -235,7 +238,7 @@ pub(crate) struct IdsRecord {
     /// Ids of live backends.
     live: Vec<u32>,
     /// Tombstones: id, pair (if known), removal sequence number.
-    tombstones: Vec<(u32, Option<(Vip, BackendKey)>, u64)>,
+    tombstones: Vec<(u32, Option<Pair>, u64)>,
     removals: u64,
     next_backend: u32,
 }

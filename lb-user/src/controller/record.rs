@@ -19,7 +19,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::IpAddr,
     sync::Arc,
 };
 
@@ -275,7 +274,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
                     let Some(addr) = ip_of_bytes(entry.addr, entry.family) else {
                         continue;
                     };
-                    let key = BackendKey::from(IpAddr::from(addr));
+                    let key = BackendKey::from(addr);
                     state.ids.bind_backend(vip, key, id);
                     backend_ids.insert(key, id);
                     backends.insert(

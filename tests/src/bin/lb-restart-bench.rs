@@ -141,17 +141,22 @@ fn state_file() -> anyhow::Result<()> {
     let tmp = lb_tests::daemon::TempDir::new("lbb-state-")?;
     let file = StateFile::new(tmp.path(), "lb0");
     let overrides = |n: usize| {
-        Overrides::from_items((0..n).map(|i| Override {
-            vip: "203.0.113.10:80/tcp".parse().expect("vip"),
-            backend: std::net::IpAddr::from([10, 0, (i / 250) as u8, (1 + i % 250) as u8]).into(),
-            runtime: Some(BackendSpec {
-                weight: 1,
-                state: BackendState::Drain,
-            }),
-            file: Some(BackendSpec {
-                weight: 1,
-                state: BackendState::Active,
-            }),
+        Overrides::from_items((0..n).map(|i| {
+            Override {
+                vip: "203.0.113.10:80/tcp".parse().expect("vip"),
+                backend: std::net::IpAddr::from(std::net::Ipv4Addr::from(
+                    0x0a00_0001 + u32::try_from(i).expect("fits"),
+                ))
+                .into(),
+                runtime: Some(BackendSpec {
+                    weight: 1,
+                    state: BackendState::Drain,
+                }),
+                file: Some(BackendSpec {
+                    weight: 1,
+                    state: BackendState::Active,
+                }),
+            }
         }))
     };
     let yard = tmp.path().join("yardstick");
