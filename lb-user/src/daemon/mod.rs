@@ -358,11 +358,11 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
         config.interface,
         config.control_socket.display()
     );
-    notify::ready(&format!(
+    let ready = format!(
         "forwarding on {} ({mode} XDP), datapath {}",
         config.interface,
         if created { "created" } else { "adopted" }
-    ));
+    );
     let service: Shared = Arc::new(Mutex::new(service));
     let mut seen = LastSeen::default();
     seen.differs(&bytes);
@@ -375,6 +375,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
             Arc::clone(&service),
             path.to_path_buf(),
             seen,
+            ready,
         ));
     let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
     let detach_on_exit = service.detach_on_exit();
@@ -408,11 +409,14 @@ async fn event_loop(
     service: Shared,
     path: PathBuf,
     mut seen: LastSeen,
+    ready: String,
 ) -> anyhow::Result<()> {
     let listener = UnixListener::from_std(listener)?;
     let mut hangup = signal(SignalKind::hangup())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    // Ready only once a SIGTERM would be handled (not kill the process half-way).
+    notify::ready(&ready);
     let (tx, mut file_events) = mpsc::unbounded_channel();
     let _watcher = match watch::watch(&path, tx) {
         Ok(w) => Some(w),
