@@ -34,10 +34,10 @@ use super::{
     ids::{Ids, IdsRecord},
 };
 use crate::{
-    health::policy::FailurePolicy,
     config::{BackendState, Protocol, Vip},
     dataplane::{Dataplane, DataplaneError},
     flow::ip_of_bytes,
+    health::policy::FailurePolicy,
     maglev::{Backend, BackendKey, MaglevTable},
 };
 

@@ -19,8 +19,8 @@ mod harness;
 mod load;
 #[cfg(feature = "test-harness")]
 mod pass;
-mod probe;
 mod pinning;
+mod probe;
 
 use std::{
     collections::HashMap as StdHashMap,
