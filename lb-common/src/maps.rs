@@ -22,6 +22,12 @@ pub const PROBE_PROGRAM: &str = "lb_probe_encap";
 /// Benchmark harness: restores the frame from [`BENCH_FRAME`] before every repetition of
 /// `BPF_PROG_TEST_RUN`, then tail-calls `BENCH_PROGS[0]`.
 pub const BENCH_PROGRAM: &str = "lb_bench";
+/// An XDP program that returns `XDP_TX` and does nothing else: the limit of the
+/// live-frames packet-rate benchmark (benchmark harness only).
+pub const TX_PROGRAM: &str = "lb_tx";
+/// An XDP program that returns `XDP_DROP`: attached to the veth peer that receives a
+/// packet-rate benchmark's frames (benchmark harness only).
+pub const SINK_PROGRAM: &str = "lb_sink";
 
 /// `BPF_MAP_TYPE_ARRAY` of one [`crate::types::LbConfig`].
 pub const CONFIG: &str = "CONFIG";
@@ -89,6 +95,10 @@ pub const PROBE_STATS: &str = "PROBE_STATS";
 pub const BENCH_FRAME: &str = "BENCH_FRAME";
 /// `BPF_MAP_TYPE_PROG_ARRAY` of one program: the program under benchmark.
 pub const BENCH_PROGS: &str = "BENCH_PROGS";
+/// `BPF_MAP_TYPE_ARRAY` of [`crate::types::BENCH_SEQ_MAX`] `u32`: the values the
+/// harness stamps into the frame, one per repetition, to draw flows from a population
+/// (benchmark harness only).
+pub const BENCH_SEQ: &str = "BENCH_SEQ";
 
 /// Maximum number of VIPs (size of `VIPS`, `VIP_STATS`, half of `TABLES`); VIP ids are
 /// `0..MAX_VIPS`.

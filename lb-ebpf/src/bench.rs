@@ -7,10 +7,14 @@
 //! `BENCH_FRAME` before every repetition (shrinking the headroom back first, then
 //! rewriting the Ethernet header, the only original bytes an encapsulation overwrites;
 //! the benchmark verifies every long run's action against a single run), optionally
-//! stamps a counter into it so that every repetition is a new flow, then tail-calls the
-//! program under test in `BENCH_PROGS[0]`. Measuring it in front of `lb_empty` gives the
-//! harness cost to subtract. `lb_empty` also gives a test bed's veth peer the XDP
-//! program it needs to receive frames sent with `XDP_TX`.
+//! stamps a value into it so that repetitions are different flows (a new one each time,
+//! or one drawn from a population listed in `BENCH_SEQ`), optionally alternates two
+//! versions of one word (a connection's SYN, then its ACK), then tail-calls the program
+//! under test in `BENCH_PROGS[0]`. Measuring it in front of `lb_empty` gives the harness
+//! cost to subtract (`lb_tx`, which returns `XDP_TX`, is the reference of the live-frames
+//! packet rate). `lb_empty` also gives a test bed's veth peer the XDP program it needs
+//! to receive frames sent with `XDP_TX`; `lb_sink` drops them instead, the cheapest
+//! receiver for a packet-rate benchmark.
 
 use aya_ebpf::{
     bindings::xdp_action,
@@ -19,7 +23,7 @@ use aya_ebpf::{
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
-use lb_common::types::{BENCH_FRAME_MAX, BenchFrame};
+use lb_common::types::{BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame};
 
 use crate::packet::{frame_len, ptr_at};
 
@@ -31,10 +35,26 @@ static BENCH_FRAME: Array<BenchFrame, 1> = Array::new();
 #[btf_map]
 static BENCH_PROGS: ProgramArray<1> = ProgramArray::new();
 
+/// The values stamped per repetition (`lb_common::maps::BENCH_SEQ`).
+#[btf_map]
+static BENCH_SEQ: Array<u32, { BENCH_SEQ_MAX as usize }> = Array::new();
+
 /// Returns `XDP_PASS`: the reference program of the benchmarks.
 #[xdp]
 fn lb_empty(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// Returns `XDP_TX`: the reference of the live-frames packet rate.
+#[xdp]
+fn lb_tx(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_TX
+}
+
+/// Returns `XDP_DROP`: the receiver of a packet-rate benchmark's frames.
+#[xdp]
+fn lb_sink(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_DROP
 }
 
 /// Benchmark harness: restores the frame, then tail-calls the program under test.
@@ -83,14 +103,41 @@ fn restore_and_call(ctx: &XdpContext) -> u32 {
             core::ptr::write_volatile(data.add(i), *original.add(i));
         }
     }
+    let counter = frame.counter;
+    let pair_at = frame.pair_offset as usize;
+    let mut index = counter;
+    if pair_at != 0 && pair_at + 4 <= BENCH_FRAME_MAX {
+        index = counter >> 1;
+        let word = if counter & 1 == 0 {
+            // SAFETY: the bounds check above keeps the 4 bytes inside `bytes`.
+            unsafe { *frame.bytes.as_ptr().add(pair_at).cast::<[u8; 4]>() }
+        } else {
+            frame.pair_word
+        };
+        let Some(field) = ptr_at::<[u8; 4]>(ctx, pair_at) else {
+            return xdp_action::XDP_ABORTED;
+        };
+        // SAFETY: ptr_at checked the four bytes.
+        unsafe { *field = word };
+        frame.counter = counter.wrapping_add(1);
+    }
     let at = frame.vary_offset as usize;
     if at != 0 && at + 4 <= BENCH_FRAME_MAX {
-        frame.counter = frame.counter.wrapping_add(1);
+        frame.counter = counter.wrapping_add(1);
+        let entries = frame.seq_entries;
+        let value = if entries == 0 {
+            index.to_be_bytes()
+        } else {
+            let Some(value) = BENCH_SEQ.get(index & entries.wrapping_sub(1)) else {
+                return xdp_action::XDP_ABORTED;
+            };
+            value.to_ne_bytes()
+        };
         let Some(field) = ptr_at::<[u8; 4]>(ctx, at) else {
             return xdp_action::XDP_ABORTED;
         };
         // SAFETY: ptr_at checked the four bytes.
-        unsafe { *field = frame.counter.to_be_bytes() };
+        unsafe { *field = value };
     }
     // SAFETY: tail_call replaces this program on success and returns on failure.
     unsafe { BENCH_PROGS.tail_call(ctx, 0) };
