@@ -33,7 +33,7 @@ use aya::{
     programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
 #[cfg(feature = "test-harness")]
-pub use harness::{BenchTarget, TableWriter, TestRunOutput};
+pub use harness::{BenchSpec, BenchTarget, TableWriter, TestRunOutput};
 use lb_common::{
     hash::vip_filter_bit,
     maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},

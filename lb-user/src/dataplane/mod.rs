@@ -32,7 +32,7 @@ use lb_common::{
 pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 #[cfg(feature = "test-harness")]
-pub use kernel::{BenchTarget, PassProgram, TableWriter, TestRunOutput};
+pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};
 pub use kernel::{KernelDataplane, LoadOptions, Opened, Pinning, is_root, may_load_xdp};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use aya::{
     Ebpf,
     maps::{Array, MapData, ProgramArray},
-    programs::{TestRun as _, TestRunOptions},
+    programs::{TestRun as _, TestRunAttrs, TestRunOptions},
 };
 use lb_common::{
     maps,
-    types::{BENCH_FRAME_MAX, BenchFrame},
+    types::{BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
 };
 
 use super::{KernelDataplane, check_table, check_vip_id, lock, prog_err, xdp};
@@ -36,8 +36,37 @@ pub struct TestRunOutput {
 pub enum BenchTarget {
     /// The load balancer (`lb_xdp`).
     LoadBalancer,
-    /// The empty reference program (`lb_empty`).
+    /// The empty reference program (`lb_empty`, `XDP_PASS`).
     Empty,
+    /// The program that only returns `XDP_TX` (`lb_tx`): the limit of a live-frames run.
+    Tx,
+}
+
+impl BenchTarget {
+    /// The program's name in the object.
+    fn program(self) -> &'static str {
+        match self {
+            BenchTarget::LoadBalancer => maps::XDP_PROGRAM,
+            BenchTarget::Empty => maps::EMPTY_PROGRAM,
+            BenchTarget::Tx => maps::TX_PROGRAM,
+        }
+    }
+}
+
+/// How the harness varies the frame per repetition (`lb_common::types::BenchFrame`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BenchSpec {
+    /// Offset of the 4-byte field stamped per repetition (0: none).
+    pub vary_offset: u32,
+    /// `BENCH_SEQ` entries to draw the stamped values from, a power of two
+    /// (0: the flow index itself is stamped); see [`KernelDataplane::set_bench_seq`].
+    pub seq_len: u32,
+    /// Offset of the 4 bytes odd repetitions replace by `pair_word` (0: none).
+    pub pair_offset: u32,
+    /// What odd repetitions write at `pair_offset`.
+    pub pair_word: [u8; 4],
+    /// The repetition counter to start from; `None` continues the previous run's.
+    pub counter: Option<u32>,
 }
 
 /// Bytes of headroom a test run's output buffer leaves for headers the program pushes.
@@ -92,22 +121,125 @@ impl KernelDataplane {
         ingress_ifindex: Option<u32>,
         repeat: u32,
     ) -> Result<TestRunOutput, DataplaneError> {
+        let spec = BenchSpec {
+            vary_offset,
+            ..BenchSpec::default()
+        };
+        self.bench_run_spec(target, frame, &spec, ingress_ifindex, repeat)
+    }
+
+    /// [`Self::bench_run`] with the frame varied as `spec` says.
+    ///
+    /// # Errors
+    /// As [`Self::bench_run`]; [`DataplaneError::OutOfRange`] for a `seq_len` that is
+    /// not a power of two up to `BENCH_SEQ_MAX`.
+    pub fn bench_run_spec(
+        &mut self,
+        target: BenchTarget,
+        frame: &[u8],
+        spec: &BenchSpec,
+        ingress_ifindex: Option<u32>,
+        repeat: u32,
+    ) -> Result<TestRunOutput, DataplaneError> {
+        let bytes = self.prepare_bench(target, frame, spec)?;
+        run_program(
+            &mut self.ebpf,
+            maps::BENCH_PROGRAM,
+            &bytes,
+            ingress_ifindex,
+            repeat,
+        )
+    }
+
+    /// Runs `target` through the harness `repeat` times in `BPF_PROG_TEST_RUN`'s
+    /// live-frames mode (`BPF_F_TEST_XDP_LIVE_FRAMES`, kernel 5.18+, batches of
+    /// `batch` frames): frames the program returns with `XDP_TX` really leave through
+    /// `ifindex` (an interface of the calling thread's network namespace). Returns the
+    /// mean time per repetition (ns) as the kernel measured it.
+    ///
+    /// # Errors
+    /// As [`Self::bench_run_spec`]; the kernel refuses live frames without an ingress
+    /// interface.
+    pub fn bench_live(
+        &mut self,
+        target: BenchTarget,
+        frame: &[u8],
+        spec: &BenchSpec,
+        ifindex: u32,
+        repeat: u32,
+        batch: u32,
+    ) -> Result<u64, DataplaneError> {
+        let bytes = self.prepare_bench(target, frame, spec)?;
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        let ctx: Vec<u8> = [0, len, 0, ifindex, 0, 0]
+            .iter()
+            .flat_map(|v: &u32| v.to_ne_bytes())
+            .collect();
+        let prog = xdp(&mut self.ebpf, maps::BENCH_PROGRAM)?;
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(&bytes);
+        opts.ctx_in = Some(&ctx);
+        opts.repeat = repeat;
+        opts.attrs = TestRunAttrs::new().xdp_live_frames(batch);
+        let result = prog.test_run(opts).map_err(prog_err(maps::BENCH_PROGRAM))?;
+        Ok(u64::try_from(result.duration.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Writes `values` into `BENCH_SEQ` (entry `i` = `values[i]`, its 4 bytes as the
+    /// harness stamps them).
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for more than `BENCH_SEQ_MAX` values; map
+    /// failures.
+    pub fn set_bench_seq(&mut self, values: &[u32]) -> Result<(), DataplaneError> {
+        if values.len() > BENCH_SEQ_MAX as usize {
+            return Err(DataplaneError::OutOfRange(format!(
+                "{} benchmark sequence values, at most {BENCH_SEQ_MAX}",
+                values.len()
+            )));
+        }
+        let seq = self
+            .ebpf
+            .map_mut(maps::BENCH_SEQ)
+            .ok_or(DataplaneError::MissingMap(maps::BENCH_SEQ))?;
+        let mut seq =
+            Array::<&mut MapData, u32>::try_from(seq).map_err(map_err(maps::BENCH_SEQ, "open"))?;
+        for (i, value) in (0u32..).zip(values) {
+            seq.set(i, value, 0)
+                .map_err(map_err(maps::BENCH_SEQ, "update"))?;
+        }
+        Ok(())
+    }
+
+    /// Loads the harness and `target`, points `BENCH_PROGS[0]` at `target` and writes
+    /// `BENCH_FRAME`; returns the frame's bytes.
+    fn prepare_bench(
+        &mut self,
+        target: BenchTarget,
+        frame: &[u8],
+        spec: &BenchSpec,
+    ) -> Result<[u8; BENCH_FRAME_MAX], DataplaneError> {
         let bytes: [u8; BENCH_FRAME_MAX] = frame.try_into().map_err(|_| {
             DataplaneError::OutOfRange(format!(
                 "benchmark frames must be exactly {BENCH_FRAME_MAX} bytes, got {}",
                 frame.len()
             ))
         })?;
-        for name in [maps::EMPTY_PROGRAM, maps::BENCH_PROGRAM] {
+        let seq_entries = match spec.seq_len {
+            n if n == 0 || n.is_power_of_two() && n <= BENCH_SEQ_MAX => n,
+            n => {
+                return Err(DataplaneError::OutOfRange(format!(
+                    "benchmark sequence length {n} is not a power of two up to {BENCH_SEQ_MAX}"
+                )));
+            }
+        };
+        let target_name = target.program();
+        for name in [target_name, maps::BENCH_PROGRAM] {
             let prog = xdp(&mut self.ebpf, name)?;
             if prog.fd().is_err() {
                 prog.load().map_err(prog_err(name))?;
             }
         }
-        let target_name = match target {
-            BenchTarget::LoadBalancer => maps::XDP_PROGRAM,
-            BenchTarget::Empty => maps::EMPTY_PROGRAM,
-        };
         let fd = xdp(&mut self.ebpf, target_name)?
             .fd()
             .map_err(prog_err(target_name))?
@@ -130,24 +262,39 @@ impl KernelDataplane {
             .ok_or(DataplaneError::MissingMap(maps::BENCH_FRAME))?;
         let mut frames = Array::<&mut MapData, BenchFrame>::try_from(frames)
             .map_err(map_err(maps::BENCH_FRAME, "open"))?;
-        // The per-repetition counter continues across runs, so that flows varied by it
-        // stay new in every run.
-        let counter = frames.get(&0, 0).map_or(0, |f| f.counter);
+        // Unless the spec says where to start, the per-repetition counter continues
+        // across runs, so that flows varied by it stay new in every run.
+        let counter = match spec.counter {
+            Some(counter) => counter,
+            None => frames.get(&0, 0).map_or(0, |f| f.counter),
+        };
         let frame = BenchFrame {
-            vary_offset,
+            vary_offset: spec.vary_offset,
             counter,
             bytes,
+            seq_entries,
+            pair_offset: spec.pair_offset,
+            pair_word: spec.pair_word,
+            _pad: 0,
         };
         frames
             .set(0, frame, 0)
             .map_err(map_err(maps::BENCH_FRAME, "update"))?;
-        run_program(
-            &mut self.ebpf,
-            maps::BENCH_PROGRAM,
-            &bytes,
-            ingress_ifindex,
-            repeat,
-        )
+        Ok(bytes)
+    }
+
+    /// The harness's repetition counter after the last run.
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn bench_counter(&mut self) -> Result<u32, DataplaneError> {
+        let frames = self
+            .ebpf
+            .map_mut(maps::BENCH_FRAME)
+            .ok_or(DataplaneError::MissingMap(maps::BENCH_FRAME))?;
+        let frames = Array::<&mut MapData, BenchFrame>::try_from(frames)
+            .map_err(map_err(maps::BENCH_FRAME, "open"))?;
+        Ok(frames.get(&0, 0).map_or(0, |f| f.counter))
     }
 
     /// Instructions the verifier processed for program `name` (`verified_insns`,

@@ -19,6 +19,7 @@ const UNUSED_MAP_ENTRIES: u32 = 64;
 /// `XDP_TX` are dropped by the veth driver (BR-24 in `docs/failure-scenarios.md`).
 pub struct PassProgram {
     ebpf: Ebpf,
+    name: &'static str,
     link: Option<XdpLinkId>,
 }
 
@@ -29,19 +30,35 @@ impl PassProgram {
     /// # Errors
     /// When loading or attaching fails.
     pub fn attach(iface: &str) -> Result<Self, DataplaneError> {
+        Self::attach_program(iface, maps::EMPTY_PROGRAM)
+    }
+
+    /// Like [`Self::attach`] with `lb_sink`, which drops every frame: the cheapest
+    /// receiver of a packet-rate benchmark's `XDP_TX` frames (the veth peer counts them
+    /// in its `rx_packets`).
+    ///
+    /// # Errors
+    /// When loading or attaching fails.
+    pub fn attach_sink(iface: &str) -> Result<Self, DataplaneError> {
+        Self::attach_program(iface, maps::SINK_PROGRAM)
+    }
+
+    /// Loads program `name` of the object and attaches it to `iface` in native mode.
+    fn attach_program(iface: &str, name: &'static str) -> Result<Self, DataplaneError> {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::CONNTRACK_V4, UNUSED_MAP_ENTRIES)
             .map_max_entries(maps::CONNTRACK_V6, UNUSED_MAP_ENTRIES)
             .map_max_entries(maps::SYN_CACHE, UNUSED_MAP_ENTRIES)
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
-        let prog = xdp(&mut ebpf, maps::EMPTY_PROGRAM)?;
-        prog.load().map_err(prog_err(maps::EMPTY_PROGRAM))?;
+        let prog = xdp(&mut ebpf, name)?;
+        prog.load().map_err(prog_err(name))?;
         let link = prog
             .attach(iface, XdpMode::Driver)
-            .map_err(prog_err(maps::EMPTY_PROGRAM))?;
+            .map_err(prog_err(name))?;
         Ok(Self {
             ebpf,
+            name,
             link: Some(link),
         })
     }
@@ -49,8 +66,7 @@ impl PassProgram {
 
 impl Drop for PassProgram {
     fn drop(&mut self) {
-        if let (Some(link), Ok(prog)) = (self.link.take(), xdp(&mut self.ebpf, maps::EMPTY_PROGRAM))
-        {
+        if let (Some(link), Ok(prog)) = (self.link.take(), xdp(&mut self.ebpf, self.name)) {
             let _ = prog.detach(link);
         }
     }
