@@ -9,12 +9,16 @@
 //! The two alternate, 5 runs of 1,000,000 repetitions each on a pinned CPU; the table
 //! gives the median of each and the median of the per-run differences ("over empty").
 //! Every long run's action must equal a one-repetition run's. Set-up: 100 backends, 65,537-slot tables, a conntrack map of
-//! 1,048,576 entries.
+//! 1,048,576 entries. The cases that look like traffic (populations of established
+//! flows, uniform and Zipf-skewed; the SYN + ACK handshake on new 4-tuples; the packet
+//! rate through the real `XDP_TX` path) are in `traffic`.
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
 // file were lb-bench/main.rs.
 #[path = "lb-bench/health.rs"]
 mod health;
+#[path = "lb-bench/traffic.rs"]
+mod traffic;
 
 use std::net::Ipv4Addr;
 
@@ -272,7 +276,7 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
 
 /// Command-line options. The defaults are the README's method ("Performance"): 5 runs
 /// of 1,000,000 repetitions, CPU 1, the daemon's default conntrack sizes.
-#[derive(clap::Parser)]
+#[derive(Clone, clap::Parser)]
 #[command(about = "Control- and data-plane benchmarks of lb (run as root)")]
 struct Options {
     /// Skip the control-plane and health-check parts.
@@ -401,9 +405,42 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
                     );
                 }
             }
+            lb.dp.set_config(&default_config())?;
+            if opts
+                .case
+                .as_ref()
+                .is_none_or(|c| "handshake".contains(c.as_str()))
+            {
+                traffic::handshakes(&mut lb, opts)?;
+            }
+            if opts
+                .case
+                .as_ref()
+                .is_none_or(|c| "packet rate".contains(c.as_str()))
+            {
+                println!();
+                traffic::packet_rate(&mut lb, &ns, opts)?;
+            }
             Ok(())
         })
         .context("entering the benchmark namespace")?;
     results?;
+    drop(lb);
+    if opts
+        .case
+        .as_ref()
+        .is_none_or(|c| "flows".contains(c.as_str()))
+    {
+        println!();
+        println!(
+            "established flows drawn from a population (every repetition a conntrack hit), same harness:"
+        );
+        println!();
+        println!(
+            "| case | next hop | lb_xdp (ns) | empty (ns) | over empty (ns) | fastest runs: lb_xdp - empty (ns) |"
+        );
+        println!("|---|---|---:|---:|---:|---:|");
+        traffic::populations(opts)?;
+    }
     Ok(())
 }
