@@ -4,8 +4,9 @@
 //!
 //! Three states can choose: the flow's conntrack entry (its pin), a SYN of the flow held
 //! in the SYN cache, and the VIP's Maglev table. A TCP SYN (SYN set, ACK and RST clear)
-//! does not come here: it always takes the VIP's current table, and the XDP program
-//! remembers that choice in the SYN cache. For every other packet:
+//! does not come here: a duplicate or retransmitted SYN follows its connection, any
+//! other takes the VIP's current table, and the XDP program remembers that choice in
+//! the SYN cache ([`decide_syn`]). For every other packet:
 //!
 //! 1. A pin holds while its VIP is the packet's and its backend is active or draining;
 //!    a UDP pin also expires when idle longer than the timeout ([`udp_idle`]). A pin that
@@ -40,8 +41,11 @@ use crate::{
     types::{CtEntry, FlowKey, LbConfig, PROTO_UDP, SynEntry, VipEntry},
 };
 
+mod syn;
 #[cfg(test)]
 mod tests;
+
+pub use syn::{SynDecision, decide_syn};
 
 /// A UDP pin's time is rewritten at most this often (ns), so that a busy flow does not
 /// dirty its pin on every packet.

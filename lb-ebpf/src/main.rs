@@ -6,8 +6,9 @@
 //!    untouched;
 //! 2. choose the backend ([`select`]): an established flow whose VIP still exists (for
 //!    TCP: at the VIP's current table epoch) goes to its pinned backend without the VIP
-//!    lookup; a TCP SYN takes the VIP's current table and is remembered in the SYN cache,
-//!    without a conntrack lookup; any other packet takes the VIP lookup and the
+//!    lookup; a TCP SYN follows its connection if it is a duplicate or a retransmission,
+//!    else takes the VIP's current table and is remembered in the SYN cache; any other
+//!    packet takes the VIP lookup and the
 //!    connection-tracking decision of `lb_common::conntrack`, over the maps of
 //!    [`conntrack`], [`syn_cache`] and [`table`];
 //! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
@@ -92,15 +93,12 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         .get(0)
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
     let bytes = packet::frame_len(ctx) as u64;
-    // A SYN opens a connection: no conntrack lookup (see `select`).
     let syn = parsed.is_syn();
-    let ct = if syn {
-        None
-    } else {
-        conntrack::lookup_flow(&parsed.key)
-    };
-    // Established flows: no VIPS lookup.
-    if let Some(cfg) = cfg
+    let ct = conntrack::lookup_flow(&parsed.key);
+    // Established flows: no VIPS lookup. A SYN's pin decides only if the SYN is a
+    // duplicate of its connection's (see `select`).
+    if !syn
+        && let Some(cfg) = cfg
         && let Some((vip_id, choice)) = select::established(&parsed, ct, cfg)
         && let Some(vip_stats) = stats::vip(vip_id)
     {
@@ -122,7 +120,7 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         return verdict(Reason::DropBadConfig);
     };
     let picked = if syn {
-        select::pick_syn(&parsed, &vip, cfg, vip_stats)
+        select::pick_syn(&parsed, &vip, cfg, vip_stats, ct)
     } else {
         select::pick_backend(&parsed, &vip, cfg, vip_stats, ct)
     };

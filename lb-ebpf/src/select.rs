@@ -6,19 +6,22 @@
 //! - [`established`]: the fast path of an established flow. A conntrack hit whose VIP id
 //!   still names the packet's VIP (`VIP_INFO`) and whose pin holds is forwarded without
 //!   the `VIPS` lookup.
-//! - [`pick_syn`]: a TCP SYN (SYN set, ACK and RST clear) opens a connection. It takes
-//!   the VIP's current table, `table[flow_hash % M]`, and its choice is remembered in the
-//!   SYN cache. It does not consult conntrack, as in Katran: a miss in a large hash map
-//!   is a cache and TLB miss, the largest cost of a new flow. A SYN that reuses the
-//!   4-tuple of an older connection is a new connection and follows the current table,
-//!   so a drained backend gets no new connection through port reuse either.
+//! - [`pick_syn`]: a TCP SYN (SYN set, ACK and RST clear). A duplicate SYN of the
+//!   flow's pinned connection, or a retransmission of the SYN held in its SYN cache
+//!   slot, goes where that connection went (`lb_common::conntrack::decide_syn`: both
+//!   carry its ISN). Any other SYN opens a connection: it takes the VIP's current
+//!   table, `table[flow_hash % M]`, and its choice is remembered in the SYN cache. A
+//!   SYN that reuses the 4-tuple of an older connection (another ISN) is a new
+//!   connection and follows the current table, so a drained backend gets no new
+//!   connection through port reuse either. No SYN writes conntrack.
 //! - [`pick_backend`]: every other VIP packet. Its pin, a SYN held in the SYN cache, or
 //!   the table chooses, by the rules of `lb_common::conntrack` (which `lb flow` applies
 //!   too); this module reads the maps for that decision and carries it out.
 
 use lb_common::{
-    conntrack::{Decision, Lookups, PinLookups, PinState, decide, pin_state},
-    hash::flow_hash,
+    conntrack::{
+        Decision, Lookups, PinLookups, PinState, SynDecision, decide, decide_syn, pin_state,
+    },
     stats::{Reason, VipStats},
     types::{LbConfig, PROTO_UDP, SynEntry, VipEntry},
 };
@@ -110,16 +113,27 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     }
 }
 
-/// Chooses the backend for a TCP SYN from the VIP's current table and remembers the
-/// choice in the flow's SYN cache slot.
+/// Chooses the backend for a TCP SYN (`lb_common::conntrack::decide_syn`; `ct`: the
+/// flow's pin): its connection's, for a duplicate or a retransmission; else the VIP's
+/// current table's, remembered in the flow's SYN cache slot.
 #[inline(always)]
 pub(crate) fn pick_syn(
     p: &Parsed,
     vip: &VipEntry,
     cfg: &LbConfig,
     stats: &mut VipStats,
+    ct: CtHit,
 ) -> Result<Choice, Reason> {
-    let hash = flow_hash(&p.key, cfg.hash_seed);
+    // SAFETY: the pointer comes from a successful lookup and the entry is only read
+    // within this program run.
+    let entry = ct.map(|entry| unsafe { &*entry });
+    let hash = match decide_syn(&mut Maps { vip, cfg }, &p.key, p.tcp_seq, vip, entry, cfg) {
+        SynDecision::Pin(backend) | SynDecision::HeldSyn(backend) => {
+            stats.ct_hits += 1;
+            return Ok(backend);
+        }
+        SynDecision::Table { hash } => hash,
+    };
     let choice = table::pick(vip, hash)?;
     syn_cache::remember(p, vip, hash, &choice, cfg, stats);
     stats.new_flows += 1;

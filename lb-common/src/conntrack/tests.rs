@@ -490,3 +490,66 @@ fn the_fast_path_check_reads_only_the_pins_backend_and_for_udp_the_clock() {
     );
     assert_eq!(state.clock_reads, 1);
 }
+
+fn run_syn(state: &mut State, seq: u32, entry: Option<&CtEntry>) -> SynDecision<u32> {
+    decide_syn(state, &key(PROTO_TCP), seq, &vip(), entry, &cfg())
+}
+
+#[test]
+fn a_duplicate_syn_of_an_established_connection_follows_its_pin_across_a_table_change() {
+    // Pinned at an older epoch from a SYN with ISN 11; the SYN cache holds another SYN.
+    let mut state = lookups([2, 3], Some(syn(3, NOW, 99, EPOCH)), Some(3));
+    let entry = pin(2, NOW - 20, EPOCH - 1, 11);
+    assert_eq!(run_syn(&mut state, 11, Some(&entry)), SynDecision::Pin(2));
+    assert_eq!((state.slot_reads, state.table_reads), (0, 0));
+}
+
+#[test]
+fn a_syn_with_another_isn_over_a_pin_is_a_new_connection() {
+    let mut state = lookups([2, 3], None, None);
+    let entry = pin(2, NOW - 20, EPOCH - 1, 11);
+    assert_eq!(
+        run_syn(&mut state, 12, Some(&entry)),
+        SynDecision::Table {
+            hash: hash(PROTO_TCP)
+        }
+    );
+}
+
+#[test]
+fn a_retransmitted_syn_follows_its_held_syn_across_a_table_change() {
+    let mut state = lookups([2, 3], Some(syn(3, NOW - 10, 99, EPOCH - 1)), Some(2));
+    assert_eq!(run_syn(&mut state, 99, None), SynDecision::HeldSyn(3));
+    assert_eq!(state.table_reads, 0);
+    // Another sequence number: another connection attempt, the table decides.
+    assert_eq!(
+        run_syn(&mut state, 100, None),
+        SynDecision::Table {
+            hash: hash(PROTO_TCP)
+        }
+    );
+}
+
+#[test]
+fn a_syn_follows_no_pin_made_without_a_syn_nor_of_another_vip_nor_on_a_down_backend() {
+    let table = SynDecision::Table {
+        hash: hash(PROTO_TCP),
+    };
+    // A pin made mid-flow has no ISN: a SYN with sequence number 0 is not its duplicate.
+    let mut state = lookups([2, 3], None, None);
+    assert_eq!(run_syn(&mut state, 0, Some(&pin(2, NOW, EPOCH, 0))), table);
+    let mut other_vip = pin(2, NOW, EPOCH, 11);
+    other_vip.vip_id = VIP_ID + 1;
+    assert_eq!(run_syn(&mut state, 11, Some(&other_vip)), table);
+    // Backend 2 down: neither its pin nor its held SYN is followed.
+    let mut state = lookups([3, 0], Some(syn(2, NOW, 11, EPOCH)), None);
+    assert_eq!(
+        run_syn(&mut state, 11, Some(&pin(2, NOW, EPOCH, 11))),
+        table
+    );
+    // A torn slot (its tag does not match) is no held SYN.
+    let mut torn = syn(3, NOW, 11, EPOCH);
+    torn.backend_id = 2;
+    let mut state = lookups([2, 3], Some(torn), None);
+    assert_eq!(run_syn(&mut state, 11, None), table);
+}
