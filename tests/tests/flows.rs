@@ -566,9 +566,9 @@ fn an_ack_on_another_cpu_of_a_reused_4tuple_follows_its_syn() {
 
 #[test]
 fn a_retransmitted_syn_never_moves_the_established_connection() {
-    // SYN (CPU 1) on 2, table change, the retransmitted SYN (CPU 0) re-picks 3 and
-    // takes the slot; the handshake's ACK follows the latest SYN, and from then on the
-    // connection stays put on every CPU.
+    // SYN (CPU 1) on 2, table change, the retransmitted SYN (CPU 0, same ISN) follows
+    // the first one to 2; the handshake's ACK too, and from then on the connection
+    // stays put on every CPU.
     if !two_cpus() {
         return;
     }
@@ -576,15 +576,51 @@ fn a_retransmitted_syn_never_moves_the_established_connection() {
     let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46700), VIP4, 80);
     assert_eq!(send_on(&mut lb, 1, &flow, SYN, b""), (XDP_TX, b4(2)));
     lb.table(0, &[3; 65_537]);
-    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
-    let (_, ack) = send_on(&mut lb, 1, &flow, ACK, b"");
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(2)));
     for (cpu, payload) in [(1, b"d1"), (0, b"d2"), (1, b"d3"), (0, b"d4")] {
-        assert_eq!(send_on(&mut lb, cpu, &flow, ACK, payload), (XDP_TX, ack));
+        assert_eq!(send_on(&mut lb, cpu, &flow, ACK, payload), (XDP_TX, b4(2)));
     }
     lb.table(0, &[1; 65_537]);
     for (cpu, payload) in [(0, b"d5"), (1, b"d6")] {
-        assert_eq!(send_on(&mut lb, cpu, &flow, ACK, payload), (XDP_TX, ack));
+        assert_eq!(send_on(&mut lb, cpu, &flow, ACK, payload), (XDP_TX, b4(2)));
     }
+}
+
+#[test]
+fn a_retransmitted_syn_follows_its_first_syn_across_table_changes() {
+    // The first SYN-ACK is lost and backends change before the client retries: each
+    // retransmission (same ISN) goes where the first SYN went, and so does the ACK. A
+    // new attempt on the 4-tuple (another ISN) takes the current table.
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 1, 47_000), VIP4, 80);
+    let syn = flow.frame(L4::Tcp(SYN), &[]);
+    assert_eq!(lb.send(&syn), (XDP_TX, b4(1)));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&syn), (XDP_TX, b4(1)));
+    lb.table(0, &[2; 65_537]);
+    assert_eq!(lb.send(&syn), (XDP_TX, b4(1)));
+    let before = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(1)));
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").new_flows, before.new_flows);
+    let other = Flow::new(CLIENT4, 47_100, VIP4, 80);
+    assert_eq!(lb.send(&other.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&other.syn_with_isn(2000)), (XDP_TX, b4(3)));
+    assert_eq!(lb.send(&other.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
+}
+
+#[test]
+fn a_retransmitted_syn_to_a_backend_gone_down_takes_the_current_table() {
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 1, 47_200), VIP4, 80);
+    let syn = flow.frame(L4::Tcp(SYN), &[]);
+    assert_eq!(lb.send(&syn), (XDP_TX, b4(1)));
+    lb.table(0, &[3; 65_537]);
+    lb.backend(1, packets::backend4(1), BACKEND_DOWN);
+    assert_eq!(lb.send(&syn), (XDP_TX, b4(3)));
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(3)));
 }
 
 #[test]
@@ -621,14 +657,35 @@ fn a_busy_udp_flow_never_expires_even_with_a_one_second_timeout() {
 
 #[test]
 fn a_late_duplicate_syn_does_not_move_its_established_connection() {
-    // The duplicate carries the connection's own ISN: not a new connection.
+    // The duplicate carries the connection's own ISN: not a new connection. It goes to
+    // the connection's backend (the backend ignores or answers it within the
+    // connection) and changes no state.
     let mut lb = Lb::standard();
     let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 47_400), VIP4, 80);
     assert_eq!(establish(&mut lb, &flow), b4(2));
+    let pinned = pin_of(&lb, &flow);
     lb.table(0, &[3; 65_537]);
-    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
+    assert_eq!(pin_of(&lb, &flow), pinned);
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"d")), (XDP_TX, b4(2)));
+    // Drained, the backend keeps the connection, duplicates included.
+    lb.backend(2, packets::backend4(2), BACKEND_DRAINING);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
     assert_eq!(pin_of(&lb, &flow).1.backend_id, 2);
+}
+
+#[test]
+fn a_duplicate_syn_on_another_cpu_follows_its_connection() {
+    if !two_cpus() {
+        return;
+    }
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 47_450), VIP4, 80);
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(3)));
+    lb.table(0, &[1; 65_537]);
+    assert_eq!(send_on(&mut lb, 1, &flow, SYN, b""), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"d"), (XDP_TX, b4(3)));
 }
 
 #[test]
