@@ -83,6 +83,11 @@ pub const SYN_CACHE: &str = "SYN_CACHE";
 /// The helper walks the routing and neighbour tables on every call, which costs more
 /// than the rest of the packet path; a per-CPU entry needs no lock and no atomics.
 pub const NEXTHOP_CACHE: &str = "NEXTHOP_CACHE";
+/// Per-CPU array of one `u64`: the theoretical arrival time (ns, on the conntrack clock)
+/// of the CPU's next new conntrack pin, the state of the rate limit of new pins
+/// (`crate::types::LbConfig::new_pin_interval_ns`). Per CPU: no lock, no atomics, and a
+/// flood on one CPU does not take the others' budget.
+pub const NEW_PIN_RATE: &str = "NEW_PIN_RATE";
 /// Per-CPU array of one [`crate::stats::GlobalStats`].
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Per-CPU array: VIP id → [`crate::stats::VipStats`].

@@ -48,10 +48,17 @@ pub enum Reason {
     DropFibNoNeigh,
     /// FIB lookup failed (no route, unreachable, blackhole, ...).
     DropFibFail,
+    /// Encapsulated and sent back out (`XDP_TX`) by the table's or held SYN's choice,
+    /// without the conntrack pin the packet would have made: the CPU's rate of new pins
+    /// (`LbConfig::new_pin_interval_ns`) was exceeded, as in a flood of packets from
+    /// unknown flows. The flow's next packet may make it.
+    TxUnpinned,
+    /// As [`Reason::TxUnpinned`], redirected to the FIB's egress interface.
+    RedirectUnpinned,
 }
 
 /// Number of [`Reason`] variants.
-pub const REASON_COUNT: usize = 16;
+pub const REASON_COUNT: usize = 18;
 
 /// `XDP_DROP`: the frame is dropped (`enum xdp_action`, include/uapi/linux/bpf.h).
 pub const XDP_DROP: u32 = 1;
@@ -81,6 +88,8 @@ impl Reason {
         Reason::DropEncapFail,
         Reason::DropFibNoNeigh,
         Reason::DropFibFail,
+        Reason::TxUnpinned,
+        Reason::RedirectUnpinned,
     ];
 
     /// The XDP action of a packet counted under this reason: [`XDP_PASS`] for `Pass*`,
@@ -95,8 +104,8 @@ impl Reason {
             Reason::PassNotIp | Reason::PassVlan | Reason::PassNonVip | Reason::PassIpv6ExtHdr => {
                 XDP_PASS
             }
-            Reason::TxEncap => XDP_TX,
-            Reason::RedirectEncap => XDP_REDIRECT,
+            Reason::TxEncap | Reason::TxUnpinned => XDP_TX,
+            Reason::RedirectEncap | Reason::RedirectUnpinned => XDP_REDIRECT,
             Reason::DropMalformedL2
             | Reason::DropMalformedL3
             | Reason::DropMalformedL4
@@ -129,6 +138,8 @@ impl Reason {
             Reason::DropEncapFail => "drop_encap_fail",
             Reason::DropFibNoNeigh => "drop_fib_no_neigh",
             Reason::DropFibFail => "drop_fib_fail",
+            Reason::TxUnpinned => "tx_unpinned",
+            Reason::RedirectUnpinned => "redirect_unpinned",
         }
     }
 }
@@ -136,7 +147,7 @@ impl Reason {
 /// The single element of the per-CPU `GLOBAL_STATS` array: one packet counter per
 /// [`Reason`], indexed by `reason as usize`.
 ///
-/// Layout: `REASON_COUNT` × `u64` (128 bytes).
+/// Layout: `REASON_COUNT` × `u64` (144 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlobalStats {
@@ -180,7 +191,8 @@ pub struct VipStats {
     /// Packets forwarded by a conntrack hit.
     pub ct_hits: u64,
     /// Conntrack misses on packets that are not an initial TCP SYN (mid-flow packets
-    /// of flows the LB had no state for; picked from the current table and pinned).
+    /// of flows the LB had no state for; picked from the current table and pinned,
+    /// within the rate of new pins).
     pub ct_misses_non_syn: u64,
     /// Conntrack hits on a backend that is down or removed, re-picked from the table.
     pub ct_stale_repicked: u64,

@@ -10,7 +10,8 @@
 //!    else takes the VIP's current table and is remembered in the SYN cache; any other
 //!    packet takes the VIP lookup and the
 //!    connection-tracking decision of `lb_common::conntrack`, over the maps of
-//!    [`conntrack`], [`syn_cache`] and [`table`];
+//!    [`conntrack`], [`syn_cache`] and [`table`]. A packet that would make a new pin beyond the CPU's rate of new pins goes to the
+//!    same backend without it ([`flood`]);
 //! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
 //!
 //! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
@@ -27,6 +28,7 @@ mod backend;
 #[cfg(feature = "test-harness")]
 mod bench;
 mod conntrack;
+mod flood;
 mod forward;
 mod headers;
 mod maps;
@@ -119,13 +121,24 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         vip_stats.drops += 1;
         return verdict(Reason::DropBadConfig);
     };
+    let mut unpinned = false;
     let picked = if syn {
         select::pick_syn(&parsed, &vip, cfg, vip_stats, ct)
     } else {
-        select::pick_backend(&parsed, &vip, cfg, vip_stats, ct)
+        select::pick_backend(&parsed, &vip, cfg, vip_stats, ct, &mut unpinned)
     };
     match picked {
-        Ok(choice) => send(ctx, &parsed, choice, cfg, vip_stats, bytes),
+        Ok(choice) => {
+            let (action, reason) = send(ctx, &parsed, choice, cfg, vip_stats, bytes);
+            (
+                action,
+                if unpinned {
+                    flood::unpinned(reason)
+                } else {
+                    reason
+                },
+            )
+        }
         Err(reason) => {
             vip_stats.drops += 1;
             verdict(reason)

@@ -86,6 +86,10 @@ pub(crate) static SYN_CACHE: Array<SynEntry, { CT_SYN_CAPACITY as usize }> = Arr
 #[btf_map]
 pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
 
+/// Per CPU, the rate limit of new conntrack pins (`flood`).
+#[btf_map]
+pub(crate) static NEW_PIN_RATE: PerCpuArray<u64, 1> = PerCpuArray::new();
+
 /// Per CPU, one packet counter per verdict reason.
 #[btf_map]
 pub(crate) static GLOBAL_STATS: PerCpuArray<GlobalStats, 1> = PerCpuArray::new();

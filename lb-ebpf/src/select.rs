@@ -16,7 +16,8 @@
 //!   connection through port reuse either. No SYN writes conntrack.
 //! - [`pick_backend`]: every other VIP packet. Its pin, a SYN held in the SYN cache, or
 //!   the table chooses, by the rules of `lb_common::conntrack` (which `lb flow` applies
-//!   too); this module reads the maps for that decision and carries it out.
+//!   too); this module reads the maps for that decision and carries it out. A new pin
+//!   is made only within the CPU's rate of new pins ([`flood`](crate::flood)).
 
 use lb_common::{
     conntrack::{
@@ -29,6 +30,7 @@ use lb_common::{
 use crate::{
     backend::{self, Choice},
     conntrack::{self, CtHit, now_coarse_ns},
+    flood,
     parse::Parsed,
     syn_cache, table, vip,
 };
@@ -142,7 +144,9 @@ pub(crate) fn pick_syn(
 
 /// Chooses the backend for a VIP packet other than a TCP SYN
 /// (`lb_common::conntrack::decide`) and writes what the decision asks: the pin's new
-/// time or label, a new pin, a freed SYN cache slot.
+/// time or label, a new pin, a freed SYN cache slot. A new pin over the CPU's rate
+/// ([`flood::may_pin`]) is not made: the packet goes where it would have pointed and
+/// `unpinned` is set.
 #[inline(always)]
 pub(crate) fn pick_backend(
     p: &Parsed,
@@ -150,6 +154,7 @@ pub(crate) fn pick_backend(
     cfg: &LbConfig,
     stats: &mut VipStats,
     ct: CtHit,
+    unpinned: &mut bool,
 ) -> Result<Choice, Reason> {
     // SAFETY: the pointer comes from a successful lookup and the value is only used
     // within this program run.
@@ -178,6 +183,10 @@ pub(crate) fn pick_backend(
             let Some(record) = record else {
                 return Ok(backend);
             };
+            if !record.replace && !flood::may_pin(cfg, record.stamp_ns) {
+                *unpinned = true;
+                return Ok(backend);
+            }
             let pin = record.entry(backend.id);
             let (recorded, choice) = conntrack::pin_flow(&p.key, &pin, backend, record.replace);
             if recorded {
@@ -197,6 +206,10 @@ pub(crate) fn pick_backend(
             let Some(record) = record else {
                 return Ok(choice);
             };
+            if !record.replace && !flood::may_pin(cfg, record.stamp_ns) {
+                *unpinned = true;
+                return Ok(choice);
+            }
             stats.new_flows += 1;
             let pin = record.entry(choice.id);
             Ok(conntrack::pin_flow(&p.key, &pin, choice, record.replace).1)

@@ -16,10 +16,10 @@ pub const CONFIG_VALID: u32 = 1;
 
 /// The single element of the `CONFIG` array.
 ///
-/// Layout (64 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
+/// Layout (80 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
 /// `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `_pad` 35, `flags` 36..40,
 /// `hash_seed` 40..44, `syn_cache_mask` 44..48, `udp_timeout_ns` 48..56,
-/// `nexthop_cache_ns` 56..64.
+/// `nexthop_cache_ns` 56..64, `new_pin_interval_ns` 64..72, `new_pin_burst_ns` 72..80.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LbConfig {
@@ -52,7 +52,17 @@ pub struct LbConfig {
     /// [`NEXTHOP_FIB`] mode: how long (ns) a CPU reuses a backend's `bpf_fib_lookup`
     /// result (`NEXTHOP_CACHE`); 0 looks the FIB up for every packet.
     pub nexthop_cache_ns: u64,
+    /// The rate limit of new conntrack pins, per CPU: the emission interval (ns,
+    /// `1e9 / rate`) of the generic cell rate algorithm (GCRA, ITU-T I.371) that a
+    /// packet without a pin must pass to get one (a TCP mid-flow miss, a new UDP flow, a
+    /// handshake's ACK promoting its SYN). Beyond the rate the packet is forwarded to the
+    /// same backend without a pin (`tx_unpinned`), so a flood of packets from unknown
+    /// flows cannot evict established flows faster than the rate. 0: no limit.
+    pub new_pin_interval_ns: u64,
+    /// How far (ns) a burst of new pins may run ahead of the rate
+    /// (`(burst - 1) * new_pin_interval_ns`).
+    pub new_pin_burst_ns: u64,
 }
-const _: () = assert!(size_of::<LbConfig>() == 64);
+const _: () = assert!(size_of::<LbConfig>() == 80);
 
 impl_pod!(LbConfig);
