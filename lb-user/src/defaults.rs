@@ -57,6 +57,21 @@ pub const NEXTHOP_CACHE_MS: u32 = 100;
 /// `conntrack.udp_timeout_secs`: UDP flows idle longer than this are re-picked.
 pub const UDP_TIMEOUT_SECS: u32 = 30;
 
+/// `conntrack.new_pin_rate`: new conntrack pins per second per CPU (mid-flow misses,
+/// new UDP flows, handshakes completing). Beyond it, packets are forwarded by the table
+/// or their held SYN without a pin (`tx_unpinned`), so a flood from unknown flows
+/// replaces at most `rate x CPUs` entries per second, the least recently used first:
+/// with the default conntrack capacity (1,048,576) and 8 CPUs that is 2.6 s of a flood
+/// at full rate before a flow idle that long can lose its pin. Well above a busy
+/// instance's legitimate rate of new connections per CPU (Katran's default limit of
+/// new flows is of the same order); bursts of a tenth of a second pass
+/// ([`NEW_PIN_BURST_MS`]).
+pub const NEW_PIN_RATE: u32 = 50_000;
+
+/// How far (ms) a burst of new pins may run ahead of `conntrack.new_pin_rate` (not a
+/// configuration key).
+pub const NEW_PIN_BURST_MS: u32 = 100;
+
 /// `vip.table_size` and `lb table --size`: the Maglev table size `M`, a prime (the size
 /// the paper uses in its evaluation, section 5.3). Flows are spread in steps of
 /// 1/65,537.

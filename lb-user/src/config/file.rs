@@ -101,6 +101,9 @@ pub struct ConntrackFile {
     /// UDP idle timeout (seconds).
     #[serde(default)]
     pub udp_timeout_secs: Option<UInt<u32>>,
+    /// New pins per second per CPU (0: no limit).
+    #[serde(default)]
+    pub new_pin_rate: Option<UInt<u32>>,
 }
 
 /// `[health]`: the health checker's own settings (the probes are per VIP).

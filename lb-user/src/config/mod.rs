@@ -133,6 +133,8 @@ pub struct Config {
     pub ct_syn_capacity: u32,
     /// UDP idle timeout.
     pub udp_timeout: Duration,
+    /// New conntrack pins per second per CPU (0: no limit).
+    pub new_pin_rate: u32,
     /// `fib` next hop: how long each CPU reuses a backend's FIB lookup (zero: every
     /// packet looks it up).
     pub nexthop_cache: Duration,

@@ -37,6 +37,8 @@ const CT_CAPACITY_RANGE: (u32, u32) = (1_024, 64 << 20);
 /// SYN cache slots (64 bytes each): 16 KiB to 256 MiB.
 const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
+/// `conntrack.new_pin_rate`: 0 (no limit) to 100 million pins per second per CPU.
+const NEW_PIN_RATE_RANGE: (u32, u32) = (0, 100_000_000);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
 const MTU_RANGE: (u16, u16) = (576, 65_535);
@@ -368,8 +370,9 @@ fn nexthop(file: &NexthopFile, r: &mut Report) -> (Nexthop, Duration) {
     (nexthop, Duration::from_millis(u64::from(cache_ms)))
 }
 
-/// `[conntrack]`: (capacity per family, SYN cache slots, UDP idle timeout).
-fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration) {
+/// `[conntrack]`: (capacity per family, SYN cache slots, UDP idle timeout, new pins per
+/// second per CPU).
+fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration, u32) {
     let capacity = in_range(
         r,
         "conntrack.capacity",
@@ -399,10 +402,17 @@ fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration) {
         uint(file.udp_timeout_secs, defaults::UDP_TIMEOUT_SECS),
         UDP_TIMEOUT_RANGE,
     );
+    let new_pin_rate = in_range(
+        r,
+        "conntrack.new_pin_rate",
+        uint(file.new_pin_rate, defaults::NEW_PIN_RATE),
+        NEW_PIN_RATE_RANGE,
+    );
     (
         capacity,
         syn_capacity,
         Duration::from_secs(u64::from(udp_timeout_secs)),
+        new_pin_rate,
     )
 }
 
@@ -412,7 +422,8 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let top = top_level(&file, &mut r);
     let encap = encap(&file.encap, &mut r);
     let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
-    let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
+    let (ct_capacity, ct_syn_capacity, udp_timeout, new_pin_rate) =
+        conntrack(&file.conntrack, &mut r);
     let health = health::checker(&file.health, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
@@ -437,6 +448,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ct_capacity,
             ct_syn_capacity,
             udp_timeout,
+            new_pin_rate,
             nexthop_cache,
             health,
             vips,

@@ -34,6 +34,8 @@ pub struct Globals {
     pub if_mac: [u8; 6],
     /// UDP idle timeout.
     pub udp_timeout: Duration,
+    /// New conntrack pins per second per CPU (0: no limit).
+    pub new_pin_rate: u32,
     /// How long each CPU reuses a backend's FIB lookup.
     pub nexthop_cache: Duration,
 }
@@ -61,8 +63,20 @@ impl Globals {
             hash_seed: self.hash_seed,
             udp_timeout_ns: u64::try_from(self.udp_timeout.as_nanos()).unwrap_or(u64::MAX),
             nexthop_cache_ns: u64::try_from(self.nexthop_cache.as_nanos()).unwrap_or(u64::MAX),
+            new_pin_interval_ns: new_pin_interval_ns(self.new_pin_rate),
+            new_pin_burst_ns: u64::from(crate::defaults::NEW_PIN_BURST_MS) * 1_000_000,
             ..LbConfig::default()
         }
+    }
+}
+
+/// The emission interval (ns) of `rate` new pins per second (0: no limit, and a rate
+/// above a billion is one pin per ns).
+fn new_pin_interval_ns(rate: u32) -> u64 {
+    if rate == 0 {
+        0
+    } else {
+        (1_000_000_000 / u64::from(rate)).max(1)
     }
 }
 
@@ -172,6 +186,7 @@ impl Desired {
                 nexthop: config.nexthop,
                 if_mac,
                 udp_timeout: config.udp_timeout,
+                new_pin_rate: config.new_pin_rate,
                 nexthop_cache: config.nexthop_cache,
             },
             maglev_seed: config.maglev_seed,

@@ -124,6 +124,7 @@ fn the_example_file_states_exactly_the_defaults() {
             "conntrack.udp_timeout_secs",
             int(defaults::UDP_TIMEOUT_SECS.into()),
         ),
+        ("conntrack.new_pin_rate", int(defaults::NEW_PIN_RATE.into())),
         ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
         (
             "health.coalesce_ms",
