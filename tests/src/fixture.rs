@@ -32,7 +32,9 @@ pub const SEED: u32 = 0x5eed_1234;
 /// UDP idle timeout of the fixtures (ns).
 pub const UDP_TIMEOUT_NS: u64 = 30_000_000_000;
 
-/// The fixtures' configuration.
+/// The fixtures' configuration. New pins are not rate limited (`new_pin_interval_ns`
+/// 0): fixtures that make many flows quickly test the decision, the flood tests set
+/// the rate.
 pub fn default_config() -> LbConfig {
     let (src_v6, _) = addr_bytes(packets::LB6.into());
     LbConfig {
@@ -48,6 +50,7 @@ pub fn default_config() -> LbConfig {
         syn_cache_mask: 0,
         udp_timeout_ns: UDP_TIMEOUT_NS,
         nexthop_cache_ns: 0,
+        ..LbConfig::default()
     }
 }
 

@@ -603,7 +603,10 @@ fn a_retransmitted_syn_follows_its_first_syn_across_table_changes() {
     let before = lb.dp.vip_stats(0).expect("stats");
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(1)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"data")), (XDP_TX, b4(1)));
-    assert_eq!(lb.dp.vip_stats(0).expect("stats").new_flows, before.new_flows);
+    assert_eq!(
+        lb.dp.vip_stats(0).expect("stats").new_flows,
+        before.new_flows
+    );
     let other = Flow::new(CLIENT4, 47_100, VIP4, 80);
     assert_eq!(lb.send(&other.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
     lb.table(0, &[3; 65_537]);

@@ -416,6 +416,13 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
             if opts
                 .case
                 .as_ref()
+                .is_none_or(|c| "flood".contains(c.as_str()))
+            {
+                traffic::flood(&mut lb, opts)?;
+            }
+            if opts
+                .case
+                .as_ref()
                 .is_none_or(|c| "packet rate".contains(c.as_str()))
             {
                 println!();

@@ -64,6 +64,7 @@ pub fn bed_config() -> LbConfig {
         syn_cache_mask: 0,
         udp_timeout_ns: UDP_TIMEOUT_NS,
         nexthop_cache_ns: 0,
+        ..LbConfig::default()
     }
 }
 

@@ -14,6 +14,9 @@
 //! - Handshake: a SYN, then the ACK completing the handshake, on a new 4-tuple per
 //!   connection (the harness alternates the TCP flags' word), with conntrack full, as
 //!   it is on a busy load balancer (LRU eviction on every insert).
+//! - Flood: mid-flow ACKs from a new 4-tuple per packet past the rate of new pins, each
+//!   forwarded by the table without a pin (`tx_unpinned`): the per-packet cost of an
+//!   ACK flood once the limit holds it.
 //! - Packet rate: `BPF_PROG_TEST_RUN` in live-frames mode (`BPF_F_TEST_XDP_LIVE_FRAMES`):
 //!   the frames the program returns with `XDP_TX` leave through `lb0`, a veth in the
 //!   benchmark's namespace, whose peer `lb1` drops them in its own XDP program; the
@@ -22,6 +25,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context as _, ensure};
+use lb_common::stats::Reason;
 use lb_tests::{
     fixture::{Lb, XDP_PASS, XDP_TX},
     packets::{ACK, CLIENT6, Flow, L4, SYN, VIP4, VIP6},
@@ -377,6 +381,36 @@ pub(crate) fn handshakes(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
             &pair,
         );
     }
+    Ok(())
+}
+
+/// The flood path: a TCP v4 mid-flow miss on a new 4-tuple per packet, refused a pin
+/// (a rate of one new pin per second, no burst), forwarded by the table.
+pub(crate) fn flood(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
+    let mut cfg = lb_tests::fixture::default_config();
+    cfg.new_pin_interval_ns = 1_000_000_000;
+    cfg.new_pin_burst_ns = 0;
+    lb.dp.set_config(&cfg)?;
+    let flow = Flow::new(Ipv4Addr::new(10, 0, 0, 0), 40000, VIP4, 80);
+    let frame = sized(&flow, L4::Tcp(ACK));
+    let spec = BenchSpec {
+        vary_offset: V4_SRC,
+        ..BenchSpec::default()
+    };
+    let before = lb.global();
+    let t = time(lb, &frame, &spec, &|_| None, opts)?;
+    let unpinned = lb.global().get(Reason::TxUnpinned) - before.get(Reason::TxUnpinned);
+    let timed = u64::from(opts.repeat) * opts.runs as u64;
+    // A pin a second may pass.
+    ensure!(
+        unpinned + 2 * opts.runs as u64 + 2 >= timed,
+        "only {unpinned} of {timed} flood packets were refused a pin"
+    );
+    row(
+        "TCP v4 mid-flow miss past the new-pin rate (ACK flood: forwarded by the table, unpinned)",
+        &t,
+    );
+    lb.dp.set_config(&lb_tests::fixture::default_config())?;
     Ok(())
 }
 
