@@ -45,7 +45,7 @@ mod syn;
 #[cfg(test)]
 mod tests;
 
-pub use syn::{SynDecision, decide_syn};
+pub use syn::{DUPLICATE_SYN_WINDOW_NS, SynDecision, decide_syn};
 
 /// A UDP pin's time is rewritten at most this often (ns), so that a busy flow does not
 /// dirty its pin on every packet.

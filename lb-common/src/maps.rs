@@ -83,6 +83,13 @@ pub const SYN_CACHE: &str = "SYN_CACHE";
 /// The helper walks the routing and neighbour tables on every call, which costs more
 /// than the rest of the packet path; a per-CPU entry needs no lock and no atomics.
 pub const NEXTHOP_CACHE: &str = "NEXTHOP_CACHE";
+/// `BPF_MAP_TYPE_ARRAY`: VIP id → one `u64`, the epoch of the VIP's table the program
+/// last saw (high 32 bits) and when it first saw it (low 32 bits, the conntrack clock in
+/// 2^30 ns units): one 64-bit word, so a reader never pairs one epoch with another's
+/// time. A SYN looks conntrack up only within
+/// [`crate::conntrack::DUPLICATE_SYN_WINDOW_NS`] of that time. Written by the program
+/// only, when it sees a new epoch (a table change), so it stays in the CPUs' caches.
+pub const TABLE_SEEN: &str = "TABLE_SEEN";
 /// Per-CPU array of one `u64`: the theoretical arrival time (ns, on the conntrack clock)
 /// of the CPU's next new conntrack pin, the state of the rate limit of new pins
 /// (`crate::types::LbConfig::new_pin_interval_ns`). Per CPU: no lock, no atomics, and a

@@ -10,8 +10,9 @@
 //!    else takes the VIP's current table and is remembered in the SYN cache; any other
 //!    packet takes the VIP lookup and the
 //!    connection-tracking decision of `lb_common::conntrack`, over the maps of
-//!    [`conntrack`], [`syn_cache`] and [`table`]. A packet that would make a new pin beyond the CPU's rate of new pins goes to the
-//!    same backend without it ([`flood`]);
+//!    [`conntrack`], [`syn_cache`] and [`table`]. A packet that would make a new pin
+//!    beyond the CPU's rate of new pins goes to the same backend without it
+//!    ([`flood`]);
 //! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
 //!
 //! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
@@ -35,6 +36,7 @@ mod maps;
 mod packet;
 mod parse;
 mod probe;
+mod recent;
 mod select;
 mod stats;
 mod syn_cache;
@@ -95,12 +97,15 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         .get(0)
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
     let bytes = packet::frame_len(ctx) as u64;
+    // A SYN looks conntrack up only shortly after its VIP's table changed (see `select`).
     let syn = parsed.is_syn();
-    let ct = conntrack::lookup_flow(&parsed.key);
-    // Established flows: no VIPS lookup. A SYN's pin decides only if the SYN is a
-    // duplicate of its connection's (see `select`).
-    if !syn
-        && let Some(cfg) = cfg
+    let ct = if syn {
+        None
+    } else {
+        conntrack::lookup_flow(&parsed.key)
+    };
+    // Established flows: no VIPS lookup.
+    if let Some(cfg) = cfg
         && let Some((vip_id, choice)) = select::established(&parsed, ct, cfg)
         && let Some(vip_stats) = stats::vip(vip_id)
     {
@@ -123,7 +128,7 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
     };
     let mut unpinned = false;
     let picked = if syn {
-        select::pick_syn(&parsed, &vip, cfg, vip_stats, ct)
+        select::pick_syn(&parsed, &vip, cfg, vip_stats)
     } else {
         select::pick_backend(&parsed, &vip, cfg, vip_stats, ct, &mut unpinned)
     };

@@ -86,6 +86,10 @@ pub(crate) static SYN_CACHE: Array<SynEntry, { CT_SYN_CAPACITY as usize }> = Arr
 #[btf_map]
 pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
 
+/// VIP id → the epoch of its table the program last saw and when (`recent`).
+#[btf_map]
+pub(crate) static TABLE_SEEN: Array<u64, VIPS_MAX> = Array::new();
+
 /// Per CPU, the rate limit of new conntrack pins (`flood`).
 #[btf_map]
 pub(crate) static NEW_PIN_RATE: PerCpuArray<u64, 1> = PerCpuArray::new();

@@ -13,7 +13,10 @@
 //!   table, `table[flow_hash % M]`, and its choice is remembered in the SYN cache. A
 //!   SYN that reuses the 4-tuple of an older connection (another ISN) is a new
 //!   connection and follows the current table, so a drained backend gets no new
-//!   connection through port reuse either. No SYN writes conntrack.
+//!   connection through port reuse either. No SYN writes conntrack, and only a SYN in
+//!   the window after its VIP's table changed reads it ([`recent`](crate::recent)):
+//!   before that window, a duplicate's connection was picked from the table the SYN
+//!   takes anyway, and a miss in a large hash map is the largest cost of a new flow.
 //! - [`pick_backend`]: every other VIP packet. Its pin, a SYN held in the SYN cache, or
 //!   the table chooses, by the rules of `lb_common::conntrack` (which `lb flow` applies
 //!   too); this module reads the maps for that decision and carries it out. A new pin
@@ -32,7 +35,7 @@ use crate::{
     conntrack::{self, CtHit, now_coarse_ns},
     flood,
     parse::Parsed,
-    syn_cache, table, vip,
+    recent, syn_cache, table, vip,
 };
 
 /// What the fast path's check of a pin reads: the clock and `BACKENDS`.
@@ -115,17 +118,23 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     }
 }
 
-/// Chooses the backend for a TCP SYN (`lb_common::conntrack::decide_syn`; `ct`: the
-/// flow's pin): its connection's, for a duplicate or a retransmission; else the VIP's
-/// current table's, remembered in the flow's SYN cache slot.
+/// Chooses the backend for a TCP SYN (`lb_common::conntrack::decide_syn`, with the
+/// flow's pin if the VIP's table changed recently): its connection's, for a duplicate
+/// or a retransmission; else the VIP's current table's, remembered in the flow's SYN
+/// cache slot.
 #[inline(always)]
 pub(crate) fn pick_syn(
     p: &Parsed,
     vip: &VipEntry,
     cfg: &LbConfig,
     stats: &mut VipStats,
-    ct: CtHit,
 ) -> Result<Choice, Reason> {
+    let now = now_coarse_ns();
+    let ct = if recent::table_changed(vip, now) {
+        conntrack::lookup_flow(&p.key)
+    } else {
+        None
+    };
     // SAFETY: the pointer comes from a successful lookup and the entry is only read
     // within this program run.
     let entry = ct.map(|entry| unsafe { &*entry });
@@ -137,7 +146,7 @@ pub(crate) fn pick_syn(
         SynDecision::Table { hash } => hash,
     };
     let choice = table::pick(vip, hash)?;
-    syn_cache::remember(p, vip, hash, &choice, cfg, stats);
+    syn_cache::remember(p, vip, hash, &choice, cfg, stats, now);
     stats.new_flows += 1;
     Ok(choice)
 }

@@ -13,7 +13,7 @@ use lb_common::{
     types::{LbConfig, SynEntry, VipEntry},
 };
 
-use crate::{backend::Choice, conntrack::now_coarse_ns, maps::SYN_CACHE, parse::Parsed};
+use crate::{backend::Choice, maps::SYN_CACHE, parse::Parsed};
 
 /// `SynEntry::vip_id` of a slot whose SYN was used (no VIP has it). Not `u32::MAX`:
 /// LLVM's BPF backend compared a zero-extended 32-bit load with that constant as a
@@ -45,8 +45,8 @@ pub(crate) fn slot(hash: u32, cfg: &LbConfig) -> Option<&'static mut SynEntry> {
         .map(|slot| unsafe { &mut *slot })
 }
 
-/// Remembers that SYN `p` of VIP `vip` (flow hash `hash`) went to `choice`, in its
-/// flow's slot. Counts `ct_syn_only_evicted` when the slot held another flow's SYN
+/// Remembers that SYN `p` of VIP `vip` (flow hash `hash`), seen at `now`
+/// (`now_coarse_ns`), went to `choice`, in its flow's slot. Counts `ct_syn_only_evicted` when the slot held another flow's SYN
 /// whose handshake had not completed.
 #[inline(always)]
 pub(crate) fn remember(
@@ -56,6 +56,7 @@ pub(crate) fn remember(
     choice: &Choice,
     cfg: &LbConfig,
     stats: &mut VipStats,
+    now: u64,
 ) {
     let Some(slot) = slot(hash, cfg) else {
         return;
@@ -63,7 +64,6 @@ pub(crate) fn remember(
     if slot.vip_id != SYN_SLOT_FREE && slot.key.vip.family != 0 && !slot.key.same_as(&p.key) {
         stats.ct_syn_only_evicted += 1;
     }
-    let now = now_coarse_ns();
     slot.key = p.key;
     let (backend_id, vip_id) = (id16(choice.id), id16(vip.vip_id));
     slot.backend_id = backend_id;

@@ -14,7 +14,13 @@
 //!
 //! Either way the SYN writes nothing, so a table change between the first SYN and its
 //! retransmission moves no connection, and a SYN flood still only overwrites held
-//! SYNs. A pin made without seeing the SYN (ISN 0: a mid-flow packet after a restart or
+//! SYNs.
+//!
+//! The pin is worth reading only within [`DUPLICATE_SYN_WINDOW_NS`] after the VIP's
+//! table changed (the XDP program passes none otherwise): a duplicate arrives at most
+//! that long after its connection's first SYN, so without a change in between, the
+//! connection was picked from the table the SYN would take anyway, and its backend (if
+//! it was drained since, that was a table change too) is the table's. A pin made without seeing the SYN (ISN 0: a mid-flow packet after a restart or
 //! an eviction) cannot recognise a duplicate; such a SYN takes the table, as a new
 //! connection would. A backend that no longer keeps flows (down or removed) is
 //! followed by no SYN.
@@ -26,6 +32,13 @@ use crate::{
     hash::flow_hash,
     types::{CtEntry, FlowKey, LbConfig, SynEntry, VipEntry},
 };
+
+/// How long (ns) after a VIP's table changed a SYN may still be a duplicate of a
+/// connection picked from an older table: 180 s, above both the maximum segment
+/// lifetime that bounds a network duplicate (2 min, RFC 9293 section 3.4.2) and the
+/// span of a client's SYN retransmissions (Linux's default `tcp_syn_retries` of 6:
+/// 127 s).
+pub const DUPLICATE_SYN_WINDOW_NS: u64 = 180_000_000_000;
 
 /// Which state a TCP SYN follows ([`decide_syn`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
