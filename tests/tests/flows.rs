@@ -678,6 +678,41 @@ fn a_late_duplicate_syn_does_not_move_its_established_connection() {
 }
 
 #[test]
+fn a_syn_reads_conntrack_only_in_the_window_after_a_table_change() {
+    // Long after the last table change, a duplicate SYN takes the table without a
+    // conntrack lookup: the table it takes is the one its connection was picked from.
+    // After a change it follows the pin (a conntrack hit) for the window.
+    let mut lb = Lb::standard();
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 47_460), VIP4, 80);
+    assert_eq!(establish(&mut lb, &flow), b4(2));
+    lb.dp.age_table_seen(0, 181).expect("age");
+    let before = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
+    let after = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(
+        (
+            after.new_flows - before.new_flows,
+            after.ct_hits - before.ct_hits
+        ),
+        (1, 0)
+    );
+    lb.table(0, &[3; 65_537]);
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
+    let last = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(
+        (
+            last.new_flows - after.new_flows,
+            last.ct_hits - after.ct_hits
+        ),
+        (0, 1)
+    );
+    // 179 s after the change the window still holds.
+    lb.dp.age_table_seen(0, 179).expect("age");
+    assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
+    assert_eq!(lb.dp.vip_stats(0).expect("stats").new_flows, last.new_flows);
+}
+
+#[test]
 fn a_duplicate_syn_on_another_cpu_follows_its_connection() {
     if !two_cpus() {
         return;

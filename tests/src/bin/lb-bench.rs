@@ -348,6 +348,11 @@ fn control_plane() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the traffic section `name` runs: no `--case`, or one that `name` contains.
+fn wants(opts: &Options, name: &str) -> bool {
+    opts.case.as_ref().is_none_or(|c| name.contains(c.as_str()))
+}
+
 fn data_plane(opts: &Options) -> anyhow::Result<()> {
     let mut lb = Lb::with_ct(opts.ct, opts.syn);
     setup(&mut lb);
@@ -406,25 +411,16 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
                 }
             }
             lb.dp.set_config(&default_config())?;
-            if opts
-                .case
-                .as_ref()
-                .is_none_or(|c| "handshake".contains(c.as_str()))
-            {
+            if wants(opts, "SYN") {
+                traffic::syns(&mut lb, opts)?;
+            }
+            if wants(opts, "handshake") {
                 traffic::handshakes(&mut lb, opts)?;
             }
-            if opts
-                .case
-                .as_ref()
-                .is_none_or(|c| "flood".contains(c.as_str()))
-            {
+            if wants(opts, "flood") {
                 traffic::flood(&mut lb, opts)?;
             }
-            if opts
-                .case
-                .as_ref()
-                .is_none_or(|c| "packet rate".contains(c.as_str()))
-            {
+            if wants(opts, "packet rate") {
                 println!();
                 traffic::packet_rate(&mut lb, &ns, opts)?;
             }
@@ -433,11 +429,7 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
         .context("entering the benchmark namespace")?;
     results?;
     drop(lb);
-    if opts
-        .case
-        .as_ref()
-        .is_none_or(|c| "flows".contains(c.as_str()))
-    {
+    if wants(opts, "flows") {
         println!();
         println!(
             "established flows drawn from a population (every repetition a conntrack hit), same harness:"

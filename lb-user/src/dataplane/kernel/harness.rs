@@ -283,6 +283,35 @@ impl KernelDataplane {
         Ok(bytes)
     }
 
+    /// Moves the time at which the program first saw VIP `vip_id`'s current table
+    /// (`TABLE_SEEN`) `secs` seconds into the past, as if the table had been live that
+    /// much longer: for tests and benchmarks of SYNs outside the window after a table
+    /// change. Nothing happens if no packet has seen the table yet.
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn age_table_seen(&mut self, vip_id: u32, secs: u32) -> Result<(), DataplaneError> {
+        let seen = self
+            .ebpf
+            .map_mut(maps::TABLE_SEEN)
+            .ok_or(DataplaneError::MissingMap(maps::TABLE_SEEN))?;
+        let mut seen = Array::<&mut MapData, u64>::try_from(seen)
+            .map_err(map_err(maps::TABLE_SEEN, "open"))?;
+        let word = seen
+            .get(&vip_id, 0)
+            .map_err(map_err(maps::TABLE_SEEN, "lookup"))?;
+        if word >> 32 == 0 {
+            return Ok(());
+        }
+        // The low half counts 2^30 ns ticks.
+        let ticks = u32::try_from(u64::from(secs) * 1_000_000_000 >> 30).unwrap_or(u32::MAX);
+        #[expect(clippy::cast_possible_truncation, reason = "the word's low half")]
+        let first = (word as u32).wrapping_sub(ticks);
+        seen.set(vip_id, (word & !0xffff_ffff) | u64::from(first), 0)
+            .map_err(map_err(maps::TABLE_SEEN, "update"))?;
+        Ok(())
+    }
+
     /// The harness's repetition counter after the last run.
     ///
     /// # Errors

@@ -334,6 +334,8 @@ pub(crate) fn handshakes(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
         warm.counter = Some(0);
         lb.dp
             .bench_run_spec(BenchTarget::LoadBalancer, &syn, &warm, None, fill)?;
+        // Long after the last table change: no SYN looks conntrack up (see `syns`).
+        lb.dp.age_table_seen(family.vip_id, STEADY_SECS)?;
         let even = |n: u32| n.wrapping_add(1) & !1;
         let next = even(lb.dp.bench_counter()?);
         let repeat = opts.repeat & !1;
@@ -380,6 +382,46 @@ pub(crate) fn handshakes(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
             &format!("TCP {} handshake (SYN + ACK), per connection", family.name),
             &pair,
         );
+    }
+    Ok(())
+}
+
+/// How far `age_table_seen` moves a table's first sighting back: past the 180 s window
+/// after a table change in which a SYN looks its flow up in conntrack.
+const STEADY_SECS: u32 = 200;
+
+/// A TCP SYN on a new 4-tuple per packet, for each family: long after the VIP's last
+/// table change (the steady state: the table and SYN cache decide), and within 180 s
+/// of one (a conntrack lookup first, for duplicates of connections picked from the
+/// older table).
+pub(crate) fn syns(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
+    for family in families() {
+        let syn = sized(&family.flow, L4::Tcp(SYN));
+        let spec = BenchSpec {
+            vary_offset: family.src,
+            ..BenchSpec::default()
+        };
+        for steady in [true, false] {
+            // A table switch (a new epoch), seen by one SYN.
+            let slots = lb
+                .dp
+                .table(family.vip_id)?
+                .context("the VIP's table")?
+                .slots;
+            lb.table(family.vip_id, &slots);
+            lb.dp
+                .bench_run_spec(BenchTarget::LoadBalancer, &syn, &spec, None, 1)?;
+            if steady {
+                lb.dp.age_table_seen(family.vip_id, STEADY_SECS)?;
+            }
+            let t = time(lb, &syn, &spec, &|_| None, opts)?;
+            let when = if steady {
+                "180 s after the last table change: table + SYN cache"
+            } else {
+                "within 180 s of a table change: conntrack lookup first"
+            };
+            row(&format!("TCP {} SYN, new 4-tuple, {when}", family.name), &t);
+        }
     }
     Ok(())
 }
