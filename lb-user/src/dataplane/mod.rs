@@ -28,7 +28,10 @@ pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchTarget, PassProgram, TableWriter, TestRunOutput};
-pub use kernel::{KernelDataplane, LoadOptions, is_root, may_load_xdp};
+pub use kernel::{
+    Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, TraceReader,
+    TraceRecord, WalkSettings, is_root, may_load_xdp,
+};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)
 /// and the operation that failed.

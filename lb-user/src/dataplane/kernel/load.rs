@@ -81,6 +81,27 @@ where
     T::try_from(map).map_err(map_err(name, "open"))
 }
 
+/// A duplicate of the file descriptor of map `name`, for a second handle that does not
+/// borrow the object.
+fn dup_fd(ebpf: &Ebpf, name: &'static str) -> Result<std::os::fd::OwnedFd, DataplaneError> {
+    let data = match ebpf.map(name) {
+        Some(
+            Map::Array(data) | Map::ArrayOfMaps(data) | Map::HashMap(data) | Map::LruHashMap(data),
+        ) => data,
+        _ => return Err(DataplaneError::MissingMap(name)),
+    };
+    data.fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|io_error| {
+            MapError::SyscallError(SyscallError {
+                call: "dup",
+                io_error,
+            })
+        })
+        .map_err(map_err(name, "duplicate fd"))
+}
+
 impl KernelDataplane {
     /// Loads the embedded object ([`crate::EBPF_OBJECT`]) with the conntrack sizes of
     /// `options` and verifies the load balancer program.
@@ -104,23 +125,16 @@ impl KernelDataplane {
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
+        super::trace::load_trace_program(&mut ebpf)?;
         // A second handle on TABLES, from a duplicate of its fd: reopening it by id
         // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
         // nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON).
-        let tables_fd = match ebpf.map(maps::TABLES) {
-            Some(Map::ArrayOfMaps(data)) => data
-                .fd()
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|io_error| {
-                    MapError::SyscallError(SyscallError {
-                        call: "dup",
-                        io_error,
-                    })
-                })
-                .map_err(map_err(maps::TABLES, "duplicate fd"))?,
-            _ => return Err(DataplaneError::MissingMap(maps::TABLES)),
-        };
+        let tables_fd = dup_fd(&ebpf, maps::TABLES)?;
+        let walker = super::ConntrackWalker::new(
+            dup_fd(&ebpf, maps::CONNTRACK_V4)?,
+            dup_fd(&ebpf, maps::CONNTRACK_V6)?,
+            dup_fd(&ebpf, maps::SYN_CACHE)?,
+        );
         let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
         let tables = TableSet::new(
             take(&mut ebpf, maps::TABLES)?,
@@ -128,7 +142,12 @@ impl KernelDataplane {
             take(&mut ebpf, maps::VIPS)?,
             take(&mut ebpf, maps::VIP_INFO)?,
         );
+        let trace_reader = Some(super::TraceReader::new(&mut ebpf)?);
         Ok(Self {
+            walker: Some(walker),
+            trace_filter: take(&mut ebpf, maps::TRACE_FILTER)?,
+            tracing: false,
+            trace_reader,
             config: take(&mut ebpf, maps::CONFIG)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
             vip_filter: take(&mut ebpf, maps::VIP_FILTER)?,
