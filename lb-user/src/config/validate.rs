@@ -12,8 +12,10 @@
 //! - the table maps' total memory stays under `max_table_memory_mib` (BR-10.T3).
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
-//! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`].
+//! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
+//! backends in [`vips`].
 
+mod metrics;
 mod vips;
 
 use std::{
@@ -315,6 +317,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let encap = encap(&file.encap, &mut r);
     let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
     let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
+    let metrics = metrics::metrics(&file.metrics, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
@@ -336,6 +339,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ct_syn_capacity,
             udp_timeout,
             nexthop_cache,
+            metrics,
             vips,
         },
         warnings: r.warnings,
