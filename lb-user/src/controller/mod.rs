@@ -3,10 +3,12 @@
 //! [`Controller::apply`] plans a change ([`plan`]: the next state and the ordered map
 //! operations, touching only what changed), runs it with an undo log, and commits the
 //! new state only when every operation succeeded; a failure midway restores the
-//! previous data-plane state and reports the error. It is generic over the
+//! previous data-plane state and reports the error. Every change applied is recorded in
+//! the backends' [`History`] (states and transitions). It is generic over the
 //! [`Dataplane`] trait, so everything here is tested against the in-memory fake.
 
 pub mod desired;
+mod history;
 mod ids;
 mod plan;
 mod report;
@@ -16,6 +18,7 @@ use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 use lb_common::types::BackendEntry;
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
+pub use history::{BackendRecord, History, REMOVED};
 pub use ids::IdError;
 pub use plan::ApplyError;
 pub use report::{ApplyReport, TableChange, VipChange};
@@ -63,6 +66,7 @@ pub struct Controller<D> {
     state: State,
     applied: Option<Desired>,
     changes: u64,
+    history: History,
 }
 
 impl<D: Dataplane> Controller<D> {
@@ -73,6 +77,7 @@ impl<D: Dataplane> Controller<D> {
             state: State::default(),
             applied: None,
             changes: 0,
+            history: History::default(),
         }
     }
 
@@ -93,13 +98,28 @@ impl<D: Dataplane> Controller<D> {
     /// or a failed map write (everything written before it was undone).
     pub fn apply(&mut self, desired: &Desired) -> Result<ApplyReport, ApplyError> {
         let plan = plan::plan(&self.state, desired)?;
-        plan::execute(&mut self.dp, &self.state, &plan.ops)?;
+        let swaps_ms = plan::execute(&mut self.dp, &self.state, &plan.ops)?;
         self.state = plan.next;
         self.applied = Some(desired.clone());
         if !plan.ops.is_empty() {
             self.changes += 1;
         }
-        Ok(plan.report)
+        self.history
+            .observe(&self.state.vips, std::time::Instant::now());
+        Ok(ApplyReport {
+            swaps_ms,
+            ..plan.report
+        })
+    }
+
+    /// Every backend's states since start ([`History`]).
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The history, to forget backends removed long enough ago.
+    pub fn history_mut(&mut self) -> &mut History {
+        &mut self.history
     }
 
     /// The desired state last applied.

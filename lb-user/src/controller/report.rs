@@ -21,6 +21,9 @@ pub struct ApplyReport {
     pub warnings: Vec<String>,
     /// Data-plane operations run.
     pub operations: usize,
+    /// How long each table install of the change took (ms): the new table written into
+    /// the buffer no packet reads, then switched in.
+    pub swaps_ms: Vec<f64>,
 }
 
 impl ApplyReport {
