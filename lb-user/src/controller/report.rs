@@ -113,6 +113,7 @@ fn vip_status(vip: &Vip, applied: &AppliedVip) -> VipStatus {
                 weight: spec.weight,
                 slots,
                 share,
+                connections: None,
             }
         })
         .collect();

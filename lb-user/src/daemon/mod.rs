@@ -1,16 +1,22 @@
 //! `lb run`: the daemon. Loads and attaches the XDP program, applies the
 //! configuration, then serves the control socket (one task per connection, within the
-//! protocol's limits: [`crate::control::server`]), reloads on SIGHUP and when the file
-//! changes (debounced), samples counters every second (`stats`), and detaches on
-//! SIGINT/SIGTERM.
+//! protocol's limits: [`crate::control::server`]; `lb trace` streams: `trace`), serves
+//! the metrics endpoint ([`metrics`], `http`), counts live connections with a periodic
+//! conntrack walk (`connections`), reloads on SIGHUP and when the file changes
+//! (debounced), samples counters every second (`stats`), and detaches on SIGINT/SIGTERM.
 //!
 //! The logic is in [`service`] (tested without root); this module is the event loop
 //! and the parts that need the real system (privileges, the interface's MAC, the
 //! socket, signals, file watching).
 
+mod change;
+pub mod connections;
+mod http;
+pub mod metrics;
 mod neighbours;
 pub mod service;
 mod stats;
+mod trace;
 
 use std::{
     os::unix::fs::PermissionsExt as _,
@@ -31,11 +37,15 @@ use crate::{
     config::{Config, Loaded, XdpMode},
     control::{
         Request,
-        server::{self, Limits, ServeError},
+        server::{self, Limits, Reply, ServeError},
     },
     controller::ApplyReport,
-    dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions},
+    dataplane::{
+        AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, LoadOptions, TraceReader,
+        WalkSettings,
+    },
 };
+use metrics::{Recorder, ReloadResult};
 use service::Service;
 
 /// Quiet time after a file change before reloading.
@@ -140,23 +150,43 @@ impl Drop for SocketFile {
     }
 }
 
+/// What the event loop's tasks share besides the service.
+#[derive(Clone)]
+struct Context {
+    recorder: Arc<Recorder>,
+    tracer: trace::Tracer,
+}
+
 /// Answers one control connection (within the protocol's [`Limits`]).
-async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> Result<(), ServeError> {
-    server::serve(stream, Limits::default(), |request| {
+async fn serve_one(
+    stream: tokio::net::UnixStream,
+    service: Shared,
+    context: Context,
+) -> Result<(), ServeError> {
+    server::serve_streaming(stream, Limits::default(), |request| {
+        if let Request::Trace { vip, client } = request {
+            return context.tracer.start(&service, *vip, *client);
+        }
         let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-        let response = service.handle(request, &mut log_report);
+        let response = service.handle(request, &mut |report| {
+            log_report(report);
+            context.recorder.observe(report);
+        });
         if matches!(request, Request::Backend { .. }) && response.ok {
             manage_neighbours(&service);
         }
-        response
+        Reply::Once(response)
     })
     .await
 }
 
-fn reload(service: &Shared, path: &Path, why: &str) {
+fn reload(service: &Shared, path: &Path, why: &str, recorder: &Recorder) {
     info!("reloading {} ({why})", path.display());
     match Config::load(path) {
-        Err(e) => error!("reload: invalid configuration, nothing applied: {e}"),
+        Err(e) => {
+            recorder.reload(ReloadResult::Invalid);
+            error!("reload: invalid configuration, nothing applied: {e}");
+        }
         Ok(loaded) => {
             for w in &loaded.warnings {
                 warn!("{w}");
@@ -164,14 +194,53 @@ fn reload(service: &Shared, path: &Path, why: &str) {
             let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
             match service.reload(&loaded) {
                 Ok(report) => {
+                    recorder.reload(ReloadResult::Applied);
                     if report.operations == 0 {
                         info!("reload: no change");
                     }
                     log_report(&report);
+                    recorder.observe(&report);
                     manage_neighbours(&service);
                 }
-                Err(e) => error!("reload failed, the running state is kept: {e}"),
+                Err(e) => {
+                    recorder.reload(ReloadResult::Refused);
+                    error!("reload failed, the running state is kept: {e}");
+                }
             }
+        }
+    }
+}
+
+/// Counts live connections every `interval` (on a blocking thread: a walk of large
+/// maps takes milliseconds) and hands each result to the service.
+async fn walk_conntrack(
+    walker: ConntrackWalker,
+    settings: WalkSettings,
+    interval: Duration,
+    service: Shared,
+) {
+    let mut walker = Some(walker);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(w) = walker.take() else { return };
+        let Ok((w, census)) =
+            tokio::task::spawn_blocking(move || {
+                let census = w.walk(&settings);
+                (w, census)
+            })
+            .await
+        else {
+            return;
+        };
+        walker = Some(w);
+        match census {
+            Ok(census) => service
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_census(census),
+            Err(e) => warn!("counting connections: {e}"),
         }
     }
 }
@@ -223,6 +292,13 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         ct_syn_capacity: config.ct_syn_capacity,
     })
     .context("loading the XDP program")?;
+    let metrics_listener = config
+        .metrics
+        .listen
+        .map(|addr| {
+            http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}"))
+        })
+        .transpose()?;
     let listener = bind_socket(&config.control_socket)?;
     // Removes the socket file however `run` ends from here on.
     let _socket_file = SocketFile(config.control_socket.clone());
@@ -232,7 +308,20 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         Service::start(dp, path.to_path_buf(), &loaded, if_mac, String::new())
             .map_err(|e| anyhow::anyhow!("applying the configuration: {e}"))?;
     log_report(&report);
+    let recorder = Arc::new(Recorder::default());
+    recorder.observe(&report);
     manage_neighbours(&service);
+    let dp = service.controller_mut().dataplane_mut();
+    let tasks = Tasks {
+        trace_reader: dp.take_trace_reader(),
+        walker: dp.take_conntrack_walker(),
+        walk: WalkSettings {
+            udp_timeout: config.udp_timeout,
+            idle: config.metrics.idle,
+            syn_window: WalkSettings::SYN_WINDOW,
+        },
+        metrics_listener,
+    };
     let mode = attach(
         service.controller_mut().dataplane_mut(),
         &config.interface,
@@ -253,8 +342,17 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
             listener,
             Arc::clone(&service),
             path.to_path_buf(),
+            &config,
+            tasks,
+            Context {
+                recorder,
+                tracer: trace::Tracer::default(),
+            },
         ));
     let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(e) = service.controller_mut().dataplane_mut().set_trace(None) {
+        warn!("switching the trace off: {e}");
+    }
     if let Err(e) = service.controller_mut().dataplane_mut().detach() {
         error!("detaching: {e}");
     } else {
@@ -263,12 +361,49 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     result
 }
 
+/// What the event loop starts besides the control socket.
+struct Tasks {
+    trace_reader: Option<TraceReader>,
+    walker: Option<ConntrackWalker>,
+    walk: WalkSettings,
+    metrics_listener: Option<std::net::TcpListener>,
+}
+
 async fn event_loop(
     listener: std::os::unix::net::UnixListener,
     service: Shared,
     path: PathBuf,
+    config: &Config,
+    tasks: Tasks,
+    context: Context,
 ) -> anyhow::Result<()> {
     let listener = UnixListener::from_std(listener)?;
+    if let Some(reader) = tasks.trace_reader {
+        tokio::spawn(trace::read_records(
+            reader,
+            Arc::clone(&service),
+            context.tracer.clone(),
+        ));
+    }
+    if let Some(walker) = tasks.walker {
+        tokio::spawn(walk_conntrack(
+            walker,
+            tasks.walk,
+            config.metrics.connections_interval,
+            Arc::clone(&service),
+        ));
+    }
+    if let Some(metrics) = tasks.metrics_listener {
+        if let Ok(addr) = metrics.local_addr() {
+            info!("metrics at http://{addr}/metrics");
+        }
+        tokio::spawn(http::serve(
+            metrics,
+            Arc::clone(&service),
+            Arc::clone(&context.recorder),
+            config.metrics.removed_retention,
+        ));
+    }
     let mut hangup = signal(SignalKind::hangup())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -288,9 +423,9 @@ async fn event_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let service = Arc::clone(&service);
+                    let (service, context) = (Arc::clone(&service), context.clone());
                     tokio::spawn(async move {
-                        match serve_one(stream, service).await {
+                        match serve_one(stream, service, context).await {
                             Ok(()) | Err(ServeError::Closed) => {}
                             Err(e) => warn!("control connection: {e}"),
                         }
@@ -298,11 +433,11 @@ async fn event_loop(
                 }
                 Err(e) => warn!("control socket accept: {e}"),
             },
-            _ = hangup.recv() => reload(&service, &path, "SIGHUP"),
+            _ = hangup.recv() => reload(&service, &path, "SIGHUP", &context.recorder),
             Some(()) = file_events.recv() => {
                 // Debounce: wait until the file has been quiet for a while.
                 while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, file_events.recv()).await {}
-                reload(&service, &path, "file changed");
+                reload(&service, &path, "file changed", &context.recorder);
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
             _ = interrupt.recv() => { info!("SIGINT: shutting down"); return Ok(()); }

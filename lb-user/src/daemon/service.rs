@@ -4,7 +4,11 @@
 
 use std::path::PathBuf;
 
-use super::stats::{self, Sample};
+use super::{
+    change,
+    connections::Latest,
+    stats::{self, Sample},
+};
 use crate::{
     config::{BackendState, Config, Loaded, Vip, XdpMode},
     control::{BackendAction, Request, Response, Stats, Status},
@@ -57,11 +61,14 @@ struct StartOnly {
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
     hash_seed: u32,
+    /// The metrics endpoint's address and the conntrack walk's settings.
+    metrics: crate::config::MetricsConfig,
 }
 
 impl StartOnly {
     fn of(c: &Config) -> Self {
         Self {
+            metrics: c.metrics.clone(),
             interface: c.interface.clone(),
             xdp_mode: c.xdp_mode,
             control_socket: c.control_socket.clone(),
@@ -86,6 +93,7 @@ impl StartOnly {
                 self.ct_syn_capacity != other.ct_syn_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
+            ("metrics", self.metrics != other.metrics),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
@@ -103,6 +111,7 @@ pub struct Service<D> {
     interface: String,
     mode: String,
     previous: Option<Sample>,
+    connections: Latest,
 }
 
 impl<D: Dataplane> Service<D> {
@@ -132,6 +141,11 @@ impl<D: Dataplane> Service<D> {
                 interface: loaded.config.interface.clone(),
                 mode,
                 previous: None,
+                connections: Latest::new(
+                    loaded.config.ct_capacity,
+                    loaded.config.ct_syn_capacity,
+                    loaded.config.metrics.idle,
+                ),
             },
             report,
         ))
@@ -194,10 +208,19 @@ impl<D: Dataplane> Service<D> {
             } => match self.backend(action, &vip, backend, weight) {
                 Ok(report) => {
                     log(&report);
-                    Response::ok(report.lines())
+                    Response::ok(change::change(
+                        &self.controller,
+                        action,
+                        &vip,
+                        backend,
+                        &report,
+                    ))
                 }
                 Err(e) => Response::error(e),
             },
+            Request::Trace { .. } => {
+                Response::error("lb trace is a stream: the daemon's event loop serves it")
+            }
             Request::Flow { vip, client } => match self.controller.flow(&vip, client) {
                 Ok(r) => Response::ok(r),
                 Err(e) => Response::error(e),
@@ -240,9 +263,19 @@ impl<D: Dataplane> Service<D> {
         Ok(self.controller.apply(&desired)?)
     }
 
+    /// Records the last conntrack walk (live connections per backend).
+    pub fn set_census(&mut self, census: crate::dataplane::Census) {
+        self.connections.set(census);
+    }
+
+    /// The last conntrack walk, with the capacities beside it.
+    pub fn connections(&self) -> &Latest {
+        &self.connections
+    }
+
     /// `lb status`.
     pub fn status(&self) -> Status {
-        Status {
+        let mut status = Status {
             interface: self.interface.clone(),
             mode: self.mode.clone(),
             config_file: self.config_file.display().to_string(),
@@ -250,7 +283,10 @@ impl<D: Dataplane> Service<D> {
             changes: self.controller.changes(),
             table_builds: self.controller.builds_total(),
             vips: self.controller.vip_statuses(),
-        }
+            conntrack: None,
+        };
+        self.connections.annotate(&mut status);
+        status
     }
 
     /// Records the counters, so that the next `lb stats` reports rates over the time
@@ -271,6 +307,7 @@ impl<D: Dataplane> Service<D> {
             &self.controller,
             &now,
             self.previous.as_ref(),
+            &self.connections,
         ))
     }
 }
