@@ -27,6 +27,9 @@ const APT_PACKAGES: &[&str] = &[
     "man-db",
     "bash-completion",
     "systemd",
+    // The metrics tests: a real Prometheus server (started by the test, in the test's
+    // network namespace, on its own port) and `promtool check metrics`.
+    "prometheus",
 ];
 
 /// bpf-linker version known to build against LLVM 22 here.
@@ -149,7 +152,22 @@ fn install_apt_packages(missing: &[String]) -> anyhow::Result<()> {
             .args(["install", "-y", "--no-install-recommends"])
             .args(missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    )?;
+    if missing.iter().any(|p| p == "prometheus") {
+        keep_system_prometheus_stopped();
+    }
+    Ok(())
+}
+
+/// Debian's `prometheus` package enables a system service (on port 9090 of the host's
+/// namespace). The tests start their own server in their own namespace and need no
+/// other, so where systemd runs the machine, the service is stopped and disabled
+/// (best effort: without systemd as PID 1, `invoke-rc.d` did not start it).
+fn keep_system_prometheus_stopped() {
+    if std::path::Path::new("/run/systemd/system").exists() {
+        let _ =
+            cmd::run(Command::new("systemctl").args(["disable", "--now", "prometheus.service"]));
+    }
 }
 
 fn missing_nightly() -> Vec<String> {

@@ -9,7 +9,10 @@ use serde::Serialize;
 use super::Output;
 use crate::{
     config::Vip,
-    control::{BackendAction, Client, ClientError, FlowReport, Stats, Status},
+    control::{
+        BackendAction, Client, ClientError, ConnectionCounts, ConntrackStatus, FlowReport, Stats,
+        Status,
+    },
     defaults,
     maglev::BackendKey,
 };
@@ -126,6 +129,7 @@ pub fn status_text(s: &Status) -> String {
         "changes applied: {}, table builds: {}",
         s.changes, s.table_builds
     );
+    out.push_str(&conntrack_line(s.conntrack.as_ref()));
     for v in &s.vips {
         let _ = writeln!(
             out,
@@ -134,19 +138,23 @@ pub fn status_text(s: &Status) -> String {
         );
         let _ = writeln!(
             out,
-            "  {:<40} {:<7} {:>10} {:>8} {:>8} {:>6}",
-            "BACKEND", "STATE", "WEIGHT", "SLOTS", "SHARE", "ID"
+            "  {:<40} {:<7} {:>10} {:>8} {:>8} {:>6} {:>11} {:>8} {:>8}",
+            "BACKEND", "STATE", "WEIGHT", "SLOTS", "SHARE", "ID", "ESTABLISHED", "IDLE", "SYN"
         );
         for b in &v.backends {
+            let c = connection_cells(b.connections.as_ref());
             let _ = writeln!(
                 out,
-                "  {:<40} {:<7} {:>10} {:>8} {:>7.2}% {:>6}",
+                "  {:<40} {:<7} {:>10} {:>8} {:>7.2}% {:>6} {:>11} {:>8} {:>8}",
                 b.address,
                 b.state,
                 b.weight,
                 b.slots,
                 b.share * 100.0,
-                b.id
+                b.id,
+                c[0],
+                c[1],
+                c[2]
             );
         }
         if v.backends.is_empty() {
@@ -154,6 +162,37 @@ pub fn status_text(s: &Status) -> String {
         }
     }
     out
+}
+
+/// The ESTABLISHED, IDLE and SYN cells of a backend (`-` before the first walk).
+fn connection_cells(c: Option<&ConnectionCounts>) -> [String; 3] {
+    match c {
+        Some(c) => [
+            c.established.to_string(),
+            c.idle.to_string(),
+            c.syn_only.to_string(),
+        ],
+        None => ["-".into(), "-".into(), "-".into()],
+    }
+}
+
+/// The conntrack occupancy line of `lb status` and `lb stats`.
+fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
+    match c {
+        Some(c) => format!(
+            "conntrack: {} IPv4 + {} IPv6 entries of {} each, SYN cache {} of {} slots; \
+             connections counted {:.1} s ago in {:.1} ms (idle: no packet for {} s)\n",
+            c.v4_entries,
+            c.v6_entries,
+            c.capacity,
+            c.syn_slots_used,
+            c.syn_capacity,
+            c.age_secs,
+            c.walk_ms,
+            c.idle_secs
+        ),
+        None => "conntrack: connections not counted yet\n".to_owned(),
+    }
 }
 
 /// Runs `lb stats`.
@@ -173,6 +212,7 @@ pub fn stats(args: &ReadArgs) -> Result<Output, ClientError> {
 pub fn stats_text(s: &Stats) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "rates over the last {:.1} s", s.interval_secs);
+    out.push_str(&conntrack_line(s.conntrack.as_ref()));
     let _ = writeln!(out, "verdicts:");
     for c in &s.reasons {
         let _ = writeln!(out, "  {:<20} {:>14} {:>12.1}/s", c.name, c.value, c.rate);
@@ -183,11 +223,22 @@ pub fn stats_text(s: &Stats) -> String {
             let _ = writeln!(out, "  {:<20} {:>14} {:>12.1}/s", c.name, c.value, c.rate);
         }
         for b in &v.backends {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "  backend {:<30} packets {:>12} ({:.1}/s) bytes {:>14} ({:.1}/s)",
                 b.backend, b.packets.value, b.packets.rate, b.bytes.value, b.bytes.rate
             );
+            if let Some(n) = &b.new_flows {
+                let _ = write!(out, " new flows {} ({:.1}/s)", n.value, n.rate);
+            }
+            if let Some(c) = &b.connections {
+                let _ = write!(
+                    out,
+                    " connections {} established ({} idle), {} SYN-only",
+                    c.established, c.idle, c.syn_only
+                );
+            }
+            out.push('\n');
         }
     }
     out
@@ -198,16 +249,16 @@ pub fn stats_text(s: &Stats) -> String {
 /// # Errors
 /// The daemon is unreachable or refused the change.
 pub fn backend(args: &BackendArgs) -> Result<Output, ClientError> {
-    let lines = args
+    let change = args
         .socket
         .client()
         .backend(args.action, args.vip, args.backend, args.weight)?;
     Ok(if args.json {
-        json(&lines)
-    } else if lines.is_empty() {
+        json(&change)
+    } else if change.lines.is_empty() {
         Output::text("no change\n")
     } else {
-        Output::text(lines.join("\n") + "\n")
+        Output::text(change.lines.join("\n") + "\n")
     })
 }
 

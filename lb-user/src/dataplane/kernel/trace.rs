@@ -10,7 +10,7 @@
 
 use std::{
     net::SocketAddr,
-    os::fd::{AsFd, BorrowedFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd},
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -80,6 +80,13 @@ impl TraceReader {
 impl AsFd for TraceReader {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.logger.as_fd()
+    }
+}
+
+/// The ring buffer's descriptor: owned by the reader, the same for its whole life.
+impl AsRawFd for TraceReader {
+    fn as_raw_fd(&self) -> RawFd {
+        self.logger.as_raw_fd()
     }
 }
 
