@@ -35,10 +35,10 @@ pub use answer::{
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;
-pub use trace::{TraceClient, TraceEvent, TraceStarted, tcp_flags_text};
 pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES};
 pub use request::{BackendAction, Request};
 pub use server::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
+pub use trace::{TraceClient, TraceEvent, TraceStarted, tcp_flags_text};
 
 #[cfg(doc)]
 use crate::{config::Vip, maglev::BackendKey};

@@ -138,7 +138,12 @@ mod tests {
         let c: TraceClient = "[2001:db8::7]:53".parse().unwrap();
         assert_eq!(c.to_string(), "[2001:db8::7]:53");
         assert!("2001:db8::7".parse::<TraceClient>().unwrap().port.is_none());
-        assert!("bogus".parse::<TraceClient>().unwrap_err().contains("\"bogus\""));
+        assert!(
+            "bogus"
+                .parse::<TraceClient>()
+                .unwrap_err()
+                .contains("\"bogus\"")
+        );
     }
 
     #[test]

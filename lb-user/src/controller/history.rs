@@ -140,7 +140,10 @@ mod tests {
             table: std::sync::Arc::new(MaglevTable::build(&[], 7, 0).unwrap()),
             slots: std::sync::Arc::new(vec![0; 7]),
             generation: 1,
-            backend_ids: backends.iter().map(|&(k, _)| (key(k), u32::from(k))).collect(),
+            backend_ids: backends
+                .iter()
+                .map(|&(k, _)| (key(k), u32::from(k)))
+                .collect(),
             spec,
         };
         BTreeMap::from([(vip, applied)])
@@ -159,8 +162,14 @@ mod tests {
     fn transitions_are_counted_and_a_removed_backend_is_kept_for_the_retention() {
         let t0 = Instant::now();
         let mut h = History::default();
-        h.observe(&vips(&[(1, BackendState::Active), (2, BackendState::Active)]), t0);
-        h.observe(&vips(&[(1, BackendState::Drain), (2, BackendState::Active)]), t0);
+        h.observe(
+            &vips(&[(1, BackendState::Active), (2, BackendState::Active)]),
+            t0,
+        );
+        h.observe(
+            &vips(&[(1, BackendState::Drain), (2, BackendState::Active)]),
+            t0,
+        );
         h.observe(&vips(&[(1, BackendState::Drain)]), t0);
         let s = |x: &str| x.to_owned();
         assert_eq!(
@@ -171,7 +180,10 @@ mod tests {
             ]
         );
         // Re-added: the same record (and id) goes on.
-        h.observe(&vips(&[(1, BackendState::Drain), (2, BackendState::Active)]), t0);
+        h.observe(
+            &vips(&[(1, BackendState::Drain), (2, BackendState::Active)]),
+            t0,
+        );
         assert_eq!(states(&h)[1].2, vec![(s("active"), 2), (s("removed"), 1)]);
         h.observe(&vips(&[(1, BackendState::Drain)]), t0);
         let retention = Duration::from_secs(600);

@@ -63,7 +63,12 @@ pub(super) async fn serve(
         let (service, recorder) = (Arc::clone(&service), Arc::clone(&recorder));
         tokio::spawn(async move {
             let handler = service_fn(move |request| {
-                respond(request, Arc::clone(&service), Arc::clone(&recorder), retention)
+                respond(
+                    request,
+                    Arc::clone(&service),
+                    Arc::clone(&recorder),
+                    retention,
+                )
             });
             let mut builder = http1::Builder::new();
             builder
@@ -90,7 +95,10 @@ async fn respond(
         r
     };
     if request.uri().path() != "/metrics" {
-        return Ok(plain(StatusCode::NOT_FOUND, "lb: the metrics are at /metrics\n"));
+        return Ok(plain(
+            StatusCode::NOT_FOUND,
+            "lb: the metrics are at /metrics\n",
+        ));
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return Ok(plain(StatusCode::METHOD_NOT_ALLOWED, "GET /metrics\n"));

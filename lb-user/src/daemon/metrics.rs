@@ -241,7 +241,11 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 
 /// Encodes `snapshot` and `recorder`: OpenMetrics text when `openmetrics`, else
 /// Prometheus text 0.0.4. Returns the body and its `Content-Type`.
-pub fn encode(snapshot: Snapshot, recorder: &Recorder, openmetrics: bool) -> (String, &'static str) {
+pub fn encode(
+    snapshot: Snapshot,
+    recorder: &Recorder,
+    openmetrics: bool,
+) -> (String, &'static str) {
     let mut registry = Registry::default();
     registry.register(
         "lb_table_build_duration_seconds",
@@ -515,7 +519,11 @@ impl Snapshot {
         ] {
             family(enc, name, help, MetricType::Counter, per(f), counter)?;
         }
-        let live = || self.backends.iter().filter_map(|b| b.connections.map(|c| (b, c)));
+        let live = || {
+            self.backends
+                .iter()
+                .filter_map(|b| b.connections.map(|c| (b, c)))
+        };
         family(
             enc,
             "lb_backend_connections",

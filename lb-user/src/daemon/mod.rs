@@ -225,12 +225,11 @@ async fn walk_conntrack(
     loop {
         ticker.tick().await;
         let Some(w) = walker.take() else { return };
-        let Ok((w, census)) =
-            tokio::task::spawn_blocking(move || {
-                let census = w.walk(&settings);
-                (w, census)
-            })
-            .await
+        let Ok((w, census)) = tokio::task::spawn_blocking(move || {
+            let census = w.walk(&settings);
+            (w, census)
+        })
+        .await
         else {
             return;
         };
@@ -295,9 +294,7 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     let metrics_listener = config
         .metrics
         .listen
-        .map(|addr| {
-            http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}"))
-        })
+        .map(|addr| http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}")))
         .transpose()?;
     let listener = bind_socket(&config.control_socket)?;
     // Removes the socket file however `run` ends from here on.

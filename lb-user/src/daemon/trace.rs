@@ -21,9 +21,7 @@ use tracing::{info, warn};
 use super::Shared;
 use crate::{
     config::Vip,
-    control::{
-        Response, TraceClient, TraceEvent, TraceStarted, server::Reply, tcp_flags_text,
-    },
+    control::{Response, TraceClient, TraceEvent, TraceStarted, server::Reply, tcp_flags_text},
     dataplane::{TraceReader, TraceRecord},
     flow::addr_bytes,
 };
