@@ -142,6 +142,9 @@ pub struct DaemonConfig {
     pub table_size: u32,
     /// UDP conntrack idle timeout.
     pub udp_timeout_secs: u32,
+    /// Keys of the `[metrics]` table, one `key = value` per line (empty: the defaults,
+    /// the endpoint on 127.0.0.1:9469 of the LB namespace).
+    pub metrics: String,
 }
 
 impl DaemonConfig {
@@ -163,6 +166,7 @@ impl DaemonConfig {
                 .collect(),
             table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
+            metrics: String::new(),
         }
     }
 
@@ -177,9 +181,10 @@ impl DaemonConfig {
              [encap]\nsource_v4 = \"{LB4}\"\nsource_v6 = \"{LB6}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
              [conntrack]\ncapacity = {CT_CAPACITY}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
-             udp_timeout_secs = {}\n",
+             udp_timeout_secs = {}\n\n[metrics]\n{}\n",
             socket.display(),
             self.udp_timeout_secs,
+            self.metrics,
         );
         for v6 in [false, true] {
             for (tcp, port) in [(true, vip_tcp(v6).port()), (false, vip_udp(v6).port())] {
