@@ -19,6 +19,7 @@ pub mod fixture;
 pub mod netns;
 pub mod packets;
 pub mod prometheus;
+pub mod schema;
 pub mod testbed;
 pub mod traffic;
 
