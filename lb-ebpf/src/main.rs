@@ -100,12 +100,9 @@ fn process<const TRACE: bool>(ctx: &XdpContext) -> (u32, Reason) {
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
     let mut traced = trace::Decision::none();
     let (action, reason) = vip_packet(ctx, &parsed, cfg, &mut traced);
-    if TRACE
-        && let Some(cfg) = cfg
-        && cfg.flags & CONFIG_TRACE != 0
-        && reason != Reason::PassNonVip
+    if TRACE && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0) && reason != Reason::PassNonVip
     {
-        trace::hand_over(ctx, &parsed, cfg, &traced, action, reason);
+        trace::hand_over(ctx, &parsed, &traced, action, reason);
     }
     (action, reason)
 }

@@ -5,10 +5,12 @@
 //!
 //! Off, tracing costs the packet path one test of a flag in the configuration it has
 //! already loaded, and the stores of [`Decision`] (a few registers, kept only because
-//! that test may read them; its `new_flow` also feeds the per-backend counters). On, a selected packet is written to `TRACE_PACKET` and
-//! the load balancer tail-calls `lb_trace` ([`lb_trace`]), which logs it with a stack of
-//! its own (the load balancer's leaves too little for aya-log's record), counts its
-//! verdict reason and returns its action. Record text, in one line (the daemon's
+//! that test may read them; its `new_flow` also feeds the per-backend counters). On,
+//! every VIP packet is written to `TRACE_PACKET` and the load balancer tail-calls
+//! `lb_trace`, which applies the filter and logs a selected packet with a stack of its
+//! own (the load balancer's leaves too little for aya-log's record), counts the
+//! packet's verdict reason and returns its action. The filter and the table slot are
+//! read there, not on the packet path, which the verifier walks once per state. Record text, in one line (the daemon's
 //! reader, `lb_user::dataplane::kernel::trace`, decodes exactly this):
 //!
 //! `lb-trace vip=ADDR:PORT/PROTO client=ADDR:PORT flags=F via=P backend=B slot=S reason=R`
@@ -24,11 +26,11 @@ use lb_common::{
     maps::{MAX_TABLE_SIZE, TABLE_SIZE_INDEX},
     stats::Reason,
     trace::{NO_SLOT, Path, TracedPacket},
-    types::{FAMILY_V4, LbConfig},
+    types::{FAMILY_V4, FlowKey},
 };
 
 use crate::{
-    maps::{TABLES, TRACE_FILTER, TRACE_PACKET, TRACE_PROGS},
+    maps::{CONFIG, TABLES, TRACE_FILTER, TRACE_PACKET, TRACE_PROGS},
     parse::Parsed,
     stats, vip,
 };
@@ -65,31 +67,15 @@ impl Decision {
 }
 
 /// Hands packet `p`, its decision `d` and its verdict (`action`, `reason`) to the trace
-/// program if `TRACE_FILTER` selects it: writes `TRACE_PACKET` and tail-calls
-/// `lb_trace`, which counts the reason and returns the action. Returns (and the caller
-/// goes on as untraced) when the packet is not selected or the tail call fails. Called
-/// only while `CONFIG_TRACE` is set, for packets whose VIP was found.
+/// program: writes `TRACE_PACKET` and tail-calls `lb_trace`, which applies the filter,
+/// logs, counts the reason and returns the action. Returns (and the caller goes on as
+/// untraced) only when the tail call fails. Called only while `CONFIG_TRACE` is set, for
+/// packets whose VIP was found; kept this small because the verifier walks it once for
+/// every state of the packet path that reaches it.
 #[inline(always)]
-pub(crate) fn hand_over(
-    ctx: &XdpContext,
-    p: &Parsed,
-    cfg: &LbConfig,
-    d: &Decision,
-    action: u32,
-    reason: Reason,
-) {
-    let Some(filter) = TRACE_FILTER.get(0) else {
-        return;
-    };
-    if !filter.matches(&p.key) {
-        return;
-    }
+pub(crate) fn hand_over(ctx: &XdpContext, p: &Parsed, d: &Decision, action: u32, reason: Reason) {
     let Some(out) = TRACE_PACKET.get_ptr_mut(0) else {
         return;
-    };
-    let slot = match Path::from_code(d.path) {
-        Some(path) if path.reads_table() => table_slot(p, cfg),
-        _ => NO_SLOT,
     };
     // SAFETY: per-CPU array element, used only by this CPU during this run and the
     // program it tail-calls.
@@ -100,7 +86,7 @@ pub(crate) fn hand_over(
             path: d.path,
             _pad: [0; 2],
             backend_id: d.backend,
-            slot,
+            slot: NO_SLOT,
             reason: reason as u32,
             action,
             _pad2: 0,
@@ -110,15 +96,23 @@ pub(crate) fn hand_over(
     let _ = unsafe { TRACE_PROGS.tail_call(ctx, 0) };
 }
 
-/// The trace program: logs the packet in `TRACE_PACKET`, counts its verdict reason (the
-/// load balancer did not) and returns its action.
+/// The trace program: logs the packet in `TRACE_PACKET` if `TRACE_FILTER` selects it,
+/// counts its verdict reason (the load balancer did not) and returns its action.
 #[xdp]
 fn lb_trace(ctx: XdpContext) -> u32 {
-    let Some(t) = TRACE_PACKET.get(0) else {
+    let Some(t) = TRACE_PACKET.get_ptr_mut(0) else {
         // Unreachable: the array has its element. Pass rather than abort.
         return xdp_action::XDP_PASS;
     };
-    log(&ctx, t);
+    // SAFETY: per-CPU array element, written by the load balancer on this CPU.
+    let t = unsafe { &mut *t };
+    let selected = TRACE_FILTER.get(0).is_some_and(|f| f.matches(&t.key));
+    if selected {
+        if Path::from_code(t.path).is_some_and(Path::reads_table) {
+            t.slot = table_slot(&t.key);
+        }
+        log(&ctx, t);
+    }
     stats::count_index(t.reason);
     t.action
 }
@@ -172,20 +166,21 @@ fn log(ctx: &XdpContext, t: &TracedPacket) {
     }
 }
 
-/// The slot `flow_hash % M` of the packet's VIP's live table (read again: only traced
+/// The slot `flow_hash % M` of flow `key`'s VIP's live table (read again: only traced
 /// packets pay for it), or [`NO_SLOT`].
 #[inline(always)]
-fn table_slot(p: &Parsed, cfg: &LbConfig) -> u32 {
-    let Some(vip) = vip::find_vip(&p.key.vip) else {
+fn table_slot(key: &FlowKey) -> u32 {
+    let Some(cfg) = CONFIG.get(0) else {
+        return NO_SLOT;
+    };
+    let Some(vip) = vip::find_vip(&key.vip) else {
         return NO_SLOT;
     };
     let Some(table) = TABLES.get(vip.table_index()) else {
         return NO_SLOT;
     };
     match table.get(TABLE_SIZE_INDEX) {
-        Some(&size) if size != 0 && size <= MAX_TABLE_SIZE => {
-            flow_hash(&p.key, cfg.hash_seed) % size
-        }
+        Some(&size) if size != 0 && size <= MAX_TABLE_SIZE => flow_hash(key, cfg.hash_seed) % size,
         _ => NO_SLOT,
     }
 }

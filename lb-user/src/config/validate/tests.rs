@@ -312,7 +312,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
 fn metrics_are_served_on_the_default_address_unless_disabled() {
     let on = load(&format!("{BASE}{VIP}")).unwrap().config.metrics;
     assert_eq!(on.listen, Some(defaults::METRICS_LISTEN.parse().unwrap()));
-    assert_eq!(on.connections_interval, Duration::from_secs(5));
+    assert_eq!(on.connections_interval, Duration::from_secs(10));
     let off = load(&format!("{BASE}[metrics]\nenabled = false\n{VIP}"))
         .unwrap()
         .config

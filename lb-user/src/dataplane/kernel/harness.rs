@@ -166,7 +166,11 @@ impl KernelDataplane {
         &mut self,
         name: &'static str,
     ) -> Result<Option<u32>, DataplaneError> {
-        let info = xdp(&mut self.ebpf, name)?.info().map_err(prog_err(name))?;
+        let prog = xdp(&mut self.ebpf, name)?;
+        if prog.fd().is_err() {
+            prog.load().map_err(prog_err(name))?;
+        }
+        let info = prog.info().map_err(prog_err(name))?;
         Ok(info.verified_instruction_count())
     }
 

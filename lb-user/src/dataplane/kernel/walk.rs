@@ -24,7 +24,7 @@ use std::{
 };
 
 use lb_common::{
-    maps::{self, MAX_VIPS},
+    maps::{self, MAX_BACKENDS, MAX_VIPS},
     types::{CT_OPEN, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4, PROTO_UDP, SynEntry},
 };
 
@@ -219,8 +219,12 @@ impl ConntrackWalker {
         let started = Instant::now();
         let now = conntrack_now_ns();
         let mut census = Census::default();
-        let count = |backends: &mut HashMap<u32, ConnectionCounts>, e: &CtEntry, proto| {
-            let c = backends.entry(e.backend_id).or_default();
+        // Indexed by backend id (below MAX_BACKENDS): no hashing per entry.
+        let mut by_id = vec![ConnectionCounts::default(); MAX_BACKENDS as usize];
+        let mut count = |e: &CtEntry, proto| {
+            let Some(c) = by_id.get_mut(e.backend_id as usize) else {
+                return;
+            };
             match classify(e, proto, now, settings) {
                 Class::Established { idle } => {
                     c.established += 1;
@@ -233,23 +237,30 @@ impl ConntrackWalker {
         let (mut v4, mut v6) = (0, 0);
         for_each::<FlowKey4, CtEntry>(&self.v4, maps::CONNTRACK_V4, |k, e| {
             v4 += 1;
-            count(&mut census.backends, e, k.proto);
+            count(e, k.proto);
         })?;
         for_each::<FlowKey, CtEntry>(&self.v6, maps::CONNTRACK_V6, |k, e| {
             v6 += 1;
-            count(&mut census.backends, e, k.vip.proto);
+            count(e, k.vip.proto);
         })?;
         let window = u64::try_from(settings.syn_window.as_nanos()).unwrap_or(u64::MAX);
         let mut used = 0;
         for_each::<u32, SynEntry>(&self.syn, maps::SYN_CACHE, |_, s| {
             if s.key.vip.family != 0 && u32::from(s.vip_id) < MAX_VIPS {
                 used += 1;
-                if now.saturating_sub(s.syn_ns) <= window {
-                    let c = census.backends.entry(u32::from(s.backend_id)).or_default();
+                if now.saturating_sub(s.syn_ns) <= window
+                    && let Some(c) = by_id.get_mut(usize::from(s.backend_id))
+                {
                     c.syn_only += 1;
                 }
             }
         })?;
+        census.backends = by_id
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| *c != ConnectionCounts::default())
+            .filter_map(|(id, c)| Some((u32::try_from(id).ok()?, c)))
+            .collect();
         census.v4_entries = v4;
         census.v6_entries = v6;
         census.syn_slots_used = used;
