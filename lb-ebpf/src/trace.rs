@@ -93,7 +93,7 @@ pub(crate) fn hand_over(ctx: &XdpContext, p: &Parsed, d: &Decision, action: u32,
         };
     }
     // SAFETY: tail_call replaces this program on success and returns on failure.
-    let _ = unsafe { TRACE_PROGS.tail_call(ctx, 0) };
+    unsafe { TRACE_PROGS.tail_call(ctx, 0) };
 }
 
 /// The trace program: logs the packet in `TRACE_PACKET` if `TRACE_FILTER` selects it,

@@ -92,7 +92,7 @@ fn pin(backend_id: u32, stamp_ns: u64, epoch: u32, isn: u32) -> CtEntry {
         stamp_ns,
         epoch,
         isn,
-        seen_ticks: crate::types::ct_ticks(stamp_ns),
+        seen_ticks: ct_ticks(stamp_ns),
         ..CtEntry::default()
     }
 }
@@ -227,7 +227,7 @@ fn a_closing_pin_from_the_current_table_is_replaced_by_a_new_connection() {
         else {
             panic!("{decision:?}")
         };
-        assert_eq!(record.entry(3).closing, crate::types::CT_OPEN);
+        assert_eq!(record.entry(3).closing, CT_OPEN);
     }
 }
 

@@ -58,9 +58,9 @@ pub fn run(args: &TraceArgs) -> Result<Output, ClientError> {
     if write(header).is_err() {
         return Ok(Output::default());
     }
-    let mut seen = 0;
-    for event in events {
-        if args.count.is_some_and(|n| seen >= n) {
+    let limit = args.count.unwrap_or(u64::MAX);
+    for (seen, event) in (1..).zip(events) {
+        if limit == 0 {
             break;
         }
         let event = event?;
@@ -69,11 +69,7 @@ pub fn run(args: &TraceArgs) -> Result<Output, ClientError> {
         } else {
             event.to_string()
         };
-        if write(line).is_err() {
-            break;
-        }
-        seen += 1;
-        if args.count.is_some_and(|n| seen >= n) {
+        if write(line).is_err() || seen >= limit {
             break;
         }
     }

@@ -149,7 +149,10 @@ mod tests {
         BTreeMap::from([(vip, applied)])
     }
 
-    fn states(h: &History) -> Vec<(u32, String, Vec<(String, u64)>)> {
+    /// A record as (id, state, transitions).
+    type Row = (u32, String, Vec<(String, u64)>);
+
+    fn states(h: &History) -> Vec<Row> {
         h.records()
             .map(|(_, r)| {
                 let t = r.transitions.iter().map(|(s, n)| (s.clone(), *n)).collect();

@@ -108,7 +108,7 @@ fn series_carry_the_vip_and_backend_labels_in_both_formats() {
     let mut census = Census::default();
     census.backends.insert(
         id,
-        crate::control::ConnectionCounts {
+        ConnectionCounts {
             established: 5,
             idle: 1,
             closing: 2,

@@ -84,11 +84,11 @@ where
 /// A duplicate of the file descriptor of map `name`, for a second handle that does not
 /// borrow the object.
 fn dup_fd(ebpf: &Ebpf, name: &'static str) -> Result<std::os::fd::OwnedFd, DataplaneError> {
-    let data = match ebpf.map(name) {
-        Some(
-            Map::Array(data) | Map::ArrayOfMaps(data) | Map::HashMap(data) | Map::LruHashMap(data),
-        ) => data,
-        _ => return Err(DataplaneError::MissingMap(name)),
+    let Some(
+        Map::Array(data) | Map::ArrayOfMaps(data) | Map::HashMap(data) | Map::LruHashMap(data),
+    ) = ebpf.map(name)
+    else {
+        return Err(DataplaneError::MissingMap(name));
     };
     data.fd()
         .as_fd()
