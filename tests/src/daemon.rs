@@ -279,6 +279,22 @@ fn warn_if_stale(lb: &Path) {
     }
 }
 
+/// Makes the child of `cmd` get SIGTERM when the thread that starts it exits
+/// (`PR_SET_PDEATHSIG`): the backstop for a test process that dies without unwinding.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // prctl(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let signal = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A directory under the system's temporary directory, removed on drop.
 #[derive(Debug)]
 pub struct TempDir {
@@ -367,17 +383,7 @@ impl<'bed> Daemon<'bed> {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
-        // SAFETY: the closure runs in the child between fork and exec and only calls
-        // prctl(2), which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                let signal = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
-                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting `ip netns exec ... {} run`", daemon.lb.display()))?;

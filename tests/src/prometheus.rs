@@ -19,7 +19,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{daemon::TempDir, netns::NetNs};
+use crate::{
+    daemon::{TempDir, die_with_parent},
+    netns::NetNs,
+};
 
 /// The body of `GET path` from `addr`, asked from inside `ns` (`Accept`: `accept`, if
 /// given). Fails unless the status is 200.
@@ -134,17 +137,7 @@ impl<'ns> Prometheus<'ns> {
             .stdout(Stdio::null())
             .stderr(log)
             .process_group(0);
-        // SAFETY: the closure runs in the child between fork and exec and only calls
-        // prctl(2), which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                let signal = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
-                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let child = cmd.spawn().context("starting prometheus")?;
         let server = Self {
             child,
