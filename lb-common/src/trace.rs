@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Packet tracing (`lb trace`): the filter userspace writes into `TRACE_FILTER` while a
 //! trace client is connected, which packets it selects, and the codes of the decision
 //! a trace record names.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Forwarding: IP-in-IP encapsulation to the chosen backend and the next-hop MAC.
 //!
 //! IPv4 VIPs: IPv4-in-IPv4 (RFC 2003, protocol 4); IPv6 VIPs: IPv6-in-IPv6 (RFC 2473,
@@ -349,7 +350,7 @@ fn push_ipv6(
 /// its ten 16-bit words (in memory order; the one's-complement sum is byte-order
 /// independent) is folded twice, which absorbs every carry.
 #[inline(always)]
-fn ipv4_checksum(ip: &Ipv4Hdr) -> u16 {
+pub(crate) fn ipv4_checksum(ip: &Ipv4Hdr) -> u16 {
     let words = [
         u16::from_ne_bytes([ip.vihl, ip.tos]),
         ip.tot_len,

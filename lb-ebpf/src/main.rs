@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet:
@@ -11,11 +12,15 @@
 //!    [`conntrack`], [`syn_cache`] and [`table`];
 //! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
 //!
+//! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
+//! tunnel-mode health probes through the same encapsulation, and `lb_trace` ([`trace`]),
+//! the program the load balancer tail-calls for a packet `lb trace` selects.
+//!
 //! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
-//! nothing is logged per packet unless `lb trace` runs ([`trace`]: while a trace
-//! client is connected, the VIP packets its filter selects are logged with aya-log). Built with the `test-harness` feature (for the tests
-//! and benchmarks only), the object also holds `lb_empty` and `lb_bench`, the benchmark
-//! harness (`bench`).
+//! nothing is logged per packet unless `lb trace` runs (while a trace client is
+//! connected, the VIP packets its filter selects are logged with aya-log). Built with
+//! the `test-harness` feature (for the tests and benchmarks only), the object also holds
+//! `lb_empty`, `lb_xdp_untraced` and `lb_bench`, the benchmark harness (`bench`).
 #![no_std]
 #![no_main]
 
@@ -28,6 +33,7 @@ mod headers;
 mod maps;
 mod packet;
 mod parse;
+mod probe;
 mod select;
 mod stats;
 mod syn_cache;
@@ -48,6 +54,10 @@ use parse::{Parse, Parsed};
 fn lb_xdp(ctx: XdpContext) -> u32 {
     let (action, reason) = process::<true>(&ctx);
     stats::count(reason);
+    // The upgrade tests' variant: the same verdict through one more stack round trip,
+    // so its instructions (and the kernel's program tag) differ from the normal build's.
+    #[cfg(feature = "upgrade-variant")]
+    let action = core::hint::black_box(action);
     action
 }
 

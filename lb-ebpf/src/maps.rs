@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The program's maps, one line each; `lb_common::maps` says why each is shaped as it is
 //! and gives the names and limits userspace shares.
 //!
@@ -14,6 +15,7 @@ use lb_common::{
         CT_MAP_FLAGS, MAX_BACKENDS, MAX_VIPS, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
         VIP_FILTER_WORDS,
     },
+    probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
     trace::{TraceFilter, TracedPacket},
     types::{
@@ -108,3 +110,7 @@ pub(crate) static TRACE_PACKET: PerCpuArray<TracedPacket, 1> = PerCpuArray::new(
 /// The trace program `lb_trace`, tail-called for a traced packet.
 #[btf_map]
 pub(crate) static TRACE_PROGS: ProgramArray<1> = ProgramArray::new();
+
+/// Per CPU, what the probe program (`probe`) did with marked packets.
+#[btf_map]
+pub(crate) static PROBE_STATS: PerCpuArray<ProbeStats, 1> = PerCpuArray::new();

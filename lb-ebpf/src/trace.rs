@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Packet tracing (`lb trace`): while `CONFIG_TRACE` is set in the configuration, every
 //! VIP packet that matches `TRACE_FILTER` (`lb_common::trace::TraceFilter::matches`) is
 //! logged with aya-log: one record with the VIP, the client, the TCP flags, which state

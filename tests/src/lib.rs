@@ -20,6 +20,7 @@ pub mod netns;
 pub mod packets;
 pub mod prometheus;
 pub mod schema;
+pub mod steady;
 pub mod testbed;
 pub mod traffic;
 

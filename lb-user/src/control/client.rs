@@ -12,8 +12,8 @@ use std::{
 use serde::de::DeserializeOwned;
 
 use super::{
-    BackendAction, Change, FlowReport, Request, Response, Stats, Status, TraceClient, TraceEvent,
-    TraceStarted,
+    BackendAction, Change, FlowReport, OverridesReport, Request, Response, Stats, Status,
+    TraceClient, TraceEvent, TraceStarted,
 };
 use crate::{config::Vip, maglev::BackendKey};
 
@@ -102,6 +102,14 @@ impl Client {
             backend,
             weight,
         })
+    }
+
+    /// `lb overrides [--clear]`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn overrides(&self, clear: bool) -> Result<OverridesReport, ClientError> {
+        self.call(&Request::Overrides { clear })
     }
 
     /// `lb flow`: where a flow from `client` to `vip` goes.

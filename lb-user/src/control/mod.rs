@@ -25,17 +25,19 @@
 mod answer;
 mod change;
 mod client;
+mod health;
 mod request;
 pub mod server;
 mod trace;
 
 pub use answer::{
-    BackendCounters, BackendStatus, ConnectionCounts, ConntrackStatus, Counter, FlowReport, Pin,
-    Response, Stats, Status, VipCounters, VipStatus,
+    BackendCounters, BackendStatus, ConnectionCounts, ConntrackStatus, Counter, FlowReport,
+    OverrideStatus, OverridesReport, Pin, Response, Stats, Status, VipCounters, VipStatus,
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;
 pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES};
+pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};
 pub use request::{BackendAction, Request};
 pub use server::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
 pub use trace::{TraceClient, TraceEvent, TraceStarted, tcp_flags_text};

@@ -13,6 +13,7 @@ use lb_common::types::{CONFIG_VALID, LbConfig, NEXTHOP_FIB, NEXTHOP_GATEWAY};
 use crate::{
     config::{BackendState, Config, Nexthop, Vip},
     flow::addr_bytes,
+    health::policy::FailurePolicy,
     maglev::BackendKey,
 };
 
@@ -66,7 +67,7 @@ impl Globals {
 }
 
 /// A backend's desired weight and state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BackendSpec {
     /// Relative weight.
     pub weight: u32,
@@ -81,6 +82,8 @@ pub struct VipSpec {
     pub table_size: u32,
     /// Backends by key.
     pub backends: BTreeMap<BackendKey, BackendSpec>,
+    /// What the VIP does when its backends fail health checks (`[vip.health]`).
+    pub policy: FailurePolicy,
 }
 
 /// The whole desired state.
@@ -155,6 +158,7 @@ impl Desired {
                     VipSpec {
                         table_size: v.table_size,
                         backends,
+                        policy: v.health.policy(),
                     },
                 )
             })

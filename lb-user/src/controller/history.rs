@@ -3,10 +3,11 @@
 //! The metrics endpoint exports it (`lb_backend_state`, `lb_backend_state_transitions_total`)
 //! and keeps a removed backend's series for a while from it.
 //!
-//! A state is the text `lb status` shows (`active`, `drain`, `down`), or `removed`.
-//! [`History::observe`] runs after every change the controller applies, whatever
-//! started it (the file, a reload, `lb backend`, health checks), so no transition is
-//! missed between two scrapes. A backend keeps its id after removal (see `ids`), and
+//! A state is the administrative state `lb status` shows (`active`, `drain`, `down`),
+//! `unhealthy` for an active backend whose probes failed (health checks), or `removed`
+//! ([`state_of`]). [`History::observe`] runs after every change the controller applies,
+//! whatever started it (the file, a reload, `lb backend`, a batch of health
+//! transitions), so no transition is missed between two scrapes. A backend keeps its id after removal (see `ids`), and
 //! its record keeps it too: re-added, it continues its counters.
 
 use std::{
@@ -14,11 +15,35 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::AppliedVip;
-use crate::{config::Vip, maglev::BackendKey};
+use super::{AppliedVip, desired::Desired, health::Unhealthy};
+use crate::{
+    config::{BackendState, Vip},
+    maglev::BackendKey,
+};
 
 /// The state of a backend that is no longer in its VIP.
 pub const REMOVED: &str = "removed";
+
+/// The state of an active backend whose probes failed.
+pub const UNHEALTHY: &str = "unhealthy";
+
+/// The state recorded for `key` of `vip`: its administrative state in `desired` (what
+/// the operator asked for: file and runtime changes), or [`UNHEALTHY`] when it is
+/// active and in `unhealthy`. A drained or administratively down backend shows that
+/// state whatever its health: drain and down already take it out of the table, and
+/// its health is in `lb status`. `None` for a backend `desired` does not have.
+pub(super) fn state_of(
+    desired: &Desired,
+    unhealthy: &Unhealthy,
+    vip: &Vip,
+    key: &BackendKey,
+) -> Option<String> {
+    let spec = desired.vips.get(vip)?.backends.get(key)?;
+    Some(match spec.state {
+        BackendState::Active if unhealthy.contains(&(*vip, *key)) => UNHEALTHY.to_owned(),
+        state => state.to_string(),
+    })
+}
 
 /// One backend's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,12 +66,19 @@ pub struct History {
 
 impl History {
     /// Records the states of the backends of `vips` (the controller's applied VIPs) at
-    /// `now`; a backend it knew and `vips` lacks is removed.
-    pub(super) fn observe(&mut self, vips: &BTreeMap<Vip, AppliedVip>, now: Instant) {
+    /// `now`, each as `state` says (its applied state when `state` has none); a backend
+    /// it knew and `vips` lacks is removed.
+    pub(super) fn observe(
+        &mut self,
+        vips: &BTreeMap<Vip, AppliedVip>,
+        state: impl Fn(&Vip, &BackendKey) -> Option<String>,
+        now: Instant,
+    ) {
         for (vip, applied) in vips {
             for (key, spec) in &applied.spec.backends {
                 let id = applied.backend_ids.get(key).copied().unwrap_or(0);
-                self.enter(*vip, *key, id, spec.state.to_string(), None);
+                let now_in = state(vip, key).unwrap_or_else(|| spec.state.to_string());
+                self.enter(*vip, *key, id, now_in, None);
             }
         }
         let gone: Vec<(Vip, BackendKey)> = self
@@ -130,6 +162,7 @@ mod tests {
         let key = |k: u8| -> BackendKey { format!("198.51.100.{k}").parse().unwrap() };
         let spec = VipSpec {
             table_size: 7,
+            policy: crate::health::policy::FailurePolicy::default(),
             backends: backends
                 .iter()
                 .map(|&(k, state)| (key(k), BackendSpec { weight: 1, state }))
@@ -145,6 +178,7 @@ mod tests {
                 .map(|&(k, _)| (key(k), u32::from(k)))
                 .collect(),
             spec,
+            unverified: false,
         };
         BTreeMap::from([(vip, applied)])
     }
@@ -167,13 +201,15 @@ mod tests {
         let mut h = History::default();
         h.observe(
             &vips(&[(1, BackendState::Active), (2, BackendState::Active)]),
+            |_, _| None,
             t0,
         );
         h.observe(
             &vips(&[(1, BackendState::Drain), (2, BackendState::Active)]),
+            |_, _| None,
             t0,
         );
-        h.observe(&vips(&[(1, BackendState::Drain)]), t0);
+        h.observe(&vips(&[(1, BackendState::Drain)]), |_, _| None, t0);
         let s = |x: &str| x.to_owned();
         assert_eq!(
             states(&h),
@@ -185,10 +221,11 @@ mod tests {
         // Re-added: the same record (and id) goes on.
         h.observe(
             &vips(&[(1, BackendState::Drain), (2, BackendState::Active)]),
+            |_, _| None,
             t0,
         );
         assert_eq!(states(&h)[1].2, vec![(s("active"), 2), (s("removed"), 1)]);
-        h.observe(&vips(&[(1, BackendState::Drain)]), t0);
+        h.observe(&vips(&[(1, BackendState::Drain)]), |_, _| None, t0);
         let retention = Duration::from_secs(600);
         h.forget_removed(t0 + Duration::from_secs(599), retention);
         assert_eq!(states(&h).len(), 2, "kept within the retention");

@@ -8,7 +8,7 @@ use std::{
 
 use lb_common::maps::{MAX_BACKENDS, MAX_VIPS};
 
-use super::{Encap, Report, uint};
+use super::{Encap, Report, health, uint};
 use crate::{
     config::{
         BackendConfig, BackendState, Protocol, Vip, VipConfig,
@@ -112,10 +112,12 @@ fn vip(
             "VIP {vip} has no backend with weight > 0: new flows to it are dropped"
         ));
     }
+    let health = health::vip_probes(&path, v, vip, r);
     Some(VipConfig {
         vip,
         table_size,
         backends,
+        health,
     })
 }
 

@@ -9,6 +9,7 @@ use super::*;
 use crate::{
     config::Config,
     control::{BackendAction, Request},
+    controller::Controller,
     dataplane::{Census, FakeDataplane},
 };
 
@@ -33,11 +34,12 @@ const B11: &str = "backend=\"198.51.100.11\"";
 fn start() -> Service<FakeDataplane> {
     let loaded = Config::from_toml(FILE).unwrap();
     Service::start(
-        FakeDataplane::new(),
+        Controller::new(FakeDataplane::new()),
         "/etc/lb.toml".into(),
         &loaded,
         [2, 0, 0, 0, 0, 1],
         "native".into(),
+        None,
     )
     .unwrap()
     .0

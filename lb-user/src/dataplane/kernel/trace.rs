@@ -179,7 +179,9 @@ impl KernelDataplane {
 }
 
 /// Loads the trace program (`lb_trace`) and puts it in `TRACE_PROGS`, where the load
-/// balancer tail-calls it for a traced packet.
+/// balancer tail-calls it for a traced packet. A pinned `TRACE_PROGS` (an adopted
+/// datapath) still holds the last daemon's `lb_trace`: this replaces it, so the array
+/// never keeps the program of an earlier build.
 pub(super) fn load_trace_program(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     let prog = xdp(ebpf, maps::TRACE_PROGRAM)?;
     prog.load().map_err(prog_err(maps::TRACE_PROGRAM))?;
