@@ -11,7 +11,10 @@
 //!   `lb_backend_new_flows_total`, `lb_backend_connections{state}` (`established`,
 //!   `syn_only`, `closing`), `lb_backend_connections_idle`, `lb_backend_weight`,
 //!   `lb_backend_slots`, `lb_backend_state{state}` (1 for the current state, 0 for the
-//!   others), `lb_backend_state_transitions_total{to}`;
+//!   others), `lb_backend_state_transitions_total{to}`; for a probed backend, from the
+//!   health checks: `lb_backend_healthy`, `lb_backend_health_transitions_total{to}`,
+//!   `lb_backend_health_probes_total`, `lb_backend_health_probe_failures_total`;
+//! - per VIP with health checks: `lb_vip_policy_mode{mode}` (its multi-failure policy);
 //! - global: `lb_verdicts_total{reason,action}`, `lb_conntrack_entries{family}`,
 //!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`,
 //!   `lb_conntrack_walk_seconds`, `lb_table_info{vip,generation,fingerprint,size}`,
@@ -42,14 +45,23 @@ use prometheus_client::{
 
 use super::service::Service;
 use crate::{
-    control::{ConnectionCounts, ConntrackStatus},
-    controller::{ApplyReport, REMOVED, TableChange, VipChange},
+    control::{BackendHealth, ConnectionCounts, ConntrackStatus},
+    controller::{ApplyReport, REMOVED, TableChange, UNHEALTHY, VipChange},
     dataplane::{Dataplane, DataplaneError},
 };
 
 /// The states `lb_backend_state` always lists (the current one is added when it is
-/// another, e.g. a health state).
-const STATES: [&str; 4] = ["active", "drain", "down", REMOVED];
+/// another).
+const STATES: [&str; 5] = ["active", "drain", "down", UNHEALTHY, REMOVED];
+
+/// The modes `lb_vip_policy_mode` lists (`crate::control::PolicyStatus::mode`).
+const POLICY_MODES: [&str; 5] = [
+    "normal",
+    "panic",
+    "all_down_open",
+    "all_down_closed",
+    "no_backends",
+];
 
 /// Label pairs of one sample.
 type Labels = Vec<(&'static str, String)>;
@@ -124,6 +136,8 @@ pub struct VipSample {
     pub vip: String,
     /// Its counters.
     pub stats: VipStats,
+    /// Its multi-failure policy's mode (`normal`, `panic`, ...), when it has one.
+    pub policy_mode: Option<String>,
     /// Its table's generation, fingerprint and size.
     pub generation: u32,
     /// The fingerprint (hex).
@@ -151,6 +165,44 @@ pub struct BackendSample {
     pub connections: Option<ConnectionCounts>,
     /// How often it entered each state.
     pub transitions: BTreeMap<String, u64>,
+    /// Its health checks, when it is probed.
+    pub health: Option<HealthSample>,
+}
+
+/// A probed backend's health at the scrape (the health checker's counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthSample {
+    /// Whether it counts as healthy.
+    pub healthy: bool,
+    /// Changes to unhealthy.
+    pub went_down: u64,
+    /// Changes to healthy.
+    pub came_up: u64,
+    /// Probes run.
+    pub probes: u64,
+    /// Probes failed.
+    pub failed_probes: u64,
+}
+
+impl From<&BackendHealth> for HealthSample {
+    fn from(h: &BackendHealth) -> Self {
+        Self {
+            healthy: h.healthy,
+            went_down: h.went_down,
+            came_up: h.came_up,
+            probes: h.probes,
+            failed_probes: h.failed_probes,
+        }
+    }
+}
+
+/// What a scrape takes from `lb status` for a configured backend.
+#[derive(Clone, Copy)]
+struct Configured {
+    weight: u32,
+    slots: u32,
+    connections: Option<ConnectionCounts>,
+    health: Option<HealthSample>,
 }
 
 /// Everything a scrape shows, read under the service's lock.
@@ -191,20 +243,24 @@ impl Snapshot {
             vips.push(VipSample {
                 vip: v.vip.clone(),
                 stats: dp.vip_stats(v.id)?,
+                policy_mode: v.policy.as_ref().map(|p| p.mode.clone()),
                 generation: v.generation,
                 fingerprint: v.fingerprint.clone(),
                 table_size: v.table_size,
             });
         }
-        let configured: BTreeMap<(String, String), (u32, u32, Option<ConnectionCounts>)> = status
+        let configured: BTreeMap<(String, String), Configured> = status
             .vips
             .iter()
             .flat_map(|v| {
                 v.backends.iter().map(|b| {
-                    (
-                        (v.vip.clone(), b.address.clone()),
-                        (b.weight, b.slots, b.connections),
-                    )
+                    let now = Configured {
+                        weight: b.weight,
+                        slots: b.slots,
+                        connections: b.connections,
+                        health: b.health.as_ref().map(HealthSample::from),
+                    };
+                    ((v.vip.clone(), b.address.clone()), now)
                 })
             })
             .collect();
@@ -218,10 +274,11 @@ impl Snapshot {
             backends.push(BackendSample {
                 stats: dp.backend_stats(record.id)?,
                 state: record.state.clone(),
-                weight: now_in.map(|b| b.0),
-                slots: now_in.map(|b| b.1),
-                connections: now_in.and_then(|b| b.2),
+                weight: now_in.map(|b| b.weight),
+                slots: now_in.map(|b| b.slots),
+                connections: now_in.and_then(|b| b.connections),
                 transitions: record.transitions.clone(),
+                health: now_in.and_then(|b| b.health),
                 vip: pair.0,
                 backend: pair.1,
             });
@@ -490,6 +547,21 @@ impl Snapshot {
                 (labels, ())
             }),
             |m, ()| m.encode_info(&Labels::new()),
+        )?;
+        family(
+            enc,
+            "lb_vip_policy_mode",
+            "1 for the mode the VIP's multi-failure policy balances it in (normal, panic, \
+             all_down_open, all_down_closed, no_backends), 0 for the others",
+            MetricType::Gauge,
+            self.vips.iter().flat_map(|v| {
+                let mode = v.policy_mode.as_deref();
+                POLICY_MODES
+                    .iter()
+                    .filter(move |_| mode.is_some())
+                    .map(move |m| (with(vip_label(v), "mode", *m), u64::from(mode == Some(*m))))
+            }),
+            gauge,
         )
     }
 
@@ -597,6 +669,54 @@ impl Snapshot {
                     .iter()
                     .map(move |(to, n)| (with(backend_label(b), "to", to.clone()), *n))
             }),
+            counter,
+        )?;
+        self.encode_health(enc)
+    }
+
+    /// The health checker's series of the probed backends.
+    fn encode_health(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let probed = || {
+            self.backends
+                .iter()
+                .filter_map(|b| b.health.map(|h| (backend_label(b), h)))
+        };
+        family(
+            enc,
+            "lb_backend_healthy",
+            "1 when the backend's health checks count it healthy, 0 when unhealthy",
+            MetricType::Gauge,
+            probed().map(|(l, h)| (l, u64::from(h.healthy))),
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_backend_health_transitions",
+            "Times the backend's health checks changed its health, by the health entered \
+             (healthy, unhealthy)",
+            MetricType::Counter,
+            probed().flat_map(|(l, h)| {
+                [
+                    (with(l.clone(), "to", "healthy"), h.came_up),
+                    (with(l, "to", "unhealthy"), h.went_down),
+                ]
+            }),
+            counter,
+        )?;
+        family(
+            enc,
+            "lb_backend_health_probes",
+            "Health probes sent to the backend",
+            MetricType::Counter,
+            probed().map(|(l, h)| (l, h.probes)),
+            counter,
+        )?;
+        family(
+            enc,
+            "lb_backend_health_probe_failures",
+            "Health probes of the backend that failed (timeout, refused, bad status, ...)",
+            MetricType::Counter,
+            probed().map(|(l, h)| (l, h.failed_probes)),
             counter,
         )
     }

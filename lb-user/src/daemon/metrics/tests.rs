@@ -7,7 +7,7 @@ use lb_common::stats::{BackendStats, Reason, VipStats};
 
 use super::*;
 use crate::{
-    config::Config,
+    config::{Config, Vip},
     control::{BackendAction, Request},
     controller::Controller,
     dataplane::{Census, FakeDataplane},
@@ -224,4 +224,69 @@ fn reloads_and_table_builds_are_recorded() {
         Some(2.0)
     );
     assert!(text.contains("# TYPE lb_table_build_duration_seconds histogram"));
+}
+
+/// Health checks in the exposition: a backend whose probes failed is in state
+/// `unhealthy` (with the transition counted) and back to `active` when they pass; the
+/// health checker's own counters of a probed backend and the VIP's policy mode are
+/// exported.
+#[test]
+fn backend_health_and_policy_mode_are_exported() {
+    let mut s = start();
+    let vip: Vip = "203.0.113.10:80/tcp".parse().unwrap();
+    let b11 = || (vip, "198.51.100.11".parse().unwrap());
+    let (v, k) = b11();
+    s.controller_mut().set_health([(v, k, false)]).unwrap();
+    let text = scrape(&mut s, Duration::from_secs(600), true);
+    let state =
+        |text: &str, st: &str| value(text, "lb_backend_state", &[B11, &format!("state=\"{st}\"")]);
+    assert_eq!(state(&text, "unhealthy"), Some(1.0), "{text}");
+    assert_eq!(state(&text, "active"), Some(0.0));
+    assert_eq!(
+        value(
+            &text,
+            "lb_backend_state_transitions_total",
+            &[B11, "to=\"unhealthy\""]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, "lb_vip_policy_mode", &[VIP, "mode=\"normal\""]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, "lb_vip_policy_mode", &[VIP, "mode=\"panic\""]),
+        Some(0.0)
+    );
+    let (v, k) = b11();
+    s.controller_mut().set_health([(v, k, true)]).unwrap();
+    let mut snapshot = Snapshot::take(&mut s, Duration::from_secs(600)).unwrap();
+    for b in &mut snapshot.backends {
+        b.health = Some(HealthSample {
+            healthy: true,
+            went_down: 1,
+            came_up: 1,
+            probes: 40,
+            failed_probes: 3,
+        });
+    }
+    let text = encode(snapshot, &Recorder::default(), true).0;
+    assert_eq!(state(&text, "active"), Some(1.0), "{text}");
+    assert_eq!(value(&text, "lb_backend_healthy", &[B11]), Some(1.0));
+    assert_eq!(
+        value(
+            &text,
+            "lb_backend_health_transitions_total",
+            &[B11, "to=\"unhealthy\""]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, "lb_backend_health_probes_total", &[B11]),
+        Some(40.0)
+    );
+    assert_eq!(
+        value(&text, "lb_backend_health_probe_failures_total", &[B11]),
+        Some(3.0)
+    );
 }
