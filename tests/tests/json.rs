@@ -11,7 +11,7 @@ use std::{
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, TempDir, backend_addr, lb_binary, vip_text},
     schema,
-    testbed::{TestBed, TestBedOptions, vip_tcp},
+    testbed::{LB_IFACE, TestBed, TestBedOptions, vip_tcp},
 };
 use serde_json::Value;
 
@@ -153,6 +153,59 @@ fn backend_json_of_every_action_matches_the_schema() {
             assert_eq!(change["after"].is_null(), action == "remove", "{text}");
         }
     });
+}
+
+#[test]
+fn overrides_json_matches_the_schema() {
+    with_daemon(|_, lb| {
+        let vip = vip_text(false, true);
+        let b2 = backend_addr(2, false).to_string();
+        matches(
+            "lb overrides",
+            &lb.cli(&["overrides", "--json"]).expect("overrides"),
+        );
+        lb.cli(&["backend", "drain", "--vip", &vip, "--backend", &b2])
+            .expect("drain");
+        let text = lb.cli(&["overrides", "--json"]).expect("overrides");
+        matches("lb overrides", &text);
+        let listed: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(listed["overrides"][0]["backend"], b2.as_str(), "{text}");
+        let text = lb
+            .cli(&["overrides", "--clear", "--json"])
+            .expect("overrides --clear");
+        matches("lb overrides", &text);
+        let cleared: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(cleared["overrides"], serde_json::json!([]), "{text}");
+    });
+}
+
+/// `lb detach --json` after the daemon stopped (the datapath stays pinned and
+/// attached until then).
+#[test]
+fn detach_json_matches_the_schema() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let bed = TestBed::new(TestBedOptions {
+        backends: 1,
+        clients: 1,
+        ..TestBedOptions::default()
+    })
+    .expect("bed");
+    let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=1)).expect("lb run");
+    lb.stop().expect("lb run stops");
+    let binary = lb_binary();
+    let out = bed
+        .lb_ns()
+        .exec(
+            binary.to_str().expect("UTF-8 path"),
+            &["detach", "--json", "--interface", LB_IFACE],
+        )
+        .expect("lb detach");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    matches("lb detach", &text);
+    let detached: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(detached["detached"], true, "{text}");
+    assert_eq!(detached["vips"], 4, "two VIPs of each family: {text}");
 }
 
 #[test]

@@ -88,6 +88,9 @@ pub struct DetachArgs {
     /// The configuration's `pin_dir`.
     #[arg(long, default_value = defaults::PIN_DIR)]
     pub pin_dir: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `lb detach`.
@@ -95,7 +98,12 @@ pub struct DetachArgs {
 /// # Errors
 /// Nothing pinned, a daemon controls the interface, or a pin cannot be removed.
 pub fn detach(args: &DetachArgs) -> Result<Output, crate::daemon::DetachError> {
-    crate::daemon::detach(&args.pin_dir, &args.interface).map(|line| Output::text(line + "\n"))
+    let detached = crate::daemon::detach(&args.pin_dir, &args.interface)?;
+    Ok(if args.json {
+        json(&detached)
+    } else {
+        Output::text(format!("{detached}\n"))
+    })
 }
 
 /// Runs `lb overrides`.

@@ -127,13 +127,46 @@ pub enum DetachError {
     Pin(#[from] PinError),
 }
 
+/// What `lb detach` removed (its `--json` output; its text is [`std::fmt::Display`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Detached {
+    /// The interface.
+    pub interface: String,
+    /// The pin directory removed (the host's view).
+    pub pin_dir: String,
+    /// Whether an attached XDP program was detached.
+    pub detached: bool,
+    /// Entries of the conntrack maps (IPv4 and IPv6) that went with it.
+    pub conntrack_entries: u64,
+    /// VIPs it held.
+    pub vips: u64,
+    /// Entries removed from the directory.
+    pub pins: u64,
+}
+
+impl std::fmt::Display for Detached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gone = crate::dataplane::pinned::Discarded {
+            conntrack_entries: self.conntrack_entries,
+            vips: self.vips,
+            detached: self.detached,
+            pins: self.pins,
+        };
+        write!(
+            f,
+            "detached from {} and removed the datapath pinned at {}: {gone}",
+            self.interface, self.pin_dir
+        )
+    }
+}
+
 /// `lb detach --interface IF`: detaches the XDP program at once and removes every pin of
 /// `interface` in this network namespace under `pin_dir`; needs no daemon, and refuses
-/// while one controls the interface. Returns what was discarded, as a line.
+/// while one controls the interface. Returns what was discarded.
 ///
 /// # Errors
 /// [`DetachError`].
-pub fn detach(pin_dir: &std::path::Path, interface: &str) -> Result<String, DetachError> {
+pub fn detach(pin_dir: &std::path::Path, interface: &str) -> Result<Detached, DetachError> {
     let dir = PinDir::locate(pin_dir, interface, false)?;
     if !dir.exists() {
         return Err(DetachError::NothingPinned {
@@ -148,8 +181,12 @@ pub fn detach(pin_dir: &std::path::Path, interface: &str) -> Result<String, Deta
     };
     let _lock = dir.lock(&owner, Duration::ZERO)?;
     let gone = dir.discard(true)?;
-    Ok(format!(
-        "detached from {interface} and removed the datapath pinned at {}: {gone}",
-        dir.shown().display()
-    ))
+    Ok(Detached {
+        interface: interface.to_owned(),
+        pin_dir: dir.shown().display().to_string(),
+        detached: gone.detached,
+        conntrack_entries: gone.conntrack_entries,
+        vips: gone.vips,
+        pins: gone.pins,
+    })
 }

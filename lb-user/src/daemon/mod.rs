@@ -61,7 +61,7 @@ use crate::{
         AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader, WalkSettings,
     },
 };
-pub use datapath::{DetachError, detach};
+pub use datapath::{DetachError, Detached, detach};
 use metrics::{Recorder, ReloadResult};
 use service::Service;
 use state_file::StateFile;
