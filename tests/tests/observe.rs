@@ -11,7 +11,11 @@
 //! - `lb trace` shows the decisions of a connection's packets (SYN from the table, the
 //!   handshake's ACK from the SYN cache, data by a conntrack hit) and nothing of the
 //!   packets its filter excludes (another client, a non-VIP port), and the daemon is
-//!   unaffected when the trace ends.
+//!   unaffected when the trace ends;
+//! - after a daemon is killed during a trace, the next one adopts the pinned datapath
+//!   with the trace switched off, and `lb trace` works again through the adopted
+//!   program array and log ring: a connection opened before the crash shows as a
+//!   conntrack hit.
 //!
 //! Needs the `lb` binary (`cargo build -p lb-user --bin lb`) and Debian's `prometheus`
 //! (`cargo xtask setup`).
@@ -24,7 +28,7 @@ use std::{
 };
 
 use lb_tests::{
-    daemon::{Daemon, DaemonConfig, backend_addr, lb_binary, vip_text},
+    daemon::{Daemon, DaemonConfig, Stop, backend_addr, lb_binary, vip_text},
     prometheus::{Prometheus, get, promtool_check, unix_now},
     testbed::{TestBed, TestBedOptions, backend_name, vip_tcp, vip_udp},
     traffic::{self, Ports},
@@ -340,4 +344,47 @@ fn lb_trace_shows_the_decisions_of_a_connection_and_nothing_else() {
             .expect("exchange");
     });
     assert_eq!(again.len(), 1);
+}
+
+#[test]
+fn lb_trace_works_after_a_crash_during_a_trace_and_the_adopting_restart() {
+    let bed = bed(2);
+    let mut lb = daemon(&bed, &DaemonConfig::equal(1..=2));
+    let tcp_vip = vip_text(false, true);
+    let client = bed.client_addr(0, false);
+    let filter = client.to_string();
+    let mut conn = bed
+        .tcp_connect(SocketAddr::new(client, 0), vip_tcp(false))
+        .expect("connect");
+    conn.exchange("before").expect("exchange");
+    // A trace that is still running when the daemon is killed: the trace flag stays
+    // set in the pinned configuration.
+    let mut tracing = Command::new(lb_binary())
+        .args(["trace", "--json", "--vip", &tcp_vip, "--socket"])
+        .arg(lb.socket_path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lb trace");
+    let mut first = String::new();
+    BufReader::new(tracing.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("the trace's first line");
+    assert!(first.contains("\"vip\""), "{first}");
+    lb.restart(Stop::Kill, &[])
+        .unwrap_or_else(|e| panic!("restart: {e:#}"));
+    let _ = tracing.kill();
+    let _ = tracing.wait();
+    assert!(lb.log().contains("adopting the datapath"), "{}", lb.log());
+    conn.exchange("no trace client")
+        .expect("forwarded while nobody traces");
+    let events = trace(&lb, &["--vip", &tcp_vip, "--client", &filter], 1, || {
+        conn.exchange("after").expect("exchange after the restart");
+    });
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].decision, "conntrack-hit", "{}", events[0]);
+    assert_eq!(
+        (events[0].reason.as_str(), events[0].action.as_str()),
+        ("tx_encap", "XDP_TX")
+    );
 }
