@@ -1,6 +1,7 @@
 //! The operator verbs that talk to a running daemon over the control socket:
-//! `lb status`, `lb stats`, `lb backend`, `lb flow`. Each returns text (or JSON with
-//! `--json`); the daemon's refusals come back as [`ClientError::Refused`].
+//! `lb status`, `lb stats`, `lb backend`, `lb flow`, `lb overrides`; and `lb detach`,
+//! which needs no daemon (it removes the pinned datapath itself). Each returns text (or
+//! JSON with `--json`); the daemon's refusals come back as [`ClientError::Refused`].
 
 use std::{fmt::Write as _, net::SocketAddr, path::PathBuf};
 
@@ -13,6 +14,7 @@ use crate::{
         BackendAction, Client, ClientError, ConnectionCounts, ConntrackStatus, FlowReport, Stats,
         Status,
     },
+    dataplane::pinned,
     defaults,
     maglev::BackendKey,
 };
@@ -97,8 +99,8 @@ pub struct DetachArgs {
 ///
 /// # Errors
 /// Nothing pinned, a daemon controls the interface, or a pin cannot be removed.
-pub fn detach(args: &DetachArgs) -> Result<Output, crate::daemon::DetachError> {
-    let detached = crate::daemon::detach(&args.pin_dir, &args.interface)?;
+pub fn detach(args: &DetachArgs) -> Result<Output, pinned::DetachError> {
+    let detached = pinned::detach(&args.pin_dir, &args.interface)?;
     Ok(if args.json {
         json(&detached)
     } else {

@@ -61,7 +61,6 @@ use crate::{
         AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader, WalkSettings,
     },
 };
-pub use datapath::{DetachError, Detached, detach};
 use metrics::{Recorder, ReloadResult};
 use service::Service;
 use state_file::StateFile;
