@@ -27,6 +27,7 @@ use lb_common::{
         Decision, Lookups, PinLookups, PinState, SynDecision, decide, decide_syn, pin_state,
     },
     stats::{Reason, VipStats},
+    trace::Path,
     types::{LbConfig, PROTO_UDP, SynEntry, VipEntry},
 };
 
@@ -35,7 +36,9 @@ use crate::{
     conntrack::{self, CtHit, now_coarse_ns},
     flood,
     parse::Parsed,
-    recent, syn_cache, table, vip,
+    recent, syn_cache, table,
+    trace::Decision as Traced,
+    vip,
 };
 
 /// What the fast path's check of a pin reads: the clock and `BACKENDS`.
@@ -112,6 +115,7 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     ) {
         PinState::Holds { backend, touch } => {
             touch.apply(entry);
+            conntrack::note_activity(entry, p);
             Some((entry.vip_id, backend))
         }
         PinState::OlderTable(_) | PinState::Expired | PinState::Stale => None,
@@ -128,7 +132,9 @@ pub(crate) fn pick_syn(
     vip: &VipEntry,
     cfg: &LbConfig,
     stats: &mut VipStats,
+    traced: &mut Traced,
 ) -> Result<Choice, Reason> {
+    traced.set(Path::Syn, 0);
     let now = now_coarse_ns();
     let ct = if recent::table_changed(vip, now) {
         conntrack::lookup_flow(&p.key)
@@ -139,7 +145,13 @@ pub(crate) fn pick_syn(
     // within this program run.
     let entry = ct.map(|entry| unsafe { &*entry });
     let hash = match decide_syn(&mut Maps { vip, cfg }, &p.key, p.tcp_seq, vip, entry, cfg) {
-        SynDecision::Pin(backend) | SynDecision::HeldSyn(backend) => {
+        SynDecision::Pin(backend) => {
+            traced.set(Path::CtPin, 0);
+            stats.ct_hits += 1;
+            return Ok(backend);
+        }
+        SynDecision::HeldSyn(backend) => {
+            traced.set(Path::SynCache, 0);
             stats.ct_hits += 1;
             return Ok(backend);
         }
@@ -148,6 +160,7 @@ pub(crate) fn pick_syn(
     let choice = table::pick(vip, hash)?;
     syn_cache::remember(p, vip, hash, &choice, cfg, stats, now);
     stats.new_flows += 1;
+    traced.new_flow = true;
     Ok(choice)
 }
 
@@ -163,6 +176,7 @@ pub(crate) fn pick_backend(
     cfg: &LbConfig,
     stats: &mut VipStats,
     ct: CtHit,
+    traced: &mut Traced,
     unpinned: &mut bool,
 ) -> Result<Choice, Reason> {
     // SAFETY: the pointer comes from a successful lookup and the value is only used
@@ -179,8 +193,10 @@ pub(crate) fn pick_backend(
     );
     match decision {
         Decision::Pin { backend, touch } => {
+            traced.set(Path::CtPin, 0);
             if let Some(entry) = entry {
                 touch.apply(entry);
+                conntrack::note_activity(entry, p);
             }
             Ok(backend)
         }
@@ -189,6 +205,7 @@ pub(crate) fn pick_backend(
             slot,
             record,
         } => {
+            traced.set(Path::SynCache, 0);
             let Some(record) = record else {
                 return Ok(backend);
             };
@@ -208,6 +225,7 @@ pub(crate) fn pick_backend(
             record,
             stale_slot,
         } => {
+            traced.set(Path::Table, 0);
             if let Some(slot) = stale_slot {
                 syn_cache::free(slot);
             }
@@ -220,6 +238,7 @@ pub(crate) fn pick_backend(
                 return Ok(choice);
             }
             stats.new_flows += 1;
+            traced.new_flow = true;
             let pin = record.entry(choice.id);
             Ok(conntrack::pin_flow(&p.key, &pin, choice, record.replace).1)
         }

@@ -36,6 +36,8 @@ pub struct TestRunOutput {
 pub enum BenchTarget {
     /// The load balancer (`lb_xdp`).
     LoadBalancer,
+    /// The load balancer built without packet tracing (`lb_xdp_untraced`).
+    Untraced,
     /// The empty reference program (`lb_empty`, `XDP_PASS`).
     Empty,
     /// The program that only returns `XDP_TX` (`lb_tx`): the limit of a live-frames run.
@@ -48,6 +50,7 @@ impl BenchTarget {
         match self {
             BenchTarget::LoadBalancer => maps::XDP_PROGRAM,
             BenchTarget::Empty => maps::EMPTY_PROGRAM,
+            BenchTarget::Untraced => maps::UNTRACED_PROGRAM,
             BenchTarget::Tx => maps::TX_PROGRAM,
         }
     }
@@ -335,7 +338,11 @@ impl KernelDataplane {
         &mut self,
         name: &'static str,
     ) -> Result<Option<u32>, DataplaneError> {
-        let info = xdp(&mut self.ebpf, name)?.info().map_err(prog_err(name))?;
+        let prog = xdp(&mut self.ebpf, name)?;
+        if prog.fd().is_err() {
+            prog.load().map_err(prog_err(name))?;
+        }
+        let info = prog.info().map_err(prog_err(name))?;
         Ok(info.verified_instruction_count())
     }
 
