@@ -17,12 +17,14 @@
 //! | UDP flows keep their backend | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
 //! | an IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
 //! | `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
+//! | a SYN retransmitted after a backend was added completes on its first backend | [`handshake::a_retransmitted_syn_after_a_backend_is_added_completes_on_its_first_backend`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
 mod distribution;
+mod handshake;
 mod harness;
 mod health;
 mod ipv6;

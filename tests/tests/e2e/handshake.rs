@@ -1,0 +1,144 @@
+//! A handshake whose first SYN-ACK is lost, with a backend added before the client
+//! retries: every backend drops its outgoing SYN-ACKs (an nftables rule on its output)
+//! while the clients connect, so each client retransmits its SYN (after about 1 s) and
+//! each backend its SYN-ACK; the table changes (`lb backend add`) before the clients'
+//! first retry, and the rules go only after that retry. Each retransmitted SYN must go
+//! where its first SYN went, whose backend holds the half-open connection: every
+//! connection then completes there (no reset, no connection on the added backend).
+//! Had the retry followed the new table (the behaviour before SYNs consulted their
+//! held SYN), the flows whose slot moved would have opened a second connection on the
+//! added backend: the client completes with whichever SYN-ACK arrives first, and the
+//! other backend's connection is left half-open, or reset by the client's ACK. With
+//! that behaviour this test sees about a third of the connections on the added backend.
+
+use std::{
+    io::Write as _,
+    net::SocketAddr,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use lb_tests::{
+    daemon::{DaemonConfig, backend_addr, vip_text},
+    netns::NetNs,
+    testbed::{TestBed, TestBedOptions, backend_name, vip_tcp},
+};
+
+use super::{CLIENTS, daemon};
+
+/// Connections opened while the SYN-ACKs are dropped.
+const CONNECTIONS: usize = 16;
+/// Linux's initial retransmission timeout of a SYN (RFC 6298, section 2.1: 1 s).
+const SYN_RTO: Duration = Duration::from_secs(1);
+
+/// An nftables table in a backend's namespace that drops its outgoing SYN-ACKs; deleted
+/// on drop.
+struct SynAckDrop<'ns> {
+    ns: &'ns NetNs,
+}
+
+impl<'ns> SynAckDrop<'ns> {
+    fn add(ns: &'ns NetNs) -> anyhow::Result<Self> {
+        let script = "table inet lbsynack {\n  chain output {\n    type filter hook output priority 0;\n    \
+                      tcp flags & (syn | ack) == (syn | ack) drop\n  }\n}\n";
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("nft (install nftables)")?;
+        child
+            .stdin
+            .take()
+            .context("nft's stdin")?
+            .write_all(script.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(Self { ns })
+    }
+}
+
+impl Drop for SynAckDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .ns
+            .exec("nft", &["delete", "table", "inet", "lbsynack"]);
+    }
+}
+
+#[test]
+fn a_retransmitted_syn_after_a_backend_is_added_completes_on_its_first_backend() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let bed = TestBed::new(TestBedOptions {
+        backends: 2,
+        clients: CLIENTS,
+        // Long enough for the clients' second SYN retransmission (3 s after the first
+        // SYN), in case a loaded machine delays the first one past the rules.
+        io_timeout: Duration::from_secs(15),
+        ..TestBedOptions::default()
+    })
+    .expect("build the test bed");
+    let lb = daemon(&bed, &DaemonConfig::equal(1..=2));
+    // The third backend exists (namespace, server) but has no slots yet.
+    let added = bed.add_backend().expect("a third backend");
+    let mut rules: Vec<SynAckDrop<'_>> = (1..=added)
+        .map(|k| SynAckDrop::add(bed.backend_ns(k)).expect("the SYN-ACK drop rule"))
+        .collect();
+    let vip = vip_tcp(false);
+    let results: Vec<anyhow::Result<String>> = std::thread::scope(|s| {
+        let started = Instant::now();
+        let clients: Vec<_> = (0..CONNECTIONS)
+            .map(|i| {
+                let src = SocketAddr::new(bed.client_addr(i % CLIENTS, false), 0);
+                let bed = &bed;
+                s.spawn(move || -> anyhow::Result<String> {
+                    let mut conn = bed.tcp_connect(src, vip)?;
+                    Ok(conn.exchange("hello")?)
+                })
+            })
+            .collect();
+        // The first SYNs are out; change the table before the clients retry.
+        std::thread::sleep(Duration::from_millis(200));
+        let out = lb
+            .backend("add", &vip_text(false, true), added, None)
+            .expect("lb backend add");
+        let changed = started.elapsed();
+        eprintln!("lb backend add after {changed:?}: {}", out.trim());
+        let b3 = backend_addr(added, false).to_string();
+        let status = lb.status().expect("lb status");
+        assert!(
+            status
+                .vips
+                .iter()
+                .flat_map(|v| &v.backends)
+                .any(|b| b.address == b3 && b.slots > 0),
+            "the added backend has no slots: {status:?}"
+        );
+        // Keep the SYN-ACKs dropping past the clients' first retry.
+        let retried = SYN_RTO + Duration::from_millis(600);
+        if changed < retried {
+            std::thread::sleep(retried - changed);
+        }
+        rules.clear();
+        clients
+            .into_iter()
+            .map(|c| c.join().expect("client thread"))
+            .collect()
+    });
+    drop(rules);
+    let answered: Vec<String> = results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|e| panic!("connection {i}: {e:#}")))
+        .collect();
+    eprintln!("answered by {answered:?}");
+    assert!(
+        answered.iter().all(|b| *b != backend_name(added)),
+        "a connection completed on the added backend: {answered:?}"
+    );
+    assert_eq!(bed.backend(added).stats().tcp_connections, 0);
+}
