@@ -12,17 +12,14 @@
 //! that behaviour this test sees about a third of the connections on the added backend.
 
 use std::{
-    io::Write as _,
     net::SocketAddr,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
 use lb_tests::{
     daemon::{DaemonConfig, backend_addr, vip_text},
     netns::NetNs,
-    testbed::{TestBed, TestBedOptions, backend_name, vip_tcp},
+    testbed::{TestBed, TestBedOptions, backend_name, health::nft_script, vip_tcp},
 };
 
 use super::{CLIENTS, daemon};
@@ -42,22 +39,7 @@ impl<'ns> SynAckDrop<'ns> {
     fn add(ns: &'ns NetNs) -> anyhow::Result<Self> {
         let script = "table inet lbsynack {\n  chain output {\n    type filter hook output priority 0;\n    \
                       tcp flags & (syn | ack) == (syn | ack) drop\n  }\n}\n";
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("nft (install nftables)")?;
-        child
-            .stdin
-            .take()
-            .context("nft's stdin")?
-            .write_all(script.as_bytes())?;
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
-        }
+        nft_script(ns, script)?;
         Ok(Self { ns })
     }
 }

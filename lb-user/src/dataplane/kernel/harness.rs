@@ -307,7 +307,7 @@ impl KernelDataplane {
             return Ok(());
         }
         // The low half counts 2^30 ns ticks.
-        let ticks = u32::try_from(u64::from(secs) * 1_000_000_000 >> 30).unwrap_or(u32::MAX);
+        let ticks = u32::try_from((u64::from(secs) * 1_000_000_000) >> 30).unwrap_or(u32::MAX);
         #[expect(clippy::cast_possible_truncation, reason = "the word's low half")]
         let first = (word as u32).wrapping_sub(ticks);
         seen.set(vip_id, (word & !0xffff_ffff) | u64::from(first), 0)

@@ -78,7 +78,7 @@ impl SplitMix {
 
     /// Uniform in `0..n`.
     fn below(&mut self, n: u32) -> u32 {
-        u32::try_from((self.next() >> 32) * u64::from(n) >> 32).unwrap_or(0)
+        u32::try_from(((self.next() >> 32) * u64::from(n)) >> 32).unwrap_or(0)
     }
 
     /// Uniform in `[0, 1)`.
