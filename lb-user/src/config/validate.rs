@@ -16,8 +16,9 @@
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
 //! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`], `[health]`
-//! and the VIPs' health tables in [`health`].
+//! and the VIPs' health tables in [`health`], `[announce]` in [`announce`].
 
+mod announce;
 mod health;
 mod vips;
 
@@ -321,6 +322,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
     let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
     let health = health::checker(&file.health, &mut r);
+    let announce = announce::announce(&file.announce, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
@@ -343,6 +345,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             udp_timeout,
             nexthop_cache,
             health,
+            announce,
             vips,
         },
         warnings: r.warnings,
