@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus};
+use super::{
+    announce::{AnnounceSummary, VipAnnouncement},
+    health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus},
+};
 
 /// The daemon's answer: `{"ok":true,"data":...}` or `{"ok":false,"error":"..."}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -61,6 +64,9 @@ pub struct Status {
     /// Health checks and next hops, all VIPs together.
     #[serde(default)]
     pub health: HealthSummary,
+    /// The VIP addresses' announcement for BGP (`[announce]`).
+    #[serde(default)]
+    pub announce: AnnounceSummary,
 }
 
 /// A VIP in `lb status`.
@@ -81,6 +87,9 @@ pub struct VipStatus {
     /// How the VIP is balanced (its multi-failure policy's mode).
     #[serde(default)]
     pub policy: Option<PolicyStatus>,
+    /// Whether its address is announced for BGP, and why (with `[announce]` enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announce: Option<VipAnnouncement>,
 }
 
 /// A backend in `lb status`.

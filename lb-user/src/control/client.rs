@@ -3,7 +3,7 @@
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     os::unix::net::UnixStream,
     path::{Path, PathBuf},
     time::Duration,
@@ -11,7 +11,7 @@ use std::{
 
 use serde::de::DeserializeOwned;
 
-use super::{BackendAction, FlowReport, Request, Response, Stats, Status};
+use super::{BackendAction, FlowReport, Request, Response, Stats, Status, VipAction};
 use crate::{config::Vip, maglev::BackendKey};
 
 /// How long the client waits for an answer (and for its request to be written).
@@ -107,6 +107,14 @@ impl Client {
     /// [`ClientError`].
     pub fn flow(&self, vip: Vip, client: SocketAddr) -> Result<FlowReport, ClientError> {
         self.call(&Request::Flow { vip, client })
+    }
+
+    /// `lb vip ACTION`: the log lines of what changed (empty when nothing did).
+    ///
+    /// # Errors
+    /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
+    pub fn vip(&self, action: VipAction, address: IpAddr) -> Result<Vec<String>, ClientError> {
+        self.call(&Request::Vip { action, address })
     }
 
     /// Sends `request` and decodes the answer's data as `T`.

@@ -20,12 +20,14 @@
 //! (which calls it); above `config` and `maglev`, whose [`Vip`] and [`BackendKey`] it
 //! carries. It imports nothing from the modules above it.
 
+mod announce;
 mod answer;
 mod client;
 mod health;
 mod request;
 pub mod server;
 
+pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement};
 pub use answer::{
     BackendCounters, BackendStatus, Counter, FlowReport, Pin, Response, Stats, Status, VipCounters,
     VipStatus,
