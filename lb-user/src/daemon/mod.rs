@@ -8,8 +8,10 @@
 //! and the parts that need the real system (privileges, the interface's MAC, the
 //! socket, signals, file watching). Health checks run on their own runtime thread
 //! ([`health`]) and send their batches of transitions to the event loop; the backends'
-//! next hops are watched by [`nexthop`].
+//! next hops are watched by [`nexthop`]. After every change the VIP addresses this
+//! instance can serve are published for BGP ([`announce`]).
 
+pub mod announce;
 pub mod health;
 mod neighbours;
 pub mod nexthop;
@@ -153,6 +155,7 @@ async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> Result<()
         if matches!(request, Request::Backend { .. }) && response.ok {
             manage_neighbours(&service);
         }
+        service.sync_announcements();
         response
     })
     .await
@@ -244,6 +247,8 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         config.xdp_mode,
     )?;
     service.set_mode(mode.to_string());
+    service.set_attached(true);
+    service.sync_announcements();
     let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
     let batches = service.start_health(health_runtime.handle(), &config);
     health::attach_probe_program(&mut service, &config.interface);
@@ -268,6 +273,7 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
             batches,
         ));
     let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    leave_announcements(&mut service, true);
     health::detach_probe_program(&mut service, &config.interface);
     if let Err(e) = service.controller_mut().dataplane_mut().detach() {
         error!("detaching: {e}");
@@ -275,6 +281,19 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         info!("detached from {}", config.interface);
     }
     result
+}
+
+/// Leaves the announcement routes as the exit leaves the data plane (see
+/// [`announce`]): `detaching` removes them first, so the routers stop sending traffic
+/// before the program goes; otherwise they stay with the data plane that keeps
+/// forwarding. Today `lb run` always detaches at exit; with a pinned data plane, a
+/// plain stop passes `false` and `lb detach` or detach-on-exit pass `true`.
+fn leave_announcements(service: &mut Service<KernelDataplane>, detaching: bool) {
+    service.announcer_mut().exit(if detaching {
+        announce::DatapathAtExit::Detached
+    } else {
+        announce::DatapathAtExit::KeepsForwarding
+    });
 }
 
 async fn event_loop(
@@ -324,5 +343,9 @@ async fn event_loop(
             _ = interrupt.recv() => { info!("SIGINT: shutting down"); return Ok(()); }
             _ = terminate.recv() => { info!("SIGTERM: shutting down"); return Ok(()); }
         }
+        service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sync_announcements();
     }
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use tokio::{runtime::Handle, sync::mpsc};
 
 use super::{
+    announce::{self, Announcer, routes::IpRoutes},
     health::HealthChecks,
     nexthop::NexthopMonitor,
     stats::{self, Sample},
@@ -126,6 +127,8 @@ pub struct Service<D> {
     health: Option<HealthChecks>,
     /// The backends' next hops, once watched ([`Self::set_nexthop_monitor`]).
     nexthops: Option<NexthopMonitor>,
+    /// The VIP addresses' announcement for BGP ([`announce`]).
+    announce: Announcer,
 }
 
 impl<D: Dataplane> Service<D> {
@@ -157,6 +160,7 @@ impl<D: Dataplane> Service<D> {
                 previous: None,
                 health: None,
                 nexthops: None,
+                announce: Announcer::new(loaded.config.announce, Box::new(IpRoutes)),
             },
             report,
         ))
@@ -265,6 +269,7 @@ impl<D: Dataplane> Service<D> {
         if let Some(health) = &mut self.health {
             health.configure(&loaded.config);
         }
+        self.announce.configure(loaded.config.announce);
         let health = self.sync_health();
         merge(&mut report, health);
         Ok(report)
@@ -299,6 +304,13 @@ impl<D: Dataplane> Service<D> {
                 Ok(r) => Response::ok(r),
                 Err(e) => Response::error(e),
             },
+            Request::Vip { action, address } => {
+                let serving = announce::serving(&self.controller);
+                match self.announce.request(action, address, &serving) {
+                    Ok(lines) => Response::ok(lines),
+                    Err(e) => Response::error(e),
+                }
+            }
         }
     }
 
@@ -351,7 +363,9 @@ impl<D: Dataplane> Service<D> {
             table_builds: self.controller.builds_total(),
             vips: self.controller.vip_statuses(),
             health: crate::control::HealthSummary::default(),
+            announce: crate::control::AnnounceSummary::default(),
         };
+        self.announce.annotate(&mut status);
         if let Some(health) = &self.health {
             health.annotate(&mut status, &self.controller);
         }
@@ -364,6 +378,25 @@ impl<D: Dataplane> Service<D> {
             status.health.nexthop_unresolved_total = total;
         }
         status
+    }
+
+    /// Records whether the data plane is attached (the announcement rule's first
+    /// condition).
+    pub fn set_attached(&mut self, attached: bool) {
+        self.announce.set_attached(attached);
+    }
+
+    /// Applies the announcement rule to the VIPs as they are now and brings the
+    /// announcement table in line (the daemon calls this after every change and every
+    /// second).
+    pub fn sync_announcements(&mut self) {
+        let serving = announce::serving(&self.controller);
+        self.announce.sync(&serving);
+    }
+
+    /// The announcements (to leave them as the data plane is left at exit).
+    pub fn announcer_mut(&mut self) -> &mut Announcer {
+        &mut self.announce
     }
 
     /// Records the counters, so that the next `lb stats` reports rates over the time
