@@ -12,7 +12,7 @@ use std::{
 };
 
 use clap::{CommandFactory as _, Parser};
-use lb_user::cli::{self, Output, docs, hash, ops, table};
+use lb_user::cli::{self, Output, docs, hash, ops, table, vip};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -38,6 +38,8 @@ enum Command {
     Backend(ops::BackendArgs),
     /// Show where a client's flow to a VIP goes.
     Flow(ops::FlowArgs),
+    /// Withdraw a VIP address's BGP announcement from this instance, or announce it again.
+    Vip(vip::VipArgs),
     /// Build and compare Maglev tables offline (no root needed).
     Table(table::TableArgs),
     /// Compare consistent-hashing schemes on the same keys offline (no root needed).
@@ -75,6 +77,7 @@ fn run(command: Command) -> Result<Output, Failure> {
         Command::Stats(args) => ops::stats(&args).map_err(daemon),
         Command::Backend(args) => ops::backend(&args).map_err(daemon),
         Command::Flow(args) => ops::flow(&args).map_err(daemon),
+        Command::Vip(args) => vip::run(&args).map_err(daemon),
         Command::Table(args) => {
             table::run(&args).map_err(|e| Failure::new(format!("lb table: error: {e}"), 2))
         }

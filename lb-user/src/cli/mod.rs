@@ -7,12 +7,15 @@
 //! - [`hash`]: `lb hash`, the offline consistent-hashing lab;
 //! - [`docs`]: `lb completions` / `lb manpage`, generated from the clap definition;
 //! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
-//!   control socket ([`crate::control`]).
+//!   control socket ([`crate::control`]);
+//! - [`vip`]: `lb vip withdraw|announce`, a VIP address's BGP announcement, through the
+//!   same socket.
 
 pub mod docs;
 pub mod hash;
 pub mod ops;
 pub mod table;
+pub mod vip;
 
 /// What a verb prints: `text` on standard output, then each of `warnings` on standard
 /// error as a `warning: ...` line.

@@ -23,7 +23,7 @@ pub struct SocketArg {
 }
 
 impl SocketArg {
-    fn client(&self) -> Client {
+    pub(super) fn client(&self) -> Client {
         Client::new(&self.socket)
     }
 }
@@ -127,6 +127,7 @@ pub fn status_text(s: &Status) -> String {
         s.changes, s.table_builds
     );
     health::summary(&mut out, &s.health);
+    announce::summary(&mut out, &s.announce);
     for v in &s.vips {
         let _ = writeln!(
             out,
@@ -134,6 +135,7 @@ pub fn status_text(s: &Status) -> String {
             v.vip, v.id, v.table_size, v.generation, v.fingerprint
         );
         health::policy(&mut out, v);
+        announce::vip(&mut out, v);
         let _ = writeln!(
             out,
             "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>8} {:>6}",
@@ -256,6 +258,7 @@ pub fn flow_text(f: &FlowReport) -> String {
     out
 }
 
+mod announce;
 mod health;
 #[cfg(test)]
 mod tests;
