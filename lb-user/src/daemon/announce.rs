@@ -48,6 +48,7 @@ pub mod routes;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
     net::IpAddr,
     time::{Duration, Instant},
 };
@@ -432,13 +433,25 @@ impl Announcer {
                 continue;
             };
             let own = d.vips.iter().find(|(x, _)| *x == vip).map(|(_, s)| s);
-            v.announce = Some(vip_announcement(
+            let mut a = vip_announcement(
                 &self.config,
                 self.attached,
                 self.withdrawn.contains(&vip.addr),
                 self.published.contains(&vip.addr),
                 own,
-            ));
+            );
+            if a.servable && !a.announced {
+                let _ = write!(
+                    a.reason,
+                    ", but its route is not in table {}{}",
+                    self.published_in.0,
+                    self.last_error
+                        .as_ref()
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
+                );
+            }
+            v.announce = Some(a);
         }
     }
 }

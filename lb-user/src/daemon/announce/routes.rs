@@ -74,9 +74,12 @@ impl IpRoutes {
             .args(["proto", &protocol.to_string()])
             .output()?;
         if !out.status.success() {
-            return Err(RouteError::Ip(
-                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            ));
+            let message = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            // The kernel creates a table with its first route: none yet is empty.
+            if message.contains("table does not exist") {
+                return Ok(Vec::new());
+            }
+            return Err(RouteError::Ip(message));
         }
         parse_listing(&out.stdout)
     }
