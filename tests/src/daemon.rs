@@ -46,11 +46,14 @@ use std::{
     fmt::Write as _,
     fs::File,
     marker::PhantomData,
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -58,6 +61,7 @@ use anyhow::{Context as _, bail};
 use lb_user::control::{Client, FlowReport, Stats, Status};
 
 use crate::{
+    netns::NetNs,
     packets::{LB4, LB6},
     testbed::{LB_IFACE, TestBed, backend4, backend6, vip_tcp, vip_udp},
 };
@@ -144,6 +148,9 @@ pub struct DaemonConfig {
     pub udp_timeout_secs: u32,
     /// Top-level tables written before the VIPs (e.g. `[health]`), empty by default.
     pub extra: String,
+    /// The outer source addresses (`[encap]`): the bed LB's 192.0.2.1 and
+    /// 2001:db8:c::1 by default; each instance of a fleet has its own.
+    pub sources: (Ipv4Addr, Ipv6Addr),
     /// `[vip.health]` bodies by VIP ([`vip_text`]); VIPs not listed have none.
     pub vip_health: Vec<(String, String)>,
     /// `[vip.backend.health]` bodies by VIP and backend number.
@@ -170,6 +177,7 @@ impl DaemonConfig {
             table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
             extra: String::new(),
+            sources: (LB4, LB6),
             vip_health: Vec::new(),
             backend_health: Vec::new(),
         }
@@ -198,11 +206,13 @@ impl DaemonConfig {
              xdp_mode = \"native\"\n\
              control_socket = \"{}\"\n\
              mtu = 1500\n\n\
-             [encap]\nsource_v4 = \"{LB4}\"\nsource_v6 = \"{LB6}\"\n\n\
+             [encap]\nsource_v4 = \"{}\"\nsource_v6 = \"{}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
              [conntrack]\ncapacity = {CT_CAPACITY}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
              udp_timeout_secs = {}\n",
             socket.display(),
+            self.sources.0,
+            self.sources.1,
             self.udp_timeout_secs,
         );
         out.push_str(&self.extra);
@@ -358,6 +368,8 @@ pub struct Daemon<'bed> {
     lb: PathBuf,
     dir: TempDir,
     started: Duration,
+    /// The namespace of a daemon started with [`Daemon::start_in`], kept alive with it.
+    _ns: Option<Arc<NetNs>>,
     _bed: PhantomData<&'bed TestBed>,
 }
 
@@ -372,6 +384,23 @@ impl<'bed> Daemon<'bed> {
     /// # Panics
     /// When the `lb` binary is missing ([`lb_binary`]).
     pub fn start(bed: &'bed TestBed, config: &DaemonConfig) -> anyhow::Result<Self> {
+        Self::spawn(bed.lb_ns().name(), None, config)
+    }
+
+    /// As [`Self::start`], in the namespace `ns` (an instance of a multi-instance bed),
+    /// which the daemon keeps alive until it has stopped.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    ///
+    /// # Panics
+    /// When the `lb` binary is missing ([`lb_binary`]).
+    pub fn start_in(ns: Arc<NetNs>, config: &DaemonConfig) -> anyhow::Result<Daemon<'static>> {
+        let name = ns.name().to_owned();
+        Daemon::spawn(&name, Some(ns), config)
+    }
+
+    fn spawn(ns: &str, keep: Option<Arc<NetNs>>, config: &DaemonConfig) -> anyhow::Result<Self> {
         let begun = Instant::now();
         let lb = lb_binary();
         let dir = TempDir::new("lb-run-")?;
@@ -380,13 +409,14 @@ impl<'bed> Daemon<'bed> {
             lb,
             dir,
             started: Duration::ZERO,
+            _ns: keep,
             _bed: PhantomData,
         };
         daemon.write_config(config)?;
         let log = File::create(daemon.log_path()).context("creating the daemon log")?;
         let out = File::create(daemon.dir.path.join("lb.out")).context("creating lb.out")?;
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", bed.lb_ns().name()])
+        cmd.args(["netns", "exec", ns])
             .arg(&daemon.lb)
             .arg("run")
             .arg("--config")
