@@ -4,6 +4,12 @@
 //! Map names are the symbol names in the object; userspace looks maps up by them, so they
 //! are defined here once. Limits are compile-time map sizes unless stated otherwise.
 
+/// Version of the meaning of the maps' keys and values. Sizes and map definitions are
+/// compared by themselves when a restarted daemon adopts a pinned datapath; bump this
+/// when a key or value changes meaning without changing size (a field renamed to another
+/// use, a flag bit reassigned), so that a pinned datapath of the old meaning is refused.
+pub const LAYOUT_VERSION: u32 = 1;
+
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
 /// An XDP program that returns `XDP_PASS` and does nothing else: the reference for

@@ -16,9 +16,13 @@
 //!   (`ip netns exec` execs, so the child's pid is the daemon's) with its stderr in
 //!   `<dir>/lb.log`, and waits until `lb status` answers. The CLI runs from the test's
 //!   own namespace: the control socket is a filesystem path.
-//! - Teardown: dropping a [`Daemon`] sends SIGTERM (the daemon detaches its program
-//!   and removes its socket), waits up to [`STOP_TIMEOUT`], then SIGKILLs; the temporary
-//!   directory is removed afterwards. When the drop happens during a panic, the daemon's
+//! - Restarts: [`Daemon::restart`] stops the process (SIGTERM or SIGKILL) and starts a
+//!   new one on the same directory (configuration, state file, socket), as systemd does;
+//!   the datapath stays pinned in between.
+//! - Teardown: dropping a [`Daemon`] sends SIGTERM (the daemon removes its socket and
+//!   leaves its datapath pinned), waits up to [`STOP_TIMEOUT`], then SIGKILLs; the
+//!   temporary directory is removed afterwards, and the bed's namespace removes the pins
+//!   when it is dropped ([`crate::netns`]). When the drop happens during a panic, the daemon's
 //!   log is printed first. As a backstop for a test process that dies without unwinding,
 //!   the daemon gets SIGTERM when the thread that started it exits
 //!   (`PR_SET_PDEATHSIG`): start it on the thread that owns the [`Daemon`] until the end
@@ -155,6 +159,8 @@ pub struct DaemonConfig {
     pub vip_health: Vec<(String, String)>,
     /// `[vip.backend.health]` bodies by VIP and backend number.
     pub backend_health: Vec<(String, u8, String)>,
+    /// `conntrack.capacity`.
+    pub ct_capacity: u32,
 }
 
 impl DaemonConfig {
@@ -180,6 +186,7 @@ impl DaemonConfig {
             sources: (LB4, LB6),
             vip_health: Vec::new(),
             backend_health: Vec::new(),
+            ct_capacity: CT_CAPACITY,
         }
     }
 
@@ -205,14 +212,17 @@ impl DaemonConfig {
              interface = \"{LB_IFACE}\"\n\
              xdp_mode = \"native\"\n\
              control_socket = \"{}\"\n\
+             state_dir = \"{}\"\n\
              mtu = 1500\n\n\
              [encap]\nsource_v4 = \"{}\"\nsource_v6 = \"{}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
-             [conntrack]\ncapacity = {CT_CAPACITY}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
+             [conntrack]\ncapacity = {}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
              udp_timeout_secs = {}\n",
             socket.display(),
+            socket.with_file_name("state").display(),
             self.sources.0,
             self.sources.1,
+            self.ct_capacity,
             self.udp_timeout_secs,
         );
         out.push_str(&self.extra);
@@ -368,9 +378,19 @@ pub struct Daemon<'bed> {
     lb: PathBuf,
     dir: TempDir,
     started: Duration,
+    ns: String,
     /// The namespace of a daemon started with [`Daemon::start_in`], kept alive with it.
-    _ns: Option<Arc<NetNs>>,
+    _keep: Option<Arc<NetNs>>,
     _bed: PhantomData<&'bed TestBed>,
+}
+
+/// How [`Daemon::restart`] stops the running process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM, and wait for it to exit.
+    Term,
+    /// SIGKILL (a crash).
+    Kill,
 }
 
 impl<'bed> Daemon<'bed> {
@@ -384,7 +404,7 @@ impl<'bed> Daemon<'bed> {
     /// # Panics
     /// When the `lb` binary is missing ([`lb_binary`]).
     pub fn start(bed: &'bed TestBed, config: &DaemonConfig) -> anyhow::Result<Self> {
-        Self::spawn(bed.lb_ns().name(), None, config)
+        Self::create(bed.lb_ns().name(), None, config)
     }
 
     /// As [`Self::start`], in the namespace `ns` (an instance of a multi-instance bed),
@@ -397,10 +417,10 @@ impl<'bed> Daemon<'bed> {
     /// When the `lb` binary is missing ([`lb_binary`]).
     pub fn start_in(ns: Arc<NetNs>, config: &DaemonConfig) -> anyhow::Result<Daemon<'static>> {
         let name = ns.name().to_owned();
-        Daemon::spawn(&name, Some(ns), config)
+        Daemon::create(&name, Some(ns), config)
     }
 
-    fn spawn(ns: &str, keep: Option<Arc<NetNs>>, config: &DaemonConfig) -> anyhow::Result<Self> {
+    fn create(ns: &str, keep: Option<Arc<NetNs>>, config: &DaemonConfig) -> anyhow::Result<Self> {
         let begun = Instant::now();
         let lb = lb_binary();
         let dir = TempDir::new("lb-run-")?;
@@ -409,18 +429,79 @@ impl<'bed> Daemon<'bed> {
             lb,
             dir,
             started: Duration::ZERO,
-            _ns: keep,
+            ns: ns.to_owned(),
+            _keep: keep,
             _bed: PhantomData,
         };
         daemon.write_config(config)?;
-        let log = File::create(daemon.log_path()).context("creating the daemon log")?;
-        let out = File::create(daemon.dir.path.join("lb.out")).context("creating lb.out")?;
+        daemon.spawn(&[])?;
+        daemon.started = begun.elapsed();
+        Ok(daemon)
+    }
+
+    /// Stops the daemon as `stop` says and starts `lb run ARGS...` again on the same
+    /// directory; waits until it answers. Returns the time from the new process's start
+    /// until `lb status` answered.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn restart(&mut self, stop: Stop, args: &[&str]) -> anyhow::Result<Duration> {
+        self.halt(stop);
+        self.resume(args)
+    }
+
+    /// Stops the daemon as `stop` says (the datapath stays pinned).
+    pub fn halt(&mut self, stop: Stop) {
+        match stop {
+            Stop::Term => {
+                let _ = self.terminate();
+            }
+            Stop::Kill => {
+                if let Some(mut child) = self.child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+    }
+
+    /// Starts `lb run ARGS...` again on the same directory after [`Self::halt`]; the
+    /// time until `lb status` answered.
+    ///
+    /// # Errors
+    /// As [`Self::start`] (the message has the log).
+    pub fn resume(&mut self, args: &[&str]) -> anyhow::Result<Duration> {
+        let begun = Instant::now();
+        self.spawn(args)?;
+        Ok(begun.elapsed())
+    }
+
+    /// The daemon's directory (configuration, socket, state, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts `lb run --config <dir>/lb.toml ARGS...` in its namespace (its
+    /// log appended to `lb.log`) and waits until it answers.
+    fn spawn(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        let daemon = self;
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(daemon.log_path())
+            .context("creating the daemon log")?;
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(daemon.dir.path.join("lb.out"))
+            .context("creating lb.out")?;
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns])
+        cmd.args(["netns", "exec", &daemon.ns])
             .arg(&daemon.lb)
             .arg("run")
             .arg("--config")
             .arg(daemon.config_path())
+            .args(args)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log)
@@ -443,9 +524,7 @@ impl<'bed> Daemon<'bed> {
             .spawn()
             .with_context(|| format!("starting `ip netns exec ... {} run`", daemon.lb.display()))?;
         daemon.child = Some(child);
-        daemon.wait_ready()?;
-        daemon.started = begun.elapsed();
-        Ok(daemon)
+        daemon.wait_ready()
     }
 
     /// Polls `lb status` until it answers.

@@ -20,6 +20,7 @@ pub mod fixture;
 pub mod fleet;
 pub mod netns;
 pub mod packets;
+pub mod steady;
 pub mod testbed;
 pub mod traffic;
 

@@ -12,7 +12,9 @@
 //!    data-plane benchmark
 //!    (BPF_PROG_TEST_RUN ns/packet over an empty XDP program measured in the same run,
 //!    gateway next hop and FIB with and without its per-CPU cache, and the verifier's
-//!    instruction count).
+//!    instruction count), then `lb-restart-bench`: restart of `lb run` to its pinned
+//!    datapath adopted (100 VIPs x 100 backends; one VIP with M = 655,373) and the time
+//!    to write the state file.
 
 use anyhow::bail;
 
@@ -57,5 +59,15 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 "--",
             ])
             .args(&args.rest),
-    )
+    )?;
+    // The restart benchmark starts the release `lb` binary.
+    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
+    cmd::run(cmd::cargo().args([
+        "run",
+        "--release",
+        "--package",
+        "lb-tests",
+        "--bin",
+        "lb-restart-bench",
+    ]))
 }

@@ -23,6 +23,15 @@ pub struct FileConfig {
     /// Path of the control socket.
     #[serde(default)]
     pub control_socket: Option<String>,
+    /// Where the datapath is pinned (bpffs, host's view).
+    #[serde(default)]
+    pub pin_dir: Option<String>,
+    /// Where runtime changes are kept.
+    #[serde(default)]
+    pub state_dir: Option<String>,
+    /// Detach the datapath and remove its pins when the daemon exits.
+    #[serde(default)]
+    pub detach_on_exit: Option<bool>,
     /// Largest outer IP packet on the LB → backend path (bytes).
     #[serde(default)]
     pub mtu: Option<UInt<u16>>,

@@ -54,7 +54,9 @@ pub enum Nexthop {
 }
 
 /// A backend's administrative state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendState {
     /// In the table with its weight.
@@ -108,6 +110,12 @@ pub struct Config {
     pub xdp_mode: XdpMode,
     /// Control socket path.
     pub control_socket: PathBuf,
+    /// Where the datapath is pinned (bpffs, host's view).
+    pub pin_dir: PathBuf,
+    /// Where runtime changes are kept.
+    pub state_dir: PathBuf,
+    /// Detach the datapath and remove its pins at exit.
+    pub detach_on_exit: bool,
     /// MTU of the LB → backend path (bytes).
     pub mtu: u16,
     /// Flow-hash seed.

@@ -67,6 +67,37 @@ pub struct Status {
     /// The VIP addresses' announcement for BGP (`[announce]`).
     #[serde(default)]
     pub announce: AnnounceSummary,
+    /// The runtime changes in force (kept in the state file), in (VIP, backend) order.
+    #[serde(default)]
+    pub overrides: Vec<OverrideStatus>,
+    /// The pinned datapath's directory (host's view), when pinned.
+    #[serde(default)]
+    pub pin_dir: Option<String>,
+    /// The datapath layout stamp (`lb --version` prints the binary's).
+    #[serde(default)]
+    pub layout: Option<String>,
+}
+
+/// A runtime change in `lb status` and `lb overrides`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverrideStatus {
+    /// `ADDR:PORT/PROTO`.
+    pub vip: String,
+    /// Backend address.
+    pub backend: String,
+    /// The change: `drain`, `added, active (weight 2)`, `removed`, ...
+    pub change: String,
+    /// What the file says of the backend: `active (weight 1)` or `not in the file`.
+    pub file: String,
+}
+
+/// The answer to `lb overrides`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverridesReport {
+    /// The runtime changes in force after the request.
+    pub overrides: Vec<OverrideStatus>,
+    /// With `--clear`: how many were dropped, and the changes applied.
+    pub lines: Vec<String>,
 }
 
 /// A VIP in `lb status`.
@@ -118,6 +149,10 @@ pub struct BackendStatus {
     /// Its next hop (FIB next-hop mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nexthop: Option<NexthopStatus>,
+    /// The runtime change of this backend, if any (`drain`, `added, ...`); the file
+    /// says otherwise.
+    #[serde(default)]
+    pub runtime: Option<String>,
 }
 
 /// `lb flow`.

@@ -29,8 +29,8 @@ pub mod server;
 
 pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement};
 pub use answer::{
-    BackendCounters, BackendStatus, Counter, FlowReport, Pin, Response, Stats, Status, VipCounters,
-    VipStatus,
+    BackendCounters, BackendStatus, Counter, FlowReport, OverrideStatus, OverridesReport, Pin,
+    Response, Stats, Status, VipCounters, VipStatus,
 };
 pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES};
 pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};

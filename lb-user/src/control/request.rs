@@ -44,6 +44,12 @@ pub enum Request {
         /// Weight (add, undrain).
         weight: Option<u32>,
     },
+    /// `lb overrides [--clear]`: lists the runtime changes in force, or drops them all
+    /// and applies the file; answered with [`super::OverridesReport`].
+    Overrides {
+        /// Drop them all.
+        clear: bool,
+    },
     /// `lb flow`; answered with [`super::FlowReport`].
     Flow {
         /// The VIP.

@@ -67,7 +67,7 @@ impl Globals {
 }
 
 /// A backend's desired weight and state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BackendSpec {
     /// Relative weight.
     pub weight: u32,

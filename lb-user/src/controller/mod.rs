@@ -10,11 +10,17 @@
 //! and drives the data plane to the desired state with every VIP's multi-failure policy
 //! applied; [`Controller::set_health`] applies a batch of health changes as one change
 //! (one table per VIP at most).
+//!
+//! A data plane that outlives the daemon is adopted with [`Controller::adopt`]: the
+//! state is recovered from its maps and the controller's record ([`record`]), and the
+//! first [`Controller::apply`] then writes only what differs.
 
 pub mod desired;
 mod health;
 mod ids;
+pub mod overrides;
 mod plan;
+mod record;
 mod report;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
@@ -25,7 +31,9 @@ use lb_common::types::BackendEntry;
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
 pub use ids::IdError;
+pub use overrides::{Override, Overrides};
 pub use plan::ApplyError;
+pub use record::Recovery;
 pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
@@ -51,6 +59,9 @@ pub struct AppliedVip {
     pub generation: u32,
     /// Backend ids of the VIP's backends.
     pub backend_ids: BTreeMap<BackendKey, u32>,
+    /// Recovered from an adopted data plane without proof that its table is the one
+    /// `spec` builds: the next change rebuilds it.
+    pub unverified: bool,
 }
 
 /// Everything the controller has applied.
@@ -96,6 +107,29 @@ impl<D: Dataplane> Controller<D> {
         }
     }
 
+    /// A controller of `dp`, with the state recovered from what `dp` already holds
+    /// (an adopted data plane), and what was found. A fresh `dp` gives the same as
+    /// [`Self::new`].
+    ///
+    /// # Errors
+    /// When the data plane's maps cannot be read.
+    pub fn adopt(dp: D) -> Result<(Self, Recovery), DataplaneError> {
+        let (state, recovery) = record::recover(&dp)?;
+        Ok((
+            Self {
+                dp,
+                state,
+                applied: None,
+                changes: 0,
+                unhealthy: health::Unhealthy::new(),
+                modes: BTreeMap::new(),
+                health_changes: 0,
+                health_table_changes: 0,
+            },
+            recovery,
+        ))
+    }
+
     /// The data plane.
     pub fn dataplane(&self) -> &D {
         &self.dp
@@ -121,7 +155,21 @@ impl<D: Dataplane> Controller<D> {
         });
         let (effective, modes) = health::effective(desired, &self.unhealthy);
         let plan = plan::plan(&self.state, &effective)?;
-        plan::execute(&mut self.dp, &self.state, &plan.ops)?;
+        if !plan.ops.is_empty() {
+            // The record of the next state goes first: it binds every id the maps are
+            // about to use, whatever interrupts the change.
+            self.dp
+                .store_record(&record::encode(&plan.next))
+                .map_err(|error| ApplyError::Dataplane {
+                    step: "storing the controller's record".into(),
+                    error: Box::new(error),
+                    undo: String::new(),
+                })?;
+        }
+        if let Err(e) = plan::execute(&mut self.dp, &self.state, &plan.ops) {
+            let _ = self.dp.store_record(&record::encode(&self.state));
+            return Err(e);
+        }
         self.state = plan.next;
         self.applied = Some(desired.clone());
         if !plan.ops.is_empty() {

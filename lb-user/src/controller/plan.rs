@@ -326,6 +326,7 @@ impl<'a> Planner<'a> {
             && o.spec.table_size == spec.table_size
             && table_inputs(&o.spec) == table_inputs(spec)
             && self.current.maglev_seed == self.desired.maglev_seed
+            && !o.unverified
         {
             return Ok(AppliedVip {
                 spec: spec.clone(),
@@ -387,6 +388,7 @@ impl<'a> Planner<'a> {
             slots,
             generation,
             backend_ids,
+            unverified: false,
         })
     }
 

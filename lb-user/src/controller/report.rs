@@ -134,6 +134,7 @@ fn vip_status(
                 dataplane_state: dataplane_state(spec.state).to_owned(),
                 health: None,
                 nexthop: None,
+                runtime: None,
             }
         })
         .collect();

@@ -1,6 +1,8 @@
-//! [`Service`]: the daemon's logic without the event loop — applying the file,
-//! reloads, runtime changes from the control socket, status, stats and flow lookups.
-//! Generic over the data plane, so it is unit-tested against the in-memory fake.
+//! [`Service`]: the daemon's logic without the event loop — applying the file merged
+//! with the runtime changes ([`crate::controller::overrides`] has the merge rule),
+//! reloads, runtime changes from the control socket (kept in the state file before
+//! they are applied), status, stats and flow lookups. Generic over the data plane, so
+//! it is unit-tested against the in-memory fake.
 
 use std::path::PathBuf;
 
@@ -10,12 +12,15 @@ use super::{
     announce::{self, Announcer, routes::IpRoutes},
     health::HealthChecks,
     nexthop::NexthopMonitor,
+    state_file::{StateFile, StateFileError},
     stats::{self, Sample},
 };
 use crate::{
     config::{BackendState, Config, HealthChecker, Loaded, Nexthop, Vip, XdpMode},
-    control::{BackendAction, Request, Response, Stats, Status},
-    controller::{ApplyError, ApplyReport, Controller, Desired, EditError, FlowError},
+    control::{BackendAction, OverrideStatus, OverridesReport, Request, Response, Stats, Status},
+    controller::{
+        ApplyError, ApplyReport, Controller, Desired, EditError, FlowError, Override, Overrides,
+    },
     dataplane::{Dataplane, DataplaneError},
     defaults,
     health::coalesce::Batch,
@@ -51,6 +56,9 @@ pub enum ServiceError {
     /// The counters could not be read.
     #[error(transparent)]
     Counters(#[from] DataplaneError),
+    /// The state file could not be read or written (nothing was applied).
+    #[error(transparent)]
+    State(#[from] StateFileError),
 }
 
 /// Settings that only take effect at start; a reload that changes them is refused.
@@ -59,6 +67,8 @@ struct StartOnly {
     interface: String,
     xdp_mode: XdpMode,
     control_socket: PathBuf,
+    pin_dir: PathBuf,
+    state_dir: PathBuf,
     ct_capacity: u32,
     ct_syn_capacity: u32,
     /// The flow hash places every flow in its table slot and SYN cache slot: changing
@@ -76,6 +86,8 @@ impl StartOnly {
             interface: c.interface.clone(),
             xdp_mode: c.xdp_mode,
             control_socket: c.control_socket.clone(),
+            pin_dir: c.pin_dir.clone(),
+            state_dir: c.state_dir.clone(),
             ct_capacity: c.ct_capacity,
             ct_syn_capacity: c.ct_syn_capacity,
             hash_seed: c.hash_seed,
@@ -92,6 +104,8 @@ impl StartOnly {
                 "control_socket",
                 self.control_socket != other.control_socket,
             ),
+            ("pin_dir", self.pin_dir != other.pin_dir),
+            ("state_dir", self.state_dir != other.state_dir),
             ("conntrack.capacity", self.ct_capacity != other.ct_capacity),
             (
                 "conntrack.syn_capacity",
@@ -129,41 +143,94 @@ pub struct Service<D> {
     nexthops: Option<NexthopMonitor>,
     /// The VIP addresses' announcement for BGP ([`announce`]).
     announce: Announcer,
+    /// The runtime changes in force.
+    overrides: Overrides,
+    /// Where they are kept (`None`: not kept, in unit tests).
+    state_file: Option<StateFile>,
+    /// The pinned datapath's directory and layout stamp, for `lb status`.
+    datapath: (Option<String>, Option<String>),
+    detach_on_exit: bool,
+}
+
+/// The status form of an override.
+fn override_status(o: &Override) -> OverrideStatus {
+    OverrideStatus {
+        vip: o.vip.to_string(),
+        backend: o.backend.to_string(),
+        change: o.describe(),
+        file: o.describe_file(),
+    }
 }
 
 impl<D: Dataplane> Service<D> {
-    /// Applies `loaded` (read from `config_file`) to a fresh controller of `dp`, which
-    /// is attached to `interface` in `mode`; `if_mac` is the interface's MAC.
+    /// Applies `loaded` (read from `config_file`), merged with the runtime changes kept
+    /// in `state_file`, through `controller` (fresh, or adopted from a pinned data
+    /// plane: then only differences are written). `if_mac` is the interface's MAC.
+    /// Returns the report and a line for each runtime change the file overrode.
     ///
     /// # Errors
-    /// When the first apply fails (nothing is left in the data plane's maps that a
-    /// packet could use: the VIPs are written last).
+    /// An unreadable or corrupt state file (nothing is applied), or a failed apply
+    /// (nothing a packet could use is left half-written: the VIPs are written last).
     pub fn start(
-        dp: D,
+        controller: Controller<D>,
         config_file: PathBuf,
         loaded: &Loaded,
         if_mac: [u8; 6],
         mode: String,
-    ) -> Result<(Self, ApplyReport), ApplyError> {
-        let desired = Desired::from_config(&loaded.config, if_mac);
-        let mut controller = Controller::new(dp);
+        state_file: Option<StateFile>,
+    ) -> Result<(Self, ApplyReport, Vec<String>), ServiceError> {
+        let stored = match &state_file {
+            Some(f) => f.load()?,
+            None => Overrides::default(),
+        };
+        let file_desired = Desired::from_config(&loaded.config, if_mac);
+        let (desired, kept, dropped) = stored.merge(&file_desired);
+        let mut controller = controller;
         let report = controller.apply(&desired)?;
-        Ok((
-            Self {
-                controller,
-                config_file,
-                file_desired: desired,
-                start_only: StartOnly::of(&loaded.config),
-                if_mac,
-                interface: loaded.config.interface.clone(),
-                mode,
-                previous: None,
-                health: None,
-                nexthops: None,
-                announce: Announcer::new(loaded.config.announce, Box::new(IpRoutes)),
-            },
-            report,
-        ))
+        let service = Self {
+            controller,
+            config_file,
+            file_desired,
+            start_only: StartOnly::of(&loaded.config),
+            if_mac,
+            interface: loaded.config.interface.clone(),
+            mode,
+            previous: None,
+            health: None,
+            nexthops: None,
+            overrides: kept,
+            state_file,
+            datapath: (None, None),
+            detach_on_exit: loaded.config.detach_on_exit,
+            announce: Announcer::new(loaded.config.announce, Box::new(IpRoutes)),
+        };
+        if service.overrides != stored {
+            service.persist(&service.overrides)?;
+        }
+        Ok((service, report, dropped))
+    }
+
+    /// Records the pinned datapath's directory and layout stamp for `lb status`.
+    pub fn set_datapath(&mut self, pin_dir: Option<String>, layout: Option<String>) {
+        self.datapath = (pin_dir, layout);
+    }
+
+    /// Whether the datapath is to be detached and its pins removed at exit.
+    pub fn detach_on_exit(&self) -> bool {
+        self.detach_on_exit
+    }
+
+    /// The runtime changes in force.
+    pub fn overrides(&self) -> &Overrides {
+        &self.overrides
+    }
+
+    /// Writes `overrides` to the state file, if there is one.
+    fn persist(&self, overrides: &Overrides) -> Result<(), StateFileError> {
+        match &self.state_file {
+            Some(f) => f.save(overrides),
+            None => Ok(()),
+        }
     }
 
     /// Starts the health checks of `config` (the configuration [`Self::start`] applied)
@@ -253,26 +320,40 @@ impl<D: Dataplane> Service<D> {
         &mut self.controller
     }
 
-    /// Applies a reloaded file, replacing runtime changes.
+    /// Applies a reloaded file merged with the runtime changes (the merge rule of
+    /// [`crate::controller::overrides`]); returns the report and a line for each
+    /// runtime change the file overrode (dropped).
     ///
     /// # Errors
     /// Settings that need a restart changed, or the change failed (the running state is
     /// kept either way).
-    pub fn reload(&mut self, loaded: &Loaded) -> Result<ApplyReport, ServiceError> {
+    pub fn reload(&mut self, loaded: &Loaded) -> Result<(ApplyReport, Vec<String>), ServiceError> {
         let changed = self.start_only.changed(&StartOnly::of(&loaded.config));
         if !changed.is_empty() {
             return Err(ServiceError::StartOnly(changed));
         }
-        let desired = Desired::from_config(&loaded.config, self.if_mac);
-        let mut report = self.controller.apply(&desired)?;
-        self.file_desired = desired;
+        let file_desired = Desired::from_config(&loaded.config, self.if_mac);
+        let (desired, kept, dropped) = self.overrides.merge(&file_desired);
+        if kept != self.overrides {
+            self.persist(&kept)?;
+        }
+        let mut report = match self.controller.apply(&desired) {
+            Ok(report) => report,
+            Err(e) => {
+                let _ = self.persist(&self.overrides);
+                return Err(e.into());
+            }
+        };
+        self.file_desired = file_desired;
+        self.overrides = kept;
+        self.detach_on_exit = loaded.config.detach_on_exit;
         if let Some(health) = &mut self.health {
             health.configure(&loaded.config);
         }
         self.announce.configure(loaded.config.announce);
         let health = self.sync_health();
         merge(&mut report, health);
-        Ok(report)
+        Ok((report, dropped))
     }
 
     /// Whether runtime changes make the running state differ from the file.
@@ -300,6 +381,15 @@ impl<D: Dataplane> Service<D> {
                 }
                 Err(e) => Response::error(e),
             },
+            Request::Overrides { clear } => match self.list_or_clear(clear) {
+                Ok((answer, report)) => {
+                    if let Some(report) = &report {
+                        log(report);
+                    }
+                    Response::ok(answer)
+                }
+                Err(e) => Response::error(e),
+            },
             Request::Flow { vip, client } => match self.controller.flow(&vip, client) {
                 Ok(r) => Response::ok(r),
                 Err(e) => Response::error(e),
@@ -314,7 +404,45 @@ impl<D: Dataplane> Service<D> {
         }
     }
 
-    /// `lb backend`: applies the change to the running state.
+    /// `lb overrides [--clear]`.
+    fn list_or_clear(
+        &mut self,
+        clear: bool,
+    ) -> Result<(OverridesReport, Option<ApplyReport>), ServiceError> {
+        if !clear {
+            return Ok((
+                OverridesReport {
+                    overrides: self.overrides.items().map(override_status).collect(),
+                    lines: Vec::new(),
+                },
+                None,
+            ));
+        }
+        let count = self.overrides.items().count();
+        self.persist(&Overrides::default())?;
+        let report = match self.controller.apply(&self.file_desired) {
+            Ok(report) => report,
+            Err(e) => {
+                let _ = self.persist(&self.overrides);
+                return Err(e.into());
+            }
+        };
+        self.overrides.clear();
+        let mut lines = vec![format!(
+            "cleared {count} runtime change(s): the file applies"
+        )];
+        lines.extend(report.lines());
+        Ok((
+            OverridesReport {
+                overrides: Vec::new(),
+                lines,
+            },
+            Some(report),
+        ))
+    }
+
+    /// `lb backend`: applies the change to the running state, after recording it in
+    /// the state file (restored if the change fails).
     fn backend(
         &mut self,
         action: BackendAction,
@@ -346,7 +474,19 @@ impl<D: Dataplane> Service<D> {
                 });
             }
         }
-        let mut report = self.controller.apply(&desired)?;
+        let mut next = self.overrides.clone();
+        next.record(&self.file_desired, &desired, vip, &key);
+        if next != self.overrides {
+            self.persist(&next)?;
+        }
+        let mut report = match self.controller.apply(&desired) {
+            Ok(report) => report,
+            Err(e) => {
+                let _ = self.persist(&self.overrides);
+                return Err(e.into());
+            }
+        };
+        self.overrides = next;
         let health = self.sync_health();
         merge(&mut report, health);
         Ok(report)
@@ -354,6 +494,19 @@ impl<D: Dataplane> Service<D> {
 
     /// `lb status`.
     pub fn status(&self) -> Status {
+        let mut vips = self.controller.vip_statuses();
+        for v in &mut vips {
+            let Ok(vip) = v.vip.parse::<Vip>() else {
+                continue;
+            };
+            for b in &mut v.backends {
+                if let Ok(key) = b.address.parse::<BackendKey>()
+                    && let Some(o) = self.overrides.get(&vip, &key)
+                {
+                    b.runtime = Some(o.describe());
+                }
+            }
+        }
         let mut status = Status {
             interface: self.interface.clone(),
             mode: self.mode.clone(),
@@ -361,7 +514,10 @@ impl<D: Dataplane> Service<D> {
             differs_from_file: self.differs_from_file(),
             changes: self.controller.changes(),
             table_builds: self.controller.builds_total(),
-            vips: self.controller.vip_statuses(),
+            vips,
+            overrides: self.overrides.items().map(override_status).collect(),
+            pin_dir: self.datapath.0.clone(),
+            layout: self.datapath.1.clone(),
             health: crate::control::HealthSummary::default(),
             announce: crate::control::AnnounceSummary::default(),
         };

@@ -19,6 +19,7 @@ mod harness;
 mod load;
 #[cfg(feature = "test-harness")]
 mod pass;
+mod pinning;
 mod probe;
 
 use std::{
@@ -39,14 +40,25 @@ use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey, VipKey},
 };
-pub use load::{LoadOptions, is_root, may_load_xdp};
+pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp};
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
 
 use super::{
-    AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage, absent_is_ok,
-    map_err, tables::TableSet,
+    Adopted, AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage,
+    absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
 };
+
+/// The pins of a pinned data plane (see `super::pinned`).
+#[derive(Debug)]
+struct Pinned {
+    dir: PinDir,
+    lock: PinLock,
+    /// Whether the maps were adopted (not created by this process).
+    adopted: bool,
+    /// The XDP link, pinned at `dir.link()` while attached.
+    link: Option<aya::programs::links::PinnedLink>,
+}
 
 /// The loaded XDP program and its maps.
 pub struct KernelDataplane {
@@ -73,6 +85,8 @@ pub struct KernelDataplane {
     /// VIPs written (key → VIP id), to keep `VIP_ADDRS` counts and `VIP_FILTER` words
     /// exact.
     vip_keys: StdHashMap<VipKey, u32>,
+    /// The pins, for a data plane opened with [`KernelDataplane::load_pinned`].
+    pinned: Option<Pinned>,
 }
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
@@ -156,7 +170,7 @@ fn on_every_cpu<T: aya::Pod + Clone>(value: T) -> Result<PerCpuValues<T>, Datapl
 impl KernelDataplane {
     /// Whether the program is attached by this handle.
     pub fn is_attached(&self) -> bool {
-        self.link.is_some()
+        self.link.is_some() || self.pinned.as_ref().is_some_and(|p| p.link.is_some())
     }
 
     /// Rewrites the `VIP_FILTER` word holding `key`'s bit from the VIPs recorded, plus
@@ -194,6 +208,9 @@ impl KernelDataplane {
 
 impl Dataplane for KernelDataplane {
     fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
+        if self.pinned.is_some() {
+            return self.attach_pinned(iface, mode);
+        }
         let mode = match mode {
             AttachMode::Native => XdpMode::Driver,
             AttachMode::Skb => XdpMode::Skb,
@@ -206,6 +223,9 @@ impl Dataplane for KernelDataplane {
     }
 
     fn detach(&mut self) -> Result<(), DataplaneError> {
+        if self.pinned.is_some() {
+            return self.detach_pinned();
+        }
         let link = self.link.take().ok_or(DataplaneError::NotAttached)?;
         xdp(&mut self.ebpf, maps::XDP_PROGRAM)?
             .detach(link)
@@ -331,5 +351,20 @@ impl Dataplane for KernelDataplane {
             self.probe_encap_attached(),
             self.probe_stats().unwrap_or_default(),
         ))
+    }
+
+    fn adopted(&self) -> Result<Option<Adopted>, DataplaneError> {
+        self.adopted_state()
+    }
+
+    fn backend(&self, id: u32) -> Result<BackendEntry, DataplaneError> {
+        check_backend_id(id)?;
+        self.backends
+            .get(&id, 0)
+            .map_err(map_err(maps::BACKENDS, "lookup"))
+    }
+
+    fn store_record(&mut self, record: &[u8]) -> Result<(), DataplaneError> {
+        self.write_record(record)
     }
 }

@@ -97,7 +97,13 @@ fn the_example_file_states_exactly_the_defaults() {
     let int = |v: u64| toml::Value::Integer(i64::try_from(v).expect("fits TOML"));
     let ms = |d: Duration| u64::try_from(d.as_millis()).expect("fits");
     let string = |s: &str| toml::Value::String(s.to_owned());
+    assert_eq!(
+        at("detach_on_exit"),
+        toml::Value::Boolean(defaults::DETACH_ON_EXIT)
+    );
     let expected = [
+        ("pin_dir", string(defaults::PIN_DIR)),
+        ("state_dir", string(defaults::STATE_DIR)),
         ("xdp_mode", string(defaults::XDP_MODE)),
         ("control_socket", string(defaults::CONTROL_SOCKET)),
         ("mtu", int(defaults::MTU.into())),
@@ -209,7 +215,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `health`, `announce`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `health`, `announce`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
@@ -428,4 +434,29 @@ fn announce_defaults_off_and_takes_its_table_and_protocol() {
             protocol: 200
         }
     );
+}
+
+/// Several type errors in one file (a string for a number, an unknown key, a number for
+/// a string, a wrong type in an array of tables) are reported together, each with its
+/// key path and line; a required key with a wrong type is not reported again as missing.
+#[test]
+fn several_type_errors_are_reported_at_once() {
+    let text = "interface = \"eth0\"\nmtu = \"big\"\nbogus = 1\n[encap]\nsource_v4 = 7\n\
+                [[vip]]\naddress = \"203.0.113.10\"\nport = \"eighty\"\nprotocol = \"tcp\"\n\
+                [[vip.backend]]\naddress = \"198.51.100.11\"\nweight = -1\n";
+    let errors = Config::from_toml(text).unwrap_err().0;
+    let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    for expected in [
+        "mtu: expected an integer >= 0 and <= 65535, got \"big\" (line 2)",
+        "bogus: unknown field `bogus`",
+        "encap.source_v4: invalid type: integer `7`, expected a string (line 5)",
+        "vip[0].port: expected an integer >= 0 and <= 65535, got \"eighty\" (line 8)",
+        "vip[0].backend[0].weight: expected an integer >= 0 and <= 4294967295, got -1 (line 12)",
+    ] {
+        assert!(
+            shown.iter().any(|s| s.starts_with(expected)),
+            "missing {expected:?} in {shown:#?}"
+        );
+    }
+    assert_eq!(shown.len(), 5, "{shown:#?}");
 }

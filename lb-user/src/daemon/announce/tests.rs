@@ -148,6 +148,9 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
             .collect(),
         health: crate::control::HealthSummary::default(),
         announce: AnnounceSummary::default(),
+        overrides: Vec::new(),
+        pin_dir: None,
+        layout: None,
     };
     a.annotate(&mut status);
     status

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use crate::{
     config::{Config, Vip},
     control::{BackendStatus, Status},
+    controller::Controller,
     daemon::service::Service,
     dataplane::FakeDataplane,
     health::{
@@ -67,12 +68,13 @@ fn listen(k: u8, port: u16) -> TcpListener {
 fn start(text: &str) -> (Service<FakeDataplane>, mpsc::Receiver<Batch<Vip>>) {
     let config = load(text);
     let loaded = Config::from_toml(text).unwrap();
-    let (mut s, _) = Service::start(
-        FakeDataplane::new(),
+    let (mut s, _, _) = Service::start(
+        Controller::new(FakeDataplane::new()),
         "/etc/lb.toml".into(),
         &loaded,
         [2, 0, 0, 0, 0, 1],
         "native".into(),
+        None,
     )
     .unwrap();
     let batches = s.start_health(tokio::runtime::Handle::current(), &config);

@@ -36,6 +36,7 @@ use anyhow::Context as _;
 use lb_tests::netns::NetNs;
 use lb_user::{
     config::{Config, Vip},
+    controller::Controller,
     daemon::service::Service,
     dataplane::{KernelDataplane, LoadOptions},
     health::{
@@ -274,12 +275,13 @@ pub(crate) fn detection_to_live() -> anyhow::Result<()> {
         ct_capacity: 65_536,
         ct_syn_capacity: 16_384,
     })?;
-    let (mut service, _) = Service::start(
-        dp,
+    let (mut service, _, _) = Service::start(
+        Controller::new(dp),
         "bench".into(),
         &loaded,
         [2, 0, 0, 0, 0, 1],
         String::new(),
+        None,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let runtime = lb_user::daemon::health::HealthRuntime::start()?;
