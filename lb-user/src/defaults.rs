@@ -77,7 +77,7 @@ pub const HEALTH_COALESCE_MS: u32 = 100;
 /// (`health::scheduler::DEFAULT_MAX_CONCURRENT`).
 pub const HEALTH_MAX_CONCURRENT_PROBES: u32 = 256;
 
-/// `announce.enabled`: off, so that the daemon touches no routing table unless asked to.
+/// `announce.enabled`: off, so that the daemon publishes no route unless asked to.
 pub const ANNOUNCE_ENABLED: bool = false;
 
 /// `announce.table`: the kernel routing table of the announced VIP addresses (the table

@@ -32,8 +32,10 @@ pub struct AnnounceFile {
 /// The validated `[announce]` section.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Announce {
-    /// Whether the daemon publishes routes at all (`false`: it touches no routing
-    /// table, and BGP announcements are the operator's business).
+    /// Whether the daemon publishes routes at all (`false`: it publishes none, and BGP
+    /// announcements are the operator's business; it only removes, once after
+    /// attaching, the routes of `table` and `protocol` that an earlier run, stopped
+    /// with its datapath forwarding, left behind).
     pub enabled: bool,
     /// The kernel routing table (`ip route ... table N`) BIRD's kernel protocol learns.
     pub table: u32,

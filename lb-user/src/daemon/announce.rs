@@ -32,11 +32,15 @@
 //! data plane ([`Announcer::exit`]): a daemon that detaches the XDP program removes its
 //! routes first ([`DatapathAtExit::Detached`]); one that leaves a pinned data plane
 //! forwarding keeps them ([`DatapathAtExit::KeepsForwarding`]), so traffic keeps
-//! arriving where it is still served, and the next start reconciles the table. A
-//! command that removes the data plane without a daemon removes the routes with
-//! [`routes::flush`]. When BIRD stops or crashes, its BGP sessions close and the routers
-//! withdraw at once. When the whole host dies, nothing is sent: the routers drop its
-//! routes when the BGP hold timer expires (3 s with the README's `hold time 3`), or
+//! arriving where it is still served, and the next start reconciles the table (a
+//! crashed daemon leaves both the same way). While no daemon runs, what was announced
+//! stays announced: health checks and changes pause, so a backend that fails meanwhile
+//! is not noticed; withdraw first (`lb vip withdraw`) before a long stop. A start with
+//! `announce.enabled = false` removes what an earlier run left, once. `lb detach`,
+//! which removes the data plane without a daemon, removes the routes first with
+//! [`routes::flush`]. When BIRD stops or crashes, its BGP sessions close and the
+//! routers withdraw at once. When the whole host dies, nothing is sent: the routers drop
+//! its routes when the BGP hold timer expires (3 s with the README's `hold time 3`), or
 //! within BFD's detection time if BFD is configured.
 //!
 //! # The operator's withdrawals
@@ -53,7 +57,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     config::{Announce, BackendState, Vip},
@@ -155,6 +159,8 @@ pub struct Announcer {
     /// When each address's state (announced or not) last changed.
     since: BTreeMap<IpAddr, (bool, Instant)>,
     last_read: Option<Instant>,
+    /// Whether an instance that is off has looked once for routes an earlier run left.
+    swept: bool,
     route_changes: u64,
     last_error: Option<String>,
 }
@@ -173,6 +179,7 @@ impl Announcer {
             published_in: (config.table, config.protocol),
             since: BTreeMap::new(),
             last_read: None,
+            swept: false,
             route_changes: 0,
             last_error: None,
         }
@@ -208,13 +215,31 @@ impl Announcer {
             self.published_in = here;
         }
         let moved = here != self.published_in;
-        // Off from the start, or enabled but not attached yet (a table left by an
-        // earlier run stays as it is until this run can serve): nothing to touch.
-        let involved = (self.config.enabled && self.attached) || !self.published.is_empty();
+        // Enabled but not attached yet: a table left by an earlier run stays as it is
+        // until this run can serve. Off: the table is read once after attaching, since
+        // an earlier run that was on and stopped with its datapath forwarding left its
+        // routes (the next run may have been turned off meanwhile); then never again.
+        let sweep = !self.config.enabled && self.attached && !self.swept;
+        let involved =
+            (self.config.enabled && self.attached) || !self.published.is_empty() || sweep;
         let due = self.last_read.is_none_or(|t| t.elapsed() >= VERIFY_PERIOD);
-        if (involved || moved) && (moved || due || desired != self.published) {
+        if (involved || moved) && (moved || due || sweep || desired != self.published) {
+            let quiet = sweep && self.published.is_empty();
             let result = self.reconcile(&desired, moved);
-            self.record(result);
+            if quiet {
+                // Off: a failure here (no iproute2, say) is not this host's concern.
+                if let Err(e) = result {
+                    debug!(
+                        "announce: off; cannot check table {}: {e}",
+                        self.config.table
+                    );
+                }
+            } else {
+                self.record(result);
+            }
+        }
+        if sweep {
+            self.swept = true;
         }
         self.note_states();
     }

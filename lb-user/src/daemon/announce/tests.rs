@@ -157,12 +157,31 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
 }
 
 #[test]
-fn off_touches_no_routing_table_at_all() {
+fn off_publishes_nothing_and_only_sweeps_what_an_earlier_run_left_once() {
     let (mut a, routes) = announcer(Announce::default());
+    // An earlier run that was on stopped with its datapath forwarding: its route stayed.
+    routes.clone().write(100, 76, &[v4()], &[]).unwrap();
+    a.sync(&usable());
+    assert_eq!(
+        routes.table(100, 76),
+        set(&[v4()]),
+        "untouched before attaching"
+    );
     a.set_attached(true);
     a.sync(&usable());
+    assert!(
+        routes.table(100, 76).is_empty(),
+        "the earlier run's route is gone"
+    );
+    let calls = routes.calls();
     a.sync(&usable());
-    assert_eq!(routes.calls(), 0);
+    a.sync(&usable());
+    assert_eq!(
+        routes.calls(),
+        calls,
+        "off: the table is read once, then never again"
+    );
+    assert_eq!(status_of(&a, &[]).announce.last_error, None);
     let s = status_of(&a, &["203.0.113.10:80/tcp"]);
     assert!(!s.announce.enabled);
     assert!(s.announce.addresses.iter().all(|x| !x.announced));
