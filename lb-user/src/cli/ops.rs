@@ -85,6 +85,13 @@ pub struct DetachArgs {
     /// The configuration's `pin_dir`.
     #[arg(long, default_value = defaults::PIN_DIR)]
     pub pin_dir: PathBuf,
+    /// The configuration's `announce.table`: its routes of `--announce-protocol` are
+    /// removed before the datapath goes.
+    #[arg(long, default_value_t = defaults::ANNOUNCE_TABLE)]
+    pub announce_table: u32,
+    /// The configuration's `announce.protocol`.
+    #[arg(long, default_value_t = defaults::ANNOUNCE_PROTOCOL)]
+    pub announce_protocol: u8,
 }
 
 /// Runs `lb detach`.
@@ -92,7 +99,13 @@ pub struct DetachArgs {
 /// # Errors
 /// Nothing pinned, a daemon controls the interface, or a pin cannot be removed.
 pub fn detach(args: &DetachArgs) -> Result<Output, crate::daemon::DetachError> {
-    crate::daemon::detach(&args.pin_dir, &args.interface).map(|line| Output::text(line + "\n"))
+    let announce = crate::config::Announce {
+        table: args.announce_table,
+        protocol: args.announce_protocol,
+        ..crate::config::Announce::default()
+    };
+    crate::daemon::detach(&args.pin_dir, &args.interface, announce)
+        .map(|line| Output::text(line + "\n"))
 }
 
 /// Runs `lb overrides`.
