@@ -195,7 +195,10 @@ impl Default for FleetOptions {
             instances: 3,
             backends: 3,
             clients: 16,
-            io_timeout: Duration::from_secs(5),
+            // Above the longest stall a failover may cause: a host that dies silently is
+            // dropped after the BGP hold time (3 s), and TCP's next retransmission after
+            // that comes up to about 6 s after the failure (RTO 0.2 s doubling).
+            io_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -258,13 +261,17 @@ pub enum Failure {
     /// Its BIRD is killed (SIGKILL): the kernel closes the BGP connections, the
     /// router withdraws its routes.
     BirdKilled,
-    /// Its BIRD falls silent (SIGSTOP), as a host that died would: the router notices
-    /// when the BGP hold time runs out.
-    BirdFrozen,
+    /// The host dies without a word: the router's port towards it drops every
+    /// packet both ways while its carrier stays up (an nftables `netdev` table on the
+    /// router), so no BGP message says goodbye and the router drops its routes when
+    /// the BGP hold time runs out.
+    HostSilent,
     /// The operator withdraws the VIP addresses (`lb vip withdraw`).
     Withdrawn,
-    /// Its daemon stops (SIGTERM): it withdraws its routes, then detaches.
-    DaemonStopped,
+    /// Its daemon has stopped (a plain SIGTERM, [`FleetBed::stop_daemon`]: the pinned
+    /// datapath kept forwarding and stayed announced), then `lb detach` removes the
+    /// announcement routes and the datapath, in that order.
+    Detached,
 }
 
 impl Failure {
@@ -273,9 +280,9 @@ impl Failure {
         match self {
             Failure::RouterLinkDown => "router link down",
             Failure::BirdKilled => "BIRD killed",
-            Failure::BirdFrozen => "BIRD frozen (host silent: hold timer)",
+            Failure::HostSilent => "host silent (BGP hold timer)",
             Failure::Withdrawn => "operator withdrawal (lb vip withdraw)",
-            Failure::DaemonStopped => "lb run stopped (SIGTERM)",
+            Failure::Detached => "lb run stopped, then lb detach",
         }
     }
 }
@@ -495,7 +502,46 @@ impl FleetBed {
         ])
     }
 
-    /// Stops instance `k`'s daemon (SIGTERM) and returns its log.
+    /// Makes the router's port towards instance `k` drop every packet in both
+    /// directions, carrier up ([`Failure::HostSilent`]), or forward again.
+    ///
+    /// # Errors
+    /// When `nft` fails.
+    pub fn set_port_silent(&self, k: usize, silent: bool) -> anyhow::Result<()> {
+        let table = format!("lbfleet_silent{k}");
+        let exists = self
+            .router
+            .exec("nft", &["list", "table", "netdev", &table])?
+            .status
+            .success();
+        if silent && !exists {
+            let dev = router_iface(k);
+            nft(
+                &self.router,
+                &format!(
+                    "table netdev {table} {{\n\
+                     \tchain in {{ type filter hook ingress device \"{dev}\" priority 0; policy drop; }}\n\
+                     \tchain out {{ type filter hook egress device \"{dev}\" priority 0; policy drop; }}\n\
+                     }}\n"
+                ),
+            )
+        } else if !silent && exists {
+            let out = self
+                .router
+                .exec("nft", &["delete", "table", "netdev", &table])?;
+            ensure!(
+                out.status.success(),
+                "nft delete table: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            Ok(())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Stops instance `k`'s daemon (SIGTERM: its pinned datapath keeps forwarding and its
+    /// routes stay in the announcement table) and returns its log.
     ///
     /// # Errors
     /// When it is not running or does not exit cleanly.
@@ -507,6 +553,38 @@ impl FleetBed {
         daemon.stop()
     }
 
+    /// `lb detach --interface lb0` in instance `k`'s namespace (its daemon stopped, with
+    /// the bed's announcement table); returns what it printed.
+    ///
+    /// # Errors
+    /// When the daemon runs or `lb detach` fails.
+    pub fn detach(&self, k: usize) -> anyhow::Result<String> {
+        let instance = self.instance(k);
+        ensure!(instance.daemon.is_none(), "instance {k}'s daemon runs");
+        let lb = crate::daemon::lb_binary();
+        let lb = lb.to_str().context("the lb binary's path")?;
+        let table = ANNOUNCE_TABLE.to_string();
+        let protocol = ANNOUNCE_PROTOCOL.to_string();
+        let out = instance.ns.exec(
+            lb,
+            &[
+                "detach",
+                "--interface",
+                LB_IFACE,
+                "--announce-table",
+                &table,
+                "--announce-protocol",
+                &protocol,
+            ],
+        )?;
+        ensure!(
+            out.status.success(),
+            "lb detach: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Starts instance `k`'s daemon again with its configuration.
     ///
     /// # Errors
@@ -514,7 +592,10 @@ impl FleetBed {
     pub fn start_daemon(&mut self, k: usize) -> anyhow::Result<()> {
         let instance = &mut self.instances[k - 1];
         ensure!(instance.daemon.is_none(), "instance {k}'s daemon runs");
-        instance.daemon = Some(Daemon::start_in(Arc::clone(&instance.ns), &instance.config)?);
+        instance.daemon = Some(Daemon::start_in(
+            Arc::clone(&instance.ns),
+            &instance.config,
+        )?);
         Ok(())
     }
 
@@ -534,9 +615,11 @@ impl FleetBed {
             daemon.write_config(&instance.config)?;
         }
         for instance in &self.instances {
-            instance
-                .daemon()
-                .wait_status("the new configuration", Duration::from_secs(10), &applied)?;
+            instance.daemon().wait_status(
+                "the new configuration",
+                Duration::from_secs(10),
+                &applied,
+            )?;
         }
         Ok(())
     }
@@ -560,13 +643,13 @@ impl FleetBed {
         match failure {
             Failure::RouterLinkDown => self.set_router_link(k, false),
             Failure::BirdKilled => self.instances[k - 1].bird.signal(libc::SIGKILL),
-            Failure::BirdFrozen => self.instances[k - 1].bird.signal(libc::SIGSTOP),
+            Failure::HostSilent => self.set_port_silent(k, true),
             Failure::Withdrawn => self.vip_all(k, "withdraw"),
-            Failure::DaemonStopped => {
-                let log = self.stop_daemon(k)?;
+            Failure::Detached => {
+                let line = self.detach(k)?;
                 ensure!(
-                    log.contains("before detaching"),
-                    "the stopped daemon did not withdraw its routes; its log:\n{log}"
+                    line.contains("withdrew 2 VIP announcement routes from table"),
+                    "lb detach did not withdraw both addresses first: {line}"
                 );
                 Ok(())
             }
@@ -581,10 +664,34 @@ impl FleetBed {
         match failure {
             Failure::RouterLinkDown => self.set_router_link(k, true),
             Failure::BirdKilled => self.instances[k - 1].bird.restart(),
-            Failure::BirdFrozen => self.instances[k - 1].bird.signal(libc::SIGCONT),
+            Failure::HostSilent => self.set_port_silent(k, false),
             Failure::Withdrawn => self.vip_all(k, "announce"),
-            Failure::DaemonStopped => self.start_daemon(k),
+            Failure::Detached => self.start_daemon(k),
         }
+    }
+
+    /// Brings the bed back to its baseline after a scenario that stopped half-way:
+    /// every router port up, every BIRD running (a frozen one continued, a dead one
+    /// started again), every daemon running with no runtime change (`lb overrides
+    /// --clear`) and nothing withdrawn; waits until the router uses every instance.
+    ///
+    /// # Errors
+    /// When a step fails or the router does not converge.
+    pub fn heal(&mut self) -> anyhow::Result<()> {
+        for k in 1..=self.instances.len() {
+            self.set_router_link(k, true)?;
+            self.set_port_silent(k, false)?;
+            let bird = &mut self.instances[k - 1].bird;
+            if !bird.running() {
+                bird.restart()?;
+            }
+            if self.instances[k - 1].daemon.is_none() {
+                self.start_daemon(k)?;
+            }
+            self.daemon(k).cli(&["overrides", "--clear"])?;
+            self.vip_all(k, "announce")?;
+        }
+        self.wait_all_announced(CONVERGE_TIMEOUT)
     }
 
     /// `lb vip ACTION` for both VIP addresses on instance `k`.
@@ -709,26 +816,32 @@ impl<'a> ProbeBlock<'a> {
             "table inet lbfleet {{\n  chain output {{\n    type filter hook output priority 0;\n    \
              tcp dport {HEALTH_PORT} drop\n  }}\n}}\n"
         );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("nft (install nftables)")?;
-        child
-            .stdin
-            .take()
-            .context("nft's stdin")?
-            .write_all(script.as_bytes())?;
-        let out = child.wait_with_output()?;
-        ensure!(
-            out.status.success(),
-            "nft: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        nft(ns, &script)?;
         Ok(Self { ns })
     }
+}
+
+/// Runs `nft -f -` with `script` in `ns`.
+fn nft(ns: &NetNs, script: &str) -> anyhow::Result<()> {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("nft (install nftables)")?;
+    child
+        .stdin
+        .take()
+        .context("nft's stdin")?
+        .write_all(script.as_bytes())?;
+    let out = child.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }
 
 impl Drop for ProbeBlock<'_> {
@@ -739,7 +852,10 @@ impl Drop for ProbeBlock<'_> {
 
 /// The `log` target of a BIRD of the bed: a file in its directory.
 fn log_target(dir: &TempDir, name: &str) -> String {
-    format!("\"{}\"", dir.path().join(format!("{name}.bird.log")).display())
+    format!(
+        "\"{}\"",
+        dir.path().join(format!("{name}.bird.log")).display()
+    )
 }
 
 /// Instance `k`'s daemon configuration: the single-instance bed's VIPs and backends
@@ -761,6 +877,10 @@ fn router_core(router: &NetNs, client: &NetNs, options: &FleetOptions) -> anyhow
         ("net/ipv6/conf/all/forwarding".into(), "1"),
         ("net/ipv4/fib_multipath_hash_policy".into(), "1"),
         ("net/ipv6/fib_multipath_hash_policy".into(), "1"),
+        // A port taken down and up again keeps its IPv6 addresses, as a router's
+        // configured ones do (Linux flushes them on link down by default, and the BGP
+        // session over IPv6 would never come back).
+        ("net/ipv6/conf/all/keep_addr_on_down".into(), "1"),
     ];
     for dev in ["all", "default"] {
         sysctls.push((format!("net/ipv4/conf/{dev}/rp_filter"), "0"));
@@ -829,6 +949,7 @@ fn link_instance(router: &NetNs, ns: &NetNs, k: usize) -> anyhow::Result<()> {
             ("net/ipv4/ip_forward".into(), "1"),
             ("net/ipv4/conf/all/forwarding".into(), "1"),
             ("net/ipv6/conf/all/forwarding".into(), "1"),
+            ("net/ipv6/conf/all/keep_addr_on_down".into(), "1"),
         ],
     )?;
     // bpf_fib_lookup needs the gateway's neighbour entry before the first packet.

@@ -68,14 +68,23 @@ fn main() -> ExitCode {
         trial(&bed, "failover_bird_killed", |b| {
             failover(b, Failure::BirdKilled, 3)
         }),
+        trial(&bed, "failover_host_silent_hold_timer", |b| {
+            failover(b, Failure::HostSilent, 3)
+        }),
         trial(&bed, "failover_operator_withdrawal", |b| {
             failover(b, Failure::Withdrawn, 1)
         }),
-        trial(&bed, "failover_daemon_stopped_withdraws_first", |b| {
-            failover(b, Failure::DaemonStopped, 2)
-        }),
+        trial(
+            &bed,
+            "daemon_stop_keeps_forwarding_then_detach_withdraws_first",
+            |b| failover(b, Failure::Detached, 2),
+        ),
         trial(&bed, "announcement_follows_usable_backends", health_gated),
-        trial(&bed, "backend_added_then_instance_fails", backend_then_failure),
+        trial(
+            &bed,
+            "backend_added_then_instance_fails",
+            backend_then_failure,
+        ),
     ];
     let conclusion = libtest_mimic::run(&args, trials);
     // Tear the bed down before exiting (exit does not run destructors).
@@ -103,8 +112,18 @@ fn trial(
             }
             built
         });
-        let fleet = built.as_mut().map_err(|e| Failed::from(format!("building the bed: {e}")))?;
-        scenario(fleet).map_err(|e| Failed::from(format!("{e:#}\n{}", describe(fleet))))
+        let fleet = built
+            .as_mut()
+            .map_err(|e| Failed::from(format!("building the bed: {e}")))?;
+        scenario(fleet).map_err(|e| {
+            let state = describe(fleet);
+            // The next scenario starts from the baseline again.
+            let healed = match fleet.heal() {
+                Ok(()) => String::new(),
+                Err(h) => format!("\nhealing the bed failed too: {h:#}"),
+            };
+            Failed::from(format!("{e:#}\n{state}{healed}"))
+        })
     })
 }
 
@@ -173,7 +192,9 @@ fn spread(bed: &mut FleetBed) -> anyhow::Result<()> {
             .map(|k| Ok(bed.counter(k, &vip, "packets")? - before[k - 1]))
             .collect::<anyhow::Result<_>>()?;
         let total: u64 = carried.iter().sum();
-        eprintln!("fleet: {vip}: {n} connections, backends {tally}; packets per instance {carried:?}");
+        eprintln!(
+            "fleet: {vip}: {n} connections, backends {tally}; packets per instance {carried:?}"
+        );
         for (i, c) in carried.iter().enumerate() {
             #[expect(clippy::cast_precision_loss, reason = "packet counts of a test")]
             let share = *c as f64 / total.max(1) as f64;
@@ -200,10 +221,7 @@ fn longest_stall(states: &[FlowState]) -> Duration {
 }
 
 /// The instance holding each connection's pin (exactly one), with its backend.
-fn carriers(
-    bed: &FleetBed,
-    locals: &[SocketAddr],
-) -> anyhow::Result<Vec<(usize, String)>> {
+fn carriers(bed: &FleetBed, locals: &[SocketAddr]) -> anyhow::Result<Vec<(usize, String)>> {
     let pins = bed.pins(&tcp_vip(false), locals)?;
     pins.into_iter()
         .zip(locals)
@@ -231,6 +249,9 @@ fn failover(bed: &mut FleetBed, failure: Failure, k: usize) -> anyhow::Result<()
         .map(|&j| bed.counter(j, &vip, "ct_misses_non_syn"))
         .sum::<anyhow::Result<u64>>()?;
 
+    if failure == Failure::Detached {
+        daemon_stop_keeps_serving(bed, &flows, k)?;
+    }
     let failed_at = Instant::now();
     bed.fail(k, failure)?;
     let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
@@ -247,10 +268,7 @@ fn failover(bed: &mut FleetBed, failure: Failure, k: usize) -> anyhow::Result<()
     let mut moved_ok = 0;
     for &i in &on_failed {
         let backend = &carried[i].1;
-        if pins[i]
-            .iter()
-            .any(|(j, b)| *j != k && b == backend)
-        {
+        if pins[i].iter().any(|(j, b)| *j != k && b == backend) {
             moved_ok += 1;
         }
     }
@@ -316,18 +334,53 @@ fn failover(bed: &mut FleetBed, failure: Failure, k: usize) -> anyhow::Result<()
     if failure == Failure::Withdrawn {
         // Withdrawn for maintenance, the instance said so until it was announced again.
         let status = bed.daemon(k).status()?;
-        ensure!(status.announce.addresses.iter().all(|a| a.announced && !a.withdrawn_by_operator));
+        ensure!(
+            status
+                .announce
+                .addresses
+                .iter()
+                .all(|a| a.announced && !a.withdrawn_by_operator)
+        );
     }
     bed.wait_all_announced(CONVERGE)
+}
+
+/// A plain stop of instance `k`'s daemon: its routes stay, the router keeps sending
+/// it traffic, and its pinned datapath keeps forwarding (every connection, its own
+/// too, makes progress while no daemon runs there).
+fn daemon_stop_keeps_serving(
+    bed: &mut FleetBed,
+    flows: &lb_tests::fleet::flows::LongFlows,
+    k: usize,
+) -> anyhow::Result<()> {
+    let log = bed.stop_daemon(k)?;
+    ensure!(
+        log.contains("routes kept in table"),
+        "the stopped daemon did not say it kept its routes; its log:\n{log}"
+    );
+    // Long enough for a withdrawal to reach the router, had there been one.
+    std::thread::sleep(Duration::from_millis(1500));
+    for addr in [vip4(), VIP6.into()] {
+        let hops = bed.router_nexthops(addr)?;
+        ensure!(
+            hops.contains(&k),
+            "{addr}: the router stopped using instance {k} when its daemon stopped: {hops:?}"
+        );
+    }
+    flows
+        .wait_progress(Instant::now(), CONVERGE)
+        .with_context(|| format!("traffic while instance {k}'s daemon is stopped"))?;
+    eprintln!(
+        "fleet: instance {k}'s daemon stopped: still announced, its pinned datapath forwards"
+    );
+    Ok(())
 }
 
 /// Health probes on every instance; instance 1's probes fail for every backend, so it
 /// stops announcing, and comes back when they pass again.
 fn health_gated(bed: &mut FleetBed) -> anyhow::Result<()> {
     let vips = [tcp_vip(false), lb_tests::daemon::vip_text(false, false)];
-    let probed = |on: bool| {
-        move |s: &lb_user::control::Status| (s.health.probed > 0) == on
-    };
+    let probed = |on: bool| move |s: &lb_user::control::Status| (s.health.probed > 0) == on;
     let health = format!(
         "kind = \"tcp\"\nport = {}\ninterval_ms = 200\ntimeout_ms = 100\nfall = 2\nrise = 2\n",
         lb_tests::fleet::HEALTH_PORT
@@ -457,7 +510,10 @@ fn backend_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
     // The pins hold while every instance is up.
     let changed_at = Instant::now();
     flows.wait_progress(changed_at, CONVERGE)?;
-    ensure!(broken(&flows.snapshot()).is_empty(), "connections broke at the table change");
+    ensure!(
+        broken(&flows.snapshot()).is_empty(),
+        "connections broke at the table change"
+    );
 
     let failed_at = Instant::now();
     bed.fail(k, Failure::RouterLinkDown)?;

@@ -163,10 +163,7 @@ impl RouterBird {
                  }}\n\n"
             );
         }
-        for (family, range, len) in [
-            ("ipv4", &self.vips4, 32),
-            ("ipv6", &self.vips6, 128),
-        ] {
+        for (family, range, len) in [("ipv4", &self.vips4, 32), ("ipv6", &self.vips6, 128)] {
             let short = &family[3..];
             let _ = write!(
                 c,
@@ -272,7 +269,10 @@ impl Bird {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("bird did not answer within {START_TIMEOUT:?}: {}", self.log_text());
+                bail!(
+                    "bird did not answer within {START_TIMEOUT:?}: {}",
+                    self.log_text()
+                );
             }
             std::thread::sleep(POLL);
         }
@@ -307,8 +307,10 @@ impl Bird {
 
     /// Whether BGP protocol `name` is `Established`.
     pub fn established(&self, name: &str) -> bool {
-        self.birdc(&["show", "protocols", name])
-            .is_ok_and(|out| out.lines().any(|l| l.starts_with(name) && l.contains("Established")))
+        self.birdc(&["show", "protocols", name]).is_ok_and(|out| {
+            out.lines()
+                .any(|l| l.starts_with(name) && l.contains("Established"))
+        })
     }
 
     /// Whether it runs (it has not exited or been killed).
@@ -318,8 +320,8 @@ impl Bird {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    /// Sends `signal` to BIRD (SIGKILL: it dies without a word to its peers; SIGSTOP:
-    /// it falls silent, as a dead host; SIGCONT: it resumes).
+    /// Sends `signal` to BIRD (SIGKILL: it dies at once; the kernel closes its BGP
+    /// connections, so its peers drop its routes without waiting for a timer).
     ///
     /// # Errors
     /// BIRD does not run.

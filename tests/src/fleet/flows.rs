@@ -188,10 +188,7 @@ fn work(mut conns: Vec<(usize, TcpConn)>, states: &[Mutex<FlowState>], stop: &At
                     true
                 }
                 Ok(name) => {
-                    state.broken = Some(format!(
-                        "answered by {name} instead of {}",
-                        state.backend
-                    ));
+                    state.broken = Some(format!("answered by {name} instead of {}", state.backend));
                     false
                 }
                 Err(e) => {
