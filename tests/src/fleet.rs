@@ -1092,9 +1092,47 @@ pub fn tcp_vip(v6: bool) -> String {
     vip_text(v6, true)
 }
 
+/// The README's BIRD configurations: instance 1's and the router's of a three-instance
+/// bed, logging to syslog. The README shows exactly these texts (checked by a test), so
+/// what the README gives is what the multi-instance tests run.
+pub fn readme_birds() -> (String, String) {
+    (
+        lb_host_bird(1, "syslog").render(),
+        router_bird(3, "syslog").render(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fenced block that follows the line `marker` in `readme`.
+    fn block_after<'a>(readme: &'a str, marker: &str) -> Option<&'a str> {
+        let rest = &readme[readme.find(marker)? + marker.len()..];
+        let open = rest.find("```")?;
+        let body = &rest[open..];
+        let body = &body[body.find('\n')? + 1..];
+        Some(&body[..body.find("```")?])
+    }
+
+    /// The README's two BIRD configurations are the ones the bed runs (the markers
+    /// are HTML comments before each block).
+    #[test]
+    fn readme_bird_configurations_are_the_beds() {
+        let readme = include_str!("../../README.md");
+        let (host, router) = readme_birds();
+        for (marker, want) in [
+            ("<!-- bird: lb host -->", host),
+            ("<!-- bird: router -->", router),
+        ] {
+            let got = block_after(readme, marker)
+                .unwrap_or_else(|| panic!("README has no block after {marker}"));
+            assert_eq!(
+                got, want,
+                "README block after {marker}; it should read:\n{want}"
+            );
+        }
+    }
 
     #[test]
     fn router_next_hops_parse_multipath_and_single_routes() {

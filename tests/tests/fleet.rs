@@ -7,14 +7,16 @@
 //! - Spread: new connections reach every instance (per-instance packet counters) and
 //!   every backend, each the backend the Maglev table predicts (`lb flow`), and all
 //!   instances report the same table fingerprint.
-//! - Failover, three ways (the router's port to an instance goes down; the instance's
-//!   BIRD is killed; the operator withdraws the instance with `lb vip withdraw`) and a
-//!   fourth (the instance's `lb run` stops: it withdraws, then detaches): 300
-//!   long-lived connections keep exchanging while one instance fails. The router stops
-//!   using it within a bound (the time is printed; the benchmark measures it), no
-//!   connection breaks, and the connections it carried now arrive at other instances,
-//!   miss conntrack there, and are picked onto their old backend from the same table
-//!   (the mid-flow path; BR-13.T5 in `docs/failure-scenarios.md`: an instance change
+//! - Failover, five ways (the router's port to an instance goes down; the instance's
+//!   BIRD is killed; the host falls silent, so only the BGP hold timer notices; the
+//!   operator withdraws the instance with `lb vip withdraw`; the instance's `lb run`
+//!   stops, which keeps it announced and its pinned datapath forwarding, and then `lb
+//!   detach` withdraws its routes and removes the datapath): 300 long-lived
+//!   connections keep exchanging while one instance fails. The router stops using it
+//!   within a bound (the time is printed; the benchmark measures it), no connection
+//!   breaks, and the connections it carried now arrive at other instances, miss
+//!   conntrack there, and are picked onto their old backend from the same table (the
+//!   mid-flow path; BR-13.T5 in `docs/failure-scenarios.md`: an instance change
 //!   without a table change keeps the backend). Then the instance rejoins: its
 //!   announcement returns, ECMP moves flows back, and they keep their backends.
 //! - Health-gated announcement: an instance whose probes fail for every backend stops
@@ -25,7 +27,8 @@
 //!   was on the failed instance break (their new instance picks the new backend, which
 //!   resets them): that is where consistent hashing alone cannot help (BR-13.T2, the
 //!   conntrack miss after a table change). The count is printed next to the share
-//!   `lb table diff` predicts; no other connection breaks.
+//!   `lb table diff` predicts; every connection that breaks had a moved slot (some
+//!   were moved between the surviving instances by the router's rehash).
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -84,8 +84,9 @@ impl LbHostBird {
         }
         let _ = writeln!(
             c,
-            "# eBGP to the router: the VIP addresses out, nothing in. A dead host is\n\
-             # withdrawn when the hold time runs out; a stopped BIRD or lb at once."
+            "# eBGP to the router: the VIP addresses out, nothing in. A stopped BIRD is\n\
+             # withdrawn at once, a dead host when the hold time runs out; lb run\n\
+             # stopped with its datapath forwarding stays announced."
         );
         let sessions = [
             ("ipv4", 32, self.local4.to_string(), self.peer4.to_string()),
