@@ -45,9 +45,8 @@ pub mod flows;
 use std::{
     collections::BTreeSet,
     fmt::Write as _,
-    io::Write as _,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    process::{Command, Stdio},
+    process::Command,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -516,15 +515,12 @@ impl FleetBed {
             .success();
         if silent && !exists {
             let dev = router_iface(k);
-            nft(
-                &self.router,
-                &format!(
+            self.router.nft(&format!(
                     "table netdev {table} {{\n\
                      \tchain in {{ type filter hook ingress device \"{dev}\" priority 0; policy drop; }}\n\
                      \tchain out {{ type filter hook egress device \"{dev}\" priority 0; policy drop; }}\n\
                      }}\n"
-                ),
-            )
+            ))
         } else if !silent && exists {
             let out = self
                 .router
@@ -816,32 +812,9 @@ impl<'a> ProbeBlock<'a> {
             "table inet lbfleet {{\n  chain output {{\n    type filter hook output priority 0;\n    \
              tcp dport {HEALTH_PORT} drop\n  }}\n}}\n"
         );
-        nft(ns, &script)?;
+        ns.nft(&script)?;
         Ok(Self { ns })
     }
-}
-
-/// Runs `nft -f -` with `script` in `ns`.
-fn nft(ns: &NetNs, script: &str) -> anyhow::Result<()> {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("nft (install nftables)")?;
-    child
-        .stdin
-        .take()
-        .context("nft's stdin")?
-        .write_all(script.as_bytes())?;
-    let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "nft: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
 }
 
 impl Drop for ProbeBlock<'_> {

@@ -8,8 +8,8 @@
 //! `blackhole`) in the routing table `announce.table`, tagged with the route protocol
 //! `announce.protocol` ([`routes`]). BIRD's kernel protocol learns that table
 //! (`learn`) from netlink notifications as they happen, and its BGP protocol exports
-//! what it learned; removing a route withdraws the address at the routers within
-//! milliseconds (measured by `lb-bench --fleet-only`).
+//! what it learned; removing a route withdraws the address at the routers within tens
+//! of milliseconds (`lb-bench --fleet-only` measures it; the README has figures).
 //!
 //! # The rule
 //! An address is announced while all of these hold:
