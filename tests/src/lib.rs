@@ -20,6 +20,8 @@ pub mod fixture;
 pub mod fleet;
 pub mod netns;
 pub mod packets;
+pub mod prometheus;
+pub mod schema;
 pub mod steady;
 pub mod testbed;
 pub mod traffic;

@@ -48,11 +48,11 @@ pub fn parse_address(text: &str) -> Result<IpAddr, String> {
 /// # Errors
 /// The daemon is unreachable or refused (announcements off, not a VIP address).
 pub fn run(args: &VipArgs) -> Result<Output, ClientError> {
-    let lines = args.socket.client().vip(args.action, args.vip)?;
+    let change = args.socket.client().vip(args.action, args.vip)?;
     Ok(if args.json {
-        Output::text(serde_json::to_string_pretty(&lines).unwrap_or_default() + "\n")
+        super::ops::json(&change)
     } else {
-        Output::text(lines.join("\n") + "\n")
+        Output::text(change.lines.join("\n") + "\n")
     })
 }
 

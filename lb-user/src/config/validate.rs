@@ -15,11 +15,13 @@
 //!   cannot exhaust kernel memory (BR-10.T3).
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
-//! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`], `[health]`
-//! and the VIPs' health tables in [`health`], `[announce]` in [`announce`].
+//! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
+//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`],
+//! `[announce]` in [`announce`].
 
 mod announce;
 mod health;
+mod metrics;
 mod vips;
 
 use std::{
@@ -414,6 +416,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let encap = encap(&file.encap, &mut r);
     let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
     let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
+    let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let announce = announce::announce(&file.announce, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
@@ -440,6 +443,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ct_syn_capacity,
             udp_timeout,
             nexthop_cache,
+            metrics,
             health,
             announce,
             vips,

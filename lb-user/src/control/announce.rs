@@ -1,5 +1,5 @@
 //! The announcement parts of the control protocol: what `lb vip withdraw|announce`
-//! asks ([`VipAction`]), and what `lb status` says about each VIP's announcement
+//! asks ([`VipAction`]) and answers ([`VipChange`]), and what `lb status` says about each VIP's announcement
 //! ([`VipAnnouncement`]) and about every VIP address's route ([`AnnounceSummary`]).
 //! Ages are milliseconds before the answer.
 
@@ -15,6 +15,27 @@ pub enum VipAction {
     Withdraw,
     /// Undo a withdrawal: the address is announced again as soon as it is servable.
     Announce,
+}
+
+/// What `lb vip ACTION` did (its `--json` output; its text is `lines`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VipChange {
+    /// The action asked.
+    pub action: VipAction,
+    /// The VIP address, canonical (`203.0.113.10`).
+    pub address: String,
+    /// Whether the operator's withdrawal changed (false: it already was so).
+    pub changed: bool,
+    /// Whether the address is withdrawn by the operator now.
+    pub withdrawn_by_operator: bool,
+    /// Whether its route is in the announcement table now.
+    pub announced: bool,
+    /// Why it is or is not announced (as `lb status` says).
+    pub reason: String,
+    /// The announcement table (`announce.table`).
+    pub table: u32,
+    /// What happened, in words: the text output.
+    pub lines: Vec<String>,
 }
 
 /// A VIP's announcement in `lb status`.

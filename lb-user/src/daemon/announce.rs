@@ -6,7 +6,7 @@
 //! which VIP addresses it can take; BIRD speaks BGP, and the daemon talks only to the
 //! kernel: it keeps one host route per announced address (`/32`, `/128`, type
 //! `blackhole`) in the routing table `announce.table`, tagged with the route protocol
-//! `announce.protocol` ([`routes`]). BIRD's kernel protocol learns that table
+//! `announce.protocol` ([`crate::routes`]). BIRD's kernel protocol learns that table
 //! (`learn`) from netlink notifications as they happen, and its BGP protocol exports
 //! what it learned; removing a route withdraws the address at the routers within tens
 //! of milliseconds (`lb-bench --fleet-only` measures it; the README has figures).
@@ -38,7 +38,7 @@
 //! is not noticed; withdraw first (`lb vip withdraw`) before a long stop. A start with
 //! `announce.enabled = false` removes what an earlier run left, once. `lb detach`,
 //! which removes the data plane without a daemon, removes the routes first with
-//! [`routes::flush`]. When BIRD stops or crashes, its BGP sessions close and the
+//! [`crate::routes::flush`] (see [`crate::dataplane::pinned::detach`]). When BIRD stops or crashes, its BGP sessions close and the
 //! routers withdraw at once. When the whole host dies, nothing is sent: the routers drop
 //! its routes when the BGP hold timer expires (3 s with the README's `hold time 3`), or
 //! within BFD's detection time if BFD is configured.
@@ -47,8 +47,6 @@
 //! `lb vip withdraw --vip ADDR` is kept in the daemon's memory: it survives reloads
 //! (a maintenance withdrawal must not be undone by a configuration push) but not a
 //! restart. To keep an instance out across restarts, set `announce.enabled = false`.
-
-pub mod routes;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -61,11 +59,13 @@ use tracing::{debug, info, warn};
 
 use crate::{
     config::{Announce, BackendState, Vip},
-    control::{AddressAnnouncement, AnnounceSummary, Status, VipAction, VipAnnouncement},
+    control::{
+        AddressAnnouncement, AnnounceSummary, Status, VipAction, VipAnnouncement, VipChange,
+    },
     controller::Controller,
     dataplane::Dataplane,
+    routes::{RouteError, RouteTable},
 };
-use routes::{RouteError, RouteTable};
 
 /// How often the table is read back even when nothing changed, to repair a route
 /// removed or added behind the daemon's back.
@@ -332,7 +332,7 @@ impl Announcer {
     }
 
     /// `lb vip ACTION --vip ADDR`: records the operator's choice and applies it at once
-    /// with `vips` (as [`Self::sync`]); returns what happened, in words.
+    /// with `vips` (as [`Self::sync`]); returns what happened.
     ///
     /// # Errors
     /// Announcements are off, or no VIP has the address.
@@ -341,7 +341,7 @@ impl Announcer {
         action: VipAction,
         address: IpAddr,
         vips: &[(Vip, Serving)],
-    ) -> Result<Vec<String>, AnnounceError> {
+    ) -> Result<VipChange, AnnounceError> {
         let address = address.to_canonical();
         if !self.config.enabled {
             return Err(AnnounceError::Off);
@@ -356,6 +356,10 @@ impl Announcer {
         self.sync(vips);
         let table = self.config.table;
         let announced = self.published.contains(&address);
+        let reason = self
+            .decisions
+            .get(&address)
+            .map_or_else(String::new, |d| d.reason.clone());
         let mut lines = Vec::new();
         match (action, changed) {
             (VipAction::Withdraw, false) => {
@@ -373,10 +377,6 @@ impl Announcer {
             }
         }
         if action == VipAction::Announce {
-            let reason = self
-                .decisions
-                .get(&address)
-                .map_or("", |d| d.reason.as_str());
             lines.push(if announced {
                 format!("{address}: announced (route in table {table})")
             } else {
@@ -388,7 +388,16 @@ impl Announcer {
                 "warning: the routing table could not be written: {e}"
             ));
         }
-        Ok(lines)
+        Ok(VipChange {
+            action,
+            address: address.to_string(),
+            changed,
+            withdrawn_by_operator: self.withdrawn.contains(&address),
+            announced,
+            reason,
+            table,
+            lines,
+        })
     }
 
     /// Leaves the table as the data plane is left (see the module documentation).

@@ -1,27 +1,24 @@
-//! Opening the pinned datapath at start, and removing it with `lb detach`.
+//! Opening the pinned datapath at start (`lb detach` removes it:
+//! [`crate::dataplane::pinned::detach`]).
 //!
 //! At start ([`open`]): find the interface's pin directory (see
 //! [`crate::dataplane::pinned`]), take its lock (a second daemon for the interface is
 //! refused with the first one's pid and socket; one that is exiting is waited for),
 //! optionally discard what is pinned (`--reset`, which says what it discarded), then
 //! load the program over the pinned maps: adopted when compatible, created otherwise,
-//! refused — untouched — when incompatible. `lb detach` ([`detach`]) withdraws the
-//! VIP addresses' announcement routes before it detaches.
+//! refused — untouched — when incompatible.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tracing::info;
 
-use super::{
-    RunOptions,
-    announce::routes::{self, RouteError},
-};
+use super::RunOptions;
 use crate::{
-    config::{Announce, Config},
+    config::Config,
     dataplane::{
         KernelDataplane, LoadOptions, Opened, Pinning,
-        pinned::{Layout, Owner, PinDir, PinError},
+        pinned::{Layout, Owner, PinDir},
     },
 };
 
@@ -110,86 +107,4 @@ pub(super) fn remove_created_at(config: &Config) {
     if let Ok(dir) = PinDir::locate(&config.pin_dir, &config.interface, false) {
         let _ = dir.discard(true);
     }
-}
-
-/// Why `lb detach` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DetachError {
-    /// Nothing is pinned for the interface.
-    #[error(
-        "nothing is pinned for interface {interface} in this network namespace (looked in {})",
-        .dir.display()
-    )]
-    NothingPinned {
-        /// The interface.
-        interface: String,
-        /// Where it looked.
-        dir: PathBuf,
-    },
-    /// The pin directory could not be used (a daemon holds it, no bpffs, ...).
-    #[error(transparent)]
-    Pin(#[from] PinError),
-    /// The announcement routes could not be removed: nothing was detached, since the
-    /// routers would keep sending the VIPs' traffic to a host that no longer serves it.
-    #[error(
-        "not detaching: the VIP announcement routes of table {table} (proto {protocol}) \
-         could not be removed ({source}); remove them (`ip route flush table {table} proto \
-         {protocol}`, both families) or stop BIRD, then retry"
-    )]
-    Withdraw {
-        /// The announcement table.
-        table: u32,
-        /// The route protocol.
-        protocol: u8,
-        /// What failed.
-        source: RouteError,
-    },
-}
-
-/// `lb detach --interface IF`: removes the announcement routes of `announce`'s table
-/// and protocol (a daemon stopped with its datapath forwarding leaves them, and BIRD
-/// keeps announcing them: see [`super::announce`]), then detaches the XDP program at
-/// once and removes every pin of `interface` in this network namespace under
-/// `pin_dir`; needs no daemon, and refuses while one controls the interface. Returns
-/// what was withdrawn and discarded, as a line.
-///
-/// The routes go first so that the routers stop sending before nothing serves here;
-/// packets already on their way meet the host's own routing and are retransmitted by
-/// their senders once the routers have converged.
-///
-/// # Errors
-/// [`DetachError`].
-pub fn detach(
-    pin_dir: &std::path::Path,
-    interface: &str,
-    announce: Announce,
-) -> Result<String, DetachError> {
-    let dir = PinDir::locate(pin_dir, interface, false)?;
-    if !dir.exists() {
-        return Err(DetachError::NothingPinned {
-            interface: interface.to_owned(),
-            dir: dir.shown(),
-        });
-    }
-    let owner = Owner {
-        pid: std::process::id(),
-        exiting: false,
-        socket: "(lb detach)".into(),
-    };
-    let _lock = dir.lock(&owner, Duration::ZERO)?;
-    let (table, protocol) = (announce.table, announce.protocol);
-    let withdrawn = routes::flush(table, protocol).map_err(|source| DetachError::Withdraw {
-        table,
-        protocol,
-        source,
-    })?;
-    let gone = dir.discard(true)?;
-    let routes = match withdrawn {
-        0 => String::new(),
-        n => format!("withdrew {n} VIP announcement routes from table {table}, then "),
-    };
-    Ok(format!(
-        "{routes}detached from {interface} and removed the datapath pinned at {}: {gone}",
-        dir.shown().display()
-    ))
 }

@@ -148,6 +148,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
             .collect(),
         health: crate::control::HealthSummary::default(),
         announce: AnnounceSummary::default(),
+        conntrack: None,
         overrides: Vec::new(),
         pin_dir: None,
         layout: None,
@@ -274,14 +275,18 @@ fn the_operators_withdrawal_holds_until_undone_and_survives_a_reload() {
     a.sync(&usable());
     let lines = a.request(VipAction::Withdraw, v4(), &usable()).unwrap();
     assert_eq!(
-        lines,
+        lines.lines,
         [
             "203.0.113.10: withdrawn by the operator (route removed from table 100; BGP withdraws it; packets that still arrive are served)"
         ]
     );
     assert_eq!(routes.table(100, 76), set(&[v6()]));
     let lines = a.request(VipAction::Withdraw, v4(), &usable()).unwrap();
-    assert_eq!(lines, ["203.0.113.10: already withdrawn by the operator"]);
+    assert_eq!(
+        lines.lines,
+        ["203.0.113.10: already withdrawn by the operator"]
+    );
+    assert!(!lines.changed && lines.withdrawn_by_operator && !lines.announced);
     // Health or configuration changes do not bring it back.
     a.configure(ON);
     a.sync(&usable());
@@ -296,8 +301,10 @@ fn the_operators_withdrawal_holds_until_undone_and_survives_a_reload() {
     let lines = a
         .request(VipAction::Announce, addr("::ffff:203.0.113.10"), &usable())
         .unwrap();
+    assert!(lines.changed && !lines.withdrawn_by_operator && lines.announced);
+    assert_eq!(lines.address, "203.0.113.10");
     assert_eq!(
-        lines,
+        lines.lines,
         [
             "203.0.113.10: no longer withdrawn by the operator",
             "203.0.113.10: announced (route in table 100)"
@@ -320,8 +327,9 @@ fn announcing_an_address_without_a_usable_backend_says_why_it_stays_out() {
     )];
     a.request(VipAction::Withdraw, v4(), &vips).unwrap();
     let lines = a.request(VipAction::Announce, v4(), &vips).unwrap();
+    assert_eq!(lines.reason, "no VIP of this address has a usable backend");
     assert_eq!(
-        lines[1],
+        lines.lines[1],
         "203.0.113.10: not announced: no VIP of this address has a usable backend"
     );
 }

@@ -1,6 +1,8 @@
 //! The announcement table in the kernel: [`RouteTable`], its one real implementation
 //! [`IpRoutes`] (iproute2's `ip`), and [`flush`] for commands that remove the data
-//! plane without a daemon.
+//! plane without a daemon (`lb detach`: [`crate::dataplane::pinned::detach`]). The
+//! daemon decides which routes the table holds (`daemon::announce`); this module only
+//! reads and writes them, so it sits at the bottom of the layers, usable by both.
 //!
 //! Why routes through `ip` rather than a netlink library: iproute2 is already a
 //! run-time dependency (the next-hop neighbours are managed with `ip neigh`), the
@@ -30,6 +32,16 @@ pub enum RouteError {
     /// `ip -j` printed something that is not its JSON.
     #[error("unreadable output of ip -j route show: {0}")]
     Parse(String),
+}
+
+/// Where the daemon's routes are: those of `table` carrying `protocol` (the
+/// configuration's `announce.table` and `announce.protocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnnounceTable {
+    /// The kernel routing table.
+    pub table: u32,
+    /// The route protocol number.
+    pub protocol: u8,
 }
 
 /// The kernel routing table that holds the announced VIP addresses, one host route
