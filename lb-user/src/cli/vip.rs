@@ -1,7 +1,8 @@
 //! `lb vip withdraw|announce --vip V`: the operator's maintenance switch for one VIP
-//! address's BGP announcement on this instance (see `daemon::announce`). Every VIP of
-//! an address shares its route, so `--vip` takes the address (`203.0.113.10`,
-//! `2001:db8:f::10`) or any VIP of it (`203.0.113.10:80/tcp`).
+//! address's BGP announcement on this instance (the running daemon applies it with the
+//! rest of its announcement rule). Every VIP of an address shares its route, so `--vip`
+//! takes the address (`203.0.113.10`, `2001:db8:f::10`) or any VIP of it
+//! (`203.0.113.10:80/tcp`).
 
 use std::net::IpAddr;
 
