@@ -8,7 +8,9 @@
 //!    Markdown table).
 //! 2. As root, `lb-bench`: the control-plane benchmark (backend change to live table
 //!    through the controller and the kernel maps), the health-check benchmark (CPU of
-//!    probing 1,000 backends every second, transition to table live), then the
+//!    probing 1,000 backends every second, transition to table live), the multi-instance
+//!    benchmark (an instance fails five ways: time until the router stops using it,
+//!    median of 5, against a route removed in the router's kernel), then the
 //!    data-plane benchmark
 //!    (BPF_PROG_TEST_RUN ns/packet over an empty XDP program measured in the same run,
 //!    gateway next hop and FIB with and without its per-CPU cache, and the verifier's
@@ -47,6 +49,9 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
             "the Maglev benchmarks ran; the data-plane benchmarks load XDP programs: run as root"
         );
     }
+    // The multi-instance part of lb-bench and the restart benchmark start the release
+    // `lb` binary.
+    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
     cmd::run(
         cmd::cargo()
             .args([
@@ -60,8 +65,6 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
             ])
             .args(&args.rest),
     )?;
-    // The restart benchmark starts the release `lb` binary.
-    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
     cmd::run(cmd::cargo().args([
         "run",
         "--release",

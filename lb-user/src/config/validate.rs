@@ -16,8 +16,10 @@
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
 //! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
-//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`].
+//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`],
+//! `[announce]` in [`announce`].
 
+mod announce;
 mod health;
 mod metrics;
 mod vips;
@@ -427,6 +429,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
         conntrack(&file.conntrack, &mut r);
     let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
+    let announce = announce::announce(&file.announce, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
@@ -454,6 +457,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             nexthop_cache,
             metrics,
             health,
+            announce,
             vips,
         },
         warnings: r.warnings,

@@ -1,5 +1,5 @@
-//! Control-plane, health-check (`health`) and data-plane benchmarks behind `cargo xtask
-//! bench`. Data plane: ns/packet of the XDP program by
+//! Control-plane, health-check (`health`), multi-instance failover (`fleet`) and
+//! data-plane benchmarks behind `cargo xtask bench`. Data plane: ns/packet of the XDP program by
 //! BPF_PROG_TEST_RUN, each reported over the empty XDP program measured in the same run
 //! with the same harness.
 //!
@@ -15,6 +15,8 @@
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
 // file were lb-bench/main.rs.
+#[path = "lb-bench/fleet.rs"]
+mod fleet;
 #[path = "lb-bench/health.rs"]
 mod health;
 #[path = "lb-bench/traffic.rs"]
@@ -295,12 +297,15 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
 #[derive(Clone, clap::Parser)]
 #[command(about = "Control- and data-plane benchmarks of lb (run as root)")]
 struct Options {
-    /// Skip the control-plane and health-check parts.
+    /// Skip the control-plane, health-check and multi-instance parts.
     #[arg(long)]
     data_only: bool,
     /// Only the health-check part.
     #[arg(long)]
     health_only: bool,
+    /// Only the multi-instance part (failover to router converged, per failure mode).
+    #[arg(long)]
+    fleet_only: bool,
     /// Skip the FIB next-hop modes.
     #[arg(long)]
     gateway_only: bool,
@@ -336,11 +341,15 @@ fn main() -> anyhow::Result<()> {
         health::cpu_cost()?;
         return health::detection_to_live();
     }
+    if opts.fleet_only {
+        return fleet::failover_times();
+    }
     if !opts.data_only {
         control_plane()?;
         observability(&opts)?;
         health::cpu_cost()?;
         health::detection_to_live()?;
+        fleet::failover_times()?;
     }
     data_plane(&opts)
 }

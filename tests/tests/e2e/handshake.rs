@@ -19,7 +19,7 @@ use std::{
 use lb_tests::{
     daemon::{DaemonConfig, backend_addr, vip_text},
     netns::NetNs,
-    testbed::{TestBed, TestBedOptions, backend_name, health::nft_script, vip_tcp},
+    testbed::{TestBed, TestBedOptions, backend_name, vip_tcp},
 };
 
 use super::{CLIENTS, daemon};
@@ -39,7 +39,7 @@ impl<'ns> SynAckDrop<'ns> {
     fn add(ns: &'ns NetNs) -> anyhow::Result<Self> {
         let script = "table inet lbsynack {\n  chain output {\n    type filter hook output priority 0;\n    \
                       tcp flags & (syn | ack) == (syn | ack) drop\n  }\n}\n";
-        nft_script(ns, script)?;
+        ns.nft(script)?;
         Ok(Self { ns })
     }
 }
