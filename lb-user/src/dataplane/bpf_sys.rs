@@ -28,6 +28,8 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// `BPF_LINK_DETACH` (Linux 5.9).
 const BPF_LINK_DETACH: libc::c_long = 34;
+/// `BPF_MAP_UPDATE_BATCH` (Linux 5.6).
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 
 /// `BPF_MAP_TYPE_ARRAY`.
 pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -71,6 +73,21 @@ struct InfoAttr {
     bpf_fd: u32,
     info_len: u32,
     info: u64,
+}
+
+/// `union bpf_attr` for the `BPF_MAP_*_BATCH` commands.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    /// In: elements given; out: elements processed.
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
 }
 
 /// `union bpf_attr` for `BPF_LINK_DETACH`.
@@ -149,6 +166,48 @@ pub(crate) fn update(fd: BorrowedFd<'_>, key: &[u8], value: &[u8]) -> io::Result
         flags: 0,
     };
     bpf(BPF_MAP_UPDATE_ELEM, &attr).map(|_| ())
+}
+
+/// Writes `values[i]` under `keys[i]` for every `i` in one `BPF_MAP_UPDATE_BATCH` of a
+/// map with `u32` keys and values (a map of maps takes inner map fds as values).
+/// Returns how many elements were written: all of them, or, with the error, those
+/// before the first that failed (`Err((written, error))`).
+///
+/// Why: an update of a map of maps waits for an RCU grace period before it returns
+/// (`maybe_wait_bpf_programs()` in `kernel/bpf/syscall.c`); a batch waits once for all
+/// its elements (Linux 6.8 and later; older kernels wait once per element, as single
+/// updates do).
+pub(crate) fn update_batch_u32(
+    fd: BorrowedFd<'_>,
+    keys: &[u32],
+    values: &[u32],
+) -> Result<usize, (usize, io::Error)> {
+    assert_eq!(keys.len(), values.len(), "one value per key");
+    let invalid = || (0, io::Error::from(io::ErrorKind::InvalidInput));
+    let mut attr = BatchAttr {
+        keys: keys.as_ptr() as u64,
+        values: values.as_ptr() as u64,
+        count: u32::try_from(keys.len()).map_err(|_| invalid())?,
+        map_fd: raw(fd).map_err(|_| invalid())?,
+        ..BatchAttr::default()
+    };
+    // SAFETY: attr is a valid BPF_MAP_UPDATE_BATCH attribute whose key and value
+    // pointers refer to `count` u32s each, alive for the call; the kernel writes only
+    // `attr.count`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_BATCH,
+            &raw mut attr,
+            size_of::<BatchAttr>(),
+        )
+    };
+    let written = attr.count as usize;
+    if rc < 0 {
+        Err((written.min(keys.len()), io::Error::last_os_error()))
+    } else {
+        Ok(written)
+    }
 }
 
 /// Reads the value under `key` into `value` (exactly the map's value size); `false`

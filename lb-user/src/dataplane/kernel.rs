@@ -45,8 +45,8 @@ pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp};
 pub use pass::PassProgram;
 
 use super::{
-    Adopted, AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage,
-    absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
+    Adopted, AttachMode, CompactImage, CtTable, Dataplane, DataplaneError, InstalledTable,
+    TableImage, absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
 };
 
 /// The pins of a pinned data plane (see `super::pinned`).
@@ -116,8 +116,13 @@ pub(super) fn lock(tables: &Mutex<TableSet>) -> MutexGuard<'_, TableSet> {
 }
 
 fn check_table(vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
+    check_size(vip_id, table.slots.len())
+}
+
+/// Checks a VIP id and a table size of `slots` slots.
+fn check_size(vip_id: u32, slots: usize) -> Result<(), DataplaneError> {
     check_vip_id(vip_id)?;
-    let size = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
+    let size = u32::try_from(slots).unwrap_or(u32::MAX);
     if size == 0 || size > MAX_TABLE_SIZE {
         return Err(DataplaneError::OutOfRange(format!(
             "table size {size} is outside 1..={MAX_TABLE_SIZE}"
@@ -254,6 +259,22 @@ impl Dataplane for KernelDataplane {
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
         check_table(vip_id, table)?;
         lock(&self.tables).install(vip_id, table)
+    }
+
+    fn install_compact(
+        &mut self,
+        vip_id: u32,
+        table: &CompactImage<'_>,
+    ) -> Result<(), DataplaneError> {
+        check_size(vip_id, table.slots.len())?;
+        lock(&self.tables).install_slots(vip_id, table.generation, table.slots)
+    }
+
+    fn prepare_tables(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        for &(vip_id, size) in tables {
+            check_size(vip_id, size as usize)?;
+        }
+        lock(&self.tables).prepare(tables)
     }
 
     fn quiesce(&mut self) -> Result<(), DataplaneError> {

@@ -164,6 +164,19 @@ pub struct TableImage<'a> {
     pub slots: &'a [u32],
 }
 
+/// One complete Maglev table in the controller's compact form: backend ids as `u16`,
+/// which holds every id (`lb_common::maps::MAX_BACKENDS` = 65,536), at half the memory
+/// of [`TableImage`]'s `u32`s.
+#[derive(Clone, Copy, Debug)]
+pub struct CompactImage<'a> {
+    /// As [`TableImage::generation`].
+    pub generation: u32,
+    /// Backend id of every slot (`0` = no backend), length M.
+    pub slots: &'a [u16],
+}
+
+const _: () = assert!(lb_common::maps::MAX_BACKENDS <= 1 << 16);
+
 /// A table as read back from the data plane.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstalledTable {
@@ -229,6 +242,39 @@ pub trait Dataplane {
     /// the map; failures creating, filling or swapping the table map (the previous table
     /// then stays in force).
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError>;
+
+    /// [`Self::install_table`] of a table in the controller's compact form (`u16` backend
+    /// ids). The default widens it into a temporary `u32` copy; the kernel data plane
+    /// writes it into the table buffer directly.
+    ///
+    /// # Errors
+    /// As [`Self::install_table`].
+    fn install_compact(
+        &mut self,
+        vip_id: u32,
+        table: &CompactImage<'_>,
+    ) -> Result<(), DataplaneError> {
+        let slots: Vec<u32> = table.slots.iter().map(|&id| u32::from(id)).collect();
+        self.install_table(
+            vip_id,
+            &TableImage {
+                generation: table.generation,
+                slots: &slots,
+            },
+        )
+    }
+
+    /// Gets ready for installs of `tables` ((VIP id, table size) pairs) that follow in
+    /// the same change: the kernel data plane creates the table buffers they need in one
+    /// batch, so that a change of many VIPs waits for one RCU grace period rather than
+    /// one per new buffer. Nothing becomes live. The default does nothing.
+    ///
+    /// # Errors
+    /// When a buffer cannot be created or inserted (nothing that was live changed).
+    fn prepare_tables(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        let _ = tables;
+        Ok(())
+    }
 
     /// Waits until no packet can still be using a table replaced by
     /// [`Self::install_table`] (an RCU grace period in the kernel). The controller calls
