@@ -31,10 +31,11 @@ use super::{
     desired::{Desired, VipSpec},
     ids::IdError,
     report::{ApplyReport, TableChange, VipChange},
+    table::{self, TableFacts},
 };
 use crate::{
     config::{BackendState, Vip},
-    dataplane::{self, Dataplane, DataplaneError, TableImage},
+    dataplane::{self, CompactImage, Dataplane, DataplaneError},
     flow::addr_bytes,
     maglev::{Backend, BackendKey, MaglevError, MaglevTable},
 };
@@ -48,7 +49,7 @@ pub(super) enum Op {
     InstallTable {
         vip_id: u32,
         generation: u32,
-        slots: Arc<Vec<u32>>,
+        slots: Arc<[u16]>,
     },
     RemoveTable(u32),
     SetVip(VipKey, u32),
@@ -81,9 +82,9 @@ impl Op {
                 vip_id,
                 generation,
                 slots,
-            } => dp.install_table(
+            } => dp.install_compact(
                 *vip_id,
-                &TableImage {
+                &CompactImage {
                     generation: *generation,
                     slots,
                 },
@@ -216,9 +217,24 @@ struct Planner<'a> {
     tables: Vec<Op>,
     /// Rule 4: backend entries that become less usable.
     after_tables: Vec<Op>,
-    /// Tables built in this change, shared by VIPs with identical inputs: many services
-    /// on the same backends cost one build, not one each (BR-10).
-    built: HashMap<(Vec<Backend>, u32), Arc<MaglevTable>>,
+    /// Tables built in this change, kept for the other VIPs with identical inputs:
+    /// many services on the same backends cost one build, not one each (BR-10). An
+    /// entry goes once no other VIP of the change can use it, so a change of many
+    /// distinct VIPs keeps no builder tables beyond the one being converted.
+    built: HashMap<TableKey, SharedBuild>,
+    /// How many desired VIPs have each table's inputs.
+    wanted: HashMap<TableKey, usize>,
+}
+
+/// What a table is built from: the active backends with their weights, and the size.
+type TableKey = (Vec<Backend>, u32);
+
+/// A build kept for the other VIPs that have its inputs.
+struct SharedBuild {
+    table: Arc<MaglevTable>,
+    facts: Arc<TableFacts>,
+    /// VIPs that may still take it.
+    uses: usize,
 }
 
 impl<'a> Planner<'a> {
@@ -234,6 +250,7 @@ impl<'a> Planner<'a> {
             tables: Vec::new(),
             after_tables: Vec::new(),
             built: HashMap::new(),
+            wanted: HashMap::new(),
         }
     }
 
@@ -335,24 +352,19 @@ impl<'a> Planner<'a> {
             });
         }
         let started = Instant::now();
-        let table = self
+        let (table, facts) = self
             .build(spec)
             .map_err(|error| ApplyError::Table { vip, error })?;
         let build_ms = started.elapsed().as_secs_f64() * 1e3;
-        let slots: Vec<u32> = if table.is_empty() {
-            vec![0; spec.table_size as usize]
-        } else {
-            let ids: Vec<u32> = table
-                .backends()
-                .iter()
-                .map(|b| backend_ids.get(&b.key).copied().unwrap_or(0))
-                .collect();
-            table.slots().iter().map(|&i| ids[i as usize]).collect()
-        };
+        let slots = table::slots_with_ids(&table, spec.table_size, &backend_ids);
         let generation = old.map_or(1, |o| o.generation.wrapping_add(1).max(1));
         let changed_slots = old.map(|o| {
             if o.slots.len() == slots.len() {
-                o.slots.iter().zip(&slots).filter(|(a, b)| a != b).count()
+                o.slots
+                    .iter()
+                    .zip(slots.iter())
+                    .filter(|(a, b)| a != b)
+                    .count()
             } else {
                 slots.len()
             }
@@ -365,17 +377,18 @@ impl<'a> Planner<'a> {
         self.report
             .warnings
             .extend(table.warnings().iter().map(|w| format!("VIP {vip}: {w}")));
+        // The builder's own slot array goes here (unless another VIP shares it).
+        drop(table);
         self.report.changes.push(VipChange::Table(TableChange {
             vip,
             backends: spec.backends.len(),
-            in_table: table.active_backends(),
+            in_table: facts.active_backends(),
             table_size: spec.table_size,
-            fingerprint: table.fingerprint(),
+            fingerprint: facts.fingerprint(),
             generation,
             build_ms,
             changed_slots,
         }));
-        let slots = Arc::new(slots);
         self.tables.push(Op::InstallTable {
             vip_id,
             generation,
@@ -384,7 +397,7 @@ impl<'a> Planner<'a> {
         Ok(AppliedVip {
             id: vip_id,
             spec: spec.clone(),
-            table,
+            table: facts,
             slots,
             generation,
             backend_ids,
@@ -392,20 +405,48 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// The table of `spec`, built once per distinct (inputs, size) in this change.
-    fn build(&mut self, spec: &VipSpec) -> Result<Arc<MaglevTable>, MaglevError> {
+    /// The table of `spec` and its facts, built once per distinct (inputs, size) in
+    /// this change.
+    fn build(
+        &mut self,
+        spec: &VipSpec,
+    ) -> Result<(Arc<MaglevTable>, Arc<TableFacts>), MaglevError> {
         let key = (table_inputs(spec), spec.table_size);
-        if let Some(t) = self.built.get(&key) {
-            return Ok(Arc::clone(t));
+        if let Some(shared) = self.built.get_mut(&key) {
+            let found = (Arc::clone(&shared.table), Arc::clone(&shared.facts));
+            shared.uses -= 1;
+            if shared.uses == 0 {
+                self.built.remove(&key);
+            }
+            return Ok(found);
+        }
+        if self.wanted.is_empty() {
+            for spec in self.desired.vips.values() {
+                *self
+                    .wanted
+                    .entry((table_inputs(spec), spec.table_size))
+                    .or_default() += 1;
+            }
         }
         let table = Arc::new(MaglevTable::build(
             &key.0,
             spec.table_size,
             self.desired.maglev_seed,
         )?);
+        let facts = Arc::new(TableFacts::of(&table));
         self.next.builds_total += 1;
-        self.built.insert(key, Arc::clone(&table));
-        Ok(table)
+        let others = self.wanted.get(&key).map_or(0, |n| n.saturating_sub(1));
+        if others > 0 {
+            self.built.insert(
+                key,
+                SharedBuild {
+                    table: Arc::clone(&table),
+                    facts: Arc::clone(&facts),
+                    uses: others,
+                },
+            );
+        }
+        Ok((table, facts))
     }
 
     /// VIPs applied but no longer desired: entry, then table; their backends go down.
@@ -457,7 +498,7 @@ impl<'a> Planner<'a> {
 struct Shadow {
     config: Option<LbConfig>,
     entries: BTreeMap<u32, BackendEntry>,
-    tables: HashMap<u32, (u32, Arc<Vec<u32>>)>,
+    tables: HashMap<u32, (u32, Arc<[u16]>)>,
     vips: HashMap<VipKey, u32>,
 }
 
@@ -539,6 +580,24 @@ pub(super) fn execute<D: Dataplane>(
     current: &State,
     ops: &[Op],
 ) -> Result<(), ApplyError> {
+    let new_tables: Vec<(u32, u32)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::InstallTable { vip_id, slots, .. } => {
+                Some((*vip_id, u32::try_from(slots.len()).unwrap_or(u32::MAX)))
+            }
+            _ => None,
+        })
+        .collect();
+    if !new_tables.is_empty() {
+        // Nothing live changes, so there is nothing to undo if it fails.
+        dp.prepare_tables(&new_tables)
+            .map_err(|error| ApplyError::Dataplane {
+                step: format!("preparing the buffers of {} tables", new_tables.len()),
+                error: Box::new(error),
+                undo: String::new(),
+            })?;
+    }
     let mut shadow = Shadow::of(current);
     let mut undo: Vec<Op> = Vec::with_capacity(ops.len());
     for op in ops {
