@@ -15,6 +15,8 @@
 // file were lb-bench/main.rs.
 #[path = "lb-bench/health.rs"]
 mod health;
+#[path = "lb-bench/scale.rs"]
+mod scale;
 
 use std::net::Ipv4Addr;
 
@@ -281,6 +283,9 @@ struct Options {
     /// Only the health-check part.
     #[arg(long)]
     health_only: bool,
+    /// Only the control-plane part (change to live, daemon start and memory at scale).
+    #[arg(long)]
+    control_only: bool,
     /// Skip the FIB next-hop modes.
     #[arg(long)]
     gateway_only: bool,
@@ -316,6 +321,9 @@ fn main() -> anyhow::Result<()> {
         health::cpu_cost()?;
         return health::detection_to_live();
     }
+    if opts.control_only {
+        return control_plane();
+    }
     if !opts.data_only {
         control_plane()?;
         health::cpu_cost()?;
@@ -341,7 +349,7 @@ fn control_plane() -> anyhow::Result<()> {
         );
     }
     println!();
-    Ok(())
+    scale::daemon_scale()
 }
 
 fn data_plane(opts: &Options) -> anyhow::Result<()> {
