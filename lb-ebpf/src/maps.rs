@@ -6,7 +6,7 @@
 //! conntrack maps and the SYN cache at load time.
 
 use aya_ebpf::{
-    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray},
+    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, ProgramArray},
     macros::btf_map,
 };
 use lb_common::{
@@ -17,6 +17,7 @@ use lb_common::{
     },
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
+    trace::{TraceFilter, TracedPacket},
     types::{
         BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry, VipAddrKey,
         VipEntry, VipInfo, VipKey,
@@ -97,6 +98,18 @@ pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new(
 /// Per CPU, backend id → packets and bytes forwarded to it.
 #[btf_map]
 pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
+
+/// Which VIP packets `lb trace` records while `CONFIG_TRACE` is set (one element).
+#[btf_map]
+pub(crate) static TRACE_FILTER: Array<TraceFilter, 1> = Array::new();
+
+/// Per CPU, the traced packet handed to the trace program.
+#[btf_map]
+pub(crate) static TRACE_PACKET: PerCpuArray<TracedPacket, 1> = PerCpuArray::new();
+
+/// The trace program `lb_trace`, tail-called for a traced packet.
+#[btf_map]
+pub(crate) static TRACE_PROGS: ProgramArray<1> = ProgramArray::new();
 
 /// Per CPU, what the probe program (`probe`) did with marked packets.
 #[btf_map]

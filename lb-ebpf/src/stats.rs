@@ -17,6 +17,22 @@ pub(crate) fn count(reason: Reason) {
     }
 }
 
+/// Counts one packet under the reason of index `index` (a `Reason` as `u32`, handed
+/// over by the load balancer to the trace program); an index out of range counts
+/// nothing.
+#[inline(always)]
+pub(crate) fn count_index(index: u32) {
+    if let Some(stats) = GLOBAL_STATS.get_ptr_mut(0) {
+        // SAFETY: per-CPU array element, used only by this CPU during this run.
+        let stats = unsafe { &mut *stats };
+        // Opaque to LLVM, so that the bounds check below stays one the verifier sees.
+        let index = core::hint::black_box(index) as usize;
+        if let Some(counter) = stats.counters.get_mut(index) {
+            *counter += 1;
+        }
+    }
+}
+
 /// The per-CPU statistics of VIP `vip_id`.
 #[inline(always)]
 pub(crate) fn vip(vip_id: u32) -> Option<&'static mut VipStats> {
@@ -24,13 +40,15 @@ pub(crate) fn vip(vip_id: u32) -> Option<&'static mut VipStats> {
     VIP_STATS.get_ptr_mut(vip_id).map(|s| unsafe { &mut *s })
 }
 
-/// Counts a forwarded packet of `bytes` bytes for backend `id`.
+/// Counts a forwarded packet of `bytes` bytes for backend `id`, and a new flow when
+/// `new_flow`.
 #[inline(always)]
-pub(crate) fn backend(id: u32, bytes: u64) {
+pub(crate) fn backend(id: u32, bytes: u64, new_flow: bool) {
     if let Some(stats) = BACKEND_STATS.get_ptr_mut(id) {
         // SAFETY: per-CPU array element, used only by this CPU during this run.
         let stats = unsafe { &mut *stats };
         stats.packets += 1;
         stats.bytes += bytes;
+        stats.new_flows += u64::from(new_flow);
     }
 }

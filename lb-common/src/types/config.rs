@@ -14,6 +14,11 @@ pub const NEXTHOP_GATEWAY: u8 = 1;
 /// set, VIP packets are dropped and counted (`drop_bad_config`).
 pub const CONFIG_VALID: u32 = 1;
 
+/// `LbConfig::flags`: a trace client is connected (`lb trace`): VIP packets that match
+/// `TRACE_FILTER` are logged (`crate::trace`). The kernel data plane is its only
+/// writer: it keeps the bit across configuration writes, as it keeps `syn_cache_mask`.
+pub const CONFIG_TRACE: u32 = 2;
+
 /// The single element of the `CONFIG` array.
 ///
 /// Layout (64 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
@@ -39,7 +44,7 @@ pub struct LbConfig {
     pub nexthop_mode: u8,
     /// Explicit padding, always zero.
     pub _pad: u8,
-    /// Bit set of [`CONFIG_VALID`].
+    /// Bit set of [`CONFIG_VALID`] and [`CONFIG_TRACE`].
     pub flags: u32,
     /// Seed of the flow hash ([`crate::hash::flow_hash`]).
     pub hash_seed: u32,

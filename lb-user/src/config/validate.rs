@@ -15,10 +15,11 @@
 //!   cannot exhaust kernel memory (BR-10.T3).
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
-//! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`], `[health]`
-//! and the VIPs' health tables in [`health`].
+//! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
+//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`].
 
 mod health;
+mod metrics;
 mod vips;
 
 use std::{
@@ -413,6 +414,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let encap = encap(&file.encap, &mut r);
     let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
     let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
+    let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
@@ -438,6 +440,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ct_syn_capacity,
             udp_timeout,
             nexthop_cache,
+            metrics,
             health,
             vips,
         },
