@@ -22,6 +22,7 @@ mod history;
 mod ids;
 pub mod overrides;
 mod plan;
+mod prebuild;
 mod record;
 mod report;
 pub mod table;

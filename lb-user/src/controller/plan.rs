@@ -30,6 +30,7 @@ use super::{
     AppliedVip, State,
     desired::{Desired, VipSpec},
     ids::IdError,
+    prebuild::{self, TableKey},
     report::{ApplyReport, TableChange, VipChange},
     table::{self, TableFacts},
 };
@@ -177,8 +178,12 @@ pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyErro
     let mut planner = Planner::new(current, desired);
     planner.globals();
     let mut vips = BTreeMap::new();
-    for (vip, spec) in &desired.vips {
-        vips.insert(*vip, planner.vip(*vip, spec)?);
+    let order: Vec<(&Vip, &VipSpec)> = desired.vips.iter().collect();
+    for chunk in order.chunks(prebuild::CHUNK) {
+        planner.prebuild(chunk);
+        for &(vip, spec) in chunk {
+            vips.insert(*vip, planner.vip(*vip, spec)?);
+        }
     }
     planner.removed_vips();
     check_memory(&vips, desired.max_table_memory)?;
@@ -224,10 +229,9 @@ struct Planner<'a> {
     built: HashMap<TableKey, SharedBuild>,
     /// How many desired VIPs have each table's inputs.
     wanted: HashMap<TableKey, usize>,
+    /// Tables built ahead for the VIPs of the chunk being planned ([`prebuild`]).
+    prebuilt: HashMap<TableKey, Result<prebuild::Built, MaglevError>>,
 }
-
-/// What a table is built from: the active backends with their weights, and the size.
-type TableKey = (Vec<Backend>, u32);
 
 /// A build kept for the other VIPs that have its inputs.
 struct SharedBuild {
@@ -251,6 +255,7 @@ impl<'a> Planner<'a> {
             after_tables: Vec::new(),
             built: HashMap::new(),
             wanted: HashMap::new(),
+            prebuilt: HashMap::new(),
         }
     }
 
@@ -339,23 +344,16 @@ impl<'a> Planner<'a> {
         old: Option<&AppliedVip>,
         backend_ids: BTreeMap<BackendKey, u32>,
     ) -> Result<AppliedVip, ApplyError> {
-        if let Some(o) = old
-            && o.spec.table_size == spec.table_size
-            && table_inputs(&o.spec) == table_inputs(spec)
-            && self.current.maglev_seed == self.desired.maglev_seed
-            && !o.unverified
-        {
+        if let Some(o) = old.filter(|o| self.keeps_table(o, spec)) {
             return Ok(AppliedVip {
                 spec: spec.clone(),
                 backend_ids,
                 ..o.clone()
             });
         }
-        let started = Instant::now();
-        let (table, facts) = self
+        let (table, facts, build_ms) = self
             .build(spec)
             .map_err(|error| ApplyError::Table { vip, error })?;
-        let build_ms = started.elapsed().as_secs_f64() * 1e3;
         let slots = table::slots_with_ids(&table, spec.table_size, &backend_ids);
         let generation = old.map_or(1, |o| o.generation.wrapping_add(1).max(1));
         let changed_slots = old.map(|o| {
@@ -405,15 +403,46 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// The table of `spec` and its facts, built once per distinct (inputs, size) in
-    /// this change.
+    /// Whether `old`'s table is the one `spec` builds (same inputs, size and seed).
+    fn keeps_table(&self, old: &AppliedVip, spec: &VipSpec) -> bool {
+        old.spec.table_size == spec.table_size
+            && table_inputs(&old.spec) == table_inputs(spec)
+            && self.current.maglev_seed == self.desired.maglev_seed
+            && !old.unverified
+    }
+
+    /// Builds, on several threads, the tables that the VIPs of `chunk` need and that
+    /// this change has not built yet.
+    fn prebuild(&mut self, chunk: &[(&Vip, &VipSpec)]) {
+        let mut keys: Vec<TableKey> = Vec::new();
+        for &(vip, spec) in chunk {
+            if self
+                .current
+                .vips
+                .get(vip)
+                .is_some_and(|o| self.keeps_table(o, spec))
+            {
+                continue;
+            }
+            let key = (table_inputs(spec), spec.table_size);
+            if !self.built.contains_key(&key) && !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        if keys.len() > 1 {
+            self.prebuilt = prebuild::build_all(keys, self.desired.maglev_seed);
+        }
+    }
+
+    /// The table of `spec`, its facts and how long the build took (ms; 0 when another
+    /// VIP's build is reused), built once per distinct (inputs, size) in this change.
     fn build(
         &mut self,
         spec: &VipSpec,
-    ) -> Result<(Arc<MaglevTable>, Arc<TableFacts>), MaglevError> {
+    ) -> Result<(Arc<MaglevTable>, Arc<TableFacts>, f64), MaglevError> {
         let key = (table_inputs(spec), spec.table_size);
         if let Some(shared) = self.built.get_mut(&key) {
-            let found = (Arc::clone(&shared.table), Arc::clone(&shared.facts));
+            let found = (Arc::clone(&shared.table), Arc::clone(&shared.facts), 0.0);
             shared.uses -= 1;
             if shared.uses == 0 {
                 self.built.remove(&key);
@@ -428,12 +457,14 @@ impl<'a> Planner<'a> {
                     .or_default() += 1;
             }
         }
-        let table = Arc::new(MaglevTable::build(
-            &key.0,
-            spec.table_size,
-            self.desired.maglev_seed,
-        )?);
-        let facts = Arc::new(TableFacts::of(&table));
+        let prebuild::Built {
+            table,
+            facts,
+            build_ms,
+        } = match self.prebuilt.remove(&key) {
+            Some(built) => built?,
+            None => prebuild::build_one(&key, self.desired.maglev_seed)?,
+        };
         self.next.builds_total += 1;
         let others = self.wanted.get(&key).map_or(0, |n| n.saturating_sub(1));
         if others > 0 {
@@ -446,7 +477,7 @@ impl<'a> Planner<'a> {
                 },
             );
         }
-        Ok((table, facts))
+        Ok((table, facts, build_ms))
     }
 
     /// VIPs applied but no longer desired: entry, then table; their backends go down.

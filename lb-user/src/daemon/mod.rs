@@ -115,6 +115,19 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
     service.watch_nexthops();
 }
 
+/// Gives the heap pages freed by the start back to the system: parsing the file and
+/// building every table leave free chunks inside the heap that the allocator keeps
+/// resident (about a third of the heap with 500 VIPs). glibc's `malloc_trim(3)`
+/// releases them (`MADV_DONTNEED` on whole free pages), which keeps the daemon's
+/// resident memory to what it holds.
+fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only returns free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn log_report(report: &ApplyReport) {
     for line in report.lines() {
         info!("{line}");
@@ -427,6 +440,8 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
         tracer: trace::Tracer::default(),
     };
     context.report(&report);
+    drop(report);
+    release_free_heap();
     manage_neighbours(&service);
     let dp = service.controller_mut().dataplane_mut();
     let tasks = Tasks {

@@ -13,6 +13,8 @@
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
 // file were lb-bench/main.rs.
+#[path = "lb-bench/change.rs"]
+mod change;
 #[path = "lb-bench/health.rs"]
 mod health;
 #[path = "lb-bench/scale.rs"]
@@ -32,9 +34,8 @@ use lb_tests::{
 };
 use lb_user::{
     config::Config,
-    controller::{Controller, Desired},
+    controller::Controller,
     dataplane::{BenchTarget, Dataplane as _, KernelDataplane, LoadOptions},
-    maglev::{Backend, BackendKey, MaglevTable},
 };
 
 /// One benchmarked packet.
@@ -217,77 +218,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Control-plane timings of one configuration (medians, ms).
-struct ChangeTiming {
-    /// Adding a backend: build + write the idle buffer + switch (the change is live
-    /// when `apply` returns).
-    add: f64,
-    /// Removing it again: the same, then a grace period before the backend is marked
-    /// down (the table is live before the wait).
-    remove: f64,
-    /// The Maglev build alone.
-    build: f64,
-}
-
-/// Control plane: time from a backend change to the new table being live, through the
-/// controller and the kernel data plane, for `n` backends and a table of `size` slots.
-fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming> {
-    let dp = KernelDataplane::load(LoadOptions {
-        ct_capacity: 65_536,
-        ct_syn_capacity: 16_384,
-    })?;
-    let mut controller = Controller::new(dp);
-    let mut vips = format!(
-        "interface = \"lo\"\nmax_table_memory_mib = 64\n[encap]\nsource_v4 = \"192.0.2.1\"\n[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {size}\n"
-    );
-    for i in 0..n {
-        vips.push_str(&format!(
-            "[[vip.backend]]\naddress = \"10.{}.{}.{}\"\n",
-            i >> 16,
-            (i >> 8) & 0xff,
-            i & 0xff
-        ));
-    }
-    let loaded = Config::from_toml(&vips).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let base = Desired::from_config(&loaded.config, [2, 0, 0, 0, 0, 1]);
-    controller
-        .apply(&base)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let vip = *base.vips.keys().next().context("one VIP")?;
-    let extra: BackendKey = "10.255.255.254".parse()?;
-    let mut with_extra = base.clone();
-    with_extra
-        .add_backend(&vip, extra, 1)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (mut add, mut remove, mut build) = (vec![], vec![], vec![]);
-    for _ in 0..runs {
-        for (target, into) in [(&with_extra, &mut add), (&base, &mut remove)] {
-            let started = std::time::Instant::now();
-            controller
-                .apply(target)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            into.push(started.elapsed().as_secs_f64() * 1e3);
-        }
-        let inputs: Vec<Backend> = with_extra.vips[&vip]
-            .backends
-            .iter()
-            .map(|(k, b)| Backend::new(*k, b.weight))
-            .collect();
-        let started = std::time::Instant::now();
-        MaglevTable::build(&inputs, size, with_extra.maglev_seed)?;
-        build.push(started.elapsed().as_secs_f64() * 1e3);
-    }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Ok(ChangeTiming {
-        add: median(add),
-        remove: median(remove),
-        build: median(build),
-    })
-}
-
 /// Command-line options. The defaults are the README's method ("Performance"): 5 runs
 /// of 1,000,000 repetitions, CPU 1, the daemon's default conntrack sizes.
 #[derive(clap::Parser)]
@@ -464,22 +394,7 @@ fn conntrack_walk(opts: &Options) -> anyhow::Result<()> {
 }
 
 fn control_plane() -> anyhow::Result<()> {
-    println!(
-        "control plane: backend change -> new table live (Maglev build + write the idle table buffer + switch the VIP entry), median of 21"
-    );
-    println!();
-    println!(
-        "| table size M | backends N | add: change to live (ms) | remove: live, grace period, marked down (ms) | Maglev build alone (ms) |"
-    );
-    println!("|---:|---:|---:|---:|---:|");
-    for (size, n) in [(65_537, 100), (655_373, 1_000)] {
-        let t = change_to_live(size, n, 21)?;
-        println!(
-            "| {size} | {n} | {:.3} | {:.3} | {:.3} |",
-            t.add, t.remove, t.build
-        );
-    }
-    println!();
+    change::change_to_live()?;
     scale::daemon_scale()
 }
 
