@@ -25,12 +25,16 @@ impl Random {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+
+    fn index(&mut self, n: u64) -> usize {
+        usize::try_from(self.below(n)).expect("below n, a small number")
+    }
 }
 
 const SIZES: [u32; 10] = [2, 7, 101, 257, 1_009, 2_003, 7_919, 10_007, 20_011, 65_537];
 
 fn backends(random: &mut Random, size: u32) -> Vec<Backend> {
-    let n = 1 + random.below(u64::from(size.min(1_000))) as usize;
+    let n = 1 + random.index(u64::from(size.min(1_000)));
     let weights = random.below(4);
     let mut out: Vec<Backend> = Vec::with_capacity(n);
     while out.len() < n {
@@ -53,7 +57,7 @@ fn backends(random: &mut Random, size: u32) -> Vec<Backend> {
             0 => 1,
             1 => u32::try_from(random.below(11)).expect("small"),
             2 => 1 + u32::try_from(random.below(1_000_000)).expect("small"),
-            _ => [0, 1, u32::MAX][random.below(3) as usize],
+            _ => [0, 1, u32::MAX][random.index(3)],
         };
         out.push(Backend::new(key, weight));
     }
