@@ -103,3 +103,14 @@ pub const HEALTH_COALESCE_MS: u32 = 100;
 /// `health.max_concurrent_probes`: at most 256 probes in flight at once
 /// (`health::scheduler::DEFAULT_MAX_CONCURRENT`).
 pub const HEALTH_MAX_CONCURRENT_PROBES: u32 = 256;
+
+/// `announce.enabled`: off, so that the daemon publishes no route unless asked to.
+pub const ANNOUNCE_ENABLED: bool = false;
+
+/// `announce.table`: the kernel routing table of the announced VIP addresses (the table
+/// number of the README's BIRD configuration; any table no forwarding rule uses).
+pub const ANNOUNCE_TABLE: u32 = 100;
+
+/// `announce.protocol`: the route protocol number of the daemon's routes, 76 (ASCII
+/// `L`), which neither the kernel nor iproute2's `rt_protos` list assigns.
+pub const ANNOUNCE_PROTOCOL: u8 = 76;

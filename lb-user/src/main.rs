@@ -12,7 +12,7 @@ use std::{
 };
 
 use clap::{CommandFactory as _, Parser};
-use lb_user::cli::{self, Output, docs, hash, ops, table, trace};
+use lb_user::cli::{self, Output, docs, hash, ops, table, trace, vip};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -74,6 +74,8 @@ enum Command {
     Backend(ops::BackendArgs),
     /// Show where a client's flow to a VIP goes.
     Flow(ops::FlowArgs),
+    /// Withdraw a VIP address's BGP announcement from this instance, or announce it again.
+    Vip(vip::VipArgs),
     /// Stream the XDP program's decision for each matching VIP packet.
     Trace(trace::TraceArgs),
     /// Build and compare Maglev tables offline (no root needed).
@@ -130,6 +132,7 @@ fn run(command: Command) -> Result<Output, Failure> {
         Command::Stats(args) => ops::stats(&args).map_err(daemon),
         Command::Backend(args) => ops::backend(&args).map_err(daemon),
         Command::Flow(args) => ops::flow(&args).map_err(daemon),
+        Command::Vip(args) => vip::run(&args).map_err(daemon),
         Command::Trace(args) => trace::run(&args).map_err(daemon),
         Command::Table(args) => {
             table::run(&args).map_err(|e| Failure::new(format!("lb table: error: {e}"), 2))

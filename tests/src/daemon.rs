@@ -50,11 +50,14 @@ use std::{
     fmt::Write as _,
     fs::File,
     marker::PhantomData,
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -62,6 +65,7 @@ use anyhow::{Context as _, bail};
 use lb_user::control::{Client, FlowReport, Stats, Status};
 
 use crate::{
+    netns::NetNs,
     packets::{LB4, LB6},
     testbed::{LB_IFACE, TestBed, backend4, backend6, vip_tcp, vip_udp},
 };
@@ -151,6 +155,9 @@ pub struct DaemonConfig {
     pub metrics: String,
     /// Top-level tables written before the VIPs (e.g. `[health]`), empty by default.
     pub extra: String,
+    /// The outer source addresses (`[encap]`): the bed LB's 192.0.2.1 and
+    /// 2001:db8:c::1 by default; each instance of a fleet has its own.
+    pub sources: (Ipv4Addr, Ipv6Addr),
     /// `[vip.health]` bodies by VIP ([`vip_text`]); VIPs not listed have none.
     pub vip_health: Vec<(String, String)>,
     /// `[vip.backend.health]` bodies by VIP and backend number.
@@ -180,6 +187,7 @@ impl DaemonConfig {
             udp_timeout_secs: 30,
             metrics: String::new(),
             extra: String::new(),
+            sources: (LB4, LB6),
             vip_health: Vec::new(),
             backend_health: Vec::new(),
             ct_capacity: CT_CAPACITY,
@@ -210,12 +218,14 @@ impl DaemonConfig {
              control_socket = \"{}\"\n\
              state_dir = \"{}\"\n\
              mtu = 1500\n\n\
-             [encap]\nsource_v4 = \"{LB4}\"\nsource_v6 = \"{LB6}\"\n\n\
+             [encap]\nsource_v4 = \"{}\"\nsource_v6 = \"{}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
              [conntrack]\ncapacity = {}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
              udp_timeout_secs = {}\n\n[metrics]\n{}\n",
             socket.display(),
             socket.with_file_name("state").display(),
+            self.sources.0,
+            self.sources.1,
             self.ct_capacity,
             self.udp_timeout_secs,
             self.metrics,
@@ -390,6 +400,8 @@ pub struct Daemon<'bed> {
     dir: TempDir,
     started: Duration,
     ns: String,
+    /// The namespace of a daemon started with [`Daemon::start_in`], kept alive with it.
+    _keep: Option<Arc<NetNs>>,
     _bed: PhantomData<&'bed TestBed>,
 }
 
@@ -413,6 +425,23 @@ impl<'bed> Daemon<'bed> {
     /// # Panics
     /// When the `lb` binary is missing ([`lb_binary`]).
     pub fn start(bed: &'bed TestBed, config: &DaemonConfig) -> anyhow::Result<Self> {
+        Self::create(bed.lb_ns().name(), None, config)
+    }
+
+    /// As [`Self::start`], in the namespace `ns` (an instance of a multi-instance bed),
+    /// which the daemon keeps alive until it has stopped.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    ///
+    /// # Panics
+    /// When the `lb` binary is missing ([`lb_binary`]).
+    pub fn start_in(ns: Arc<NetNs>, config: &DaemonConfig) -> anyhow::Result<Daemon<'static>> {
+        let name = ns.name().to_owned();
+        Daemon::create(&name, Some(ns), config)
+    }
+
+    fn create(ns: &str, keep: Option<Arc<NetNs>>, config: &DaemonConfig) -> anyhow::Result<Self> {
         let begun = Instant::now();
         let lb = lb_binary();
         let dir = TempDir::new("lb-run-")?;
@@ -421,7 +450,8 @@ impl<'bed> Daemon<'bed> {
             lb,
             dir,
             started: Duration::ZERO,
-            ns: bed.lb_ns().name().to_owned(),
+            ns: ns.to_owned(),
+            _keep: keep,
             _bed: PhantomData,
         };
         daemon.write_config(config)?;
@@ -472,7 +502,7 @@ impl<'bed> Daemon<'bed> {
         self.dir.path()
     }
 
-    /// Starts `lb run --config <dir>/lb.toml ARGS...` in the bed's LB namespace (its
+    /// Starts `lb run --config <dir>/lb.toml ARGS...` in its namespace (its
     /// log appended to `lb.log`) and waits until it answers.
     fn spawn(&mut self, args: &[&str]) -> anyhow::Result<()> {
         let daemon = self;

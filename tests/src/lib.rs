@@ -2,7 +2,8 @@
 //!
 //! The library: network namespaces that clean up after themselves, packet builders, a
 //! fixture load balancer for BPF_PROG_TEST_RUN, the end-to-end test bed, the real
-//! `lb run` daemon inside it, and client traffic helpers. It enables lb-user's
+//! `lb run` daemon inside it, client traffic helpers, and the multi-instance bed
+//! (several `lb run` behind an ECMP router, VIPs announced by BIRD: [`fleet`]). It enables lb-user's
 //! `test-harness` feature (test runs, the benchmark harness, the bed's pass program),
 //! which the `lb` binary is built without.
 //!
@@ -16,6 +17,7 @@
 
 pub mod daemon;
 pub mod fixture;
+pub mod fleet;
 pub mod netns;
 pub mod packets;
 pub mod prometheus;

@@ -11,8 +11,9 @@
 
 use std::{
     fs::File,
+    io::Write as _,
     os::fd::AsRawFd as _,
-    process::{Command, Output},
+    process::{Command, Output, Stdio},
     sync::atomic::{AtomicU32, Ordering},
 };
 
@@ -102,6 +103,31 @@ impl NetNs {
             .args(args)
             .output()
             .with_context(|| format!("ip netns exec {} {program}", self.name))
+    }
+
+    /// Runs `nft -f -` inside the namespace with `script` on its standard input.
+    ///
+    /// # Errors
+    /// When `nft` is missing (`cargo xtask setup` installs nftables) or refuses the
+    /// script (the message has its error).
+    pub fn nft(&self, script: &str) -> anyhow::Result<()> {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("nft (install nftables)")?;
+        child
+            .stdin
+            .take()
+            .context("nft's stdin")?
+            .write_all(script.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(())
     }
 
     /// Runs `f` on a thread whose network namespace is this one and returns its result.

@@ -33,7 +33,15 @@ fn offline(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
+/// `[announce]` on, with the default table and protocol: the routes go into the bed's
+/// LB namespace, whose routing tables are its own (no BIRD reads them here).
+const ANNOUNCE: &str = "\n[announce]\nenabled = true\n";
+
 fn with_daemon(f: impl FnOnce(&TestBed, &Daemon<'_>)) {
+    with_config(&DaemonConfig::equal(1..=2), f);
+}
+
+fn with_config(config: &DaemonConfig, f: impl FnOnce(&TestBed, &Daemon<'_>)) {
     assert!(lb_tests::is_root(), "privileged test: run as root");
     let bed = TestBed::new(TestBedOptions {
         backends: 2,
@@ -41,7 +49,7 @@ fn with_daemon(f: impl FnOnce(&TestBed, &Daemon<'_>)) {
         ..TestBedOptions::default()
     })
     .expect("bed");
-    let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=2)).expect("lb run");
+    let lb = Daemon::start(&bed, config).expect("lb run");
     f(&bed, &lb);
 }
 
@@ -114,6 +122,55 @@ fn status_json_matches_the_schema() {
     with_daemon(|_, lb| matches("lb status", &lb.cli(&["status", "--json"]).expect("status")));
 }
 
+/// `lb status --json` with `[announce]` on: the announcement summary and each VIP's
+/// `announce` are there, and say the addresses are announced.
+#[test]
+fn status_json_with_announcements_matches_the_schema() {
+    let config = DaemonConfig {
+        extra: ANNOUNCE.into(),
+        ..DaemonConfig::equal(1..=2)
+    };
+    with_config(&config, |_, lb| {
+        let text = lb.cli(&["status", "--json"]).expect("status");
+        matches("lb status", &text);
+        let status: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(status["announce"]["enabled"], true, "{text}");
+        assert_eq!(
+            status["announce"]["addresses"][0]["announced"], true,
+            "{text}"
+        );
+        assert_eq!(status["vips"][0]["announce"]["announced"], true, "{text}");
+    });
+}
+
+/// `lb vip withdraw|announce --json`: each action's answer, and the second withdrawal
+/// answers that nothing changed.
+#[test]
+fn vip_json_of_both_actions_matches_the_schema() {
+    let config = DaemonConfig {
+        extra: ANNOUNCE.into(),
+        ..DaemonConfig::equal(1..=2)
+    };
+    with_config(&config, |_, lb| {
+        let vip = vip_text(false, true);
+        for (action, changed, announced) in [
+            ("withdraw", true, false),
+            ("withdraw", false, false),
+            ("announce", true, true),
+        ] {
+            let text = lb
+                .cli(&["vip", action, "--json", "--vip", &vip])
+                .expect("lb vip");
+            matches("lb vip", &text);
+            let change: Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(change["action"], action, "{text}");
+            assert_eq!(change["changed"], changed, "{text}");
+            assert_eq!(change["announced"], announced, "{text}");
+            assert_eq!(change["withdrawn_by_operator"], !announced, "{text}");
+        }
+    });
+}
+
 #[test]
 fn stats_json_matches_the_schema() {
     with_daemon(|_, lb| matches("lb stats", &lb.cli(&["stats", "--json"]).expect("stats")));
@@ -180,7 +237,7 @@ fn overrides_json_matches_the_schema() {
 }
 
 /// `lb detach --json` after the daemon stopped (the datapath stays pinned and
-/// attached until then).
+/// attached until then, and so do the announcement routes, which it removes first).
 #[test]
 fn detach_json_matches_the_schema() {
     assert!(lb_tests::is_root(), "privileged test: run as root");
@@ -190,7 +247,11 @@ fn detach_json_matches_the_schema() {
         ..TestBedOptions::default()
     })
     .expect("bed");
-    let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=1)).expect("lb run");
+    let config = DaemonConfig {
+        extra: ANNOUNCE.into(),
+        ..DaemonConfig::equal(1..=1)
+    };
+    let lb = Daemon::start(&bed, &config).expect("lb run");
     lb.stop().expect("lb run stops");
     let binary = lb_binary();
     let out = bed
@@ -206,6 +267,10 @@ fn detach_json_matches_the_schema() {
     let detached: Value = serde_json::from_str(&text).expect("JSON");
     assert_eq!(detached["detached"], true, "{text}");
     assert_eq!(detached["vips"], 4, "two VIPs of each family: {text}");
+    assert_eq!(
+        detached["routes_withdrawn"], 2,
+        "one route per VIP address: {text}"
+    );
 }
 
 #[test]

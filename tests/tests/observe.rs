@@ -15,7 +15,9 @@
 //! - after a daemon is killed during a trace, the next one adopts the pinned datapath
 //!   with the trace switched off, and `lb trace` works again through the adopted
 //!   program array and log ring: a connection opened before the crash shows as a
-//!   conntrack hit.
+//!   conntrack hit;
+//! - with `[announce]` on, `lb_vip_announced` of both VIPs of an address goes to 0 when
+//!   the operator withdraws the address and back to 1 when it is announced again.
 //!
 //! Needs the `lb` binary (`cargo build -p lb-user --bin lb`) and Debian's `prometheus`
 //! (`cargo xtask setup`).
@@ -387,4 +389,36 @@ fn lb_trace_works_after_a_crash_during_a_trace_and_the_adopting_restart() {
         (events[0].reason.as_str(), events[0].action.as_str()),
         ("tx_encap", "XDP_TX")
     );
+}
+
+/// The value of `name{labels}` in `exposition` (Prometheus text), if it has the sample.
+fn sample(exposition: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+}
+
+#[test]
+fn the_announced_gauge_follows_the_operators_withdrawal() {
+    let bed = bed(2);
+    let config = DaemonConfig {
+        extra: "\n[announce]\nenabled = true\n".into(),
+        ..DaemonConfig::equal(1..=2)
+    };
+    let lb = daemon(&bed, &config);
+    let announced = |tcp: bool| {
+        let exposition = get(bed.lb_ns(), endpoint(), "/metrics", None).expect("GET /metrics");
+        let labels = format!("vip=\"{}\"", vip_text(false, tcp));
+        sample(&exposition, "lb_vip_announced", &labels)
+    };
+    assert_eq!(announced(true), Some(1.0));
+    let vip = vip_text(false, true);
+    for (action, want) in [("withdraw", 0.0), ("announce", 1.0)] {
+        lb.cli(&["vip", action, "--vip", &vip])
+            .unwrap_or_else(|e| panic!("lb vip {action}: {e:#}"));
+        // One route serves both VIPs of the address.
+        assert_eq!(announced(true), Some(want), "after lb vip {action}");
+        assert_eq!(announced(false), Some(want), "after lb vip {action}");
+    }
 }

@@ -12,7 +12,9 @@
 //!    M = 65,537 / N = 100 and M = 655,373 / N = 1,000; `lb run` at scale: start time,
 //!    private memory per VIP and restart to adopted with 1, 10, 100 and 500 VIPs of 100
 //!    backends, in namespaces it creates), the health-check benchmark (CPU of
-//!    probing 1,000 backends every second, transition to table live), then the
+//!    probing 1,000 backends every second, transition to table live), the multi-instance
+//!    benchmark (an instance fails five ways: time until the router stops using it,
+//!    median of 5, against a route removed in the router's kernel), then the
 //!    data-plane benchmark
 //!    (BPF_PROG_TEST_RUN ns/packet over an empty XDP program measured in the same run,
 //!    gateway next hop and FIB with and without its per-CPU cache, and the verifier's
@@ -51,7 +53,8 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
             "the Maglev benchmarks ran; the data-plane benchmarks load XDP programs: run as root"
         );
     }
-    // The control-plane scale and restart benchmarks start the release `lb` binary.
+    // The control-plane scale and multi-instance parts of lb-bench and the restart
+    // benchmark start the release `lb` binary.
     cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
     cmd::run(
         cmd::cargo()

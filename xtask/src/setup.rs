@@ -4,7 +4,8 @@
 //! development files, which match the LLVM inside the machine's rustc 1.95 and nightly
 //! 1.97, so that bpf-linker can link rustc's output, plus iproute2 for the netns tests,
 //! nftables for their drop rules, python3 for a killable server, prometheus for the
-//! metrics tests, and the tools the package check runs), the nightly toolchain's
+//! metrics tests, and the tools the package check runs), BIRD 2 for the multi-instance
+//! tests (installed without starting its service: [`bird`]), the nightly toolchain's
 //! `rust-src` component (for `-Z build-std=core`), `bpf-linker` built against LLVM 22,
 //! and `cargo-deb` for `cargo xtask package`. Each step says whether it installs or
 //! skips.
@@ -14,6 +15,8 @@ use std::process::Command;
 use anyhow::{Context as _, bail};
 
 use crate::cmd;
+
+mod bird;
 
 /// Debian packages the build and the tests need.
 const APT_PACKAGES: &[&str] = &[
@@ -58,6 +61,11 @@ const STEPS: &[Step] = &[
         name: "apt packages",
         missing: missing_apt_packages,
         install: install_apt_packages,
+    },
+    Step {
+        name: "bird2 (BGP for the multi-instance tests; service not started)",
+        missing: missing_bird,
+        install: install_bird,
     },
     Step {
         name: "nightly toolchain",
@@ -121,8 +129,20 @@ pub(crate) fn run() -> anyhow::Result<()> {
 }
 
 fn missing_apt_packages() -> Vec<String> {
-    APT_PACKAGES
-        .iter()
+    missing_packages(APT_PACKAGES)
+}
+
+fn missing_bird() -> Vec<String> {
+    missing_packages(&[bird::PACKAGE])
+}
+
+fn install_bird(_: &[String]) -> anyhow::Result<()> {
+    bird::install(install_apt_packages)
+}
+
+/// The packages of `list` that dpkg does not have installed.
+fn missing_packages(list: &[&str]) -> Vec<String> {
+    list.iter()
         .filter(|pkg| {
             let status =
                 cmd::output(Command::new("dpkg-query").args(["-W", "-f=${db:Status-Abbrev}", pkg]));

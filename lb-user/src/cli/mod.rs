@@ -8,6 +8,8 @@
 //! - [`docs`]: `lb completions` / `lb manpage`, generated from the clap definition;
 //! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
 //!   control socket ([`crate::control`]);
+//! - [`vip`]: `lb vip withdraw|announce`, a VIP address's BGP announcement, through the
+//!   same socket;
 //! - [`trace`]: `lb trace`, the daemon's stream of traced packets.
 //!
 //! Every verb takes `--json`; docs/json.md is the schema of what each prints.
@@ -17,6 +19,7 @@ pub mod hash;
 pub mod ops;
 pub mod table;
 pub mod trace;
+pub mod vip;
 
 /// What a verb prints: `text` on standard output, then each of `warnings` on standard
 /// error as a `warning: ...` line.

@@ -17,6 +17,7 @@ use crate::{
     dataplane::pinned,
     defaults,
     maglev::BackendKey,
+    routes::AnnounceTable,
 };
 
 /// Where the daemon listens.
@@ -28,7 +29,7 @@ pub struct SocketArg {
 }
 
 impl SocketArg {
-    fn client(&self) -> Client {
+    pub(super) fn client(&self) -> Client {
         Client::new(&self.socket)
     }
 }
@@ -90,6 +91,13 @@ pub struct DetachArgs {
     /// The configuration's `pin_dir`.
     #[arg(long, default_value = defaults::PIN_DIR)]
     pub pin_dir: PathBuf,
+    /// The configuration's `announce.table`: its routes of `--announce-protocol` are
+    /// removed before the datapath goes.
+    #[arg(long, default_value_t = defaults::ANNOUNCE_TABLE)]
+    pub announce_table: u32,
+    /// The configuration's `announce.protocol`.
+    #[arg(long, default_value_t = defaults::ANNOUNCE_PROTOCOL)]
+    pub announce_protocol: u8,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -98,9 +106,14 @@ pub struct DetachArgs {
 /// Runs `lb detach`.
 ///
 /// # Errors
-/// Nothing pinned, a daemon controls the interface, or a pin cannot be removed.
+/// Nothing pinned, a daemon controls the interface, the announcement routes or a pin
+/// cannot be removed.
 pub fn detach(args: &DetachArgs) -> Result<Output, pinned::DetachError> {
-    let detached = pinned::detach(&args.pin_dir, &args.interface)?;
+    let announce = AnnounceTable {
+        table: args.announce_table,
+        protocol: args.announce_protocol,
+    };
+    let detached = pinned::detach(&args.pin_dir, &args.interface, announce)?;
     Ok(if args.json {
         json(&detached)
     } else {
@@ -169,7 +182,7 @@ pub fn parse_client(text: &str) -> Result<SocketAddr, String> {
 }
 
 /// `value` as pretty JSON, one line break at the end.
-fn json(value: &impl Serialize) -> Output {
+pub(super) fn json(value: &impl Serialize) -> Output {
     Output::text(serde_json::to_string_pretty(value).unwrap_or_default() + "\n")
 }
 
@@ -208,6 +221,7 @@ pub fn status_text(s: &Status) -> String {
     );
     out.push_str(&conntrack_line(s.conntrack.as_ref()));
     health::summary(&mut out, &s.health);
+    announce::summary(&mut out, &s.announce);
     if let Some(dir) = &s.pin_dir {
         let _ = writeln!(
             out,
@@ -222,6 +236,7 @@ pub fn status_text(s: &Status) -> String {
             v.vip, v.id, v.table_size, v.generation, v.fingerprint
         );
         health::policy(&mut out, v);
+        announce::vip(&mut out, v);
         let _ = writeln!(
             out,
             "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>8} {:>6} {:>11} {:>8} {:>8}",
@@ -418,6 +433,7 @@ pub fn flow_text(f: &FlowReport) -> String {
     out
 }
 
+mod announce;
 mod health;
 #[cfg(test)]
 mod tests;

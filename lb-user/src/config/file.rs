@@ -59,6 +59,9 @@ pub struct FileConfig {
     /// The health checker as a whole (every VIP's probes run in it).
     #[serde(default)]
     pub health: HealthCheckerFile,
+    /// Publishing the servable VIP addresses for BGP (`[announce]`).
+    #[serde(default)]
+    pub announce: super::announce::AnnounceFile,
     /// The VIPs, `[[vip]]` tables.
     #[serde(default, rename = "vip")]
     pub vips: Vec<VipFile>,

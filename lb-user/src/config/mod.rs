@@ -1,12 +1,14 @@
 //! Configuration: the TOML file ([`file`]), parsed with serde and then validated
 //! ([`validate`]) into the [`Config`] the daemon uses; its health-check part is in
-//! [`health`] (the probes' own types are `crate::health`'s).
+//! [`health`] (the probes' own types are `crate::health`'s), the VIP announcements'
+//! in [`announce`].
 //!
 //! Every error names the key path and the value, e.g.
 //! `vip[1].backend[2].weight: expected an integer >= 0 and <= 4294967295, got "abc" (line 14)`.
 //! Array indices in paths count from 0 in file order. Unknown keys are errors. An
 //! example file with every key is `lb.example.toml` at the repository root.
 
+pub mod announce;
 pub mod file;
 mod health;
 mod validate;
@@ -19,6 +21,7 @@ use std::{
     time::Duration,
 };
 
+pub use announce::Announce;
 pub use health::{HealthChecker, VipProbes};
 pub use vip::{Protocol, Vip};
 
@@ -140,6 +143,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The health checker's settings.
     pub health: HealthChecker,
+    /// Whether and where the servable VIP addresses are published for BGP.
+    pub announce: Announce,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
 }

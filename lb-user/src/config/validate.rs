@@ -16,8 +16,10 @@
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
 //! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
-//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`].
+//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`],
+//! `[announce]` in [`announce`].
 
+mod announce;
 mod health;
 mod metrics;
 mod vips;
@@ -416,6 +418,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
     let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
+    let announce = announce::announce(&file.announce, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
@@ -442,6 +445,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             nexthop_cache,
             metrics,
             health,
+            announce,
             vips,
         },
         warnings: r.warnings,

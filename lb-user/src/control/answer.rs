@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus};
+use super::{
+    announce::{AnnounceSummary, VipAnnouncement},
+    health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus},
+};
 
 pub use crate::dataplane::ConnectionCounts;
 
@@ -63,6 +66,9 @@ pub struct Status {
     /// Health checks and next hops, all VIPs together.
     #[serde(default)]
     pub health: HealthSummary,
+    /// The VIP addresses' announcement for BGP (`[announce]`).
+    #[serde(default)]
+    pub announce: AnnounceSummary,
     /// The runtime changes in force (kept in the state file), in (VIP, backend) order.
     #[serde(default)]
     pub overrides: Vec<OverrideStatus>,
@@ -139,6 +145,9 @@ pub struct VipStatus {
     /// How the VIP is balanced (its multi-failure policy's mode).
     #[serde(default)]
     pub policy: Option<PolicyStatus>,
+    /// Whether its address is announced for BGP, and why (with `[announce]` enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announce: Option<VipAnnouncement>,
 }
 
 /// A backend in `lb status`.

@@ -3,7 +3,7 @@
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     os::unix::net::UnixStream,
     path::{Path, PathBuf},
     time::Duration,
@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 use super::{
     BackendAction, Change, FlowReport, OverridesReport, Request, Response, Stats, Status,
-    TraceClient, TraceEvent, TraceStarted,
+    TraceClient, TraceEvent, TraceStarted, VipAction, VipChange,
 };
 use crate::{config::Vip, maglev::BackendKey};
 
@@ -118,6 +118,14 @@ impl Client {
     /// [`ClientError`].
     pub fn flow(&self, vip: Vip, client: SocketAddr) -> Result<FlowReport, ClientError> {
         self.call(&Request::Flow { vip, client })
+    }
+
+    /// `lb vip ACTION`: what changed, and the address's announcement now.
+    ///
+    /// # Errors
+    /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
+    pub fn vip(&self, action: VipAction, address: IpAddr) -> Result<VipChange, ClientError> {
+        self.call(&Request::Vip { action, address })
     }
 
     /// `lb trace`: starts a trace of the packets to `vip` from `client` (either or both

@@ -22,6 +22,7 @@
 //! (which calls it); above `config` and `maglev`, whose [`Vip`] and [`BackendKey`] it
 //! carries. It imports nothing from the modules above it.
 
+mod announce;
 mod answer;
 mod change;
 mod client;
@@ -30,6 +31,7 @@ mod request;
 pub mod server;
 mod trace;
 
+pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement, VipChange};
 pub use answer::{
     BackendCounters, BackendStatus, ConnectionCounts, ConntrackStatus, Counter, FlowReport,
     OverrideStatus, OverridesReport, Pin, Response, Stats, Status, VipCounters, VipStatus,

@@ -1,9 +1,10 @@
 //! What a client asks the daemon: [`Request`], with typed arguments.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+use super::VipAction;
 use crate::{config::Vip, maglev::BackendKey};
 
 /// What `lb backend` does.
@@ -62,5 +63,12 @@ pub enum Request {
         vip: Vip,
         /// The client's address and port (`ADDR:PORT`, IPv6 in brackets, on the wire).
         client: SocketAddr,
+    },
+    /// `lb vip withdraw|announce`; answered with the log lines of what changed.
+    Vip {
+        /// What to do.
+        action: VipAction,
+        /// The VIP address (every VIP of it shares its route).
+        address: IpAddr,
     },
 }

@@ -150,6 +150,7 @@ fn vip_status(
         fingerprint: table.fingerprint().to_string(),
         backends,
         policy: mode.map(|m| PolicyStatus::new(m, &applied.spec.policy)),
+        announce: None,
     }
 }
 

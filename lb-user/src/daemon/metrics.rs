@@ -15,6 +15,8 @@
 //!   health checks: `lb_backend_healthy`, `lb_backend_health_transitions_total{to}`,
 //!   `lb_backend_health_probes_total`, `lb_backend_health_probe_failures_total`;
 //! - per VIP with health checks: `lb_vip_policy_mode{mode}` (its multi-failure policy);
+//! - per VIP with `[announce]` on: `lb_vip_announced` (1 while its address's route is
+//!   in the announcement table, so BGP announces it from this instance);
 //! - global: `lb_verdicts_total{reason,action}`, `lb_conntrack_entries{family}`,
 //!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`,
 //!   `lb_conntrack_walk_seconds`, `lb_table_info{vip,generation,fingerprint,size}`,
@@ -138,6 +140,8 @@ pub struct VipSample {
     pub stats: VipStats,
     /// Its multi-failure policy's mode (`normal`, `panic`, ...), when it has one.
     pub policy_mode: Option<String>,
+    /// Whether its address is announced for BGP (`None`: `[announce]` is off).
+    pub announced: Option<bool>,
     /// Its table's generation, fingerprint and size.
     pub generation: u32,
     /// The fingerprint (hex).
@@ -244,6 +248,10 @@ impl Snapshot {
                 vip: v.vip.clone(),
                 stats: dp.vip_stats(v.id)?,
                 policy_mode: v.policy.as_ref().map(|p| p.mode.clone()),
+                announced: status
+                    .announce
+                    .enabled
+                    .then(|| v.announce.as_ref().is_some_and(|a| a.announced)),
                 generation: v.generation,
                 fingerprint: v.fingerprint.clone(),
                 table_size: v.table_size,
@@ -561,6 +569,17 @@ impl Snapshot {
                     .filter(move |_| mode.is_some())
                     .map(move |m| (with(vip_label(v), "mode", *m), u64::from(mode == Some(*m))))
             }),
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_vip_announced",
+            "1 while the VIP's address is announced for BGP from this instance (its route \
+             is in the announcement table), 0 while it is not",
+            MetricType::Gauge,
+            self.vips
+                .iter()
+                .filter_map(|v| Some((vip_label(v), u64::from(v.announced?)))),
             gauge,
         )
     }

@@ -12,14 +12,17 @@
 //! state (health checks and changes pause until the next start), unless
 //! `detach_on_exit` is set; `lb detach` removes it by hand. At the signal the daemon
 //! first says it is exiting and gives up its socket, so a new daemon can start at once.
-//! A running `lb trace` is switched off first: nobody would read its records.
+//! The announcement routes are left as the exit leaves the datapath ([`announce`]),
+//! then a running `lb trace` is switched off: nobody would read its records.
 //!
 //! The logic is in [`service`] (tested without root); this module is the event loop
 //! and the parts that need the real system (privileges, the interface's MAC, the
 //! socket, signals, file watching). Health checks run on their own runtime thread
 //! ([`health`]) and send their batches of transitions to the event loop; the backends'
-//! next hops are watched by [`nexthop`].
+//! next hops are watched by [`nexthop`]. After every change the VIP addresses this
+//! instance can serve are published for BGP ([`announce`]).
 
+pub mod announce;
 mod change;
 pub mod connections;
 mod datapath;
@@ -255,6 +258,7 @@ async fn serve_one(
         if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
             manage_neighbours(&service);
         }
+        service.sync_announcements();
         Reply::Once(response)
     })
     .await
@@ -469,6 +473,8 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
         }
     };
     service.set_mode(mode.to_string());
+    service.set_attached(true);
+    service.sync_announcements();
     let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
     let batches = service.start_health(health_runtime.handle(), &config);
     health::attach_probe_program(&mut service, &config.interface);
@@ -512,6 +518,10 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
             },
         ));
     let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    let detach_on_exit = service.detach_on_exit();
+    // Before the program goes, the routers are told to stop sending; a datapath that
+    // stays keeps its announcements (see `announce`).
+    leave_announcements(&mut service, detach_on_exit);
     // No client reads the trace records once the daemon is gone.
     if let Err(e) = service.controller_mut().dataplane_mut().set_trace(None) {
         warn!("switching the trace off: {e}");
@@ -519,7 +529,6 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     // The tunnel-probe program serves the health checks only, which pause with the
     // daemon: it goes whether or not the datapath stays.
     health::detach_probe_program(&mut service, &config.interface);
-    let detach_on_exit = service.detach_on_exit();
     let dp = service.controller_mut().dataplane_mut();
     if !detach_on_exit {
         // A daemon starting meanwhile waits for the lock instead of refusing.
@@ -543,6 +552,19 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
         );
     }
     result
+}
+
+/// Leaves the announcement routes as the exit leaves the data plane (see
+/// [`announce`]): `detaching` removes them first, so the routers stop sending traffic
+/// before the program goes (`detach_on_exit`); otherwise they stay with the pinned data
+/// plane that keeps forwarding (a plain stop). `lb detach` removes them with
+/// [`crate::routes::flush`].
+fn leave_announcements(service: &mut Service<KernelDataplane>, detaching: bool) {
+    service.announcer_mut().exit(if detaching {
+        announce::DatapathAtExit::Detached
+    } else {
+        announce::DatapathAtExit::KeepsForwarding
+    });
 }
 
 /// What the event loop starts besides the control socket.
@@ -655,5 +677,9 @@ async fn event_loop(
             _ = interrupt.recv() => { info!("SIGINT: shutting down"); return Ok(()); }
             _ = terminate.recv() => { info!("SIGTERM: shutting down"); return Ok(()); }
         }
+        service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sync_announcements();
     }
 }

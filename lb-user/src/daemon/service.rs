@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use tokio::{runtime::Handle, sync::mpsc};
 
 use super::{
+    announce::{self, Announcer},
     change,
     connections::Latest,
     health::HealthChecks,
@@ -26,6 +27,7 @@ use crate::{
     defaults,
     health::coalesce::Batch,
     maglev::BackendKey,
+    routes::IpRoutes,
 };
 
 /// Why the daemon refused a reload or a request; the running state is kept.
@@ -148,6 +150,8 @@ pub struct Service<D> {
     health: Option<HealthChecks>,
     /// The backends' next hops, once watched ([`Self::set_nexthop_monitor`]).
     nexthops: Option<NexthopMonitor>,
+    /// The VIP addresses' announcement for BGP ([`announce`]).
+    announce: Announcer,
     /// The runtime changes in force.
     overrides: Overrides,
     /// Where they are kept (`None`: not kept, in unit tests).
@@ -212,6 +216,7 @@ impl<D: Dataplane> Service<D> {
             state_file,
             datapath: (None, None),
             detach_on_exit: loaded.config.detach_on_exit,
+            announce: Announcer::new(loaded.config.announce, Box::new(IpRoutes)),
         };
         if service.overrides != stored {
             service.persist(&service.overrides)?;
@@ -359,6 +364,7 @@ impl<D: Dataplane> Service<D> {
         if let Some(health) = &mut self.health {
             health.configure(&loaded.config);
         }
+        self.announce.configure(loaded.config.announce);
         let health = self.sync_health();
         merge(&mut report, health);
         Ok((report, dropped))
@@ -411,6 +417,13 @@ impl<D: Dataplane> Service<D> {
                 Ok(r) => Response::ok(r),
                 Err(e) => Response::error(e),
             },
+            Request::Vip { action, address } => {
+                let serving = announce::serving(&self.controller);
+                match self.announce.request(action, address, &serving) {
+                    Ok(lines) => Response::ok(lines),
+                    Err(e) => Response::error(e),
+                }
+            }
         }
     }
 
@@ -539,8 +552,10 @@ impl<D: Dataplane> Service<D> {
             pin_dir: self.datapath.0.clone(),
             layout: self.datapath.1.clone(),
             health: crate::control::HealthSummary::default(),
+            announce: crate::control::AnnounceSummary::default(),
             conntrack: None,
         };
+        self.announce.annotate(&mut status);
         self.connections.annotate(&mut status);
         if let Some(health) = &self.health {
             health.annotate(&mut status, &self.controller);
@@ -554,6 +569,25 @@ impl<D: Dataplane> Service<D> {
             status.health.nexthop_unresolved_total = total;
         }
         status
+    }
+
+    /// Records whether the data plane is attached (the announcement rule's first
+    /// condition).
+    pub fn set_attached(&mut self, attached: bool) {
+        self.announce.set_attached(attached);
+    }
+
+    /// Applies the announcement rule to the VIPs as they are now and brings the
+    /// announcement table in line (the daemon calls this after every change and every
+    /// second).
+    pub fn sync_announcements(&mut self) {
+        let serving = announce::serving(&self.controller);
+        self.announce.sync(&serving);
+    }
+
+    /// The announcements (to leave them as the data plane is left at exit).
+    pub fn announcer_mut(&mut self) -> &mut Announcer {
+        &mut self.announce
     }
 
     /// Records the counters, so that the next `lb stats` reports rates over the time

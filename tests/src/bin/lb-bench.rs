@@ -1,5 +1,5 @@
-//! Control-plane, health-check (`health`) and data-plane benchmarks behind `cargo xtask
-//! bench`. Data plane: ns/packet of the XDP program by
+//! Control-plane, health-check (`health`), multi-instance failover (`fleet`) and
+//! data-plane benchmarks behind `cargo xtask bench`. Data plane: ns/packet of the XDP program by
 //! BPF_PROG_TEST_RUN, each reported over the empty XDP program measured in the same run
 //! with the same harness.
 //!
@@ -15,6 +15,8 @@
 // file were lb-bench/main.rs.
 #[path = "lb-bench/change.rs"]
 mod change;
+#[path = "lb-bench/fleet.rs"]
+mod fleet;
 #[path = "lb-bench/health.rs"]
 mod health;
 #[path = "lb-bench/scale.rs"]
@@ -223,7 +225,7 @@ fn cases() -> Vec<Case> {
 #[derive(clap::Parser)]
 #[command(about = "Control- and data-plane benchmarks of lb (run as root)")]
 struct Options {
-    /// Skip the control-plane and health-check parts.
+    /// Skip the control-plane, health-check and multi-instance parts.
     #[arg(long)]
     data_only: bool,
     /// Only the health-check part.
@@ -232,6 +234,9 @@ struct Options {
     /// Only the control-plane part (change to live, daemon start and memory at scale).
     #[arg(long)]
     control_only: bool,
+    /// Only the multi-instance part (failover to router converged, per failure mode).
+    #[arg(long)]
+    fleet_only: bool,
     /// Skip the FIB next-hop modes.
     #[arg(long)]
     gateway_only: bool,
@@ -270,11 +275,15 @@ fn main() -> anyhow::Result<()> {
     if opts.control_only {
         return control_plane();
     }
+    if opts.fleet_only {
+        return fleet::failover_times();
+    }
     if !opts.data_only {
         control_plane()?;
         observability(&opts)?;
         health::cpu_cost()?;
         health::detection_to_live()?;
+        fleet::failover_times()?;
     }
     data_plane(&opts)
 }

@@ -299,22 +299,7 @@ impl<'ns> DropRule<'ns> {
             "table inet lbtest {{\n  chain input {{\n    type filter hook input priority 0;\n    \
              tcp dport {port} drop\n    udp dport {port} drop\n  }}\n}}\n"
         );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("nft (install nftables)")?;
-        child
-            .stdin
-            .take()
-            .context("nft's stdin")?
-            .write_all(script.as_bytes())?;
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
-        }
+        ns.nft(&script)?;
         Ok(Self { ns })
     }
 }

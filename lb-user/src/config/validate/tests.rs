@@ -191,6 +191,12 @@ fn the_example_file_states_exactly_the_defaults() {
             string(&crate::health::settings::DEFAULT_DNS_TYPE.to_string()),
         ),
         ("vip[0].backend[0].weight", int(defaults::WEIGHT.into())),
+        (
+            "announce.enabled",
+            toml::Value::Boolean(defaults::ANNOUNCE_ENABLED),
+        ),
+        ("announce.table", int(defaults::ANNOUNCE_TABLE.into())),
+        ("announce.protocol", int(defaults::ANNOUNCE_PROTOCOL.into())),
     ];
     for (path, value) in expected {
         assert_eq!(at(path), value, "lb.example.toml: {path}");
@@ -223,7 +229,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `metrics`, `health`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `metrics`, `health`, `announce`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
@@ -355,6 +361,22 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
                 .replace("[[vip]]\n", "[[vip]]\ntable_size = 4000037\n"),
             "max_table_memory_mib: table memory 62 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)",
         ),
+        (
+            format!("{BASE}[announce]\ntable = 254\n"),
+            "announce.table: expected a routing table of its own (1 to 4294967295 but 253, 254 and 255, the kernel's default, main and local tables), got 254",
+        ),
+        (
+            format!("{BASE}[announce]\nprotocol = 12\n"),
+            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 12",
+        ),
+        (
+            format!("{BASE}[announce]\nprotocol = 256\n"),
+            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 256",
+        ),
+        (
+            format!("{BASE}[announce]\nenabled = \"yes\"\n"),
+            "announce.enabled: invalid type: string \"yes\", expected a boolean (line 7)",
+        ),
     ];
     let mut mismatches = Vec::new();
     for (text, expected) in cases {
@@ -437,6 +459,27 @@ fn extreme_weights_are_accepted() {
     assert_eq!(
         load(&text).expect("valid").config.vips[0].backends[1].weight,
         u32::MAX
+    );
+}
+
+#[test]
+fn announce_defaults_off_and_takes_its_table_and_protocol() {
+    let off = load(BASE).expect("valid").config.announce;
+    assert_eq!(off, crate::config::Announce::default());
+    assert!(!off.enabled);
+    let on = load(&format!(
+        "{BASE}[announce]\nenabled = true\ntable = 4242\nprotocol = 200\n"
+    ))
+    .expect("valid")
+    .config
+    .announce;
+    assert_eq!(
+        on,
+        crate::config::Announce {
+            enabled: true,
+            table: 4242,
+            protocol: 200
+        }
     );
 }
 

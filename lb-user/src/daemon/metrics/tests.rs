@@ -290,3 +290,22 @@ fn backend_health_and_policy_mode_are_exported() {
         Some(3.0)
     );
 }
+
+/// With `[announce]` on, each VIP has a `lb_vip_announced` sample; with it off (the
+/// file here), none. The announcer's routes are the kernel's, so the test sets the sample.
+#[test]
+fn the_announcement_of_each_vip_is_exported_when_announcements_are_on() {
+    let mut s = start();
+    let text = scrape(&mut s, Duration::from_secs(600), false);
+    assert_eq!(value(&text, "lb_vip_announced", &[VIP]), None, "{text}");
+    for announced in [true, false] {
+        let mut snapshot = Snapshot::take(&mut s, Duration::from_secs(600)).unwrap();
+        snapshot.vips[0].announced = Some(announced);
+        let text = encode(snapshot, &Recorder::default(), true).0;
+        assert_eq!(
+            value(&text, "lb_vip_announced", &[VIP]),
+            Some(f64::from(u8::from(announced))),
+            "{text}"
+        );
+    }
+}

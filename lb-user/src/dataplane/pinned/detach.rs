@@ -1,6 +1,13 @@
-//! `lb detach --interface IF`: detaches the XDP program at once and removes every pin of
-//! the interface in this network namespace; needs no daemon, and refuses while one
-//! controls the interface (it takes the directory's lock without waiting).
+//! `lb detach --interface IF`: removes the VIP announcement routes, then detaches the
+//! XDP program at once and removes every pin of the interface in this network
+//! namespace; needs no daemon, and refuses while one controls the interface (it takes
+//! the directory's lock without waiting, before it touches the routes).
+//!
+//! The routes go first: a daemon stopped with its datapath forwarding leaves them, and
+//! BIRD keeps announcing them (see `daemon::announce`). Removed, BGP withdraws the
+//! addresses, so the routers stop sending before nothing serves here; packets already
+//! on their way meet the host's own routing and are retransmitted by their senders once
+//! the routers have converged.
 
 use std::{
     path::{Path, PathBuf},
@@ -8,6 +15,7 @@ use std::{
 };
 
 use super::{Discarded, Owner, PinDir, PinError};
+use crate::routes::{self, AnnounceTable, RouteError};
 
 /// Why `lb detach` failed.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +34,20 @@ pub enum DetachError {
     /// The pin directory could not be used (a daemon holds it, no bpffs, ...).
     #[error(transparent)]
     Pin(#[from] PinError),
+    /// The announcement routes could not be removed: nothing was detached, since the
+    /// routers would keep sending the VIPs' traffic to a host that no longer serves it.
+    #[error(
+        "not detaching: the VIP announcement routes of table {} (proto {}) could not be \
+         removed ({source}); remove them (`ip route flush table {} proto {}`, both \
+         families) or stop BIRD, then retry",
+        .routes.table, .routes.protocol, .routes.table, .routes.protocol
+    )]
+    Withdraw {
+        /// The announcement table.
+        routes: AnnounceTable,
+        /// What failed.
+        source: RouteError,
+    },
 }
 
 /// What `lb detach` removed (its `--json` output; its text is [`std::fmt::Display`]).
@@ -43,6 +65,10 @@ pub struct Detached {
     pub vips: u64,
     /// Entries removed from the directory.
     pub pins: u64,
+    /// The announcement routing table (`--announce-table`).
+    pub announce_table: u32,
+    /// VIP announcement routes removed from it before the datapath went.
+    pub routes_withdrawn: u64,
 }
 
 impl std::fmt::Display for Detached {
@@ -53,6 +79,13 @@ impl std::fmt::Display for Detached {
             detached: self.detached,
             pins: self.pins,
         };
+        if self.routes_withdrawn > 0 {
+            write!(
+                f,
+                "withdrew {} VIP announcement routes from table {}, then ",
+                self.routes_withdrawn, self.announce_table
+            )?;
+        }
         write!(
             f,
             "detached from {} and removed the datapath pinned at {}: {gone}",
@@ -61,12 +94,17 @@ impl std::fmt::Display for Detached {
     }
 }
 
-/// Detaches the XDP program of `interface` and removes its pin directory under
-/// `pin_dir` (module documentation). Returns what was discarded.
+/// Removes the routes of `announce`, then detaches the XDP program of `interface` and
+/// removes its pin directory under `pin_dir` (module documentation). Returns what was
+/// withdrawn and discarded.
 ///
 /// # Errors
 /// [`DetachError`].
-pub fn detach(pin_dir: &Path, interface: &str) -> Result<Detached, DetachError> {
+pub fn detach(
+    pin_dir: &Path,
+    interface: &str,
+    announce: AnnounceTable,
+) -> Result<Detached, DetachError> {
     let dir = PinDir::locate(pin_dir, interface, false)?;
     if !dir.exists() {
         return Err(DetachError::NothingPinned {
@@ -80,6 +118,12 @@ pub fn detach(pin_dir: &Path, interface: &str) -> Result<Detached, DetachError> 
         socket: "(lb detach)".into(),
     };
     let _lock = dir.lock(&owner, Duration::ZERO)?;
+    let withdrawn = routes::flush(announce.table, announce.protocol).map_err(|source| {
+        DetachError::Withdraw {
+            routes: announce,
+            source,
+        }
+    })?;
     let gone = dir.discard(true)?;
     Ok(Detached {
         interface: interface.to_owned(),
@@ -88,5 +132,7 @@ pub fn detach(pin_dir: &Path, interface: &str) -> Result<Detached, DetachError> 
         conntrack_entries: gone.conntrack_entries,
         vips: gone.vips,
         pins: gone.pins,
+        announce_table: announce.table,
+        routes_withdrawn: withdrawn as u64,
     })
 }

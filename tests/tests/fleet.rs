@@ -1,0 +1,585 @@
+//! Several load-balancer instances behind an ECMP router, their VIPs announced by BGP
+//! through BIRD (the bed of `lb_tests::fleet`), with real TCP from clients behind the
+//! router. The scenarios share one bed (BGP takes a second or two to converge each
+//! time one is built), run in order, and each leaves it as it found it: three
+//! instances announcing both VIP addresses, backends 1 to 3.
+//!
+//! - Spread: new connections reach every instance (per-instance packet counters) and
+//!   every backend, each the backend the Maglev table predicts (`lb flow`), and all
+//!   instances report the same table fingerprint.
+//! - Failover, five ways (the router's port to an instance goes down; the instance's
+//!   BIRD is killed; the host falls silent, so only the BGP hold timer notices; the
+//!   operator withdraws the instance with `lb vip withdraw`; the instance's `lb run`
+//!   stops, which keeps it announced and its pinned datapath forwarding, and then `lb
+//!   detach` withdraws its routes and removes the datapath): 300 long-lived
+//!   connections keep exchanging while one instance fails. The router stops using it
+//!   within a bound (the time is printed; the benchmark measures it), no connection
+//!   breaks, and the connections it carried now arrive at other instances, miss
+//!   conntrack there, and are picked onto their old backend from the same table (the
+//!   mid-flow path; BR-13.T5 in `docs/failure-scenarios.md`: an instance change
+//!   without a table change keeps the backend). Then the instance rejoins: its
+//!   announcement returns, ECMP moves flows back, and they keep their backends.
+//! - Health-gated announcement: an instance whose probes fail for every backend stops
+//!   announcing (reason in `lb status`), the router stops using it, and it comes back
+//!   when its probes pass again.
+//! - A backend added on all instances while connections run, then an instance fails:
+//!   the connections whose table slot moved to the new backend and whose conntrack pin
+//!   was on the failed instance break (their new instance picks the new backend, which
+//!   resets them): that is where consistent hashing alone cannot help (BR-13.T2, the
+//!   conntrack miss after a table change). The count is printed next to the share
+//!   `lb table diff` predicts; every connection that breaks had a moved slot (some
+//!   were moved between the surviving instances by the router's rehash).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{IpAddr, SocketAddr},
+    process::ExitCode,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail, ensure};
+use lb_tests::{
+    daemon::{backend_addr, backend_of},
+    fleet::{Failure, FleetBed, FleetOptions, describe, flows::FlowState, tcp_vip},
+    packets::{VIP4, VIP6},
+    testbed::{backend_name, client},
+    traffic::{Tally, within},
+};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// The bed, built by the first scenario that runs.
+type Shared = Arc<Mutex<Option<Result<FleetBed, String>>>>;
+
+/// Long-lived connections of the failover scenarios.
+const LONG_FLOWS: usize = 300;
+/// How long the router may take to stop (or start again) using an instance, and the
+/// connections to make progress afterwards: a generous bound, not a target (the
+/// benchmark measures the times).
+const CONVERGE: Duration = Duration::from_secs(20);
+
+fn main() -> ExitCode {
+    let mut args = Arguments::from_args();
+    // One bed, one scenario at a time, in this order.
+    args.test_threads = Some(1);
+    let bed: Shared = Arc::new(Mutex::new(None));
+    let trials = vec![
+        trial(&bed, "spread_over_instances_and_backends", spread),
+        trial(&bed, "failover_router_link_down", |b| {
+            failover(b, Failure::RouterLinkDown, 2)
+        }),
+        trial(&bed, "failover_bird_killed", |b| {
+            failover(b, Failure::BirdKilled, 3)
+        }),
+        trial(&bed, "failover_host_silent_hold_timer", |b| {
+            failover(b, Failure::HostSilent, 3)
+        }),
+        trial(&bed, "failover_operator_withdrawal", |b| {
+            failover(b, Failure::Withdrawn, 1)
+        }),
+        trial(
+            &bed,
+            "daemon_stop_keeps_forwarding_then_detach_withdraws_first",
+            |b| failover(b, Failure::Detached, 2),
+        ),
+        trial(&bed, "announcement_follows_usable_backends", health_gated),
+        trial(
+            &bed,
+            "backend_added_then_instance_fails",
+            backend_then_failure,
+        ),
+    ];
+    let conclusion = libtest_mimic::run(&args, trials);
+    // Tear the bed down before exiting (exit does not run destructors).
+    drop(bed.lock().unwrap_or_else(PoisonError::into_inner).take());
+    conclusion.exit_code()
+}
+
+/// A scenario run on the shared bed (built on first use).
+fn trial(
+    bed: &Shared,
+    name: &str,
+    scenario: impl Fn(&mut FleetBed) -> anyhow::Result<()> + Send + 'static,
+) -> Trial {
+    let bed = Arc::clone(bed);
+    Trial::test(name, move || {
+        let mut guard = bed.lock().unwrap_or_else(PoisonError::into_inner);
+        let built = guard.get_or_insert_with(|| {
+            let started = Instant::now();
+            let built = FleetBed::new(FleetOptions::default()).map_err(|e| format!("{e:#}"));
+            if built.is_ok() {
+                eprintln!(
+                    "fleet: bed built, every instance announced, in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            built
+        });
+        let fleet = built
+            .as_mut()
+            .map_err(|e| Failed::from(format!("building the bed: {e}")))?;
+        scenario(fleet).map_err(|e| {
+            let state = describe(fleet);
+            // The next scenario starts from the baseline again.
+            let healed = match fleet.heal() {
+                Ok(()) => String::new(),
+                Err(h) => format!("\nhealing the bed failed too: {h:#}"),
+            };
+            Failed::from(format!("{e:#}\n{state}{healed}"))
+        })
+    })
+}
+
+fn all(bed: &FleetBed) -> BTreeSet<usize> {
+    (1..=bed.instances().len()).collect()
+}
+
+fn vip4() -> IpAddr {
+    VIP4.into()
+}
+
+/// New connections of both families: spread over the instances and over the
+/// backends, each on the backend the table predicts; one fingerprint everywhere.
+fn spread(bed: &mut FleetBed) -> anyhow::Result<()> {
+    for (v6, n) in [(false, 600), (true, 240)] {
+        let vip = tcp_vip(v6);
+        let fingerprints = bed.fingerprints(&vip)?;
+        ensure!(
+            fingerprints.iter().all(|f| *f == fingerprints[0]),
+            "{vip}: the instances' tables differ: {fingerprints:?}"
+        );
+        let before: Vec<u64> = (1..=bed.instances().len())
+            .map(|k| bed.counter(k, &vip, "packets"))
+            .collect::<anyhow::Result<_>>()?;
+        let timeout = bed.options().io_timeout;
+        let dst = lb_tests::testbed::vip_tcp(v6);
+        let answered: Vec<(SocketAddr, String)> = bed
+            .client_ns()
+            .enter(|| {
+                bed.sources(n, v6)
+                    .into_iter()
+                    .map(|src| {
+                        let mut conn = client::tcp_connect(src, dst, timeout)?;
+                        let local = conn.local_addr()?;
+                        Ok((local, conn.exchange("hello")?))
+                    })
+                    .collect::<std::io::Result<Vec<_>>>()
+            })?
+            .context("new connections through the router")?;
+        // Every instance predicts the backend that answered.
+        for k in 1..=bed.instances().len() {
+            let daemon = bed.daemon(k);
+            let mut wrong = 0;
+            for (local, name) in &answered {
+                let predicted = daemon
+                    .flow(&vip, *local)?
+                    .table_backend
+                    .and_then(|b| backend_of(&b))
+                    .map(backend_name);
+                wrong += usize::from(predicted.as_deref() != Some(name.as_str()));
+            }
+            ensure!(
+                wrong == 0,
+                "{vip}: instance {k}'s table predicted another backend for {wrong} of {n} connections"
+            );
+        }
+        let tally = Tally::of(answered.iter().map(|(_, b)| b.as_str()));
+        let third = 1.0 / 3.0;
+        for b in 1..=3 {
+            ensure!(
+                within(tally.share(&backend_name(b)), third, 0.35),
+                "{vip}: backends {tally}"
+            );
+        }
+        let carried: Vec<u64> = (1..=bed.instances().len())
+            .map(|k| Ok(bed.counter(k, &vip, "packets")? - before[k - 1]))
+            .collect::<anyhow::Result<_>>()?;
+        let total: u64 = carried.iter().sum();
+        eprintln!(
+            "fleet: {vip}: {n} connections, backends {tally}; packets per instance {carried:?}"
+        );
+        for (i, c) in carried.iter().enumerate() {
+            #[expect(clippy::cast_precision_loss, reason = "packet counts of a test")]
+            let share = *c as f64 / total.max(1) as f64;
+            ensure!(
+                share > 0.1,
+                "{vip}: instance {} carried {c} of {total} packets: ECMP does not spread",
+                i + 1
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The connections of `states` that broke, with why.
+fn broken(states: &[FlowState]) -> Vec<(SocketAddr, String)> {
+    states
+        .iter()
+        .filter_map(|s| s.broken.clone().map(|why| (s.local, why)))
+        .collect()
+}
+
+fn longest_stall(states: &[FlowState]) -> Duration {
+    states.iter().map(|s| s.max_stall).max().unwrap_or_default()
+}
+
+/// The instance holding each connection's pin (exactly one), with its backend.
+fn carriers(bed: &FleetBed, locals: &[SocketAddr]) -> anyhow::Result<Vec<(usize, String)>> {
+    let pins = bed.pins(&tcp_vip(false), locals)?;
+    pins.into_iter()
+        .zip(locals)
+        .map(|(p, local)| match p.as_slice() {
+            [one] => Ok(one.clone()),
+            other => bail!("connection from {local}: pins on {other:?} (expected exactly one)"),
+        })
+        .collect()
+}
+
+/// 300 long-lived connections; instance `k` fails the `failure` way, then rejoins.
+fn failover(bed: &mut FleetBed, failure: Failure, k: usize) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let flows = bed.long_flows(LONG_FLOWS, false)?;
+    let locals = flows.locals();
+    let carried = carriers(bed, &locals)?;
+    let on_failed: Vec<usize> = (0..locals.len()).filter(|&i| carried[i].0 == k).collect();
+    ensure!(
+        !on_failed.is_empty(),
+        "instance {k} carries none of {LONG_FLOWS} connections"
+    );
+    let survivors: Vec<usize> = all(bed).into_iter().filter(|&j| j != k).collect();
+    let misses_before: u64 = survivors
+        .iter()
+        .map(|&j| bed.counter(j, &vip, "ct_misses_non_syn"))
+        .sum::<anyhow::Result<u64>>()?;
+
+    if failure == Failure::Detached {
+        daemon_stop_keeps_serving(bed, &flows, k)?;
+    }
+    let failed_at = Instant::now();
+    bed.fail(k, failure)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
+    bed.wait_router(VIP6.into(), CONVERGE, |h| !h.contains(&k))?;
+    let converged = gone.duration_since(failed_at);
+    flows
+        .wait_progress(gone, CONVERGE)
+        .context("traffic after the failover")?;
+    let after_failover = flows.snapshot();
+    let broken_failover = broken(&after_failover);
+    let stall_failover = longest_stall(&after_failover);
+    // The moved connections are now pinned on a survivor, to their old backend.
+    let pins = bed.pins(&vip, &locals)?;
+    let mut moved_ok = 0;
+    for &i in &on_failed {
+        let backend = &carried[i].1;
+        if pins[i].iter().any(|(j, b)| *j != k && b == backend) {
+            moved_ok += 1;
+        }
+    }
+    let misses_after: u64 = survivors
+        .iter()
+        .map(|&j| bed.counter(j, &vip, "ct_misses_non_syn"))
+        .sum::<anyhow::Result<u64>>()?;
+
+    let rejoin_at = Instant::now();
+    bed.restore(k, failure)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
+    bed.wait_router(VIP6.into(), CONVERGE, |h| h.contains(&k))?;
+    let rejoined = back.duration_since(rejoin_at);
+    let packets_back = bed.counter(k, &vip, "packets")?;
+    flows
+        .wait_progress(back, CONVERGE)
+        .context("traffic after the rejoin")?;
+    // Two more rounds of exchanges, so that ECMP's moved-back flows did cross it.
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let packets_after = bed.counter(k, &vip, "packets")?;
+    let states = flows.finish();
+    let broken_total = broken(&states);
+    eprintln!(
+        "fleet: {}: instance {k} carried {} of {LONG_FLOWS} connections; router stopped using it \
+         after {:.1} ms; broken {} (after the failover), longest stall {:.0} ms; {} of them pinned \
+         again on a survivor to their old backend, survivors' mid-flow misses +{}; rejoined after \
+         {:.1} ms, broken in all {}, longest stall {:.0} ms, instance {k} forwarded {} packets after \
+         the rejoin",
+        failure.name(),
+        on_failed.len(),
+        converged.as_secs_f64() * 1e3,
+        broken_failover.len(),
+        stall_failover.as_secs_f64() * 1e3,
+        moved_ok,
+        misses_after - misses_before,
+        rejoined.as_secs_f64() * 1e3,
+        broken_total.len(),
+        longest_stall(&states).as_secs_f64() * 1e3,
+        packets_after - packets_back,
+    );
+    ensure!(
+        broken_total.is_empty(),
+        "{}: {} connections broke: {:?}",
+        failure.name(),
+        broken_total.len(),
+        &broken_total[..broken_total.len().min(10)]
+    );
+    ensure!(
+        moved_ok == on_failed.len(),
+        "only {moved_ok} of the {} connections of instance {k} are pinned on a survivor to their old backend",
+        on_failed.len()
+    );
+    ensure!(
+        misses_after - misses_before >= on_failed.len() as u64,
+        "the survivors saw {} mid-flow conntrack misses for {} moved connections",
+        misses_after - misses_before,
+        on_failed.len()
+    );
+    ensure!(
+        packets_after > packets_back,
+        "instance {k} forwarded nothing after it rejoined"
+    );
+    if failure == Failure::Withdrawn {
+        // Withdrawn for maintenance, the instance said so until it was announced again.
+        let status = bed.daemon(k).status()?;
+        ensure!(
+            status
+                .announce
+                .addresses
+                .iter()
+                .all(|a| a.announced && !a.withdrawn_by_operator)
+        );
+    }
+    bed.wait_all_announced(CONVERGE)
+}
+
+/// A plain stop of instance `k`'s daemon: its routes stay, the router keeps sending
+/// it traffic, and its pinned datapath keeps forwarding (every connection, its own
+/// too, makes progress while no daemon runs there).
+fn daemon_stop_keeps_serving(
+    bed: &mut FleetBed,
+    flows: &lb_tests::fleet::flows::LongFlows,
+    k: usize,
+) -> anyhow::Result<()> {
+    let log = bed.stop_daemon(k)?;
+    ensure!(
+        log.contains("routes kept in table"),
+        "the stopped daemon did not say it kept its routes; its log:\n{log}"
+    );
+    // Long enough for a withdrawal to reach the router, had there been one.
+    std::thread::sleep(Duration::from_millis(1500));
+    for addr in [vip4(), VIP6.into()] {
+        let hops = bed.router_nexthops(addr)?;
+        ensure!(
+            hops.contains(&k),
+            "{addr}: the router stopped using instance {k} when its daemon stopped: {hops:?}"
+        );
+    }
+    flows
+        .wait_progress(Instant::now(), CONVERGE)
+        .with_context(|| format!("traffic while instance {k}'s daemon is stopped"))?;
+    eprintln!(
+        "fleet: instance {k}'s daemon stopped: still announced, its pinned datapath forwards"
+    );
+    Ok(())
+}
+
+/// Health probes on every instance; instance 1's probes fail for every backend, so it
+/// stops announcing, and comes back when they pass again.
+fn health_gated(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let vips = [tcp_vip(false), lb_tests::daemon::vip_text(false, false)];
+    let probed = |on: bool| move |s: &lb_user::control::Status| (s.health.probed > 0) == on;
+    let health = format!(
+        "kind = \"tcp\"\nport = {}\ninterval_ms = 200\ntimeout_ms = 100\nfall = 2\nrise = 2\n",
+        lb_tests::fleet::HEALTH_PORT
+    );
+    bed.reconfigure(
+        |c| {
+            c.vip_health = [false, true]
+                .into_iter()
+                .flat_map(|v6| [true, false].map(|tcp| lb_tests::daemon::vip_text(v6, tcp)))
+                .map(|v| (v, health.clone()))
+                .collect();
+        },
+        probed(true),
+    )?;
+    let result = (|| -> anyhow::Result<()> {
+        let blocked_at = Instant::now();
+        let block = bed.block_probes(1)?;
+        let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&1))?;
+        bed.wait_router(VIP6.into(), CONVERGE, |h| !h.contains(&1))?;
+        let status = bed.daemon(1).status()?;
+        for vip in &vips {
+            let v = status
+                .vips
+                .iter()
+                .find(|s| s.vip == *vip)
+                .context("VIP in status")?;
+            let a = v.announce.as_ref().context("announcement in status")?;
+            ensure!(
+                !a.announced && !a.servable && a.reason.contains("unhealthy"),
+                "{vip}: {a:?}"
+            );
+        }
+        // New connections go to the other instances only.
+        let before = bed.counter(1, &tcp_vip(false), "packets")?;
+        let timeout = bed.options().io_timeout;
+        let dst = lb_tests::testbed::vip_tcp(false);
+        let sources = bed.sources(60, false);
+        bed.client_ns()
+            .enter(|| {
+                sources
+                    .iter()
+                    .map(|&src| client::tcp_exchange(src, dst, "hello", timeout))
+                    .collect::<std::io::Result<Vec<_>>>()
+            })?
+            .context("connections while instance 1 is withdrawn")?;
+        ensure!(
+            bed.counter(1, &tcp_vip(false), "packets")? == before,
+            "the withdrawn instance still got new connections"
+        );
+        let unblocked_at = Instant::now();
+        drop(block);
+        let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&1))?;
+        bed.wait_router(VIP6.into(), CONVERGE, |h| h.contains(&1))?;
+        eprintln!(
+            "fleet: probes blocked on instance 1: withdrawn after {:.0} ms, back {:.0} ms after \
+             they passed again (fall 2, rise 2, every 200 ms)",
+            gone.duration_since(blocked_at).as_secs_f64() * 1e3,
+            back.duration_since(unblocked_at).as_secs_f64() * 1e3
+        );
+        Ok(())
+    })();
+    bed.reconfigure(|c| c.vip_health.clear(), probed(false))?;
+    result?;
+    bed.wait_all_announced(CONVERGE)
+}
+
+/// `lb table diff --json` of the table before and after adding backend `new` (offline,
+/// with the daemons' defaults): the share of slots that changed owner.
+fn predicted_share(old: &[u8], new: u8) -> anyhow::Result<f64> {
+    let list = |ks: &[u8]| {
+        ks.iter()
+            .map(|&k| backend_addr(k, false).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut with_new = old.to_vec();
+    with_new.push(new);
+    let out = std::process::Command::new(lb_tests::daemon::lb_binary())
+        .args(["table", "diff", "--json", "--old", &list(old), "--new"])
+        .arg(list(&with_new))
+        .output()
+        .context("running lb table diff")?;
+    ensure!(
+        out.status.success(),
+        "lb table diff: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("lb table diff --json")?;
+    json.get("changed_fraction")
+        .and_then(serde_json::Value::as_f64)
+        .context("no changed_fraction in lb table diff --json")
+}
+
+/// A backend added on every instance while connections run, then an instance fails:
+/// the broken connections are exactly those whose slot moved and whose instance
+/// changed.
+fn backend_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let k = 1;
+    let flows = bed.long_flows(LONG_FLOWS, false)?;
+    let locals = flows.locals();
+    let carried = carriers(bed, &locals)?;
+    let before = bed.fingerprints(&vip)?;
+    let new = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, new, None)?;
+    }
+    let after = bed.fingerprints(&vip)?;
+    ensure!(
+        after.iter().all(|f| *f == after[0]) && after[0] != before[0],
+        "fingerprints after the add: {after:?} (before {before:?})"
+    );
+    let share = predicted_share(&[1, 2, 3], new)?;
+    // A connection's slot moved when the new table gives it another backend than its pin.
+    let mut moved = BTreeSet::new();
+    for (i, local) in locals.iter().enumerate() {
+        let table = bed
+            .daemon(carried[i].0)
+            .flow(&vip, *local)?
+            .table_backend
+            .context("table backend")?;
+        if table != carried[i].1 {
+            moved.insert(i);
+        }
+    }
+    // The pins hold while every instance is up.
+    let changed_at = Instant::now();
+    flows.wait_progress(changed_at, CONVERGE)?;
+    ensure!(
+        broken(&flows.snapshot()).is_empty(),
+        "connections broke at the table change"
+    );
+
+    let failed_at = Instant::now();
+    bed.fail(k, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
+    flows.wait_progress(gone, CONVERGE)?;
+    let states = flows.snapshot();
+    let broke: BTreeMap<usize, String> = states
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.broken.clone().map(|w| (i, w)))
+        .collect();
+    let on_failed: BTreeSet<usize> = (0..locals.len()).filter(|&i| carried[i].0 == k).collect();
+    let must_break: BTreeSet<usize> = moved.intersection(&on_failed).copied().collect();
+    let broke_set: BTreeSet<usize> = broke.keys().copied().collect();
+    let between_survivors: BTreeSet<usize> = broke_set.difference(&must_break).copied().collect();
+
+    bed.restore(k, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
+    flows.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let final_states = flows.finish();
+    let broke_after_rejoin = broken(&final_states).len() - broke.len();
+    #[expect(clippy::cast_precision_loss, reason = "connection counts")]
+    let predicted = on_failed.len() as f64 * share;
+    eprintln!(
+        "fleet: backend b{new} added on every instance: lb table diff predicts {:.2}% of slots \
+         moved; {} of {LONG_FLOWS} connections had their slot moved; instance {k} (link down) \
+         carried {}, {} of them with a moved slot; broken: {} (predicted {:.1} = {} x {:.4}; {} of \
+         them moved between surviving instances by the ECMP rehash); broken at the rejoin: {} more; \
+         failover after {:.1} ms",
+        share * 100.0,
+        moved.len(),
+        on_failed.len(),
+        must_break.len(),
+        broke.len(),
+        predicted,
+        on_failed.len(),
+        share,
+        between_survivors.len(),
+        broke_after_rejoin,
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+    );
+    ensure!(
+        must_break.is_subset(&broke_set),
+        "connections with a moved slot pinned on the failed instance survived: {:?}",
+        must_break.difference(&broke_set).collect::<Vec<_>>()
+    );
+    ensure!(
+        broke_set.is_subset(&moved),
+        "connections whose slot did not move broke: {:?}",
+        broke_set
+            .difference(&moved)
+            .map(|i| (&locals[*i], &broke[i]))
+            .collect::<Vec<_>>()
+    );
+    // Back to the baseline: backend `new` out of the VIP everywhere.
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("remove", &vip, new, None)?;
+    }
+    let restored = bed.fingerprints(&vip)?;
+    ensure!(
+        restored.iter().all(|f| *f == before[0]),
+        "fingerprints after removing b{new}: {restored:?}"
+    );
+    bed.wait_all_announced(CONVERGE)
+}
