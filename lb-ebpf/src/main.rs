@@ -1,15 +1,27 @@
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet:
-//! 1. parse the headers ([`parse`]); a packet not for a VIP ([`vip`]) gets `XDP_PASS`,
-//!    untouched;
-//! 2. choose the backend ([`select`]): an established flow whose VIP still exists (for
+//! 1. strip a single 802.1Q tag ([`vlan`]; put back on the way out), parse the headers
+//!    ([`parse`]); a packet not for a VIP ([`vip`]) gets `XDP_PASS`, untouched;
+//! 2. refuse clients outside the VIP's allowed source prefixes, if the configuration
+//!    has any ([`source`]);
+//! 3. choose the backend ([`select`]): an established flow whose VIP still exists (for
 //!    TCP: at the VIP's current table epoch) goes to its pinned backend without the VIP
 //!    lookup; a TCP SYN takes the VIP's current table and is remembered in the SYN cache,
 //!    without a conntrack lookup; any other packet takes the VIP lookup and the
 //!    connection-tracking decision of `lb_common::conntrack`, over the maps of
 //!    [`conntrack`], [`syn_cache`] and [`table`];
-//! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
+//! 4. encapsulate it in IP-in-IP and send it ([`forward`]); a packet too big once
+//!    encapsulated is answered with ICMP ([`too_big`]).
+//!
+//! The rare paths run in a second program, `lb_xdp_rare`, reached by tail call
+//! ([`rare`]): ICMP to VIP addresses (echo replies, errors forwarded to the flow's
+//! backend: [`icmp`], [`icmp_error`]), later IP fragments ([`frag`]) and the "too big"
+//! answers ([`too_big`]). VLAN tags, the record of first fragments and the
+//! source-prefix trie are small functions out of line (`#[inline(never)]`, not
+//! `#[cold]`: LLVM puts cold functions in `.text.unlikely.`, and aya 0.14 relocates
+//! calls into `.text` only, so a call there lands on the wrong instruction). The fast
+//! paths pay a few compares for all of them.
 //!
 //! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
 //! nothing is logged per packet. Built with the `test-harness` feature (for the tests
@@ -22,28 +34,47 @@ mod backend;
 #[cfg(feature = "test-harness")]
 mod bench;
 mod conntrack;
+mod csum;
 mod forward;
+mod frag;
 mod headers;
+mod icmp;
+mod icmp_error;
 mod maps;
 mod packet;
 mod parse;
+mod rare;
+mod ratelimit;
 mod select;
+mod source;
 mod stats;
 mod syn_cache;
 mod table;
+mod too_big;
 mod vip;
+mod vlan;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
     stats::{Reason, VipStats},
-    types::{CONFIG_VALID, LbConfig},
+    types::{CONFIG_SOURCE_RANGES, CONFIG_VALID, LbConfig},
 };
-use parse::Parse;
+use parse::{FragTag, Parse};
+use source::Source;
 
 /// The load balancer.
 #[xdp]
 fn lb_xdp(ctx: XdpContext) -> u32 {
-    let (action, reason) = process(&ctx);
+    let tag = vlan::strip(&ctx);
+    let mut verdict = if tag == vlan::Tag::Unsupported {
+        verdict(Reason::PassVlan)
+    } else {
+        process(&ctx)
+    };
+    if verdict.0 == rare::HAND_OVER {
+        verdict = rare::hand_over(&ctx, tag, verdict.1);
+    }
+    let (action, reason) = vlan::restore(&ctx, tag, verdict);
     stats::count(reason);
     action
 }
@@ -65,16 +96,16 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 
 #[inline(always)]
 fn process(ctx: &XdpContext) -> (u32, Reason) {
-    let parsed = match parse::parse(ctx) {
-        Parse::Packet(parsed) => parsed,
+    let (parsed, first_fragment) = match parse::parse(ctx) {
+        Parse::Packet(parsed) => (parsed, None),
+        Parse::FirstFragment(parsed, tag) => (parsed, Some(tag)),
         Parse::Verdict(reason) => return verdict(reason),
-        Parse::Fragment(key) if vip::is_vip_address(&key) => {
-            return verdict(Reason::DropFragment);
-        }
+        Parse::Fragment(_) => return rare::fragment(),
+        Parse::Icmp(_) => return rare::icmp(),
         Parse::TruncatedL4(key) if vip::is_vip_address(&key) => {
             return verdict(Reason::DropMalformedL4);
         }
-        Parse::Fragment(_) | Parse::TruncatedL4(_) => return verdict(Reason::PassNonVip),
+        Parse::TruncatedL4(_) => return verdict(Reason::PassNonVip),
     };
     if !vip::maybe_vip(&parsed.key.vip) {
         return verdict(Reason::PassNonVip);
@@ -82,6 +113,16 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
     let cfg = maps::CONFIG
         .get(0)
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
+    // Before any conntrack work: a refused client creates and uses no state.
+    if let Some(cfg) = cfg
+        && cfg.flags & CONFIG_SOURCE_RANGES != 0
+    {
+        match source::check(&parsed.key) {
+            Source::Allowed => {}
+            Source::NotVip => return verdict(Reason::PassNonVip),
+            Source::Refused => return verdict(Reason::DropSourceRefused),
+        }
+    }
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN opens a connection: no conntrack lookup (see `select`).
     let syn = parsed.is_syn();
@@ -98,7 +139,12 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         vip_stats.packets += 1;
         vip_stats.bytes += bytes;
         vip_stats.ct_hits += 1;
-        return send(ctx, &parsed, choice, cfg, vip_stats, bytes);
+        let sending = Sending {
+            vip_id,
+            bytes,
+            first_fragment,
+        };
+        return send(ctx, &parsed, choice, cfg, vip_stats, &sending);
     }
     let Some(vip) = vip::find_vip(&parsed.key.vip) else {
         return verdict(Reason::PassNonVip);
@@ -117,8 +163,13 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
     } else {
         select::pick_backend(&parsed, &vip, cfg, vip_stats, ct)
     };
+    let sending = Sending {
+        vip_id: vip.vip_id,
+        bytes,
+        first_fragment,
+    };
     match picked {
-        Ok(choice) => send(ctx, &parsed, choice, cfg, vip_stats, bytes),
+        Ok(choice) => send(ctx, &parsed, choice, cfg, vip_stats, &sending),
         Err(reason) => {
             vip_stats.drops += 1;
             verdict(reason)
@@ -126,7 +177,18 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
     }
 }
 
-/// Encapsulates and sends a VIP packet to `choice`, counting it.
+/// What [`send`] needs besides the packet and its backend.
+struct Sending {
+    /// The packet's VIP.
+    vip_id: u32,
+    /// Its frame length.
+    bytes: u64,
+    /// Its datagram, when it is a first fragment.
+    first_fragment: Option<FragTag>,
+}
+
+/// Encapsulates and sends a VIP packet to `choice`, counting it; records a first
+/// fragment's backend; answers a packet too big for the MTU.
 #[inline(always)]
 fn send(
     ctx: &XdpContext,
@@ -134,12 +196,24 @@ fn send(
     choice: backend::Choice,
     cfg: &LbConfig,
     vip_stats: &mut VipStats,
-    bytes: u64,
+    sending: &Sending,
 ) -> (u32, Reason) {
-    match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg) {
+    let (id, backend_family) = (choice.id, choice.backend.family);
+    match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
-            stats::backend(choice.id, bytes);
+            stats::backend(id, sending.bytes);
+            if let Some(tag) = &sending.first_fragment {
+                frag::record(&parsed.key, tag, id, sending.vip_id, cfg.hash_seed);
+            }
             (sent.action, sent.reason)
+        }
+        Err(Reason::DropTooBig) => {
+            vip_stats.drops += 1;
+            rare::too_big(
+                parsed.key.vip.family == lb_common::types::FAMILY_V4,
+                forward::overhead(backend_family),
+                parsed.l3_len,
+            )
         }
         Err(reason) => {
             vip_stats.drops += 1;

@@ -10,7 +10,13 @@ pub(crate) fn count(reason: Reason) {
     if let Some(stats) = GLOBAL_STATS.get_ptr_mut(0) {
         // SAFETY: per-CPU array element, used only by this CPU during this run.
         let stats = unsafe { &mut *stats };
-        if let Some(counter) = stats.counters.get_mut(reason as usize) {
+        // The index is read back through a volatile load: LLVM knows a `Reason` is below
+        // `REASON_COUNT` and would drop the bounds check, but a reason returned by a BPF
+        // function (through its stack) reaches the verifier as an unknown number.
+        let index = reason as usize;
+        // SAFETY: a read of a local.
+        let index = unsafe { core::ptr::read_volatile(&raw const index) };
+        if let Some(counter) = stats.counters.get_mut(index) {
             *counter += 1;
         }
     }
