@@ -12,7 +12,8 @@
 //! - at the bottom: [`maglev`] (the table builder, pure), [`hashlab`] (the
 //!   consistent-hashing lab of `lb hash`, pure), [`health`] (the health-check engine:
 //!   probe settings, probers, states, scheduler, multi-failure policy), [`flow`] (flow
-//!   keys and slot prediction) and [`defaults`] (every default value), over `lb_common`.
+//!   keys and slot prediction), [`prefix`] (IP prefixes) and [`defaults`] (every
+//!   default value), over `lb_common`.
 //!
 //! Feature `test-harness` (enabled only by the `lb-tests` crate) adds the test and
 //! benchmark access to the kernel data plane, and the benchmark harness programs to the
@@ -29,6 +30,7 @@ pub mod flow;
 pub mod hashlab;
 pub mod health;
 pub mod maglev;
+pub mod prefix;
 
 /// What `lb --version` prints after the name: the workspace version and the commit the
 /// binary was built from (`build.rs`; `unknown` outside a git checkout), for example
