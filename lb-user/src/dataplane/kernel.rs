@@ -3,6 +3,7 @@
 //!
 //! - `load`: loading the embedded object ([`LoadOptions`]) and the privileges it needs;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
+//! - `sources`: the VIPs' allowed source prefixes and the order they are written in;
 //! - `harness` (feature `test-harness`): `BPF_PROG_TEST_RUN` runs, the benchmark
 //!   harness, raw tables and a second table writer, for the privileged tests and
 //!   `lb-bench`;
@@ -18,6 +19,7 @@ mod harness;
 mod load;
 #[cfg(feature = "test-harness")]
 mod pass;
+mod sources;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -45,6 +47,7 @@ use super::{
     AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage, absent_is_ok,
     map_err, tables::TableSet,
 };
+use crate::prefix::Prefix;
 
 /// The loaded XDP program and its maps.
 pub struct KernelDataplane {
@@ -69,6 +72,8 @@ pub struct KernelDataplane {
     /// VIPs written (key → VIP id), to keep `VIP_ADDRS` counts and `VIP_FILTER` words
     /// exact.
     vip_keys: StdHashMap<VipKey, u32>,
+    /// The allowed source prefixes of the VIPs.
+    sources: sources::SourceMaps,
 }
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
@@ -279,6 +284,15 @@ impl Dataplane for KernelDataplane {
             self.release_address(&addr_key(key))?;
         }
         Ok(())
+    }
+
+    fn set_sources(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        prefixes: &[Prefix],
+    ) -> Result<(), DataplaneError> {
+        self.sources.set(key, vip_id, prefixes)
     }
 
     fn global_stats(&self) -> Result<GlobalStats, DataplaneError> {

@@ -19,6 +19,8 @@ mod table_map;
 mod tables;
 
 use aya::maps::MapError;
+
+use crate::prefix::Prefix;
 use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipKey},
@@ -245,6 +247,23 @@ pub trait Dataplane {
     /// # Errors
     /// When a map update fails.
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError>;
+
+    /// Sets the client prefixes allowed to reach VIP `key` (id `vip_id`), all of the
+    /// VIP's family; empty: every client. The data plane checks them for every packet
+    /// of the VIP before any conntrack lookup, so a narrowed list stops the removed
+    /// prefixes' established flows too. While the list changes, a packet is checked
+    /// against the old list, the new one, or their union; never against neither.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map, too many prefixes in
+    /// all, or a prefix of another family; a failed map update (the previous list
+    /// is put back).
+    fn set_sources(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        prefixes: &[Prefix],
+    ) -> Result<(), DataplaneError>;
 
     /// Global counters summed over CPUs.
     ///

@@ -9,12 +9,12 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Map, MapData, MapError},
+    maps::{Map, MapData, MapError, ProgramArray},
     sys::SyscallError,
 };
 use lb_common::{defaults, maps};
 
-use super::{KernelDataplane, prog_err, xdp};
+use super::{KernelDataplane, prog_err, sources::SourceMaps, xdp};
 use crate::dataplane::{DataplaneError, map_err, tables::TableSet};
 
 /// `CAP_NET_ADMIN` (attach XDP), `include/uapi/linux/capability.h`.
@@ -59,6 +59,8 @@ pub struct LoadOptions {
     pub ct_capacity: u32,
     /// Slots of the SYN cache (`SYN_CACHE`); a power of two.
     pub ct_syn_capacity: u32,
+    /// Entries of fragment tracking (`FRAGMENTS`).
+    pub frag_capacity: u32,
 }
 
 impl Default for LoadOptions {
@@ -66,6 +68,7 @@ impl Default for LoadOptions {
         Self {
             ct_capacity: defaults::CT_CAPACITY,
             ct_syn_capacity: defaults::CT_SYN_CAPACITY,
+            frag_capacity: defaults::FRAG_CAPACITY,
         }
     }
 }
@@ -81,9 +84,34 @@ where
     T::try_from(map).map_err(map_err(name, "open"))
 }
 
+/// Loads the rare paths' program and puts it in `RARE_PROGS`, which the load balancer
+/// tail-calls (`lb_common::maps::RARE_PROGS`). The map stays in `ebpf`, whose open
+/// descriptor keeps the entry (the kernel empties a program array when its last
+/// descriptor closes).
+fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    let prog = xdp(ebpf, maps::RARE_PROGRAM)?;
+    prog.load().map_err(prog_err(maps::RARE_PROGRAM))?;
+    let fd = prog
+        .fd()
+        .map_err(prog_err(maps::RARE_PROGRAM))?
+        .try_clone()
+        .map_err(|error| DataplaneError::Syscall {
+            op: format!("dup fd of {}", maps::RARE_PROGRAM),
+            error,
+        })?;
+    let progs = ebpf
+        .map_mut(maps::RARE_PROGS)
+        .ok_or(DataplaneError::MissingMap(maps::RARE_PROGS))?;
+    ProgramArray::<&mut MapData>::try_from(progs)
+        .map_err(map_err(maps::RARE_PROGS, "open"))?
+        .set(0, &fd, 0)
+        .map_err(map_err(maps::RARE_PROGS, "update"))
+}
+
 impl KernelDataplane {
     /// Loads the embedded object ([`crate::EBPF_OBJECT`]) with the conntrack sizes of
-    /// `options` and verifies the load balancer program.
+    /// `options`, verifies the load balancer program and its rare paths' program, and
+    /// links the second to the first.
     ///
     /// # Errors
     /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
@@ -99,11 +127,13 @@ impl KernelDataplane {
             .map_max_entries(maps::CONNTRACK_V4, options.ct_capacity)
             .map_max_entries(maps::CONNTRACK_V6, options.ct_capacity)
             .map_max_entries(maps::SYN_CACHE, options.ct_syn_capacity)
+            .map_max_entries(maps::FRAGMENTS, options.frag_capacity)
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
+        install_rare_paths(&mut ebpf)?;
         // A second handle on TABLES, from a duplicate of its fd: reopening it by id
         // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
         // nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON).
@@ -128,6 +158,11 @@ impl KernelDataplane {
             take(&mut ebpf, maps::VIPS)?,
             take(&mut ebpf, maps::VIP_INFO)?,
         );
+        let sources = SourceMaps::new(
+            take(&mut ebpf, maps::SOURCE_RANGES)?,
+            take(&mut ebpf, maps::SOURCE_FILTER)?,
+            take(&mut ebpf, maps::SOURCE_RESTRICTED)?,
+        );
         Ok(Self {
             config: take(&mut ebpf, maps::CONFIG)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
@@ -145,6 +180,7 @@ impl KernelDataplane {
             ebpf,
             link: None,
             vip_keys: StdHashMap::new(),
+            sources,
         })
     }
 }
