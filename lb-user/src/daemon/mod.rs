@@ -221,6 +221,7 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     let dp = KernelDataplane::load(LoadOptions {
         ct_capacity: config.ct_capacity,
         ct_syn_capacity: config.ct_syn_capacity,
+        frag_capacity: config.frag_capacity,
     })
     .context("loading the XDP program")?;
     let listener = bind_socket(&config.control_socket)?;

@@ -53,6 +53,7 @@ struct StartOnly {
     control_socket: PathBuf,
     ct_capacity: u32,
     ct_syn_capacity: u32,
+    frag_capacity: u32,
     /// The flow hash places every flow in its table slot and SYN cache slot: changing
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
@@ -67,6 +68,7 @@ impl StartOnly {
             control_socket: c.control_socket.clone(),
             ct_capacity: c.ct_capacity,
             ct_syn_capacity: c.ct_syn_capacity,
+            frag_capacity: c.frag_capacity,
             hash_seed: c.hash_seed,
         }
     }
@@ -84,6 +86,10 @@ impl StartOnly {
             (
                 "conntrack.syn_capacity",
                 self.ct_syn_capacity != other.ct_syn_capacity,
+            ),
+            (
+                "conntrack.fragment_capacity",
+                self.frag_capacity != other.frag_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
         ]

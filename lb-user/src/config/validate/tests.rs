@@ -148,7 +148,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
