@@ -211,6 +211,7 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
     let dp = KernelDataplane::load(LoadOptions {
         ct_capacity: 65_536,
         ct_syn_capacity: 16_384,
+        ..LoadOptions::default()
     })?;
     let mut controller = Controller::new(dp);
     let mut vips = format!(
