@@ -34,7 +34,7 @@ use crate::{
         server::{self, Limits, ServeError},
     },
     controller::ApplyReport,
-    dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions},
+    dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions, offload},
 };
 use service::Service;
 
@@ -86,11 +86,23 @@ fn log_report(report: &ApplyReport) {
 
 /// Attaches in the configured mode; `auto` falls back from native to skb with a
 /// warning.
+///
+/// Native mode on an interface with receive VLAN offload would send tagged frames back
+/// untagged (`dataplane::offload`): `native` refuses it, `auto` takes skb mode.
 fn attach(dp: &mut KernelDataplane, iface: &str, mode: XdpMode) -> anyhow::Result<AttachMode> {
-    let mode = match mode {
-        XdpMode::Native => AttachMode::Native,
-        XdpMode::Skb => AttachMode::Skb,
-        XdpMode::Auto => match dp.attach(iface, AttachMode::Native) {
+    let vlan_problem = match mode {
+        XdpMode::Skb => None,
+        XdpMode::Native | XdpMode::Auto => offload::native_vlan_problem(iface),
+    };
+    let mode = match (mode, vlan_problem) {
+        (XdpMode::Native, Some(problem)) => bail!("native XDP refused: {problem}"),
+        (XdpMode::Auto, Some(problem)) => {
+            warn!("{problem}; attaching in skb (generic) mode");
+            AttachMode::Skb
+        }
+        (XdpMode::Native, None) => AttachMode::Native,
+        (XdpMode::Skb, _) => AttachMode::Skb,
+        (XdpMode::Auto, None) => match dp.attach(iface, AttachMode::Native) {
             Ok(()) => return Ok(AttachMode::Native),
             Err(e) => {
                 warn!("native XDP on {iface} failed ({e}); falling back to skb (generic) mode");

@@ -6,7 +6,9 @@
 //!   `table_map`); with the `test-harness` feature also the test and benchmark access;
 //! - [`fake`]: an in-memory implementation with the same semantics and failure
 //!   injection, so controller logic is unit-tested without root;
-//! - [`inspect`]: read-only access to the maps of a program another process loaded.
+//! - [`inspect`]: read-only access to the maps of a program another process loaded;
+//! - [`offload`]: the interface's receive VLAN offload, which native XDP cannot see
+//!   through.
 //!
 //! Ordering contract the controller relies on: every call is applied completely or not
 //! at all, and a table installed by [`Dataplane::install_table`] replaces the VIP's
@@ -15,6 +17,7 @@
 pub mod fake;
 pub mod inspect;
 pub mod kernel;
+pub mod offload;
 mod table_map;
 mod tables;
 
