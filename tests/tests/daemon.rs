@@ -99,6 +99,9 @@ fn veth_namespace(prefix: &str) -> NetNs {
     ns.ip(&["link", "set", "lb1", "up"]).expect("up");
     ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
         .expect("addr");
+    ns.enter(|| lb_tests::testbed::offload::disable_rx_vlan("lb0"))
+        .expect("enter")
+        .expect("VLAN offload off: `lb run` refuses native XDP with it");
     ns
 }
 
@@ -465,6 +468,57 @@ fn an_invalid_file_at_start_attaches_nothing() {
         "{stderr}"
     );
     assert_eq!(attached_program(&ns, "lb0"), None);
+}
+
+/// Receive VLAN offload (on by default on a veth) hides 802.1Q tags from native XDP,
+/// which would send tagged frames back untagged (failure scenario BR-23): `native`
+/// refuses the interface, naming the fix; `auto` takes skb mode, where the kernel keeps
+/// the tag.
+#[test]
+fn native_xdp_is_refused_where_the_nic_strips_vlan_tags() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = NetNs::create("lbt-rxvlan").expect("netns");
+    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
+        .expect("veth");
+    ns.ip(&["link", "set", "lb0", "up"]).expect("up");
+    ns.ip(&["link", "set", "lb1", "up"]).expect("up");
+    ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
+        .expect("addr");
+    let tmp = TempDir::new("lbt-rxvlan-").expect("temp dir");
+    let dir = tmp.path();
+    let text = config_text(dir, &[("198.51.100.11", 1)], 65_537);
+    std::fs::write(
+        dir.join("lb.toml"),
+        text.replace(
+            "interface = \"lb0\"\n",
+            "interface = \"lb0\"\nxdp_mode = \"native\"\n",
+        ),
+    )
+    .expect("config");
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(lb_binary())
+        .args(["run", "--config"])
+        .arg(dir.join("lb.toml"))
+        .output()
+        .expect("lb run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("native XDP refused: interface lb0 has receive VLAN offload on")
+            && stderr.contains("ethtool -K lb0 rxvlan off"),
+        "{stderr}"
+    );
+    assert_eq!(attached_program(&ns, "lb0"), None);
+    // `auto`: skb mode, with the reason in the log.
+    std::fs::write(dir.join("lb.toml"), &text).expect("config");
+    let daemon = start(&ns, dir);
+    assert_eq!(status(&daemon).mode, "skb");
+    assert!(
+        daemon.log().contains("attaching in skb (generic) mode"),
+        "{}",
+        daemon.log()
+    );
 }
 
 #[test]

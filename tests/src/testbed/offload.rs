@@ -1,5 +1,6 @@
-//! Transmit checksum offload on the client's veth, switched off with the ethtool ioctl
-//! (`SIOCETHTOOL`, `ETHTOOL_STXCSUM`; no ethtool binary needed).
+//! Transmit checksum offload on the client's veth, and receive VLAN offload on the
+//! LB's, switched off with the ethtool ioctl (`SIOCETHTOOL`, `ETHTOOL_STXCSUM`,
+//! `ETHTOOL_GFLAGS`/`ETHTOOL_SFLAGS`; no ethtool binary needed).
 //!
 //! A veth advertises checksum offload, so the client's TCP and UDP packets leave with
 //! `CHECKSUM_PARTIAL`: the checksum field holds only the pseudo-header sum and the
@@ -12,6 +13,10 @@ use std::{io, os::fd::AsRawFd as _};
 
 /// `ETHTOOL_STXCSUM` (include/uapi/linux/ethtool.h).
 const ETHTOOL_STXCSUM: u32 = 0x17;
+/// `ETHTOOL_GFLAGS`, `ETHTOOL_SFLAGS` and the flag `ETH_FLAG_RXVLAN`.
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_SFLAGS: u32 = 0x26;
+const ETH_FLAG_RXVLAN: u32 = 1 << 8;
 
 /// `struct ethtool_value`.
 #[repr(C)]
@@ -34,6 +39,21 @@ struct IfreqData {
 /// # Errors
 /// When the interface does not exist or the ioctl fails.
 pub fn disable_tx_checksum(iface: &str) -> io::Result<()> {
+    ethtool(iface, ETHTOOL_STXCSUM, 0).map(|_| ())
+}
+
+/// Switches receive VLAN offload off on `iface` (a veth advertises it): `lb run` refuses
+/// native XDP on an interface that has it, see `lb_user::dataplane::offload`.
+///
+/// # Errors
+/// When the interface does not exist or an ioctl fails.
+pub fn disable_rx_vlan(iface: &str) -> io::Result<()> {
+    let flags = ethtool(iface, ETHTOOL_GFLAGS, 0)?;
+    ethtool(iface, ETHTOOL_SFLAGS, flags & !ETH_FLAG_RXVLAN).map(|_| ())
+}
+
+/// Runs ethtool command `cmd` with `data` on `iface`; returns the data it leaves.
+fn ethtool(iface: &str, cmd: u32, data: u32) -> io::Result<u32> {
     let bytes = iface.as_bytes();
     if bytes.len() >= 16 {
         return Err(io::Error::new(
@@ -45,10 +65,7 @@ pub fn disable_tx_checksum(iface: &str) -> io::Result<()> {
         // A namespace whose loopback is down: any socket works for the ioctl.
         std::net::UdpSocket::bind("[::1]:0")
     })?;
-    let mut value = EthtoolValue {
-        cmd: ETHTOOL_STXCSUM,
-        data: 0,
-    };
+    let mut value = EthtoolValue { cmd, data };
     let mut req = IfreqData {
         name: [0; 16],
         data: &raw mut value,
@@ -67,5 +84,5 @@ pub fn disable_tx_checksum(iface: &str) -> io::Result<()> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(())
+    Ok(value.data)
 }
