@@ -100,3 +100,6 @@ fn source_prefix(text: Option<&str>, path: &str, v4: bool, r: &mut Report) -> Op
     }
     Some(prefix)
 }
+
+#[cfg(test)]
+mod tests;

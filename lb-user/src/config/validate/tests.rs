@@ -114,6 +114,15 @@ fn the_example_file_states_exactly_the_defaults() {
             "conntrack.udp_timeout_secs",
             int(defaults::UDP_TIMEOUT_SECS.into()),
         ),
+        (
+            "conntrack.fragment_capacity",
+            int(defaults::FRAG_CAPACITY.into()),
+        ),
+        ("encap.flow_label", string(defaults::FLOW_LABEL)),
+        ("icmp.too_big", toml::Value::Boolean(defaults::ICMP_TOO_BIG)),
+        ("icmp.echo", toml::Value::Boolean(defaults::ICMP_ECHO)),
+        ("icmp.rate_limit", int(defaults::ICMP_RATE_LIMIT.into())),
+        ("icmp.burst", int(defaults::ICMP_BURST.into())),
         ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
         ("vip[0].backend[0].weight", int(defaults::WEIGHT.into())),
     ];
