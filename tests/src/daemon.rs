@@ -142,6 +142,8 @@ pub struct DaemonConfig {
     pub table_size: u32,
     /// UDP conntrack idle timeout.
     pub udp_timeout_secs: u32,
+    /// TOML appended at the end of the file (whole tables, such as `[icmp]`).
+    pub extra: String,
 }
 
 impl DaemonConfig {
@@ -163,6 +165,7 @@ impl DaemonConfig {
                 .collect(),
             table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
+            extra: String::new(),
         }
     }
 
@@ -202,6 +205,7 @@ impl DaemonConfig {
                 }
             }
         }
+        out.push_str(&self.extra);
         out
     }
 }

@@ -17,12 +17,15 @@
 //! | 5. UDP | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
 //! | 6. IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
 //! | 7. `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
+//! | issue 16: a 1 MB upload over a full-size path completes with the LB's ICMP answers, stalls without | [`pmtu::a_megabyte_upload_completes_thanks_to_the_generated_icmp_and_stalls_without`] |
+//! | issue 16: a router's "fragmentation needed" reaches the backend owning the flow | [`pmtu::a_routers_frag_needed_reaches_the_backend_that_owns_the_flow`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
 mod distribution;
 mod harness;
 mod ipv6;
+mod pmtu;
 mod removal;
 mod stats;
 mod stickiness;
