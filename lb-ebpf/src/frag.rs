@@ -21,7 +21,7 @@ use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use lb_common::{
     hash::flow_hash,
     stats::Reason,
-    types::{CONFIG_VALID, FlowKey, FragEntry, FragKey},
+    types::{CONFIG_VALID, FlowKey, FragEntry},
 };
 
 use crate::{
@@ -41,14 +41,7 @@ const BPF_ANY: u64 = 0;
 /// `vip_id`. A failed insert only loses the later fragments.
 #[inline(never)]
 pub(crate) fn record(key: &FlowKey, tag: &FragTag, backend_id: u32, vip_id: u32, seed: u32) {
-    let frag = FragKey {
-        src: key.src,
-        dst: key.vip.addr,
-        id: tag.id,
-        proto: tag.proto,
-        family: key.vip.family,
-        _pad: [0; 2],
-    };
+    let frag = tag.datagram(key);
     let entry = FragEntry {
         backend_id,
         vip_id,

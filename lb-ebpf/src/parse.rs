@@ -234,16 +234,24 @@ fn later_fragment(key: &FlowKey, tag: FragTag, l3_len: usize) -> Parse {
         reason = "l3_len comes from a 16-bit length field plus 40"
     )]
     Parse::Fragment(FragAt {
-        key: FragKey {
-            src: key.src,
-            dst: key.vip.addr,
-            id: tag.id,
-            proto: tag.proto,
-            family: key.vip.family,
-            _pad: [0; 2],
-        },
+        key: tag.datagram(key),
         l3_len: l3_len as u32,
     })
+}
+
+impl FragTag {
+    /// The `FRAGMENTS` key of this datagram between the addresses of `key`.
+    #[inline(always)]
+    pub(crate) fn datagram(&self, key: &FlowKey) -> FragKey {
+        FragKey {
+            src: key.src,
+            dst: key.vip.addr,
+            id: self.id,
+            proto: self.proto,
+            family: key.vip.family,
+            _pad: [0; 2],
+        }
+    }
 }
 
 /// The ICMP message whose header is at `l4`, inside the IP packet ending at `l3_end`.

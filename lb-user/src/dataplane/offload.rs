@@ -40,6 +40,21 @@ struct IfreqData {
 /// # Errors
 /// A name too long, an interface that does not exist, or another ioctl failure.
 pub fn rx_vlan_offload(iface: &str) -> io::Result<bool> {
+    match ethtool_value(iface, ETHTOOL_GFLAGS, 0) {
+        Ok(flags) => Ok(flags & ETH_FLAG_RXVLAN != 0),
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs the ethtool command `cmd` (one that takes a `struct ethtool_value`, such as
+/// `ETHTOOL_GFLAGS` 0x25, `ETHTOOL_SFLAGS` 0x26 or `ETHTOOL_STXCSUM` 0x17,
+/// include/uapi/linux/ethtool.h) with `data` on `iface`, an interface of the calling
+/// thread's network namespace; returns the value's data afterwards.
+///
+/// # Errors
+/// A name too long, an interface that does not exist, or the ioctl's failure.
+pub fn ethtool_value(iface: &str, cmd: u32, data: u32) -> io::Result<u32> {
     let bytes = iface.as_bytes();
     if bytes.len() >= 16 {
         return Err(io::Error::new(
@@ -54,10 +69,7 @@ pub fn rx_vlan_offload(iface: &str) -> io::Result<bool> {
     }
     // SAFETY: fd is a new, open descriptor that nothing else owns.
     let socket = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let mut value = EthtoolValue {
-        cmd: ETHTOOL_GFLAGS,
-        data: 0,
-    };
+    let mut value = EthtoolValue { cmd, data };
     let mut req = IfreqData {
         name: [0; 16],
         data: &raw mut value,
@@ -74,13 +86,9 @@ pub fn rx_vlan_offload(iface: &str) -> io::Result<bool> {
         )
     };
     if rc < 0 {
-        let err = io::Error::last_os_error();
-        return match err.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => Ok(false),
-            _ => Err(err),
-        };
+        return Err(io::Error::last_os_error());
     }
-    Ok(value.data & ETH_FLAG_RXVLAN != 0)
+    Ok(value.data)
 }
 
 /// Why native XDP on `iface` would forward tagged frames untagged, if it would: the

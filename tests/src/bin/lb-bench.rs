@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 use anyhow::{Context as _, bail, ensure};
 use lb_common::{
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
-    maps::XDP_PROGRAM,
+    maps::{RARE_PROGRAM, XDP_PROGRAM},
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
@@ -338,11 +338,13 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
         "data plane: ns/packet by BPF_PROG_TEST_RUN, median of {} runs x {} repetitions, CPU {} pinned",
         opts.runs, opts.repeat, opts.cpu
     );
-    let verified = lb.dp.verified_instructions(XDP_PROGRAM)?;
-    println!(
-        "lb_xdp: {} instructions processed by the verifier",
-        verified.map_or_else(|| "?".to_owned(), |n| n.to_string())
-    );
+    for program in [XDP_PROGRAM, RARE_PROGRAM] {
+        let verified = lb.dp.verified_instructions(program)?;
+        println!(
+            "{program}: {} instructions processed by the verifier",
+            verified.map_or_else(|| "?".to_owned(), |n| n.to_string())
+        );
+    }
     println!();
     println!(
         "| case | next hop | lb_xdp (ns) | empty (ns) | over empty (ns) | fastest runs: lb_xdp - empty (ns) |"

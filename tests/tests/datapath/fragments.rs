@@ -22,6 +22,19 @@ use lb_user::dataplane::{Dataplane as _, LoadOptions};
 
 use super::{expect, expect_forwarded, flow4, flow6};
 
+/// An Ethernet header from the client to the LB.
+fn eth(ether_type: EtherType) -> Vec<u8> {
+    let mut frame = Vec::new();
+    Ethernet2Header {
+        destination: LB_MAC,
+        source: CLIENT_MAC,
+        ether_type,
+    }
+    .write(&mut frame)
+    .expect("write");
+    frame
+}
+
 /// The MTU of these tests: room for 1,500-byte fragments and their outer header.
 const MTU: u16 = 1600;
 
@@ -50,14 +63,7 @@ fn udp_fragments(sport: u16, id: u16, dst: Ipv4Addr) -> [Vec<u8>; 3] {
         ip.more_fragments = more;
         ip.fragment_offset = IpFragOffset::try_new(offset_units).expect("offset");
         ip.header_checksum = ip.calc_header_checksum();
-        let mut frame = Vec::new();
-        Ethernet2Header {
-            destination: LB_MAC,
-            source: CLIENT_MAC,
-            ether_type: EtherType::IPV4,
-        }
-        .write(&mut frame)
-        .expect("write");
+        let mut frame = eth(EtherType::IPV4);
         ip.write(&mut frame).expect("write");
         frame.extend_from_slice(data);
         frame
@@ -148,14 +154,7 @@ fn a_later_fragment_is_never_read_as_tcp() {
     payload[2..4].copy_from_slice(&80u16.to_be_bytes());
     payload[12] = 0x50;
     payload[13] = 0x02;
-    let mut frame = Vec::new();
-    Ethernet2Header {
-        destination: LB_MAC,
-        source: CLIENT_MAC,
-        ether_type: EtherType::IPV4,
-    }
-    .write(&mut frame)
-    .expect("write");
+    let mut frame = eth(EtherType::IPV4);
     ip.write(&mut frame).expect("write");
     frame.extend_from_slice(&payload);
     let before = lb.dp.vip_stats(0).expect("stats");
@@ -187,14 +186,7 @@ fn ipv6_fragment(flow: &Flow, id: u32, offset: u16, more: bool, data: &[u8]) -> 
         source: src.octets(),
         destination: dst.octets(),
     };
-    let mut frame = Vec::new();
-    Ethernet2Header {
-        destination: LB_MAC,
-        source: CLIENT_MAC,
-        ether_type: EtherType::IPV6,
-    }
-    .write(&mut frame)
-    .expect("write");
+    let mut frame = eth(EtherType::IPV6);
     ip.write(&mut frame).expect("write");
     frame.extend_from_slice(&frag.to_bytes());
     frame.extend_from_slice(data);
