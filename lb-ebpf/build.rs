@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Build configuration of the eBPF object.
 //!
 //! - Rebuilds when the `bpf-linker` binary changes, and warns with an actionable message

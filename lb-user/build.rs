@@ -52,7 +52,31 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         }],
         aya_build::Toolchain::default(),
-    )
+    )?;
+    if features.is_empty() {
+        return Ok(());
+    }
+    // The upgrade tests' variant (lb-ebpf's `upgrade-variant`: another program, the same
+    // maps as the `lb` binary's object) into OUT_DIR/variant/lb-ebpf. aya-build writes
+    // into $OUT_DIR, so it runs once more with OUT_DIR pointing there.
+    let out_dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").context("OUT_DIR")?);
+    let variant = out_dir.join("variant");
+    std::fs::create_dir_all(&variant)?;
+    // SAFETY: the build script is single-threaded here; nothing reads the environment
+    // concurrently.
+    unsafe { std::env::set_var("OUT_DIR", &variant) };
+    let built = aya_build::build_ebpf(
+        [aya_build::Package {
+            name: ebpf.name.as_str(),
+            root_dir: root_dir.as_str(),
+            features: &["upgrade-variant"],
+            ..Default::default()
+        }],
+        aya_build::Toolchain::default(),
+    );
+    // SAFETY: as above.
+    unsafe { std::env::set_var("OUT_DIR", &out_dir) };
+    built
 }
 
 /// Sets `LB_COMMIT` (the abbreviated hash of `HEAD`, or `unknown`) and `LB_COMMIT_DATE`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The connection-tracking decision: which state chooses the backend of a VIP packet that
 //! does not open a TCP connection, and what the choice writes back.
 //!
@@ -43,7 +44,7 @@ use crate::{
 mod tests;
 
 /// A UDP pin's time is rewritten at most this often (ns), so that a busy flow does not
-/// dirty its conntrack entry on every packet.
+/// dirty its pin on every packet.
 pub const UDP_REFRESH_NS: u64 = 1_000_000_000;
 
 /// How long a UDP pin has been idle, compared with the timeout ([`udp_idle`]).
@@ -88,7 +89,7 @@ pub trait PinLookups {
     /// program: its id and `BACKENDS` entry; `lb flow`: its id).
     type Backend;
 
-    /// The time now, on the clock conntrack entries are stamped with
+    /// The time now, on the clock pins are stamped with
     /// (`bpf_ktime_get_coarse_ns`: CLOCK_MONOTONIC_COARSE, ns).
     fn now_ns(&mut self) -> u64;
 
@@ -113,7 +114,7 @@ pub trait Lookups: PinLookups {
     fn table_slot(&mut self, hash: u32) -> Option<u32>;
 }
 
-/// What a flow's conntrack entry says ([`pin_state`]).
+/// What a flow's pin says ([`pin_state`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PinState<B> {
     /// The pin holds and decides (rules 1 and 2 of the module documentation); `touch` is
@@ -273,7 +274,7 @@ pub fn pin_state<L: PinLookups>(
 
 /// Decides which state chooses the backend of a packet of flow `key` to VIP `vip`
 /// (its `VIPS` entry), other than a TCP SYN; `rst`: the packet is a TCP RST, `entry`:
-/// the flow's conntrack entry, if any, `cfg`: the hash seed and the UDP idle timeout.
+/// the flow's pin, if any, `cfg`: the hash seed and the UDP idle timeout.
 ///
 /// Counts `ct_hits`, `ct_udp_expired`, `ct_stale_repicked` and `ct_misses_non_syn` in
 /// `stats`; the caller counts `new_flows` once the table's pick succeeds

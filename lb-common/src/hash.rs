@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The flow hash: the one function that maps a flow to a Maglev slot, used by the XDP
 //! program to pick a backend and by userspace to predict that pick (`lb flow`).
 //!

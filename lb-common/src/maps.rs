@@ -1,7 +1,14 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Names and limits of the maps and programs in the eBPF object.
 //!
 //! Map names are the symbol names in the object; userspace looks maps up by them, so they
 //! are defined here once. Limits are compile-time map sizes unless stated otherwise.
+
+/// Version of the meaning of the maps' keys and values. Sizes and map definitions are
+/// compared by themselves when a restarted daemon adopts a pinned datapath; bump this
+/// when a key or value changes meaning without changing size (a field renamed to another
+/// use, a flag bit reassigned), so that a pinned datapath of the old meaning is refused.
+pub const LAYOUT_VERSION: u32 = 1;
 
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
@@ -11,6 +18,10 @@ pub const RARE_PROGRAM: &str = "lb_xdp_rare";
 /// An XDP program that returns `XDP_PASS` and does nothing else: the reference for
 /// benchmarks ("ns over an empty program").
 pub const EMPTY_PROGRAM: &str = "lb_empty";
+/// The TC egress program (`clsact`/TCX egress of the LB's interface) that encapsulates
+/// tunnel-mode health probes: packets whose `skb->mark` is a probe mark
+/// ([`crate::probe`]) go IP-in-IP to the backend the mark names.
+pub const PROBE_PROGRAM: &str = "lb_probe_encap";
 /// Benchmark harness: restores the frame from [`BENCH_FRAME`] before every repetition of
 /// `BPF_PROG_TEST_RUN`, then tail-calls `BENCH_PROGS[0]`.
 pub const BENCH_PROGRAM: &str = "lb_bench";
@@ -26,7 +37,7 @@ pub const VIPS: &str = "VIPS";
 /// `VIPS` entry and clears it only after removing the entry (bits are only ever added
 /// or removed for VIPs that are absent), so no VIP is ever filtered out.
 pub const VIP_FILTER: &str = "VIP_FILTER";
-/// `BPF_MAP_TYPE_ARRAY`: VIP id → [`crate::types::VipInfo`], the VIP a conntrack entry's
+/// `BPF_MAP_TYPE_ARRAY`: VIP id → [`crate::types::VipInfo`], the VIP a pin's
 /// `vip_id` stands for. A conntrack hit whose VIP still matches is forwarded without
 /// the `VIPS` lookup.
 pub const VIP_INFO: &str = "VIP_INFO";
@@ -60,8 +71,9 @@ pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
 /// chosen for each TCP SYN, in slot `flow_hash & syn_cache_mask`, until the handshake's
 /// ACK (on any CPU) promotes it into conntrack. A direct-mapped array instead of an LRU
 /// map: recording a SYN is one write to a cache-resident slot (no lock, no eviction
-/// walk), and a SYN flood only overwrites other SYNs' slots, never established flows
-/// (../shared/cases BR-16). Concurrent writers are detected by the slot's tag.
+/// walk), and a SYN flood only overwrites other held SYNs, never pins, so it cannot
+/// evict established flows (BR-16 in `docs/failure-scenarios.md`). Concurrent writers
+/// are detected by the slot's tag.
 pub const SYN_CACHE: &str = "SYN_CACHE";
 /// Per-CPU array: backend id → [`crate::types::NextHopEntry`], the `bpf_fib_lookup`
 /// result of the backend's address reused for `LbConfig::nexthop_cache_ns` (FIB mode).
@@ -108,6 +120,8 @@ pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 pub const VIP_STATS: &str = "VIP_STATS";
 /// Per-CPU array: backend id → [`crate::stats::BackendStats`].
 pub const BACKEND_STATS: &str = "BACKEND_STATS";
+/// Per-CPU array of one [`crate::probe::ProbeStats`]: what the probe program did.
+pub const PROBE_STATS: &str = "PROBE_STATS";
 /// Array of one [`crate::types::BenchFrame`] (benchmark harness only).
 pub const BENCH_FRAME: &str = "BENCH_FRAME";
 /// `BPF_MAP_TYPE_PROG_ARRAY` of one program: the program under benchmark.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The socket mark of tunnel-mode health probes: which backend a probe packet is for.
 //!
 //! A tunnel-mode probe is sent to the VIP address, as a client's packet would be, from a
@@ -11,7 +12,7 @@
 //! the backend id (`BACKENDS` index, `1..MAX_BACKENDS`). A mark without the tag, or with
 //! backend id 0, is not a probe's.
 
-use crate::maps::MAX_BACKENDS;
+use crate::{impl_pod, maps::MAX_BACKENDS};
 
 /// Upper 16 bits of every probe mark.
 pub const PROBE_MARK_TAG: u32 = 0x4c42_0000;
@@ -38,6 +39,52 @@ pub const fn probe_mark_backend(mark: u32) -> Option<u32> {
     let id = mark & !PROBE_MARK_TAG_MASK;
     if id == 0 { None } else { Some(id) }
 }
+
+/// Counters of the TC egress program that encapsulates tunnel-mode probes (per-CPU
+/// `PROBE_STATS`, one element). A packet without a probe mark counts nowhere.
+///
+/// Layout (48 bytes): six `u64`, host byte order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeStats {
+    /// Probe packets encapsulated to their backend.
+    pub encapsulated: u64,
+    /// Dropped: the mark names a backend id without a `BACKENDS` entry, or of the other
+    /// address family.
+    pub no_backend: u64,
+    /// Dropped: no valid `CONFIG`, or no outer source address for the family.
+    pub bad_config: u64,
+    /// Dropped: not IPv4/IPv6, or its header could not be read or grown.
+    pub bad_packet: u64,
+    /// Dropped: the encapsulated packet would exceed the configured MTU.
+    pub too_big: u64,
+    /// Dropped: no route to the backend (FIB next-hop mode).
+    pub fib_fail: u64,
+}
+const _: () = assert!(size_of::<ProbeStats>() == 48);
+
+impl ProbeStats {
+    /// Adds `other` field by field (summing per-CPU copies).
+    pub fn accumulate(&mut self, other: &Self) {
+        self.encapsulated = self.encapsulated.wrapping_add(other.encapsulated);
+        self.no_backend = self.no_backend.wrapping_add(other.no_backend);
+        self.bad_config = self.bad_config.wrapping_add(other.bad_config);
+        self.bad_packet = self.bad_packet.wrapping_add(other.bad_packet);
+        self.too_big = self.too_big.wrapping_add(other.too_big);
+        self.fib_fail = self.fib_fail.wrapping_add(other.fib_fail);
+    }
+
+    /// Probe packets dropped, for every reason.
+    pub fn dropped(&self) -> u64 {
+        self.no_backend
+            .wrapping_add(self.bad_config)
+            .wrapping_add(self.bad_packet)
+            .wrapping_add(self.too_big)
+            .wrapping_add(self.fib_fail)
+    }
+}
+
+impl_pod!(ProbeStats);
 
 #[cfg(test)]
 mod tests {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Counter layouts of the per-CPU statistics maps and the verdict reasons.
 //!
 //! All counters are `u64` in host byte order, one copy per CPU; userspace sums them.
@@ -240,22 +241,23 @@ pub struct VipStats {
     pub packets: u64,
     /// Bytes of those packets as received (Ethernet header included).
     pub bytes: u64,
-    /// Flows that got a backend from the Maglev table and a new CT entry.
+    /// Flows that got a backend from the Maglev table: TCP SYNs (then held in the SYN
+    /// cache) and packets pinned from the table.
     pub new_flows: u64,
     /// Packets forwarded by a conntrack hit.
     pub ct_hits: u64,
     /// Conntrack misses on packets that are not an initial TCP SYN (mid-flow packets
-    /// of flows the LB had no state for; re-hashed on the current table).
+    /// of flows the LB had no state for; picked from the current table and pinned).
     pub ct_misses_non_syn: u64,
     /// Conntrack hits on a backend that is down or removed, re-picked from the table.
     pub ct_stale_repicked: u64,
-    /// UDP conntrack entries found idle longer than the timeout, re-picked.
+    /// UDP pins found idle longer than the timeout, re-picked.
     pub ct_udp_expired: u64,
     /// Packets to the VIP that were dropped (any drop reason).
     pub drops: u64,
-    /// SYN-only state lost: a SYN took a `SYN_CACHE` slot still holding another flow's
-    /// SYN whose handshake had not completed there (SYN floods, or more handshakes in
-    /// flight than slots; ../shared/cases BR-16).
+    /// Held SYNs lost: a SYN took a `SYN_CACHE` slot still holding another flow's SYN
+    /// whose handshake had not completed there (SYN floods, or more handshakes in
+    /// flight than slots; BR-16 in `docs/failure-scenarios.md`).
     pub ct_syn_only_evicted: u64,
 }
 const _: () = assert!(size_of::<VipStats>() == 72);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Backends (`BACKENDS`): the backend chosen for a packet, and which backends may take
 //! new flows or keep the flows they have.
 

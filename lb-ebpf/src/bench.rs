@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Benchmark harness programs and their maps, in the object only with the
 //! `test-harness` feature (the `lb` binary's object has none of them).
 //!

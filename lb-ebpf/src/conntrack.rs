@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`): looking a flow up and pinning
 //! it to a backend, and the clock their entries are stamped with.
 //!
@@ -26,10 +27,10 @@ const BPF_NOEXIST: u64 = 1;
 /// `-EEXIST`, the helper's answer to a `BPF_NOEXIST` insert of an existing key.
 const NEG_EEXIST: c_int = -17;
 
-/// A conntrack entry of the packet's flow, from one lookup shared by both paths.
+/// The pin of the packet's flow, from one lookup shared by both paths.
 pub(crate) type CtHit = Option<*mut CtEntry>;
 
-/// The time conntrack entries and SYN cache slots are stamped with:
+/// The time pins and held SYNs are stamped with:
 /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE, ns).
 #[inline(always)]
 pub(crate) fn now_coarse_ns() -> u64 {

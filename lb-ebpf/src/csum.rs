@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Internet checksums: the one's-complement sum of 16-bit words (RFC 1071), folded with
 //! every carry, its incremental update (RFC 1624), and sums over frame bytes with the
 //! `bpf_csum_diff` helper.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Forwarding: IP-in-IP encapsulation to the chosen backend and the next-hop MAC.
 //!
 //! IPv4 backends: IPv4-in-IPv4 (RFC 2003, protocol 4); IPv6 backends of IPv6 VIPs:

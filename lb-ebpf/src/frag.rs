@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Fragment tracking (`FRAGMENTS`): later fragments of an IP datagram follow its first.
 //!
 //! Only the first fragment (offset 0) has the ports, so only it can be balanced. It is

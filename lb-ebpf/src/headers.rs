@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Wire headers as `#[repr(C)]` structs with naturally aligned fields, read and written
 //! with plain loads and stores, as C XDP programs do with `struct iphdr`.
 //!

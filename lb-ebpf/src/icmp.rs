@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! ICMP and ICMPv6 messages to VIP addresses: echo requests are answered by the load
 //! balancer (`icmp.echo`), errors about VIP flows go to the flow's backend
 //! ([`icmp_error`](crate::icmp_error)); everything else, and every ICMP message to

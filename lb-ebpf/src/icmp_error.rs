@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! ICMP errors about VIP flows, sent to the VIP by a router on the path (destination
 //! unreachable, fragmentation needed among them, and time exceeded; ICMPv6 destination
 //! unreachable, packet too big and time exceeded), are encapsulated to the backend that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet:
@@ -23,6 +24,9 @@
 //! calls into `.text` only, so a call there lands on the wrong instruction). The fast
 //! paths pay a few compares for all of them.
 //!
+//! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
+//! tunnel-mode health probes through the same encapsulation.
+//!
 //! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
 //! nothing is logged per packet. Built with the `test-harness` feature (for the tests
 //! and benchmarks only), the object also holds `lb_empty` and `lb_bench`, the benchmark
@@ -43,6 +47,7 @@ mod icmp_error;
 mod maps;
 mod packet;
 mod parse;
+mod probe;
 mod rare;
 mod ratelimit;
 mod select;
@@ -76,6 +81,10 @@ fn lb_xdp(ctx: XdpContext) -> u32 {
     }
     let (action, reason) = vlan::restore(&ctx, tag, verdict);
     stats::count(reason);
+    // The upgrade tests' variant: the same verdict through one more stack round trip,
+    // so its instructions (and the kernel's program tag) differ from the normal build's.
+    #[cfg(feature = "upgrade-variant")]
+    let action = core::hint::black_box(action);
     action
 }
 

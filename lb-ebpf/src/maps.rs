@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The program's maps, one line each; `lb_common::maps` says why each is shaped as it is
 //! and gives the names and limits userspace shares.
 //!
@@ -14,6 +15,7 @@ use lb_common::{
         CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS, TABLE_HEADER_LEN,
         TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
     },
+    probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
     types::{
         BackendEntry, CtEntry, FlowKey, FlowKey4, FragEntry, FragKey, LbConfig, NextHopEntry,
@@ -125,3 +127,7 @@ pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new(
 /// Per CPU, backend id → packets and bytes forwarded to it.
 #[btf_map]
 pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
+
+/// Per CPU, what the probe program (`probe`) did with marked packets.
+#[btf_map]
+pub(crate) static PROBE_STATS: PerCpuArray<ProbeStats, 1> = PerCpuArray::new();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Bounds-checked access to the frame, in the shape the verifier accepts: every access
 //! compares `data + offset + size` against `data_end` first.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Header parsing: Ethernet, IPv4 (options skipped: L4 at IHL × 4), IPv6 (fixed header and
 //! a bounded walk of hop-by-hop, routing, destination-options, authentication and
 //! fragment headers), then the TCP/UDP ports and TCP flags, or the ICMP header.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The rare paths' program, `lb_xdp_rare`, which `lb_xdp` reaches by tail call: later IP
 //! fragments ([`frag`](crate::frag)), ICMP to VIP addresses ([`icmp`](crate::icmp)) and
 //! the "too big" answers ([`too_big`](crate::too_big)).

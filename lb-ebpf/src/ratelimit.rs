@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The rate limit of the ICMP messages the program sends (`ICMP_RATE`): per CPU and
 //! kind, the generic cell rate algorithm (GCRA, ITU-T I.371, the "virtual scheduling"
 //! form): a message may go when the theoretical arrival time `tat` runs at most

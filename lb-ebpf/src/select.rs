@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Backend selection for a VIP packet: the pick functions, which the per-concept modules
 //! serve ([`vip`](crate::vip), [`conntrack`](crate::conntrack),
 //! [`syn_cache`](crate::syn_cache), [`table`](crate::table)).

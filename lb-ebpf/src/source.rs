@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Who may reach a VIP: the allowed client prefixes of VIPs that have a list
 //! (`SOURCE_FILTER`, `SOURCE_RANGES`, `SOURCE_RESTRICTED`).
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Counters: the per-CPU global verdict reasons, per-VIP and per-backend statistics.
 
 use lb_common::stats::{Reason, VipStats};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The SYN cache (`SYN_CACHE`): the backend chosen for each TCP SYN, kept in the flow's
 //! slot (`flow_hash & syn_cache_mask`) until the handshake's ACK, on any CPU, promotes it
 //! into conntrack.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The VIPs' Maglev tables (`TABLES`): the backend in slot `flow_hash % M` of a VIP's
 //! live table (Maglev paper, section 3.4). Each inner map holds the table size M, the
 //! table's generation, then the M slots (`lb_common::maps::TABLE_HEADER_LEN`).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! "Too big" answers: a VIP packet that would exceed `mtu` once encapsulated and may not
 //! be fragmented is answered, from the VIP to the client, with ICMP "destination
 //! unreachable, fragmentation needed and DF set" (RFC 792 type 3 code 4) carrying the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! VIP lookups: the `VIP_FILTER` bitmap, the `VIPS` entry of a VIP, the VIP a VIP id
 //! names (`VIP_INFO`), and whether an address carries any VIP (`VIP_ADDRS`).
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! 802.1Q: a frame with one VLAN tag is handled as the untagged frame inside it and
 //! leaves with the same tag.
 //!

@@ -1,5 +1,5 @@
 //! Criterion benchmarks of the Maglev table builder, run by `cargo xtask bench`:
-//! `MaglevTable::build` for the four (M, N) configurations of issue 3, with equal and
+//! `MaglevTable::build` for the four (M, N) configurations of `common::CONFIGS`, with equal and
 //! with unequal weights, the paper's pseudocode as a same-run yardstick, and the
 //! fingerprint. `maglev_memory` prints medians and peak memory as one table.
 

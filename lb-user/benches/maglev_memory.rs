@@ -1,5 +1,5 @@
 //! Median build time and peak heap memory of `MaglevTable::build` for the four (M, N)
-//! configurations of issue 3, printed as one Markdown table (run by `cargo xtask
+//! configurations of `common::CONFIGS`, printed as one Markdown table (run by `cargo xtask
 //! bench`; `cargo bench -p lb-user --bench maglev_memory`).
 //!
 //! Memory is measured by a counting global allocator: the peak of live heap bytes

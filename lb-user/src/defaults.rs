@@ -12,6 +12,19 @@ pub use lb_common::defaults::{CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY};
 /// `control_socket`, and `--socket` of the operator verbs.
 pub const CONTROL_SOCKET: &str = "/run/lb/lb.sock";
 
+/// `pin_dir`: where the datapath is pinned in bpffs, in the host's view (systemd mounts
+/// bpffs at `/sys/fs/bpf` at boot); one directory per network namespace and interface
+/// below it.
+pub const PIN_DIR: &str = "/sys/fs/bpf/lb";
+
+/// `state_dir`: where runtime changes are kept (`<interface>.state.json`); the unit's
+/// `StateDirectory=lb`.
+pub const STATE_DIR: &str = "/var/lib/lb";
+
+/// `detach_on_exit`: SIGTERM/SIGINT leave the pinned datapath forwarding (restarts and
+/// upgrades are the common case); `true` detaches it and removes its pins.
+pub const DETACH_ON_EXIT: bool = false;
+
 /// `xdp_mode`: native, falling back to generic (skb) mode with a warning.
 pub const XDP_MODE: &str = "auto";
 
@@ -76,3 +89,11 @@ pub const WEIGHT: u32 = 1;
 
 /// `vip.backend.state`.
 pub const BACKEND_STATE: &str = "active";
+
+/// `health.coalesce_ms`: transitions of many backends within 100 ms become one table
+/// change per VIP (`health::coalesce::DEFAULT_WINDOW`).
+pub const HEALTH_COALESCE_MS: u32 = 100;
+
+/// `health.max_concurrent_probes`: at most 256 probes in flight at once
+/// (`health::scheduler::DEFAULT_MAX_CONCURRENT`).
+pub const HEALTH_MAX_CONCURRENT_PROBES: u32 = 256;

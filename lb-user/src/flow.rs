@@ -21,6 +21,16 @@ pub fn addr_bytes(addr: IpAddr) -> ([u8; 16], u8) {
     }
 }
 
+/// The address of map bytes `addr` of `family` (the inverse of [`addr_bytes`]);
+/// `None` for an unknown family.
+pub fn ip_of_bytes(addr: [u8; 16], family: u8) -> Option<IpAddr> {
+    match family {
+        FAMILY_V4 => Some(IpAddr::from([addr[0], addr[1], addr[2], addr[3]])),
+        FAMILY_V6 => Some(IpAddr::from(addr)),
+        _ => None,
+    }
+}
+
 /// The conntrack key of the flow `client` → `vip` over IP protocol `proto`.
 ///
 /// Returns `None` when the two addresses are of different families.

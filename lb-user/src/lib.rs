@@ -42,6 +42,23 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+/// What `lb --version` prints after the name: the workspace version, the layout stamp
+/// of the embedded datapath (`dataplane::pinned::layout`: a restarted daemon adopts a
+/// pinned datapath of the same stamp) and the commit, which stays last, for example
+/// `0.1.0 (datapath layout 1-3f2a9c1b7e4d) (commit a56af7c)`.
+pub fn version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let stamp = dataplane::pinned::Layout::of_object(EBPF_OBJECT)
+            .map_or_else(|_| "unknown".to_owned(), |l| l.stamp());
+        format!(
+            "{} (datapath layout {stamp}) (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("LB_COMMIT")
+        )
+    })
+}
+
 /// The committer date of that commit, `YYYY-MM-DD` (empty when unknown): the date of the
 /// manual pages.
 pub const COMMIT_DATE: &str = env!("LB_COMMIT_DATE");
@@ -49,3 +66,10 @@ pub const COMMIT_DATE: &str = env!("LB_COMMIT_DATE");
 /// The XDP object built from `lb-ebpf` by `build.rs`, embedded in the binary
 /// (ELF, BPF little-endian, 8-byte aligned as aya requires).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
+
+/// The upgrade tests' variant of the XDP object (feature `test-harness` only): built
+/// from `lb-ebpf` with its `upgrade-variant` feature, so its program differs from the
+/// `lb` binary's while every map is the same; `lb run --object FILE` loads it.
+#[cfg(feature = "test-harness")]
+pub static UPGRADE_VARIANT_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/variant/lb-ebpf"));

@@ -16,7 +16,7 @@ use lb_user::cli::{self, Output, docs, hash, ops, table};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
-#[command(name = "lb", version = lb_user::VERSION)]
+#[command(name = "lb", version = lb_user::version())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,7 +29,20 @@ enum Command {
         /// Configuration file (TOML; see lb.example.toml).
         #[arg(long)]
         config: PathBuf,
+        /// Discard the pinned datapath of the interface (its connection tracking
+        /// included) and start fresh; says what it discarded.
+        #[arg(long)]
+        reset: bool,
+        /// Load the XDP object from this file instead of the embedded one (upgrade
+        /// tests: a build whose program differs with the same maps).
+        #[arg(long, hide = true)]
+        object: Option<PathBuf>,
     },
+    /// Detach the XDP program from an interface and remove its pinned datapath (no
+    /// daemon needed; refused while one controls the interface).
+    Detach(ops::DetachArgs),
+    /// List the runtime changes in force (kept across reloads and restarts), or clear them.
+    Overrides(ops::OverridesArgs),
     /// Show the running VIPs, backends and tables.
     Status(ops::ReadArgs),
     /// Show counters and rates.
@@ -68,9 +81,21 @@ impl Failure {
 fn run(command: Command) -> Result<Output, Failure> {
     let daemon = |e: lb_user::control::ClientError| Failure::new(format!("lb: {e}"), 1);
     match command {
-        Command::Run { config } => lb_user::daemon::run(&config)
-            .map(|()| Output::default())
-            .map_err(|e| Failure::new(format!("lb: {e:#}"), 1)),
+        Command::Run {
+            config,
+            reset,
+            object,
+        } => lb_user::daemon::run(&lb_user::daemon::RunOptions {
+            config,
+            reset,
+            object,
+        })
+        .map(|()| Output::default())
+        .map_err(|e| Failure::new(format!("lb: {e:#}"), 1)),
+        Command::Detach(args) => {
+            ops::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
+        }
+        Command::Overrides(args) => ops::overrides(&args).map_err(daemon),
         Command::Status(args) => ops::status(&args).map_err(daemon),
         Command::Stats(args) => ops::stats(&args).map_err(daemon),
         Command::Backend(args) => ops::backend(&args).map_err(daemon),

@@ -29,14 +29,20 @@ fn verbs() -> Vec<String> {
 }
 
 #[test]
-fn version_names_the_workspace_version_and_the_commit() {
+fn version_names_the_workspace_version_the_layout_stamp_and_the_commit() {
     let out = lb(&["--version"]);
     assert!(out.status.success());
     let line = text(&out.stdout);
-    let prefix = concat!("lb ", env!("CARGO_PKG_VERSION"), " (commit ");
+    let stamp = lb_user::dataplane::pinned::Layout::of_object(lb_user::EBPF_OBJECT)
+        .expect("layout")
+        .stamp();
+    let prefix = format!(
+        "lb {} (datapath layout {stamp}) (commit ",
+        env!("CARGO_PKG_VERSION")
+    );
     let commit = line
         .trim_end()
-        .strip_prefix(prefix)
+        .strip_prefix(&prefix)
         .and_then(|rest| rest.strip_suffix(')'))
         .unwrap_or_else(|| panic!("unexpected version line {line:?}"));
     // Built from this checkout: the commit is HEAD's (when git can tell).

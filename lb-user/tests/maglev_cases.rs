@@ -1,11 +1,10 @@
 //! Table-level tests of the Maglev builder: the paper's worked example, the golden
-//! fingerprint, slot-count bounds, disruption, and the table-level cases BR-01, BR-03,
-//! BR-04 and BR-06 of `../shared/cases/bug-report-cases.md`.
+//! fingerprint, slot-count bounds, disruption, and the table-level failure scenarios of
+//! `docs/failure-scenarios.md`: weights as ratios (BR-01), drained backends (BR-03),
+//! table sizes (BR-04) and backend identity (BR-06). A test named `brNN_tK_...` checks
+//! scenario BR-NN.TK.
 
-use std::{
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    time::{Duration, Instant},
-};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_user::{
     defaults::{MAGLEV_SEED, TABLE_SIZE},
@@ -16,7 +15,7 @@ use lb_user::{
 
 const M: u32 = TABLE_SIZE;
 
-/// Backend Bk of F-1: 198.51.100.(10 + k).
+/// Backend Bk, as in every test: 198.51.100.(10 + k).
 fn b(k: u8) -> BackendKey {
     Ipv4Addr::new(198, 51, 100, 10 + k).into()
 }
@@ -256,6 +255,8 @@ fn disruption_of_removing_or_adding_one_backend() {
 
 #[test]
 fn br01_t1_ratio_honoured_and_only_ratios_matter() {
+    // Weights 1 and 10 give about 1/11 and 10/11 of the slots, and scaling both weights
+    // gives the identical table.
     let table = build(&[Backend::new(b(1), 1), Backend::new(b(2), 10)], M);
     assert_well_formed(&table);
     let b1 = slots_of(&table, b(1));
@@ -270,23 +271,20 @@ fn br01_t1_ratio_honoured_and_only_ratios_matter() {
 
 #[test]
 fn br01_t2_extreme_ratios() {
-    // Documented choice: the weight-1 backend gets exactly one slot (never zero), the
-    // other the rest, with a warning.
-    let started = Instant::now();
+    // Weights 1 : 1,000,000. Documented choice: the weight-1 backend gets exactly one
+    // slot (never zero), the other the rest, with a warning. Weight sums are exact
+    // (u128), so no overflow.
     let table = build(&[Backend::new(b(1), 1), Backend::new(b(2), 1_000_000)], M);
-    assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(slots_of(&table, b(1)), 1);
     assert_eq!(slots_of(&table, b(2)), M - 1);
     assert_eq!(table.warnings().len(), 1);
     assert!(table.warnings()[0].contains("198.51.100.11 (weight 1)"));
 
-    let started = Instant::now();
     let max: Vec<Backend> = many(64)
         .into_iter()
         .map(|b| Backend::new(b.key, u32::MAX))
         .collect();
     let table = build(&max, M);
-    assert!(started.elapsed() < Duration::from_secs(1));
     assert_well_formed(&table);
     assert!(
         table
@@ -299,6 +297,7 @@ fn br01_t2_extreme_ratios() {
 
 #[test]
 fn br03_t1_drained_backend_owns_nothing() {
+    // Weight 0 owns no slot; the other two share the table evenly.
     let table = build(
         &[
             Backend::new(b(1), 1),
@@ -334,6 +333,8 @@ fn br03_t1_drained_backend_owns_nothing() {
 
 #[test]
 fn br03_t3_all_drained_is_an_empty_table() {
+    // Every backend at weight 0: an empty table (the VIP drops new flows), no division
+    // by zero.
     let table = build(
         &[
             Backend::new(b(1), 0),
@@ -358,6 +359,7 @@ fn br03_t3_all_drained_is_an_empty_table() {
 
 #[test]
 fn br03_t4_invalid_weights_name_backend_and_field() {
+    // A weight that is not an integer in 0..=u32::MAX is refused naming the backend.
     for weight in ["-1", "1.5", "abc"] {
         let text = format!("198.51.100.12={weight}");
         let err = text.parse::<Backend>().unwrap_err();
@@ -380,6 +382,7 @@ fn br03_t4_invalid_weights_name_backend_and_field() {
 
 #[test]
 fn br04_t1_t2_t3_table_size_validation() {
+    // Not prime, below 2, or above the maximum: refused, the last before allocating.
     let one = [Backend::new(b(1), 1)];
     let err = |size| {
         MaglevTable::build(&one, size, MAGLEV_SEED)
@@ -420,6 +423,7 @@ fn resident_bytes() -> Option<u64> {
 
 #[test]
 fn br04_t4_t5_backends_versus_slots() {
+    // 10 backends do not fit 7 slots; in 11 each gets 1 or 2.
     let ten = many(10);
     assert_eq!(
         MaglevTable::build(&ten, 7, MAGLEV_SEED)
@@ -435,6 +439,7 @@ fn br04_t4_t5_backends_versus_slots() {
 
 #[test]
 fn br04_t6_five_thousand_backends() {
+    // 5,000 equal backends in 65,537 slots: 13 or 14 each, with the small-table warning.
     let table = build(&many(5_000), M);
     assert!(table.slot_counts().iter().all(|&c| c == 13 || c == 14));
     assert_eq!(table.min_max_slots(), Some((13, 14)));
@@ -446,6 +451,7 @@ fn br04_t6_five_thousand_backends() {
 
 #[test]
 fn br04_t7_small_table_warning() {
+    // Fewer than 100 slots per backend is accepted with a warning.
     let table = build(&many(64), 1_009);
     assert_eq!(
         table.warnings(),
@@ -465,9 +471,10 @@ fn br04_t8_every_prime_up_to_5000_terminates_and_fills() {
             .wrapping_add(1_442_695_040_888_963_407);
         ((state >> 33) % u64::from(below)) as u32
     };
+    // Build time is not asserted (timed assertions fail on a loaded machine); `cargo
+    // xtask bench` measures it.
     let pool = many(64);
     let (mut primes, mut builds) = (0, 0);
-    let mut slowest = Duration::ZERO;
     for size in (2..=5_000).filter(|&m| is_prime(m)) {
         primes += 1;
         let most = size.min(64);
@@ -476,23 +483,18 @@ fn br04_t8_every_prime_up_to_5000_terminates_and_fills() {
                 .iter()
                 .map(|b| Backend::new(b.key, 1 + random(10)))
                 .collect();
-            let started = Instant::now();
             let table = build(&backends, size);
-            slowest = slowest.max(started.elapsed());
             assert_well_formed(&table);
             builds += 1;
         }
     }
     assert_eq!(primes, 669);
-    println!("{builds} builds over {primes} primes, slowest {slowest:?}");
-    assert!(
-        slowest < Duration::from_millis(100),
-        "slowest build {slowest:?}"
-    );
+    assert_eq!(builds, 3 * primes);
 }
 
 #[test]
 fn br06_t1_duplicates_are_rejected() {
+    // The same backend twice is refused: both would fight for the same slots.
     let err = MaglevTable::build(
         &[
             Backend::new(b(1), 1),
@@ -509,6 +511,7 @@ fn br06_t1_duplicates_are_rejected() {
 
 #[test]
 fn br06_t2_mapped_ipv6_is_the_same_backend() {
+    // An IPv4-mapped IPv6 address is its IPv4 address: listing both is a duplicate.
     let mapped: BackendKey = "::ffff:198.51.100.11".parse().unwrap();
     assert_eq!(mapped, b(1));
     assert_eq!(mapped.ip(), IpAddr::V4(Ipv4Addr::new(198, 51, 100, 11)));

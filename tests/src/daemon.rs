@@ -16,9 +16,13 @@
 //!   (`ip netns exec` execs, so the child's pid is the daemon's) with its stderr in
 //!   `<dir>/lb.log`, and waits until `lb status` answers. The CLI runs from the test's
 //!   own namespace: the control socket is a filesystem path.
-//! - Teardown: dropping a [`Daemon`] sends SIGTERM (the daemon detaches its program
-//!   and removes its socket), waits up to [`STOP_TIMEOUT`], then SIGKILLs; the temporary
-//!   directory is removed afterwards. When the drop happens during a panic, the daemon's
+//! - Restarts: [`Daemon::restart`] stops the process (SIGTERM or SIGKILL) and starts a
+//!   new one on the same directory (configuration, state file, socket), as systemd does;
+//!   the datapath stays pinned in between.
+//! - Teardown: dropping a [`Daemon`] sends SIGTERM (the daemon removes its socket and
+//!   leaves its datapath pinned), waits up to [`STOP_TIMEOUT`], then SIGKILLs; the
+//!   temporary directory is removed afterwards, and the bed's namespace removes the pins
+//!   when it is dropped ([`crate::netns`]). When the drop happens during a panic, the daemon's
 //!   log is printed first. As a backstop for a test process that dies without unwinding,
 //!   the daemon gets SIGTERM when the thread that started it exits
 //!   (`PR_SET_PDEATHSIG`): start it on the thread that owns the [`Daemon`] until the end
@@ -68,7 +72,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Conntrack capacity of the generated configuration (small: created quickly).
 pub const CT_CAPACITY: u32 = 65_536;
-/// SYN-only conntrack capacity of the generated configuration.
+/// SYN cache slots of the generated configuration.
 pub const CT_SYN_CAPACITY: u32 = 16_384;
 /// Poll period of the waits.
 const POLL: Duration = Duration::from_millis(25);
@@ -107,7 +111,7 @@ pub enum BackendState {
     Active,
     /// No new flows; established flows stay.
     Drain,
-    /// No new flows; established flows are re-hashed.
+    /// No new flows; established flows are re-picked.
     Down,
 }
 
@@ -142,8 +146,14 @@ pub struct DaemonConfig {
     pub table_size: u32,
     /// UDP conntrack idle timeout.
     pub udp_timeout_secs: u32,
-    /// TOML appended at the end of the file (whole tables, such as `[icmp]`).
+    /// Top-level tables written before the VIPs (e.g. `[health]`), empty by default.
     pub extra: String,
+    /// `[vip.health]` bodies by VIP ([`vip_text`]); VIPs not listed have none.
+    pub vip_health: Vec<(String, String)>,
+    /// `[vip.backend.health]` bodies by VIP and backend number.
+    pub backend_health: Vec<(String, u8, String)>,
+    /// `conntrack.capacity`.
+    pub ct_capacity: u32,
 }
 
 impl DaemonConfig {
@@ -166,7 +176,25 @@ impl DaemonConfig {
             table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
             extra: String::new(),
+            vip_health: Vec::new(),
+            backend_health: Vec::new(),
+            ct_capacity: CT_CAPACITY,
         }
+    }
+
+    /// This configuration with `body` as the `[vip.health]` table of `vip`.
+    #[must_use]
+    pub fn with_health(mut self, vip: &str, body: &str) -> Self {
+        self.vip_health.push((vip.to_owned(), body.to_owned()));
+        self
+    }
+
+    /// This configuration with `body` as backend `k`'s `[vip.backend.health]` in `vip`.
+    #[must_use]
+    pub fn with_backend_health(mut self, vip: &str, k: u8, body: &str) -> Self {
+        self.backend_health
+            .push((vip.to_owned(), k, body.to_owned()));
+        self
     }
 
     /// The configuration file for a daemon whose control socket is `socket`.
@@ -176,14 +204,18 @@ impl DaemonConfig {
              interface = \"{LB_IFACE}\"\n\
              xdp_mode = \"native\"\n\
              control_socket = \"{}\"\n\
+             state_dir = \"{}\"\n\
              mtu = 1500\n\n\
              [encap]\nsource_v4 = \"{LB4}\"\nsource_v6 = \"{LB6}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
-             [conntrack]\ncapacity = {CT_CAPACITY}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
+             [conntrack]\ncapacity = {}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
              udp_timeout_secs = {}\n",
             socket.display(),
+            socket.with_file_name("state").display(),
+            self.ct_capacity,
             self.udp_timeout_secs,
         );
+        out.push_str(&self.extra);
         for v6 in [false, true] {
             for (tcp, port) in [(true, vip_tcp(v6).port()), (false, vip_udp(v6).port())] {
                 let addr = vip_tcp(v6).ip();
@@ -194,6 +226,10 @@ impl DaemonConfig {
                      table_size = {}\n",
                     self.table_size
                 );
+                let vip = vip_text(v6, tcp);
+                for (_, body) in self.vip_health.iter().filter(|(v, _)| *v == vip) {
+                    let _ = write!(out, "[vip.health]\n{body}\n");
+                }
                 for b in &self.backends {
                     let _ = write!(
                         out,
@@ -202,10 +238,16 @@ impl DaemonConfig {
                         b.weight,
                         b.state.text()
                     );
+                    for (_, _, body) in self
+                        .backend_health
+                        .iter()
+                        .filter(|(v, k, _)| *v == vip && *k == b.k)
+                    {
+                        let _ = write!(out, "[vip.backend.health]\n{body}\n");
+                    }
                 }
             }
         }
-        out.push_str(&self.extra);
         out
     }
 }
@@ -326,7 +368,17 @@ pub struct Daemon<'bed> {
     lb: PathBuf,
     dir: TempDir,
     started: Duration,
+    ns: String,
     _bed: PhantomData<&'bed TestBed>,
+}
+
+/// How [`Daemon::restart`] stops the running process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM, and wait for it to exit.
+    Term,
+    /// SIGKILL (a crash).
+    Kill,
 }
 
 impl<'bed> Daemon<'bed> {
@@ -348,17 +400,78 @@ impl<'bed> Daemon<'bed> {
             lb,
             dir,
             started: Duration::ZERO,
+            ns: bed.lb_ns().name().to_owned(),
             _bed: PhantomData,
         };
         daemon.write_config(config)?;
-        let log = File::create(daemon.log_path()).context("creating the daemon log")?;
-        let out = File::create(daemon.dir.path.join("lb.out")).context("creating lb.out")?;
+        daemon.spawn(&[])?;
+        daemon.started = begun.elapsed();
+        Ok(daemon)
+    }
+
+    /// Stops the daemon as `stop` says and starts `lb run ARGS...` again on the same
+    /// directory; waits until it answers. Returns the time from the new process's start
+    /// until `lb status` answered.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn restart(&mut self, stop: Stop, args: &[&str]) -> anyhow::Result<Duration> {
+        self.halt(stop);
+        self.resume(args)
+    }
+
+    /// Stops the daemon as `stop` says (the datapath stays pinned).
+    pub fn halt(&mut self, stop: Stop) {
+        match stop {
+            Stop::Term => {
+                let _ = self.terminate();
+            }
+            Stop::Kill => {
+                if let Some(mut child) = self.child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+    }
+
+    /// Starts `lb run ARGS...` again on the same directory after [`Self::halt`]; the
+    /// time until `lb status` answered.
+    ///
+    /// # Errors
+    /// As [`Self::start`] (the message has the log).
+    pub fn resume(&mut self, args: &[&str]) -> anyhow::Result<Duration> {
+        let begun = Instant::now();
+        self.spawn(args)?;
+        Ok(begun.elapsed())
+    }
+
+    /// The daemon's directory (configuration, socket, state, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts `lb run --config <dir>/lb.toml ARGS...` in the bed's LB namespace (its
+    /// log appended to `lb.log`) and waits until it answers.
+    fn spawn(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        let daemon = self;
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(daemon.log_path())
+            .context("creating the daemon log")?;
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(daemon.dir.path.join("lb.out"))
+            .context("creating lb.out")?;
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", bed.lb_ns().name()])
+        cmd.args(["netns", "exec", &daemon.ns])
             .arg(&daemon.lb)
             .arg("run")
             .arg("--config")
             .arg(daemon.config_path())
+            .args(args)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log)
@@ -381,9 +494,7 @@ impl<'bed> Daemon<'bed> {
             .spawn()
             .with_context(|| format!("starting `ip netns exec ... {} run`", daemon.lb.display()))?;
         daemon.child = Some(child);
-        daemon.wait_ready()?;
-        daemon.started = begun.elapsed();
-        Ok(daemon)
+        daemon.wait_ready()
     }
 
     /// Polls `lb status` until it answers.

@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod fixture;
 pub mod netns;
 pub mod packets;
+pub mod steady;
 pub mod testbed;
 pub mod traffic;
 

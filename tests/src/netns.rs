@@ -2,6 +2,12 @@
 //!
 //! Names are unique per process and call (`<prefix><pid>-<n>`), so two runs can proceed
 //! at once. Only namespaces created here are ever touched.
+//!
+//! Pins outlive namespaces: an `lb run` in a namespace pins its datapath under the
+//! default `pin_dir` in a directory of the namespace's cookie
+//! (`/sys/fs/bpf/lb/netns-<cookie>`), which deleting the namespace does not free. So
+//! dropping a [`NetNs`] also removes that directory (whatever a test left pinned there,
+//! also when it failed).
 
 use std::{
     fs::File,
@@ -18,7 +24,35 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 #[derive(Debug)]
 pub struct NetNs {
     name: String,
+    /// The namespace's cookie (`SO_NETNS_COOKIE`), which names its pin directory.
+    cookie: Option<u64>,
 }
+
+/// The cookie of the calling thread's network namespace.
+fn netns_cookie() -> std::io::Result<u64> {
+    /// `SO_NETNS_COOKIE`.
+    const SO_NETNS_COOKIE: libc::c_int = 71;
+    let sock = std::os::unix::net::UnixDatagram::unbound()?;
+    let mut cookie = 0u64;
+    let mut len = libc::socklen_t::try_from(size_of::<u64>()).unwrap_or(8);
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            (&raw mut cookie).cast(),
+            &raw mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cookie)
+}
+
+/// The default root of pinned datapaths (`pin_dir`), in the host's view.
+pub const PIN_ROOT: &str = "/sys/fs/bpf/lb";
 
 impl NetNs {
     /// Creates a namespace named `<prefix><pid>-<n>` with its loopback up.
@@ -32,7 +66,8 @@ impl NetNs {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         run(Command::new("ip").args(["netns", "add", &name]))?;
-        let ns = Self { name };
+        let mut ns = Self { name, cookie: None };
+        ns.cookie = ns.enter(netns_cookie)?.ok();
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)
     }
@@ -40,6 +75,13 @@ impl NetNs {
     /// The namespace's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The directory where datapaths of this namespace are pinned under the default
+    /// `pin_dir` (one subdirectory per interface).
+    pub fn pin_dir(&self) -> Option<std::path::PathBuf> {
+        self.cookie
+            .map(|c| std::path::Path::new(PIN_ROOT).join(format!("netns-{c}")))
     }
 
     /// Runs `ip -n <ns> ARGS...`.
@@ -92,6 +134,10 @@ impl NetNs {
 
 impl Drop for NetNs {
     fn drop(&mut self) {
+        if let Some(dir) = self.pin_dir() {
+            // Unlinking the pins frees the maps; the XDP link goes with the namespace.
+            let _ = std::fs::remove_dir_all(dir);
+        }
         // Deleting the namespace also removes every interface inside it.
         let _ = Command::new("ip")
             .args(["netns", "delete", &self.name])

@@ -1,5 +1,6 @@
 //! The end-to-end test bed: one call builds an "LB on a stick" topology of network
-//! namespaces (../shared/cases F-1, F-2) and [`Drop`] tears all of it down, also when a
+//! namespaces (clients, the load balancer and the backends on one bridge, the
+//! addresses of [`crate::packets`]) and [`Drop`] tears all of it down, also when a
 //! test panics.
 //!
 //! ```text
@@ -28,19 +29,20 @@
 //!   2001:db8:b::(10+k)/64, the VIPs on `lo`, on-link routes back to the client prefixes
 //!   (direct server return), `rp_filter` 0 (all, default, lo, b0), and a server
 //!   ([`server`]) on VIP4/VIP6 port 80/tcp and 53/udp answering with `b<k>`.
-//! - Decapsulation deviates from ../shared/DESIGN.md (ipip / ip6tnl devices): this
-//!   kernel has no ipip, ip6tnl, FOU or GRE support, so every backend runs a small XDP
-//!   program on `b0` that strips the outer header ([`decap`]).
+//! - Decapsulation: a real backend decapsulates with an `ipip` / `ip6tnl` device (see
+//!   the README, "Running lb on a real NIC"), but this kernel has no ipip, ip6tnl, FOU
+//!   or GRE support, so every backend runs a small XDP program on `b0` that strips the
+//!   outer header ([`decap`]).
 //! - Neighbours: every entry traffic needs is written as `nud permanent` when the bed is
 //!   built (LB: each backend's addresses; client: the LB's; backends: every client
 //!   address). `bpf_fib_lookup` never resolves a neighbour itself (it answers
 //!   `NO_NEIGH`, which the data plane drops), so the LB's entries must exist before the
 //!   first packet; static entries also keep ARP/ND out of packet counts and timings.
-//! - XDP_TX on veth (case BR-24): frames the LB sends back out of `lb0` only arrive at
-//!   `sw-lb0` if that end has NAPI, so the bed attaches the empty XDP_PASS program
-//!   ([`PassProgram`]) to `sw-lb0` from a thread inside the bridge namespace and keeps
-//!   it for the bed's lifetime ([`TestBedOptions::peer_pass_program`] turns this off to
-//!   reproduce the loss).
+//! - XDP_TX on veth (BR-24 in `docs/failure-scenarios.md`): frames the LB sends back
+//!   out of `lb0` only arrive at `sw-lb0` if that end has NAPI, so the bed attaches the
+//!   empty XDP_PASS program ([`PassProgram`]) to `sw-lb0` from a thread inside the
+//!   bridge namespace and keeps it for the bed's lifetime
+//!   ([`TestBedOptions::peer_pass_program`] turns this off to reproduce the loss).
 //! - Checksums: the client's `c0` has transmit checksum offload switched off (see
 //!   [`offload`]); a veth otherwise hands the LB TCP/UDP packets whose checksum is
 //!   only a pseudo-header sum, which XDP_TX forwards as is and the backend then drops.
@@ -65,6 +67,7 @@
 
 pub mod client;
 pub mod decap;
+pub mod health;
 pub mod lb;
 pub mod offload;
 pub mod plumbing;
@@ -187,7 +190,8 @@ pub struct TestBedOptions {
     pub backends: u8,
     /// Client addresses per family (`1..=MAX_CLIENTS`).
     pub clients: usize,
-    /// Attach the XDP_PASS program to `sw-lb0` (BR-24). Off only to show the loss.
+    /// Attach the XDP_PASS program to `sw-lb0`, without which veth drops the frames the
+    /// LB sends with `XDP_TX` (BR-24). Off only to show the loss.
     pub peer_pass_program: bool,
     /// Client routes to the VIPs with an MTU leaving room for the outer header.
     pub encap_headroom: bool,
@@ -216,7 +220,8 @@ pub struct Backend {
     // Field order is drop order: the server's sockets and the program go before the
     // namespace.
     server: Option<server::EchoServer>,
-    _decap: decap::DecapLink,
+    /// `None` while decapsulation is broken on purpose ([`Backend::set_decap`]).
+    decap: Mutex<Option<decap::DecapLink>>,
     k: u8,
     ns: NetNs,
 }
@@ -258,6 +263,32 @@ impl Backend {
             .as_ref()
             .map(server::EchoServer::stats)
             .unwrap_or_default()
+    }
+
+    /// Detaches (`false`) or attaches again (`true`) its decapsulation program: while
+    /// detached, IP-in-IP packets reach its stack undecapsulated and are lost there.
+    ///
+    /// # Errors
+    /// When the program cannot be attached again.
+    pub fn set_decap(&self, on: bool) -> anyhow::Result<()> {
+        let mut decap = self
+            .decap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (on, decap.is_some()) {
+            (false, true) => {
+                decap.take();
+            }
+            (true, false) => {
+                *decap = Some(
+                    self.ns
+                        .enter(|| decap::DecapLink::attach(BACKEND_IFACE))?
+                        .context("decapsulation program")?,
+                );
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Counters of its `b0` (received frames count before decapsulation).
@@ -522,7 +553,7 @@ impl TestBed {
         )?;
         Ok(Backend {
             server,
-            _decap: decap,
+            decap: Mutex::new(Some(decap)),
             k,
             ns,
         })

@@ -68,10 +68,50 @@ impl Drop for Daemon<'_> {
     }
 }
 
+/// The `pin_dir` line of a test whose daemon cannot reach the host's bpffs (it runs
+/// with fewer capabilities than the test: see `PrivateBpffs`), empty otherwise.
+fn pin_line(dir: &Path) -> String {
+    let private = dir.join("bpffs");
+    if private.exists() {
+        format!("pin_dir = \"{}\"\n", private.join("lb").display())
+    } else {
+        String::new()
+    }
+}
+
+/// A bpffs mounted at `<dir>/bpffs` for one test (unmounted on drop, which frees what
+/// is pinned in it): the daemon of the capability test holds only the unit's three
+/// capabilities, which do not let it look into another mount namespace, so the host's
+/// `/sys/fs/bpf` (hidden by `ip netns exec`) is out of its reach.
+struct PrivateBpffs(PathBuf);
+
+impl PrivateBpffs {
+    fn mount(dir: &Path) -> Self {
+        let at = dir.join("bpffs");
+        std::fs::create_dir(&at).expect("mkdir bpffs");
+        let ok = Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&at)
+            .status()
+            .expect("mount")
+            .success();
+        assert!(ok, "mount -t bpf");
+        Self(at)
+    }
+}
+
+impl Drop for PrivateBpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String {
     let mut s = format!(
-        "interface = \"lb0\"\ncontrol_socket = \"{}\"\n[encap]\nsource_v4 = \"192.0.2.1\"\nsource_v6 = \"2001:db8:c::1\"\n[conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
-        dir.join("lb.sock").display()
+        "interface = \"lb0\"\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n{}[encap]\nsource_v4 = \"192.0.2.1\"\nsource_v6 = \"2001:db8:c::1\"\n[conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
+        dir.join("lb.sock").display(),
+        dir.join("state").display(),
+        pin_line(dir),
     );
     s.push_str(&format!(
         "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {size_80}\n"
@@ -128,13 +168,28 @@ fn start<'dir>(ns: &NetNs, dir: &'dir Path) -> Daemon<'dir> {
 
 /// [`start`], with `lb` run through `wrapper` (a command and its arguments, e.g. setpriv).
 fn start_via<'dir>(ns: &NetNs, dir: &'dir Path, wrapper: &[&str]) -> Daemon<'dir> {
-    let log = std::fs::File::create(dir.join("lb.log")).expect("log file");
+    start_with(ns, dir, wrapper, &[])
+}
+
+/// [`start_via`] with extra environment variables; the log is appended to.
+fn start_with<'dir>(
+    ns: &NetNs,
+    dir: &'dir Path,
+    wrapper: &[&str],
+    env: &[(&str, &Path)],
+) -> Daemon<'dir> {
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(dir.join("lb.log"))
+        .expect("log file");
     let child = Command::new("ip")
         .args(["netns", "exec", ns.name()])
         .args(wrapper)
         .arg(lb_binary())
         .args(["run", "--config"])
         .arg(dir.join("lb.toml"))
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
@@ -409,7 +464,10 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     );
     assert!(idle_since.elapsed() < IDLE_TIMEOUT + Duration::from_secs(10));
 
-    // A reload from the file replaces the runtime changes.
+    // A reload merges the file with the runtime changes: 11 drained at runtime stays
+    // drained (the file still says what it said), 13 added at runtime stays, 12 removed
+    // at runtime comes back with the file's new weight (the file changed it: the file
+    // wins), 14 is new in the file.
     std::fs::write(
         daemon.config(),
         config(
@@ -423,14 +481,28 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     )
     .expect("config");
     let s = wait_for(&daemon, "the reload", |s| s.vips[0].table_size == 65_521);
-    assert!(!s.differs_from_file);
+    assert!(s.differs_from_file);
+    let backends: Vec<(&str, &str, u32)> = s.vips[0]
+        .backends
+        .iter()
+        .map(|b| (b.address.as_str(), b.state.as_str(), b.weight))
+        .collect();
     assert_eq!(
-        s.vips[0]
-            .backends
-            .iter()
-            .map(|b| b.address.as_str())
-            .collect::<Vec<_>>(),
-        ["198.51.100.11", "198.51.100.12", "198.51.100.14"]
+        backends,
+        [
+            ("198.51.100.11", "drain", 1),
+            ("198.51.100.12", "active", 3),
+            ("198.51.100.13", "active", 2),
+            ("198.51.100.14", "active", 1)
+        ]
+    );
+    assert_eq!(s.vips[0].backends[0].runtime.as_deref(), Some("drain"));
+    assert!(
+        daemon
+            .log()
+            .contains("the file changed backend 198.51.100.12 of VIP 203.0.113.10:80/tcp"),
+        "the dropped runtime change is logged:\n{}",
+        daemon.log()
     );
     assert_maps_agree(&ns, &s);
 
@@ -452,11 +524,28 @@ fn cli_changes_and_reloads_keep_maps_and_status_in_agreement() {
     assert_eq!(unchanged.vips[0].generation, s.vips[0].generation);
     assert_maps_agree(&ns, &unchanged);
 
-    // SIGTERM: exit 0, nothing left attached, socket removed.
+    // SIGTERM: exit 0, the datapath stays attached, socket removed; `lb detach`
+    // (run in the namespace, no daemon) removes it.
+    let program = attached_program(&ns, "lb0");
     let code = daemon.stop();
     assert!(code.success(), "{code:?}\n{}", daemon.log());
-    assert_eq!(attached_program(&ns, "lb0"), None);
+    assert!(program.is_some());
+    assert_eq!(attached_program(&ns, "lb0"), program, "still attached");
     assert!(!daemon.socket().exists());
+    let out = ns
+        .exec(
+            lb_binary().to_str().expect("path"),
+            &["detach", "--interface", "lb0"],
+        )
+        .expect("lb detach");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(attached_program(&ns, "lb0"), None);
+    let dir = ns.pin_dir().expect("cookie").join("lb0");
+    assert!(!dir.exists(), "{} removed", dir.display());
 }
 
 #[test]
@@ -589,6 +678,7 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
     let ns = veth_namespace("lbt-caps");
     let tmp = TempDir::new("lbt-caps-").expect("temp dir");
     let dir = tmp.path();
+    let _bpffs = PrivateBpffs::mount(dir);
     std::fs::write(
         dir.join("lb.toml"),
         config_text(dir, &[("198.51.100.11", 1)], 65_537),
@@ -610,6 +700,24 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
     );
     let code = daemon.stop();
     assert!(code.success(), "{code:?}\n{}", daemon.log());
+    let pins = dir.join("bpffs").join("lb");
+    let out = ns
+        .exec(
+            lb_binary().to_str().expect("path"),
+            &[
+                "detach",
+                "--interface",
+                "lb0",
+                "--pin-dir",
+                pins.to_str().expect("path"),
+            ],
+        )
+        .expect("lb detach");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Without any one of them, the start fails and attaches nothing.
     for missing in &caps {
@@ -650,4 +758,270 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
         );
         assert_eq!(attached_program(&ns, "lb0"), None, "without CAP_{missing}");
     }
+}
+
+/// `lb detach --interface lb0` inside `ns`.
+fn detach(ns: &NetNs) -> Output {
+    ns.exec(
+        lb_binary().to_str().expect("path"),
+        &["detach", "--interface", "lb0"],
+    )
+    .expect("lb detach")
+}
+
+/// Lines of the daemon's log that mention a reload.
+fn reload_lines(daemon: &Daemon<'_>) -> usize {
+    daemon
+        .log()
+        .lines()
+        .filter(|l| l.to_lowercase().contains("reload"))
+        .count()
+}
+
+fn drain_11(daemon: &Daemon<'_>) {
+    let out = lb(
+        daemon,
+        &[
+            "backend",
+            "drain",
+            "--vip",
+            "203.0.113.10:80/tcp",
+            "--backend",
+            "198.51.100.11",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn state_of_11(daemon: &Daemon<'_>) -> String {
+    status(daemon).vips[0].backends[0].state.clone()
+}
+
+/// After a runtime drain: reading the file 100 times, opening it for writing without
+/// writing, and touching it change nothing and log no reload; a real edit (by rename,
+/// as editors save) reloads exactly once and keeps the drain; a restart restores it.
+#[test]
+fn only_a_real_edit_reloads_and_runtime_changes_survive_restarts() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = veth_namespace("lbt-reload");
+    let tmp = TempDir::new("lbt-reload-").expect("temp dir");
+    let dir = tmp.path();
+    let text = config_text(dir, &[("198.51.100.11", 1), ("198.51.100.12", 1)], 65_537);
+    std::fs::write(dir.join("lb.toml"), &text).expect("config");
+    let mut daemon = start(&ns, dir);
+    drain_11(&daemon);
+    let before = reload_lines(&daemon);
+    for _ in 0..100 {
+        std::fs::read(daemon.config()).expect("read");
+    }
+    drop(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(daemon.config())
+            .expect("open for writing"),
+    );
+    assert!(
+        Command::new("touch")
+            .arg(daemon.config())
+            .status()
+            .expect("touch")
+            .success()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(state_of_11(&daemon), "drain", "{}", daemon.log());
+    assert_eq!(
+        reload_lines(&daemon),
+        before,
+        "no reload logged:\n{}",
+        daemon.log()
+    );
+
+    // The same bytes written again: no reload either.
+    std::fs::write(daemon.config(), &text).expect("same bytes");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(reload_lines(&daemon), before, "{}", daemon.log());
+
+    // A real edit, saved by rename: one reload; the drain holds (the file did not
+    // change backend 11).
+    let edited = config_text(dir, &[("198.51.100.11", 1), ("198.51.100.12", 2)], 65_537);
+    std::fs::write(dir.join(".lb.toml.swp"), edited).expect("tmp");
+    std::fs::rename(dir.join(".lb.toml.swp"), daemon.config()).expect("rename");
+    let s = wait_for(&daemon, "the reload", |s| s.vips[0].backends[1].weight == 2);
+    std::thread::sleep(Duration::from_millis(1000));
+    let reloads = daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains("reloading"))
+        .count();
+    assert_eq!(reloads, 1, "{}", daemon.log());
+    assert_eq!(s.vips[0].backends[0].state, "drain");
+
+    // A restart (SIGTERM, then start) restores the drain from the state file.
+    assert!(daemon.stop().success());
+    let daemon = start(&ns, dir);
+    let s = status(&daemon);
+    assert_eq!(s.vips[0].backends[0].state, "drain");
+    assert_eq!(s.vips[0].backends[0].runtime.as_deref(), Some("drain"));
+    assert_eq!(s.overrides.len(), 1);
+    let out = lb(&daemon, &["overrides"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("198.51.100.11"));
+    drop(daemon);
+    assert!(detach(&ns).status.success());
+}
+
+/// A corrupt state file stops the start with the file and the problem named, before
+/// anything is attached.
+#[test]
+fn a_corrupt_state_file_stops_the_start() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = veth_namespace("lbt-corrupt");
+    let tmp = TempDir::new("lbt-corrupt-").expect("temp dir");
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("lb.toml"),
+        config_text(dir, &[("198.51.100.11", 1)], 65_537),
+    )
+    .expect("config");
+    std::fs::create_dir(dir.join("state")).expect("state dir");
+    let state = dir.join("state").join("lb0.state.json");
+    std::fs::write(&state, "{\"version\": 1, \"overrides\": [{").expect("state");
+    let out = ns
+        .exec(
+            lb_binary().to_str().expect("path"),
+            &[
+                "run",
+                "--config",
+                dir.join("lb.toml").to_str().expect("path"),
+            ],
+        )
+        .expect("lb run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("state file {}: is corrupt:", state.display())),
+        "{stderr}"
+    );
+    assert_eq!(attached_program(&ns, "lb0"), None);
+}
+
+/// READY=1 arrives on $NOTIFY_SOCKET once the program is attached and the control
+/// socket answers; STOPPING=1 at SIGTERM.
+#[test]
+fn it_tells_the_service_manager_when_it_is_ready() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = veth_namespace("lbt-notify");
+    let tmp = TempDir::new("lbt-notify-").expect("temp dir");
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("lb.toml"),
+        config_text(dir, &[("198.51.100.11", 1)], 65_537),
+    )
+    .expect("config");
+    let notify_path = dir.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut daemon = start_with(&ns, dir, &[], &[("NOTIFY_SOCKET", &notify_path)]);
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf).expect("a notification");
+    let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(message.lines().any(|l| l == "READY=1"), "{message}");
+    assert!(attached_program(&ns, "lb0").is_some());
+    assert!(lb(&daemon, &["status"]).status.success());
+    assert!(daemon.stop().success());
+    let n = sock.recv(&mut buf).expect("the stop notification");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    assert!(detach(&ns).status.success());
+}
+
+/// A second `lb run` for an interface another daemon controls names it (pid, socket);
+/// a new daemon started right after SIGTERM to the old one comes up (it waits for the
+/// exiting one instead of refusing).
+#[test]
+fn a_second_daemon_is_refused_by_name_and_a_restart_need_not_wait() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = veth_namespace("lbt-second");
+    let tmp = TempDir::new("lbt-second-").expect("temp dir");
+    let dir = tmp.path();
+    let text = config_text(dir, &[("198.51.100.11", 1)], 65_537);
+    std::fs::write(dir.join("lb.toml"), &text).expect("config");
+    let mut first = start(&ns, dir);
+    let pid = first.child.as_ref().expect("running").id();
+    let other = TempDir::new("lbt-second-b-").expect("temp dir");
+    std::fs::write(
+        other.path().join("lb.toml"),
+        config_text(other.path(), &[("198.51.100.11", 1)], 65_537),
+    )
+    .expect("config");
+    let out = ns
+        .exec(
+            lb_binary().to_str().expect("path"),
+            &[
+                "run",
+                "--config",
+                other.path().join("lb.toml").to_str().expect("path"),
+            ],
+        )
+        .expect("second lb run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "interface lb0 is controlled by another lb run (pid {pid}, control socket {})",
+            first.socket().display()
+        )),
+        "{stderr}"
+    );
+    // SIGTERM and an immediate start, as `systemctl restart` does.
+    let mut child = first.child.take().expect("running");
+    // SAFETY: kill with the pid of our own child.
+    unsafe { libc::kill(i32::try_from(child.id()).expect("pid"), libc::SIGTERM) };
+    let second = start(&ns, dir);
+    assert!(child.wait().expect("wait").success());
+    assert!(status(&second).vips.len() == 2, "{}", second.log());
+    assert!(
+        second.socket().exists(),
+        "the old daemon did not remove the new socket"
+    );
+    drop(second);
+    drop(first);
+    assert!(detach(&ns).status.success());
+}
+
+/// The unit is Type=notify with a state directory and still passes
+/// `systemd-analyze verify` (on a copy naming the built binary: verify checks that
+/// `ExecStart`'s binary exists).
+#[test]
+fn the_unit_is_type_notify_and_verifies() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/systemd/lb.service");
+    let unit = std::fs::read_to_string(path).expect("unit");
+    for line in [
+        "Type=notify",
+        "NotifyAccess=main",
+        "StateDirectory=lb",
+        "Restart=on-failure",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line}");
+    }
+    let tmp = TempDir::new("lbt-unit-").expect("temp dir");
+    let copy = tmp.path().join("lb.service");
+    let unit = unit
+        .replace("/usr/bin/lb", lb_binary().to_str().expect("path"))
+        .replace("Documentation=man:lb(8) man:lb-run(8)\n", "");
+    std::fs::write(&copy, unit).expect("copy");
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&copy)
+        .output()
+        .expect("systemd-analyze (Debian's systemd package, installed by cargo xtask setup)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

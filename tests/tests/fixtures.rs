@@ -190,7 +190,8 @@ fn ipv6_extension_headers_are_walked() {
 
 #[test]
 fn the_largest_packet_that_fits_the_mtu_is_forwarded() {
-    // BR-18.T1: IPv4 total length 1480 + 20 = 1500 = MTU.
+    // The largest packet that still fits once encapsulated: IPv4 total length 1480 + 20
+    // outer bytes = 1500 = MTU; IPv6 1460 + 40 (BR-18.T1).
     let mut lb = Lb::standard();
     let flow = flow4(41003, 80);
     let frame = flow.frame(L4::Tcp(ACK), &[0x5a; 1480 - 40]);
@@ -349,7 +350,8 @@ fn esp_and_over_long_extension_chains_pass_and_are_counted() {
 
 #[test]
 fn truncation_at_every_header_boundary_never_aborts() {
-    // BR-25.T3 and every prefix of a v4/v6 TCP SYN and a UDP datagram.
+    // Every prefix of a v4/v6 TCP SYN and a UDP datagram gets a counted verdict, never
+    // XDP_ABORTED (BR-25.T3).
     let mut lb = Lb::standard();
     let frames = [
         flow4(42000, 80).frame(L4::Tcp(SYN), &[]),
@@ -474,7 +476,7 @@ fn oversized_after_encapsulation_is_dropped_without_icmp_answers() {
     assert_verdict(&mut lb, &frame, XDP_DROP, Reason::DropTooBig);
     let frame = flow6(42004, 80).frame(L4::Tcp(ACK), &[0; 1500 - 80 - 20 + 1]);
     assert_verdict(&mut lb, &frame, XDP_DROP, Reason::DropTooBig);
-    // BR-18.T5: DF clear does not make it fit either.
+    // DF clear does not make it fit either: XDP cannot fragment (BR-18.T5).
     let flow = flow4(42005, 80);
     let IpHeaders::Ipv4(mut ip, ext) = flow.ip_headers(IpNumber::TCP, 0) else {
         unreachable!()
@@ -486,7 +488,8 @@ fn oversized_after_encapsulation_is_dropped_without_icmp_answers() {
 
 #[test]
 fn vip_without_backends_drops_and_counts() {
-    // BR-08.T1: not XDP_PASS (the kernel would route it), not XDP_TX.
+    // A VIP without backends drops and counts its packets: not XDP_PASS (the host would
+    // route them on), not XDP_TX (BR-08.T1).
     let mut lb = Lb::standard();
     for vip_id in 0..4 {
         lb.table(vip_id, &[0; 65_537]);
@@ -516,8 +519,9 @@ fn vip_without_backends_drops_and_counts() {
 fn corrupt_or_missing_configuration_drops() {
     let mut lb = Lb::standard();
     let syn = flow4(42007, 80).frame(L4::Tcp(SYN), &[]);
-    // BR-04.T9: a table whose size field is 0 (modulo by zero) and one larger than its
-    // map.
+    // A table whose size field is 0 (in BPF a modulo by zero returns the dividend, a
+    // slot outside the table) and one larger than its map: dropped as bad configuration
+    // (BR-04.T9).
     lb.dp
         .install_raw_table(0, &[0, 1, 1, 1, 1])
         .expect("raw table");

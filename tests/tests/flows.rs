@@ -1,6 +1,9 @@
 //! Connection-tracking semantics through BPF_PROG_TEST_RUN: what keeps a flow on its
-//! backend across table changes, drains and removals, and what does not. Cases from
-//! ../shared/cases: BR-03.T2, BR-08.T3–T5, BR-12.T1, BR-13.T1/T2/T4, BR-15.T1, BR-16.T1/T2.
+//! backend across table changes, drains and removals, and what does not. Among them,
+//! the failure scenarios of `docs/failure-scenarios.md` for draining (BR-03.T2), no
+//! backend left (BR-08.T3 to T5), changes while packets flow (BR-12.T1, T4), a packet
+//! finding no state after a change (BR-13.T1, T2, T4), a flow on another CPU (BR-15.T1)
+//! and SYN floods (BR-16.T1, T2).
 
 use std::{net::IpAddr, time::Duration};
 
@@ -76,7 +79,8 @@ fn rst_is_forwarded_but_creates_no_state() {
 
 #[test]
 fn established_flow_keeps_its_backend_when_the_table_changes() {
-    // BR-13.T1.
+    // A new table gives the flow's slot to backend 3: the established flow stays on 2
+    // (a conntrack hit), a new flow follows the new table (BR-13.T1).
     let mut lb = Lb::standard();
     let sport = port_landing_on(&lb, 0, 80, 2, 44100);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
@@ -92,7 +96,8 @@ fn established_flow_keeps_its_backend_when_the_table_changes() {
 
 #[test]
 fn drained_backend_keeps_its_flows_and_gets_no_new_ones() {
-    // BR-03.T2.
+    // Backend 2 drains: its established flow stays on it, new flows go to the others,
+    // and none is dropped (BR-03.T2).
     let mut lb = Lb::standard();
     let sport = port_landing_on(&lb, 0, 80, 2, 44200);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
@@ -126,7 +131,9 @@ fn removed_backend_flows_are_repicked_on_the_current_table() {
 
 #[test]
 fn mid_flow_miss_is_rehashed_on_the_current_table() {
-    // BR-13.T2 (no second-chance lookup: the table owner gets the flow).
+    // The flow's pin is deleted after a table change: its next packet goes to the
+    // current table's owner, counts as a mid-flow miss and is pinned there (no second
+    // lookup in an older table) (BR-13.T2).
     let mut lb = Lb::standard();
     let sport = port_landing_on(&lb, 0, 80, 2, 44400);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
@@ -147,7 +154,9 @@ fn mid_flow_miss_is_rehashed_on_the_current_table() {
 
 #[test]
 fn last_backend_drained_keeps_established_flows() {
-    // BR-08.T3 (regression of cilium PR #31840).
+    // The only backend drains, so the table is empty: its established flow still
+    // reaches it (conntrack decides before the empty table), a new flow is dropped and
+    // counted (BR-08.T3).
     let mut lb = Lb::standard();
     lb.table(0, &[1; 65_537]);
     let flow = Flow::new(CLIENT4, 44500, VIP4, 80);
@@ -163,7 +172,8 @@ fn last_backend_drained_keeps_established_flows() {
 
 #[test]
 fn removing_the_last_healthy_backend_never_selects_a_down_one() {
-    // BR-08.T4.
+    // Backend 2 is down, then backend 1, the last active one, goes too: new flows are
+    // dropped, never sent to a down backend (BR-08.T4).
     let mut lb = Lb::standard();
     lb.backend(2, packets::backend4(2), BACKEND_DOWN);
     lb.table(0, &[1; 65_537]);
@@ -177,7 +187,8 @@ fn removing_the_last_healthy_backend_never_selects_a_down_one() {
 
 #[test]
 fn a_stale_table_slot_pointing_at_a_down_backend_drops() {
-    // BR-12.T4: never forward to a backend entry that is not active.
+    // A table slot naming a backend whose entry is down (a table written before the
+    // entry changed): drop, never forward to a backend that is not active (BR-12.T4).
     let mut lb = Lb::standard();
     lb.backend(9, packets::backend4(9), BACKEND_DOWN);
     lb.table(0, &[9; 65_537]);
@@ -187,8 +198,9 @@ fn a_stale_table_slot_pointing_at_a_down_backend_drops() {
 
 #[test]
 fn deleted_vip_stops_forwarding_its_old_flows() {
-    // BR-08.T5, documented behaviour: the packet is no longer for a VIP, so it passes
-    // (pass_non_vip) and is never forwarded to the old backend.
+    // A VIP deleted while conntrack still pins its flows: the packet is no longer for a
+    // VIP, so it passes (pass_non_vip) and is never forwarded to the old backend
+    // (BR-08.T5).
     let mut lb = Lb::standard();
     let flow = Flow::new(CLIENT4, 44700, VIP4, 80);
     establish(&mut lb, &flow);
@@ -201,7 +213,9 @@ fn deleted_vip_stops_forwarding_its_old_flows() {
 
 #[test]
 fn udp_flows_expire_after_the_idle_timeout() {
-    // BR-13.T4 with a 300 ms timeout.
+    // A UDP pin holds within the idle timeout (300 ms here) though the table moved the
+    // flow's slot; after the timeout the flow follows the current table and is pinned
+    // again (BR-13.T4).
     let mut lb = Lb::standard();
     let mut cfg = default_config();
     cfg.udp_timeout_ns = 300_000_000;
@@ -226,7 +240,8 @@ fn udp_flows_expire_after_the_idle_timeout() {
 
 #[test]
 fn a_flow_keeps_its_backend_on_another_cpu() {
-    // BR-15.T1: the conntrack map is shared between CPUs (per-CPU LRU lists only).
+    // Established on CPU 0, then a table change: its ACK on CPU 1 still goes to the
+    // pinned backend, because the conntrack map is shared between CPUs (BR-15.T1).
     if !two_cpus() {
         return;
     }
@@ -242,9 +257,10 @@ fn a_flow_keeps_its_backend_on_another_cpu() {
 
 #[test]
 fn syn_flood_does_not_evict_established_flows() {
-    // BR-16.T1/T2: 500 established flows, a CT of 4,096 entries and a SYN-only table of
-    // 1,024; 100,000 spoofed SYNs; then the table moves and every established flow
-    // still reaches its backend; legitimate SYNs are forwarded throughout.
+    // 500 established flows, a conntrack map of 4,096 entries and a SYN cache of 1,024
+    // slots; 100,000 spoofed SYNs; then the table moves and every established flow
+    // still reaches its backend; legitimate SYNs are forwarded throughout (BR-16.T1,
+    // T2).
     let mut lb = Lb::with_ct(4_096, 1_024);
     lb.backends(3, false);
     lb.table(0, &round_robin(65_537, &[1, 2, 3]));
@@ -280,15 +296,15 @@ fn syn_flood_does_not_evict_established_flows() {
     assert!(established >= 500, "{established}");
     assert!(
         syn_only <= 1_024,
-        "the SYN-only table keeps its size: {syn_only}"
+        "the SYN cache keeps its size: {syn_only}"
     );
 }
 
 #[test]
 fn table_swaps_are_atomic_under_traffic() {
-    // BR-12.T1: while one thread runs SYNs, another keeps swapping between a 2-backend
-    // and a 3-backend table: every packet is forwarded to one of the three, none is
-    // dropped or sent to an unset slot.
+    // While one thread sends packets, another keeps swapping between a 2-backend and a
+    // 3-backend table: every packet is forwarded to one of the three, none is dropped or
+    // sent to an unset slot (BR-12.T1).
     let mut lb = Lb::standard();
     let old = round_robin(65_537, &[1, 2]);
     let new = round_robin(65_537, &[1, 2, 3]);
@@ -325,7 +341,8 @@ fn table_swaps_are_atomic_under_traffic() {
 
 #[test]
 fn backend_states_are_honoured_per_state() {
-    // Active and draining keep CT flows; down does not; unused ids are never used.
+    // Active and draining backends keep their pins; down ones do not; unused ids are
+    // never used.
     let mut lb = Lb::standard();
     for (i, state) in [(0u16, BACKEND_ACTIVE), (1, BACKEND_DRAINING)] {
         lb.backend(1, packets::backend4(1), BACKEND_ACTIVE);
@@ -346,7 +363,7 @@ fn backend_states_are_honoured_per_state() {
 #[test]
 fn a_syn_reusing_an_established_4tuple_follows_the_current_table() {
     // A new connection on an old 4-tuple (port reuse) goes where the current table
-    // says, and its handshake's ACK follows the SYN, not the old conntrack entry.
+    // says, and its handshake's ACK follows the SYN, not the old pin.
     let mut lb = Lb::standard();
     let sport = port_landing_on(&lb, 0, 80, 2, 46000);
     let flow = Flow::new(CLIENT4, sport, VIP4, 80);
@@ -448,7 +465,7 @@ fn a_syn_taking_another_handshakes_slot_is_counted() {
     assert_eq!(lb.send(&b.frame(L4::Tcp(ACK), &[])).0, XDP_TX);
     assert_eq!(lb.send(&a.frame(L4::Tcp(SYN), &[])).0, XDP_TX);
     assert_eq!(lb.dp.vip_stats(0).expect("stats").ct_syn_only_evicted, 1);
-    // a's SYN-only state was lost, and it keeps no stale choice: its ACK follows the
+    // a's held SYN was lost, and it keeps no stale choice: its ACK follows the
     // table like any miss.
     let expected = lb.predict(0, &a, PROTO_TCP);
     assert_eq!(lb.send(&a.frame(L4::Tcp(ACK), &[])), (XDP_TX, b4(expected)));

@@ -3,7 +3,7 @@
 //! [`BedLb`], FIB next hop) to backends that decapsulate and answer straight to the
 //! client; two beds at once; teardown (also on panic); a backend added at run time;
 //! 1,100 concurrent connections; and the veth XDP_TX loss without a peer program
-//! (../shared/cases BR-24).
+//! (BR-24 in `docs/failure-scenarios.md`).
 
 use std::{
     collections::BTreeMap,
@@ -284,8 +284,8 @@ fn holds_1100_concurrent_connections() {
 
 #[test]
 fn without_the_peer_pass_program_xdp_tx_frames_are_lost() {
-    // ../shared/cases BR-24: XDP_TX on lb0 hands frames to sw-lb0, which drops them
-    // unless it has NAPI (here: no program on it).
+    // XDP_TX on lb0 hands frames to sw-lb0, which drops them unless it has NAPI (here:
+    // no program on it), so nothing reaches the backend (BR-24.T1).
     let bed = TestBed::new(TestBedOptions {
         backends: 1,
         peer_pass_program: false,

@@ -1,8 +1,9 @@
 //! `cargo xtask setup`: brings a fresh machine to a working state, idempotently.
 //!
-//! Steps (../shared/TOOLCHAIN.md): Debian packages (LLVM 22 development files, which
-//! match the LLVM inside rustc 1.95 / nightly 1.97, plus iproute2 for the netns tests and
-//! nftables for their drop rules, and the tools the package check runs), the nightly
+//! Steps, as the README's "The two commands" lists them: Debian packages (LLVM 22
+//! development files, which match the LLVM inside the machine's rustc 1.95 and nightly
+//! 1.97, so that bpf-linker can link rustc's output, plus iproute2 for the netns tests and
+//! nftables for their drop rules, python3 for a killable server, and the tools the package check runs), the nightly
 //! toolchain's `rust-src` component (for `-Z build-std=core`), `bpf-linker` built against
 //! LLVM 22, and `cargo-deb` for `cargo xtask package`. Each step says whether it installs
 //! or skips.
@@ -21,6 +22,8 @@ const APT_PACKAGES: &[&str] = &[
     "zlib1g-dev",
     "iproute2",
     "nftables",
+    // The health-check tests kill a real server process: Python's http.server.
+    "python3",
     // The package check (`cargo xtask package --check`): lintian, `man -l`, the bash
     // completion library the generated script calls, and `systemd-analyze verify`.
     "lintian",

@@ -4,7 +4,8 @@
 //! `-D warnings` on the host crates and on the eBPF crate (BPF target), each with and
 //! without the `test-harness` feature (only the tests enable it), the unit tests,
 //! then the privileged tests (BPF_PROG_TEST_RUN, netns, and the end-to-end tests that run
-//! the `lb` binary, built just before them) when running as root, and the Debian
+//! the `lb` binary, built just before them) when running as root — then a check that
+//! they left no pinned datapath under /sys/fs/bpf/lb — and the Debian
 //! package (built and inspected by [`package`], one test per check). It ends
 //! with one line `test: N passed, N failed, N skipped`, where each check (fmt, clippy)
 //! counts as one test, and a privileged suite that could not run counts as skipped.
@@ -92,6 +93,20 @@ fn parse_result_line(line: &str) -> Option<ResultLine> {
         }
     }
     Some(result)
+}
+
+/// The default root of pinned datapaths (lb-user's `defaults::PIN_DIR`).
+const PIN_ROOT: &str = "/sys/fs/bpf/lb";
+
+/// The per-namespace directories under [`PIN_ROOT`] (`netns-<cookie>`), as paths.
+fn pinned_namespaces() -> Vec<String> {
+    std::fs::read_dir(PIN_ROOT)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path().display().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Runs the whole test command.
@@ -185,8 +200,20 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
             if let Some(filter) = &args.filter {
                 privileged.arg(filter);
             }
+            let pins_before = pinned_namespaces();
             let (ok, lines) = cmd::run_capture(&mut privileged)?;
             tally.cargo_test("privileged tests", ok, &lines);
+            let left: Vec<String> = pinned_namespaces()
+                .into_iter()
+                .filter(|d| !pins_before.contains(d))
+                .collect();
+            if !left.is_empty() {
+                eprintln!(
+                    "xtask test: the privileged tests left pinned datapaths behind (kernel memory no process frees): {}",
+                    left.join(", ")
+                );
+            }
+            tally.check("no pinned datapath left behind", left.is_empty());
         } else {
             tally.check("building the lb binary (privileged tests not run)", false);
         }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Tests of the connection-tracking decision: each rule of the module documentation, the
 //! RST and UDP variants, the counters, and which lookups a decision makes.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Tests of the flow hash: lookup3 reference values, and every field of the flow counts.
 
 use super::*;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Tests of the verdict reasons: indexes, names and XDP actions.
 
 use super::*;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The per-backend arrays: `BACKENDS` (address and state) and `NEXTHOP_CACHE` (the
 //! next hop found for the backend's address).
 
@@ -5,11 +6,12 @@ use crate::impl_pod;
 
 /// `BackendEntry::state`: id not in use; never selected.
 pub const BACKEND_UNUSED: u8 = 0;
-/// `BackendEntry::state`: takes new flows (through the tables) and keeps its CT flows.
+/// `BackendEntry::state`: takes new flows (through the tables) and keeps its pins.
 pub const BACKEND_ACTIVE: u8 = 1;
-/// `BackendEntry::state`: drained (weight 0): no new flows, keeps its CT flows.
+/// `BackendEntry::state`: draining (drained, or weight 0): no new flows, keeps its
+/// pins.
 pub const BACKEND_DRAINING: u8 = 2;
-/// `BackendEntry::state`: removed or down: its CT entries are no longer honoured and
+/// `BackendEntry::state`: down, or removed (a tombstone): its pins no longer hold, and
 /// those flows are re-picked from the current table.
 pub const BACKEND_DOWN: u8 = 3;
 

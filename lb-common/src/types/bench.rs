@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The benchmark harness's `BENCH_FRAME` element (used by the `lb_bench` program only).
 
 use crate::impl_pod;

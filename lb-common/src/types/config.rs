@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The `CONFIG` array's single element: the data plane's global settings.
 
 use crate::impl_pod;
@@ -68,7 +69,7 @@ pub struct LbConfig {
     /// slot is `flow_hash & syn_cache_mask`. The kernel data plane writes it from the
     /// map's size; other writers' values are replaced.
     pub syn_cache_mask: u32,
-    /// UDP conntrack entries idle longer than this (ns) count as misses.
+    /// UDP pins idle longer than this (ns) no longer hold: the flow is re-picked.
     pub udp_timeout_ns: u64,
     /// [`NEXTHOP_FIB`] mode: how long (ns) a CPU reuses a backend's `bpf_fib_lookup`
     /// result (`NEXTHOP_CACHE`); 0 looks the FIB up for every packet.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Connection tracking: the flow keys (`CONNTRACK_V6` and the flow hash, `CONNTRACK_V4`),
 //! the pinned flow (`CtEntry`) and the SYN cache's slot (`SynEntry`).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Fragment tracking (`FRAGMENTS`): which backend the first fragment of an IP datagram
 //! went to, so that its later fragments, which carry no ports, follow it.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Map keys and values shared by the XDP program and userspace, one file per map family:
 //! the VIP maps, the per-backend arrays, connection tracking (flow keys, conntrack
 //! entries, SYN cache slots), fragment tracking, allowed source prefixes, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Allowed source prefixes per VIP (`SOURCE_RANGES`, `SOURCE_FILTER`,
 //! `SOURCE_RESTRICTED`).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The VIP maps: `VIPS` (key and value), `VIP_INFO` (what a VIP id names) and
 //! `VIP_ADDRS` (the addresses that carry VIPs).
 
@@ -34,7 +35,7 @@ pub struct VipEntry {
     /// Bit set: [`VIP_TABLE_B`]; other bits zero.
     pub flags: u32,
     /// Table epoch: a data-plane-wide counter, incremented by every table install of
-    /// any VIP (never reused, never 0 for an installed table). Conntrack entries record
+    /// any VIP (never reused, never 0 for an installed table). Pins and held SYNs record
     /// the epoch of the table their backend came from
     /// ([`CtEntry::epoch`](super::CtEntry::epoch)).
     pub epoch: u32,
@@ -52,7 +53,7 @@ pub struct VipInfo {
     pub live: u32,
     /// Epoch of the VIP's live table ([`VipEntry::epoch`]). Written before the `VIPS`
     /// entry switches to a new table, so it is never older than the table packets
-    /// pick from; the established-flow path only trusts a TCP conntrack entry whose
+    /// pick from; the established-flow path only trusts a TCP pin whose
     /// epoch equals it.
     pub epoch: u32,
 }

@@ -7,7 +7,8 @@ use lb_user::{
     maglev::{Backend, Permutation},
 };
 
-/// The configurations of issue 3: (table size M, backends N).
+/// The benchmarked configurations, (table size M, backends N): the default table with
+/// 10 to 1,000 backends, and a ten times larger table with 10,000 (M about 65 N).
 pub(crate) const CONFIGS: [(u32, u32); 4] = [
     (65_537, 10),
     (65_537, 100),
@@ -39,7 +40,7 @@ pub(crate) fn permutations(backends: &[Backend], size: u32) -> Vec<Permutation> 
 /// Pseudocode 1), the way most implementations write it: `permutation[i][next[i]]`
 /// computed as `(offset + next * skip) % M` in the probe loop and `entry[]` initialised
 /// to -1 as the "empty" test, equal weights. The yardstick the builder is compared with
-/// in the same run (the issue's reference numbers come from builders of this shape).
+/// in the same run.
 pub(crate) fn paper_reference(size: u32, permutations: &[Permutation]) -> Vec<i32> {
     let m = u64::from(size);
     let mut entry = vec![-1_i32; size as usize];

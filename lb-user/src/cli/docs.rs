@@ -198,7 +198,7 @@ fn top_level_sections(roff: &mut Roff) {
     )]);
 }
 
-/// SIGNALS of lb-run(8), as `daemon::run` handles them.
+/// SIGNALS of lb-run(8), as the daemon's event loop (`lb run`) handles them.
 fn signals_section(roff: &mut Roff) {
     roff.control("SH", ["SIGNALS"]);
     let signals = [

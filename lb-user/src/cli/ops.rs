@@ -62,6 +62,73 @@ pub struct BackendArgs {
     pub json: bool,
 }
 
+/// `lb overrides`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OverridesArgs {
+    /// Drop every runtime change and apply the file as it is.
+    #[arg(long)]
+    pub clear: bool,
+    /// Control socket.
+    #[command(flatten)]
+    pub socket: SocketArg,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lb detach`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DetachArgs {
+    /// The interface whose datapath to remove (in the current network namespace).
+    #[arg(long)]
+    pub interface: String,
+    /// The configuration's `pin_dir`.
+    #[arg(long, default_value = defaults::PIN_DIR)]
+    pub pin_dir: PathBuf,
+}
+
+/// Runs `lb detach`.
+///
+/// # Errors
+/// Nothing pinned, a daemon controls the interface, or a pin cannot be removed.
+pub fn detach(args: &DetachArgs) -> Result<Output, crate::daemon::DetachError> {
+    crate::daemon::detach(&args.pin_dir, &args.interface).map(|line| Output::text(line + "\n"))
+}
+
+/// Runs `lb overrides`.
+///
+/// # Errors
+/// The daemon is unreachable or refused.
+pub fn overrides(args: &OverridesArgs) -> Result<Output, ClientError> {
+    let report = args.socket.client().overrides(args.clear)?;
+    if args.json {
+        return Ok(json(&report));
+    }
+    let mut out = String::new();
+    for line in &report.lines {
+        let _ = writeln!(out, "{line}");
+    }
+    if report.overrides.is_empty() {
+        if !args.clear {
+            let _ = writeln!(out, "no runtime changes: the running state is the file's");
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "{:<28} {:<40} {:<28} FILE",
+            "VIP", "BACKEND", "RUNTIME CHANGE"
+        );
+        for o in &report.overrides {
+            let _ = writeln!(
+                out,
+                "{:<28} {:<40} {:<28} {}",
+                o.vip, o.backend, o.change, o.file
+            );
+        }
+    }
+    Ok(Output::text(out))
+}
+
 /// `lb flow`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct FlowArgs {
@@ -116,7 +183,7 @@ pub fn status_text(s: &Status) -> String {
         s.mode,
         s.config_file,
         if s.differs_from_file {
-            "running state DIFFERS from the file (runtime changes; a reload replaces them)"
+            "running state DIFFERS from the file (runtime changes, marked *; kept across reloads and restarts; `lb overrides` lists them)"
         } else {
             "running state matches the file"
         }
@@ -126,31 +193,60 @@ pub fn status_text(s: &Status) -> String {
         "changes applied: {}, table builds: {}",
         s.changes, s.table_builds
     );
+    health::summary(&mut out, &s.health);
+    if let Some(dir) = &s.pin_dir {
+        let _ = writeln!(
+            out,
+            "datapath pinned at {dir} (layout {})",
+            s.layout.as_deref().unwrap_or("?")
+        );
+    }
     for v in &s.vips {
         let _ = writeln!(
             out,
             "\nVIP {} (id {}): table {} slots, generation {}, fingerprint {}",
             v.vip, v.id, v.table_size, v.generation, v.fingerprint
         );
+        health::policy(&mut out, v);
         let _ = writeln!(
             out,
-            "  {:<40} {:<7} {:>10} {:>8} {:>8} {:>6}",
-            "BACKEND", "STATE", "WEIGHT", "SLOTS", "SHARE", "ID"
+            "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>8} {:>6}",
+            "BACKEND", "STATE", "DATAPLANE", "WEIGHT", "SLOTS", "SHARE", "ID"
         );
         for b in &v.backends {
             let _ = writeln!(
                 out,
-                "  {:<40} {:<7} {:>10} {:>8} {:>7.2}% {:>6}",
+                "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>7.2}% {:>6}{}",
                 b.address,
                 b.state,
+                b.dataplane_state,
                 b.weight,
                 b.slots,
                 b.share * 100.0,
-                b.id
+                b.id,
+                b.runtime
+                    .as_ref()
+                    .map_or(String::new(), |r| format!("  * runtime: {r}"))
             );
         }
         if v.backends.is_empty() {
             let _ = writeln!(out, "  (no backends: new flows are dropped)");
+        }
+        health::backends(&mut out, v);
+    }
+    let removed: Vec<_> = s
+        .overrides
+        .iter()
+        .filter(|o| o.change == "removed")
+        .collect();
+    if !removed.is_empty() {
+        let _ = writeln!(out, "\nremoved at runtime (the file has them):");
+        for o in removed {
+            let _ = writeln!(
+                out,
+                "  * {} from VIP {} (file: {})",
+                o.backend, o.vip, o.file
+            );
         }
     }
     out
@@ -252,5 +348,6 @@ pub fn flow_text(f: &FlowReport) -> String {
     out
 }
 
+mod health;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,8 @@ use std::{fmt, marker::PhantomData};
 
 use serde::{Deserialize, Deserializer, de};
 
+use crate::health::file::HealthFile;
+
 /// The whole file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,6 +23,15 @@ pub struct FileConfig {
     /// Path of the control socket.
     #[serde(default)]
     pub control_socket: Option<String>,
+    /// Where the datapath is pinned (bpffs, host's view).
+    #[serde(default)]
+    pub pin_dir: Option<String>,
+    /// Where runtime changes are kept.
+    #[serde(default)]
+    pub state_dir: Option<String>,
+    /// Detach the datapath and remove its pins when the daemon exits.
+    #[serde(default)]
+    pub detach_on_exit: Option<bool>,
     /// Largest outer IP packet on the LB → backend path (bytes).
     #[serde(default)]
     pub mtu: Option<UInt<u16>>,
@@ -45,6 +56,9 @@ pub struct FileConfig {
     /// The ICMP messages the load balancer sends.
     #[serde(default)]
     pub icmp: IcmpFile,
+    /// The health checker as a whole (every VIP's probes run in it).
+    #[serde(default)]
+    pub health: HealthCheckerFile,
     /// The VIPs, `[[vip]]` tables.
     #[serde(default, rename = "vip")]
     pub vips: Vec<VipFile>,
@@ -122,6 +136,18 @@ pub struct IcmpFile {
     pub burst: Option<UInt<u32>>,
 }
 
+/// `[health]`: the health checker's own settings (the probes are per VIP).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckerFile {
+    /// Transitions within this window (milliseconds) become one table change per VIP.
+    #[serde(default)]
+    pub coalesce_ms: Option<UInt<u32>>,
+    /// Most probes in flight at once.
+    #[serde(default)]
+    pub max_concurrent_probes: Option<UInt<u32>>,
+}
+
 /// One `[[vip]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,6 +167,9 @@ pub struct VipFile {
     /// Client prefixes allowed to reach the VIP (absent: every client).
     #[serde(default)]
     pub allowed_sources: Option<Vec<String>>,
+    /// Its health checks, multi-failure policy and flap damping (`[vip.health]`).
+    #[serde(default)]
+    pub health: Option<HealthFile>,
     /// The backends, `[[vip.backend]]` tables.
     #[serde(default, rename = "backend")]
     pub backends: Vec<BackendFile>,
@@ -158,6 +187,9 @@ pub struct BackendFile {
     /// `active` (default), `drain` or `down`.
     #[serde(default)]
     pub state: Option<String>,
+    /// This backend's overrides of its VIP's probe keys (`[vip.backend.health]`).
+    #[serde(default)]
+    pub health: Option<HealthFile>,
 }
 
 /// An unsigned integer field with a readable error for anything else.

@@ -1,5 +1,6 @@
 //! Configuration: the TOML file ([`file`]), parsed with serde and then validated
-//! ([`validate`]) into the [`Config`] the daemon uses.
+//! ([`validate`]) into the [`Config`] the daemon uses; its health-check part is in
+//! [`health`] (the probes' own types are `crate::health`'s).
 //!
 //! Every error names the key path and the value, e.g.
 //! `vip[1].backend[2].weight: expected an integer >= 0 and <= 4294967295, got "abc" (line 14)`.
@@ -7,6 +8,7 @@
 //! example file with every key is `lb.example.toml` at the repository root.
 
 pub mod file;
+mod health;
 mod validate;
 mod vip;
 
@@ -17,6 +19,7 @@ use std::{
     time::Duration,
 };
 
+pub use health::{HealthChecker, VipProbes};
 pub use vip::{Protocol, Vip};
 
 use crate::{maglev::BackendKey, prefix::Prefix};
@@ -48,14 +51,16 @@ pub enum Nexthop {
 }
 
 /// A backend's administrative state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendState {
     /// In the table with its weight.
     Active,
     /// Out of the table (as weight 0); its established flows stay.
     Drain,
-    /// Out of the table; its flows are re-hashed on the current table (as if removed).
+    /// Out of the table; its flows are re-picked on the current table (as if removed).
     Down,
 }
 
@@ -93,6 +98,8 @@ pub struct VipConfig {
     pub allowed_sources: Vec<Prefix>,
     /// Backends, in file order.
     pub backends: Vec<BackendConfig>,
+    /// Health checks of its backends, its multi-failure policy.
+    pub health: VipProbes,
 }
 
 /// The ICMP messages the data plane sends (`[icmp]`).
@@ -131,6 +138,12 @@ pub struct Config {
     pub xdp_mode: XdpMode,
     /// Control socket path.
     pub control_socket: PathBuf,
+    /// Where the datapath is pinned (bpffs, host's view).
+    pub pin_dir: PathBuf,
+    /// Where runtime changes are kept.
+    pub state_dir: PathBuf,
+    /// Detach the datapath and remove its pins at exit.
+    pub detach_on_exit: bool,
     /// MTU of the LB → backend path (bytes).
     pub mtu: u16,
     /// Flow-hash seed.
@@ -160,6 +173,8 @@ pub struct Config {
     pub icmp: IcmpConfig,
     /// Per-flow outer headers.
     pub outer: OuterConfig,
+    /// The health checker's settings.
+    pub health: HealthChecker,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
 }

@@ -1,21 +1,26 @@
 //! From [`FileConfig`] to [`Config`]: parse errors with their key path and line, then
 //! every semantic check, collected (not just the first).
 //!
-//! Semantic rules, with the shared cases they come from (../shared/cases):
-//! - table sizes: prime, at most `maglev::MAX_TABLE_SIZE`, not below the VIP's backend
-//!   count (BR-04);
+//! Semantic rules, each guarding against a failure seen in other balancers (the
+//! failure scenarios of `docs/failure-scenarios.md` named in brackets):
+//! - table sizes: prime (Maglev's permutations visit every slot only then), at most
+//!   `maglev::MAX_TABLE_SIZE` (bounds what one entry makes the daemon allocate), not
+//!   below the VIP's backend count (BR-04);
 //! - backends: unique per VIP after canonicalisation (`::ffff:a.b.c.d` is `a.b.c.d`),
 //!   no port (IP-in-IP keeps the VIP's port), same family as the VIP, never the VIP or
 //!   the LB's own address (a forwarding loop) (BR-06);
 //! - weights are integers in `0..=u32::MAX` (BR-03.T4); all-zero weights are a warning
-//!   and the VIP drops new flows (BR-03.T3, BR-08);
-//! - the table maps' total memory stays under `max_table_memory_mib` (BR-10.T3).
+//!   and the VIP drops new flows, like a VIP without backends (BR-03.T3, BR-08);
+//! - the table maps' total memory stays under `max_table_memory_mib`, so many VIPs
+//!   cannot exhaust kernel memory (BR-10.T3).
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
 //! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`], `[icmp]` and
-//! the per-flow outer headers of `[encap]` in [`datapath`].
+//! the per-flow outer headers of `[encap]` in [`datapath`], `[health]` and the VIPs'
+//! health tables in [`health`].
 
 mod datapath;
+mod health;
 mod vips;
 
 use std::{
@@ -42,25 +47,90 @@ const MTU_RANGE: (u16, u16) = (576, 65_535);
 /// Linux interface names are at most 15 bytes (`IFNAMSIZ` - 1).
 const IFNAME_MAX: usize = 15;
 
+/// At most this many type errors are collected from one file.
+const MAX_TYPE_ERRORS: usize = 64;
+
 /// Parses and validates `text`.
+///
+/// Type errors (a string where a number belongs, an unknown key) are all collected:
+/// each offending key is reported, taken out of the parsed document, and the rest
+/// deserialised again. A required key taken out that way is not reported again as
+/// missing. The value checks run once the types are right.
 pub(super) fn parse(text: &str) -> Result<Loaded, ConfigErrors> {
-    let deserializer = toml::Deserializer::parse(text).map_err(|e| {
+    let mut doc = toml::de::DeTable::parse(text).map_err(|e| {
         ConfigErrors(vec![ConfigError {
             path: String::new(),
             message: e.message().to_owned(),
             line: e.span().map(|s| line_of(text, s.start)),
         }])
     })?;
-    let file: FileConfig = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        ConfigErrors(vec![ConfigError {
-            path: if path == "." { String::new() } else { path },
-            message: inner.message().to_owned(),
-            line: inner.span().map(|s| line_of(text, s.start)),
-        }])
-    })?;
-    validate(file)
+    let mut errors = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
+    loop {
+        let deserializer = toml::Deserializer::from(doc.clone());
+        let error = match serde_path_to_error::deserialize::<_, FileConfig>(deserializer) {
+            Ok(file) if errors.is_empty() => return validate(file),
+            Ok(_) => break,
+            Err(e) => e,
+        };
+        let path = error.path().to_string();
+        let segments: Vec<serde_path_to_error::Segment> = error.path().iter().cloned().collect();
+        let inner = error.into_inner();
+        let path = if path == "." { String::new() } else { path };
+        let message = inner.message().to_owned();
+        let missing_removed = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.strip_suffix('`'))
+            .is_some_and(|field| {
+                let full = if path.is_empty() {
+                    field.to_owned()
+                } else {
+                    format!("{path}.{field}")
+                };
+                removed.contains(&full)
+            });
+        if !missing_removed {
+            errors.push(ConfigError {
+                path: path.clone(),
+                message,
+                line: inner.span().map(|s| line_of(text, s.start)),
+            });
+        }
+        if missing_removed
+            || errors.len() >= MAX_TYPE_ERRORS
+            || !remove_at(doc.get_mut(), &segments)
+        {
+            break;
+        }
+        removed.push(path);
+    }
+    Err(ConfigErrors(errors))
+}
+
+/// Removes the key at `path` from `table`; `false` when the path does not end in a
+/// key that exists (nothing is removed then).
+fn remove_at(table: &mut toml::de::DeTable<'_>, path: &[serde_path_to_error::Segment]) -> bool {
+    use serde_path_to_error::Segment;
+    match path {
+        [Segment::Map { key }] => table.remove(key.as_str()).is_some(),
+        [Segment::Map { key }, rest @ ..] => table
+            .get_mut(key.as_str())
+            .is_some_and(|v| remove_in(v.get_mut(), rest)),
+        _ => false,
+    }
+}
+
+/// [`remove_at`] below `value`.
+fn remove_in(value: &mut toml::de::DeValue<'_>, path: &[serde_path_to_error::Segment]) -> bool {
+    use serde_path_to_error::Segment;
+    use toml::de::DeValue;
+    match (value, path) {
+        (DeValue::Table(t), _) => remove_at(t, path),
+        (DeValue::Array(a), [Segment::Seq { index }, rest @ ..]) if !rest.is_empty() => a
+            .get_mut(*index)
+            .is_some_and(|v| remove_in(v.get_mut(), rest)),
+        _ => false,
+    }
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -123,6 +193,9 @@ struct TopLevel {
     interface: String,
     xdp_mode: XdpMode,
     control_socket: PathBuf,
+    pin_dir: PathBuf,
+    state_dir: PathBuf,
+    detach_on_exit: bool,
     mtu: u16,
     hash_seed: u32,
     maglev_seed: u64,
@@ -165,6 +238,13 @@ fn top_level(file: &FileConfig, r: &mut Report) -> TopLevel {
             ),
         );
     }
+    let pin_dir = absolute(r, "pin_dir", file.pin_dir.as_deref(), defaults::PIN_DIR);
+    let state_dir = absolute(
+        r,
+        "state_dir",
+        file.state_dir.as_deref(),
+        defaults::STATE_DIR,
+    );
     let mtu = in_range(r, "mtu", uint(file.mtu, defaults::MTU), MTU_RANGE);
     let max_table_mib = uint(file.max_table_memory_mib, defaults::MAX_TABLE_MEMORY_MIB);
     if max_table_mib == 0 {
@@ -174,11 +254,29 @@ fn top_level(file: &FileConfig, r: &mut Report) -> TopLevel {
         interface,
         xdp_mode,
         control_socket,
+        pin_dir,
+        state_dir,
+        detach_on_exit: file.detach_on_exit.unwrap_or(defaults::DETACH_ON_EXIT),
         mtu,
         hash_seed: uint(file.hash_seed, defaults::HASH_SEED),
         maglev_seed: uint(file.maglev_seed, defaults::MAGLEV_SEED),
         max_table_mib,
     }
+}
+
+/// The path of key `key` (`default` when absent); an error unless absolute.
+fn absolute(r: &mut Report, key: &str, value: Option<&str>, default: &str) -> PathBuf {
+    let path = PathBuf::from(value.unwrap_or(default));
+    if !path.is_absolute() {
+        r.error(
+            key,
+            format!(
+                "expected an absolute path, got {:?}",
+                path.display().to_string()
+            ),
+        );
+    }
+    path
 }
 
 /// `[encap]`: the outer source addresses.
@@ -333,6 +431,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let frag_capacity = fragment_capacity(&file.conntrack, &mut r);
     let icmp = datapath::icmp(&file.icmp, &mut r);
     let outer = datapath::outer(&file.encap, &mut r);
+    let health = health::checker(&file.health, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
@@ -343,6 +442,9 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             interface: top.interface,
             xdp_mode: top.xdp_mode,
             control_socket: top.control_socket,
+            pin_dir: top.pin_dir,
+            state_dir: top.state_dir,
+            detach_on_exit: top.detach_on_exit,
             mtu: top.mtu,
             hash_seed: top.hash_seed,
             maglev_seed: top.maglev_seed,
@@ -357,6 +459,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             frag_capacity,
             icmp,
             outer,
+            health,
             vips,
         },
         warnings: r.warnings,

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus};
+
 /// The daemon's answer: `{"ok":true,"data":...}` or `{"ok":false,"error":"..."}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Response {
@@ -56,6 +58,40 @@ pub struct Status {
     pub table_builds: u64,
     /// The VIPs.
     pub vips: Vec<VipStatus>,
+    /// Health checks and next hops, all VIPs together.
+    #[serde(default)]
+    pub health: HealthSummary,
+    /// The runtime changes in force (kept in the state file), in (VIP, backend) order.
+    #[serde(default)]
+    pub overrides: Vec<OverrideStatus>,
+    /// The pinned datapath's directory (host's view), when pinned.
+    #[serde(default)]
+    pub pin_dir: Option<String>,
+    /// The datapath layout stamp (`lb --version` prints the binary's).
+    #[serde(default)]
+    pub layout: Option<String>,
+}
+
+/// A runtime change in `lb status` and `lb overrides`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverrideStatus {
+    /// `ADDR:PORT/PROTO`.
+    pub vip: String,
+    /// Backend address.
+    pub backend: String,
+    /// The change: `drain`, `added, active (weight 2)`, `removed`, ...
+    pub change: String,
+    /// What the file says of the backend: `active (weight 1)` or `not in the file`.
+    pub file: String,
+}
+
+/// The answer to `lb overrides`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverridesReport {
+    /// The runtime changes in force after the request.
+    pub overrides: Vec<OverrideStatus>,
+    /// With `--clear`: how many were dropped, and the changes applied.
+    pub lines: Vec<String>,
 }
 
 /// A VIP in `lb status`.
@@ -73,6 +109,9 @@ pub struct VipStatus {
     pub fingerprint: String,
     /// Backends.
     pub backends: Vec<BackendStatus>,
+    /// How the VIP is balanced (its multi-failure policy's mode).
+    #[serde(default)]
+    pub policy: Option<PolicyStatus>,
 }
 
 /// A backend in `lb status`.
@@ -90,6 +129,21 @@ pub struct BackendStatus {
     pub slots: u32,
     /// Share of the table, 0..1.
     pub share: f64,
+    /// What the data plane does with it (`active`: new flows by its slots;
+    /// `draining`: no slots, keeps its flows; `down`: no slots, its flows re-picked):
+    /// the administrative state with health and the VIP's policy applied.
+    #[serde(default)]
+    pub dataplane_state: String,
+    /// Its health checks, when it is probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<BackendHealth>,
+    /// Its next hop (FIB next-hop mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nexthop: Option<NexthopStatus>,
+    /// The runtime change of this backend, if any (`drain`, `added, ...`); the file
+    /// says otherwise.
+    #[serde(default)]
+    pub runtime: Option<String>,
 }
 
 /// `lb flow`.
@@ -114,7 +168,7 @@ pub struct Pin {
     pub backend: String,
     /// Backend id.
     pub backend_id: u32,
-    /// Established (`true`) or SYN-only.
+    /// A pin in conntrack (`true`), or a held SYN in the SYN cache (`false`).
     pub established: bool,
 }
 

@@ -11,7 +11,7 @@ use std::{
 
 use serde::de::DeserializeOwned;
 
-use super::{BackendAction, FlowReport, Request, Response, Stats, Status};
+use super::{BackendAction, FlowReport, OverridesReport, Request, Response, Stats, Status};
 use crate::{config::Vip, maglev::BackendKey};
 
 /// How long the client waits for an answer (and for its request to be written).
@@ -99,6 +99,14 @@ impl Client {
             backend,
             weight,
         })
+    }
+
+    /// `lb overrides [--clear]`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn overrides(&self, clear: bool) -> Result<OverridesReport, ClientError> {
+        self.call(&Request::Overrides { clear })
     }
 
     /// `lb flow`: where a flow from `client` to `vip` goes.

@@ -22,14 +22,16 @@
 
 mod answer;
 mod client;
+mod health;
 mod request;
 pub mod server;
 
 pub use answer::{
-    BackendCounters, BackendStatus, Counter, FlowReport, Pin, Response, Stats, Status, VipCounters,
-    VipStatus,
+    BackendCounters, BackendStatus, Counter, FlowReport, OverrideStatus, OverridesReport, Pin,
+    Response, Stats, Status, VipCounters, VipStatus,
 };
 pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES};
+pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};
 pub use request::{BackendAction, Request};
 pub use server::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
 

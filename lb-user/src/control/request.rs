@@ -12,7 +12,7 @@ use crate::{config::Vip, maglev::BackendKey};
 pub enum BackendAction {
     /// Add a backend (active, with `--weight`, default 1).
     Add,
-    /// Remove a backend: its flows are re-hashed on the new table.
+    /// Remove a backend: its flows are re-picked on the new table.
     Remove,
     /// Drain: no new flows, established flows stay.
     Drain,
@@ -42,6 +42,12 @@ pub enum Request {
         backend: BackendKey,
         /// Weight (add, undrain).
         weight: Option<u32>,
+    },
+    /// `lb overrides [--clear]`: lists the runtime changes in force, or drops them all
+    /// and applies the file; answered with [`super::OverridesReport`].
+    Overrides {
+        /// Drop them all.
+        clear: bool,
     },
     /// `lb flow`; answered with [`super::FlowReport`].
     Flow {

@@ -17,6 +17,7 @@ use lb_common::types::{
 use crate::{
     config::{BackendState, Config, IcmpConfig, Nexthop, OuterConfig, Vip},
     flow::addr_bytes,
+    health::policy::FailurePolicy,
     maglev::BackendKey,
     prefix::Prefix,
 };
@@ -115,7 +116,7 @@ fn with_options(mut config: LbConfig, g: &Globals) -> LbConfig {
 }
 
 /// A backend's desired weight and state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BackendSpec {
     /// Relative weight.
     pub weight: u32,
@@ -134,6 +135,8 @@ pub struct VipSpec {
     pub allowed_sources: Vec<Prefix>,
     /// Backends by key.
     pub backends: BTreeMap<BackendKey, BackendSpec>,
+    /// What the VIP does when its backends fail health checks (`[vip.health]`).
+    pub policy: FailurePolicy,
 }
 
 /// The whole desired state.
@@ -210,6 +213,7 @@ impl Desired {
                         ipv6_backends: v.ipv6_backends,
                         allowed_sources: v.allowed_sources.clone(),
                         backends,
+                        policy: v.health.policy(),
                     },
                 )
             })

@@ -8,6 +8,10 @@
 //!   removed (a tombstone): re-adding the backend gets the same id back, and other
 //!   backends get fresh ids. Only when all `MAX_BACKENDS - 1` ids are bound is the
 //!   oldest tombstone recycled (its flows have had the longest time to end).
+//! - The tables survive a restart of the daemon in the controller's record
+//!   ([`IdsRecord`]); an id that a recovered data plane uses but no record explains is
+//!   kept as a tombstone of an unknown pair, so it is never handed to another backend
+//!   before every other free id.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -35,8 +39,8 @@ pub(crate) struct Ids {
     backends: HashMap<(Vip, BackendKey), u32>,
     /// Ids of live backends.
     live: BTreeSet<u32>,
-    /// Tombstones: id → (pair, removal sequence number).
-    tombstones: BTreeMap<u32, ((Vip, BackendKey), u64)>,
+    /// Tombstones: id → (pair, or `None` when unknown, removal sequence number).
+    tombstones: BTreeMap<u32, (Option<(Vip, BackendKey)>, u64)>,
     removals: u64,
     next_backend: u32,
 }
@@ -107,7 +111,9 @@ impl Ids {
             .min_by_key(|(_, (_, seq))| *seq)
             .ok_or(IdError::NoBackendId)?;
         self.tombstones.remove(&id);
-        self.backends.remove(&pair);
+        if let Some(pair) = pair {
+            self.backends.remove(&pair);
+        }
         Ok(id)
     }
 
@@ -116,9 +122,125 @@ impl Ids {
         if let Some(&id) = self.backends.get(&(vip, key)) {
             self.live.remove(&id);
             self.removals += 1;
-            self.tombstones.insert(id, ((vip, key), self.removals));
+            self.tombstones
+                .insert(id, (Some((vip, key)), self.removals));
         }
     }
+
+    /// Binds `vip` to `id` as in use (recovery from a data plane's `VIPS`).
+    pub(crate) fn bind_vip(&mut self, vip: Vip, id: u32) {
+        if let Some(old) = self.vips.insert(vip, id)
+            && self.vips_in_use.get(&old) == Some(&vip)
+        {
+            self.vips_in_use.remove(&old);
+        }
+        self.vips_in_use.insert(id, vip);
+    }
+
+    /// Binds backend `key` of `vip` to `id`, live (recovery from a data plane's table).
+    pub(crate) fn bind_backend(&mut self, vip: Vip, key: BackendKey, id: u32) {
+        if let Some(old) = self.backends.insert((vip, key), id)
+            && old != id
+        {
+            self.live.remove(&old);
+        }
+        self.tombstones.remove(&id);
+        self.live.insert(id);
+    }
+
+    /// Whether `id` is bound (live or tombstone).
+    pub(crate) fn is_bound(&self, id: u32) -> bool {
+        self.live.contains(&id) || self.tombstones.contains_key(&id)
+    }
+
+    /// Keeps `id`, used by a recovered data plane for a pair no record names, from being
+    /// handed out before every other free id.
+    pub(crate) fn reserve_unknown(&mut self, id: u32) {
+        if !self.is_bound(id) {
+            self.tombstones.insert(id, (None, 0));
+        }
+    }
+
+    /// The id of backend `key` of `vip`, if it has one (live or tombstone).
+    pub(crate) fn backend_id(&self, vip: &Vip, key: &BackendKey) -> Option<u32> {
+        self.backends.get(&(*vip, *key)).copied()
+    }
+
+    /// Marks only the VIPs of `applied` in use (recovery: a record written ahead of a
+    /// change may name VIPs the data plane never got).
+    pub(crate) fn keep_vips_in_use(&mut self, applied: &BTreeSet<Vip>) {
+        self.vips_in_use.retain(|_, v| applied.contains(v));
+    }
+
+    /// The tables in their stored form.
+    pub(crate) fn to_record(&self) -> IdsRecord {
+        let mut backends: Vec<(Vip, BackendKey, u32)> = self
+            .backends
+            .iter()
+            .map(|((v, k), id)| (*v, *k, *id))
+            .collect();
+        backends.sort();
+        IdsRecord {
+            vips: self.vips.iter().map(|(v, id)| (*v, *id)).collect(),
+            vips_in_use: self.vips_in_use.keys().copied().collect(),
+            backends,
+            live: self.live.iter().copied().collect(),
+            tombstones: self
+                .tombstones
+                .iter()
+                .map(|(id, (pair, seq))| (*id, *pair, *seq))
+                .collect(),
+            removals: self.removals,
+            next_backend: self.next_backend,
+        }
+    }
+
+    /// The tables from their stored form.
+    pub(crate) fn from_record(r: &IdsRecord) -> Self {
+        let vips: BTreeMap<Vip, u32> = r.vips.iter().copied().collect();
+        let vips_in_use = vips
+            .iter()
+            .filter(|(_, id)| r.vips_in_use.contains(id))
+            .map(|(v, id)| (*id, *v))
+            .collect();
+        Self {
+            vips,
+            vips_in_use,
+            backends: r
+                .backends
+                .iter()
+                .map(|(v, k, id)| ((*v, *k), *id))
+                .collect(),
+            live: r.live.iter().copied().collect(),
+            tombstones: r
+                .tombstones
+                .iter()
+                .map(|(id, pair, seq)| (*id, (*pair, *seq)))
+                .collect(),
+            removals: r.removals,
+            next_backend: r.next_backend,
+        }
+    }
+}
+
+/// A (VIP, backend) pair.
+type Pair = (Vip, BackendKey);
+
+/// [`Ids`] as the controller's record stores them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct IdsRecord {
+    /// VIP → its id (remembered after removal).
+    vips: Vec<(Vip, u32)>,
+    /// Ids of configured VIPs.
+    vips_in_use: Vec<u32>,
+    /// (VIP, backend) → id, live and tombstones.
+    backends: Vec<(Vip, BackendKey, u32)>,
+    /// Ids of live backends.
+    live: Vec<u32>,
+    /// Tombstones: id, pair (if known), removal sequence number.
+    tombstones: Vec<(u32, Option<Pair>, u64)>,
+    removals: u64,
+    next_backend: u32,
 }
 
 #[cfg(test)]
@@ -175,6 +297,28 @@ mod tests {
             all[5].1,
             "oldest tombstone"
         );
+    }
+
+    #[test]
+    fn the_record_form_keeps_every_binding_and_the_allocation_order() {
+        let mut ids = Ids::default();
+        ids.vip(vip(80)).unwrap();
+        let a = ids.backend(vip(80), key(1)).unwrap();
+        let b = ids.backend(vip(80), key(2)).unwrap();
+        ids.release_backend(vip(80), key(2));
+        ids.reserve_unknown(40);
+        let json = serde_json::to_string(&ids.to_record()).unwrap();
+        let mut back = Ids::from_record(&serde_json::from_str(&json).unwrap());
+        assert_eq!(back.backend(vip(80), key(1)).unwrap(), a, "live kept");
+        assert_eq!(back.backend(vip(80), key(2)).unwrap(), b, "tombstone kept");
+        let fresh = back.backend(vip(80), key(3)).unwrap();
+        assert_eq!(
+            fresh,
+            ids.clone().backend(vip(80), key(3)).unwrap(),
+            "same order"
+        );
+        assert!(![a, b, 40].contains(&fresh));
+        assert_eq!(back.vip(vip(80)).unwrap(), 0);
     }
 
     #[test]

@@ -5,19 +5,35 @@
 //! new state only when every operation succeeded; a failure midway restores the
 //! previous data-plane state and reports the error. It is generic over the
 //! [`Dataplane`] trait, so everything here is tested against the in-memory fake.
+//!
+//! Health ([`health`]): the controller also holds which backends failed their probes
+//! and drives the data plane to the desired state with every VIP's multi-failure policy
+//! applied; [`Controller::set_health`] applies a batch of health changes as one change
+//! (one table per VIP at most).
+//!
+//! A data plane that outlives the daemon is adopted with [`Controller::adopt`]: the
+//! state is recovered from its maps and the controller's record ([`record`]), and the
+//! first [`Controller::apply`] then writes only what differs.
 
 pub mod desired;
+mod health;
 mod ids;
+pub mod overrides;
 mod plan;
+mod record;
 mod report;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
+
+use crate::health::policy::Mode as PolicyMode;
 
 use lb_common::types::BackendEntry;
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
 pub use ids::IdError;
+pub use overrides::{Override, Overrides};
 pub use plan::ApplyError;
+pub use record::Recovery;
 pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
@@ -43,6 +59,9 @@ pub struct AppliedVip {
     pub generation: u32,
     /// Backend ids of the VIP's backends.
     pub backend_ids: BTreeMap<BackendKey, u32>,
+    /// Recovered from an adopted data plane without proof that its table is the one
+    /// `spec` builds: the next change rebuilds it.
+    pub unverified: bool,
 }
 
 /// Everything the controller has applied.
@@ -63,6 +82,14 @@ pub struct Controller<D> {
     state: State,
     applied: Option<Desired>,
     changes: u64,
+    /// Backends whose probes say they are unhealthy.
+    unhealthy: health::Unhealthy,
+    /// How each applied VIP is balanced (its multi-failure policy's mode).
+    modes: BTreeMap<Vip, PolicyMode>,
+    /// Health changes applied ([`Self::set_health`] calls that changed a backend).
+    health_changes: u64,
+    /// Tables installed by those changes.
+    health_table_changes: u64,
 }
 
 impl<D: Dataplane> Controller<D> {
@@ -73,7 +100,34 @@ impl<D: Dataplane> Controller<D> {
             state: State::default(),
             applied: None,
             changes: 0,
+            unhealthy: health::Unhealthy::new(),
+            modes: BTreeMap::new(),
+            health_changes: 0,
+            health_table_changes: 0,
         }
+    }
+
+    /// A controller of `dp`, with the state recovered from what `dp` already holds
+    /// (an adopted data plane), and what was found. A fresh `dp` gives the same as
+    /// [`Self::new`].
+    ///
+    /// # Errors
+    /// When the data plane's maps cannot be read.
+    pub fn adopt(dp: D) -> Result<(Self, Recovery), DataplaneError> {
+        let (state, recovery) = record::recover(&dp)?;
+        Ok((
+            Self {
+                dp,
+                state,
+                applied: None,
+                changes: 0,
+                unhealthy: health::Unhealthy::new(),
+                modes: BTreeMap::new(),
+                health_changes: 0,
+                health_table_changes: 0,
+            },
+            recovery,
+        ))
     }
 
     /// The data plane.
@@ -92,14 +146,96 @@ impl<D: Dataplane> Controller<D> {
     /// A table that cannot be built, ids or table memory exhausted (nothing was written),
     /// or a failed map write (everything written before it was undone).
     pub fn apply(&mut self, desired: &Desired) -> Result<ApplyReport, ApplyError> {
-        let plan = plan::plan(&self.state, desired)?;
-        plan::execute(&mut self.dp, &self.state, &plan.ops)?;
+        // Health is only kept for backends that are still desired.
+        self.unhealthy.retain(|(vip, key)| {
+            desired
+                .vips
+                .get(vip)
+                .is_some_and(|v| v.backends.contains_key(key))
+        });
+        let (effective, modes) = health::effective(desired, &self.unhealthy);
+        let plan = plan::plan(&self.state, &effective)?;
+        if !plan.ops.is_empty() {
+            // The record of the next state goes first: it binds every id the maps are
+            // about to use, whatever interrupts the change.
+            self.dp
+                .store_record(&record::encode(&plan.next))
+                .map_err(|error| ApplyError::Dataplane {
+                    step: "storing the controller's record".into(),
+                    error: Box::new(error),
+                    undo: String::new(),
+                })?;
+        }
+        if let Err(e) = plan::execute(&mut self.dp, &self.state, &plan.ops) {
+            let _ = self.dp.store_record(&record::encode(&self.state));
+            return Err(e);
+        }
         self.state = plan.next;
         self.applied = Some(desired.clone());
         if !plan.ops.is_empty() {
             self.changes += 1;
         }
-        Ok(plan.report)
+        let mut report = plan.report;
+        for (vip, mode) in &modes {
+            report
+                .policy_changes
+                .extend(health::mode_change(vip, self.modes.get(vip), mode));
+        }
+        self.modes = modes;
+        Ok(report)
+    }
+
+    /// Records health changes (VIP, backend, healthy) and applies them as one change:
+    /// each VIP's table is rebuilt at most once, however many of its backends changed.
+    /// Backends that are not desired are ignored. Nothing is applied when no backend's
+    /// health changed.
+    ///
+    /// # Errors
+    /// As [`Self::apply`]; the health changes stay recorded, and the next change that
+    /// succeeds applies them.
+    pub fn set_health(
+        &mut self,
+        changes: impl IntoIterator<Item = (Vip, BackendKey, bool)>,
+    ) -> Result<ApplyReport, ApplyError> {
+        let mut changed = false;
+        for (vip, key, healthy) in changes {
+            let known = self
+                .applied
+                .as_ref()
+                .and_then(|d| d.vips.get(&vip))
+                .is_some_and(|v| v.backends.contains_key(&key));
+            if !known {
+                continue;
+            }
+            changed |= if healthy {
+                self.unhealthy.remove(&(vip, key))
+            } else {
+                self.unhealthy.insert((vip, key))
+            };
+        }
+        let Some(desired) = self.applied.clone().filter(|_| changed) else {
+            return Ok(ApplyReport::default());
+        };
+        self.health_changes += 1;
+        let report = self.apply(&desired)?;
+        self.health_table_changes += report.tables_changed() as u64;
+        Ok(report)
+    }
+
+    /// Whether probes found `key` of `vip` unhealthy.
+    pub fn is_unhealthy(&self, vip: &Vip, key: &BackendKey) -> bool {
+        self.unhealthy.contains(&(*vip, *key))
+    }
+
+    /// How `vip` is balanced now, if it is applied.
+    pub fn policy_mode(&self, vip: &Vip) -> Option<&PolicyMode> {
+        self.modes.get(vip)
+    }
+
+    /// Health changes applied since start ([`Self::set_health`] calls that changed a
+    /// backend's health), and the tables they installed.
+    pub fn health_changes(&self) -> (u64, u64) {
+        (self.health_changes, self.health_table_changes)
     }
 
     /// The desired state last applied.

@@ -2,7 +2,9 @@
 //! state and the ordered data-plane operations that get there; then running them with
 //! an undo log, so that a failure midway puts the previous state back.
 //!
-//! Ordering rules that keep packets safe (issue "Controller", ../shared/cases BR-12):
+//! Ordering rules that keep packets safe while a change is written: no packet may see a
+//! table naming a backend entry not yet written, a VIP without a table, or a half-done
+//! change (BR-12 in `docs/failure-scenarios.md`):
 //! 1. the global configuration first;
 //! 2. per VIP: backend entries that become *more* usable (new, or down → draining →
 //!    active) before the table that references them; then the table, swapped in one
@@ -224,8 +226,8 @@ struct Planner<'a> {
     tables: Vec<Op>,
     /// Rule 4: backend entries that become less usable.
     after_tables: Vec<Op>,
-    /// Tables built in this change, shared by VIPs with identical inputs (many services
-    /// on the same backends cost one build, BR-10).
+    /// Tables built in this change, shared by VIPs with identical inputs: many services
+    /// on the same backends cost one build, not one each (BR-10).
     built: HashMap<(Vec<Backend>, u32), Arc<MaglevTable>>,
 }
 
@@ -342,6 +344,7 @@ impl<'a> Planner<'a> {
             && o.spec.table_size == spec.table_size
             && table_inputs(&o.spec) == table_inputs(spec)
             && self.current.maglev_seed == self.desired.maglev_seed
+            && !o.unverified
         {
             return Ok(AppliedVip {
                 spec: spec.clone(),
@@ -403,6 +406,7 @@ impl<'a> Planner<'a> {
             slots,
             generation,
             backend_ids,
+            unverified: false,
         })
     }
 

@@ -4,11 +4,12 @@
 
 use std::fmt;
 
-use super::{AppliedVip, Controller};
+use super::{AppliedVip, Controller, desired::VipSpec};
 use crate::{
-    config::Vip,
-    control::{BackendStatus, VipStatus},
+    config::{BackendState, Vip},
+    control::{BackendStatus, PolicyStatus, VipStatus},
     dataplane::Dataplane,
+    health::policy::Mode as PolicyMode,
     maglev::Fingerprint,
 };
 
@@ -21,9 +22,20 @@ pub struct ApplyReport {
     pub warnings: Vec<String>,
     /// Data-plane operations run.
     pub operations: usize,
+    /// VIPs whose multi-failure policy changed mode (panic, all down, back to
+    /// normal), one line each.
+    pub policy_changes: Vec<String>,
 }
 
 impl ApplyReport {
+    /// Tables installed by the change.
+    pub fn tables_changed(&self) -> usize {
+        self.changes
+            .iter()
+            .filter(|c| matches!(c, VipChange::Table(_)))
+            .count()
+    }
+
     /// The log lines: one per entry of [`Self::changes`].
     pub fn lines(&self) -> Vec<String> {
         self.changes.iter().map(ToString::to_string).collect()
@@ -82,8 +94,14 @@ impl fmt::Display for VipChange {
     }
 }
 
-/// The `lb status` entry of `vip`, applied as `applied`.
-fn vip_status(vip: &Vip, applied: &AppliedVip) -> VipStatus {
+/// The `lb status` entry of `vip`, applied as `applied` (the effective state: health
+/// and policy applied) from the operator's `admin` spec, balanced in `mode`.
+fn vip_status(
+    vip: &Vip,
+    applied: &AppliedVip,
+    admin: Option<&VipSpec>,
+    mode: Option<&PolicyMode>,
+) -> VipStatus {
     let table = &applied.table;
     let total = applied.slots.len().max(1);
     let slots_of = |key| {
@@ -103,13 +121,20 @@ fn vip_status(vip: &Vip, applied: &AppliedVip) -> VipStatus {
             let slots = slots_of(*key);
             #[expect(clippy::cast_precision_loss, reason = "a share for display")]
             let share = f64::from(slots) / total as f64;
+            let state = admin
+                .and_then(|a| a.backends.get(key))
+                .map_or(spec.state, |a| a.state);
             BackendStatus {
                 address: key.to_string(),
                 id: applied.backend_ids.get(key).copied().unwrap_or(0),
-                state: spec.state.to_string(),
+                state: state.to_string(),
                 weight: spec.weight,
                 slots,
                 share,
+                dataplane_state: dataplane_state(spec.state).to_owned(),
+                health: None,
+                nexthop: None,
+                runtime: None,
             }
         })
         .collect();
@@ -120,6 +145,16 @@ fn vip_status(vip: &Vip, applied: &AppliedVip) -> VipStatus {
         generation: applied.generation,
         fingerprint: table.fingerprint().to_string(),
         backends,
+        policy: mode.map(|m| PolicyStatus::new(m, &applied.spec.policy)),
+    }
+}
+
+/// What the data plane does with a backend in `state` (its `BACKENDS` state).
+fn dataplane_state(state: BackendState) -> &'static str {
+    match state {
+        BackendState::Active => "active",
+        BackendState::Drain => "draining",
+        BackendState::Down => "down",
     }
 }
 
@@ -128,7 +163,10 @@ impl<D: Dataplane> Controller<D> {
     pub fn vip_statuses(&self) -> Vec<VipStatus> {
         self.vips()
             .iter()
-            .map(|(vip, applied)| vip_status(vip, applied))
+            .map(|(vip, applied)| {
+                let admin = self.applied().and_then(|d| d.vips.get(vip));
+                vip_status(vip, applied, admin, self.policy_mode(vip))
+            })
             .collect()
     }
 }

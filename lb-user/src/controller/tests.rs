@@ -1,6 +1,8 @@
 //! Controller logic against the in-memory data plane: what is written, in which order,
-//! what a failure leaves behind, id stability, shared builds, and the shared cases
-//! BR-03, BR-04, BR-09, BR-10 and BR-12 at controller level.
+//! what a failure leaves behind, id stability, shared builds, and, at controller level,
+//! the failure scenarios of drained backends (BR-03), invalid table sizes (BR-04),
+//! several backends down (BR-09), many services on the same backends (BR-10) and
+//! changes while packets flow (BR-12), described in `docs/failure-scenarios.md`.
 
 use std::collections::BTreeSet;
 
@@ -237,8 +239,9 @@ fn a_removed_vip_goes_before_its_table_and_its_backends_go_down() {
 
 #[test]
 fn a_failure_at_any_step_leaves_the_previous_state() {
-    // BR-12.T3 and the failure injection: a change touching globals, two VIPs,
-    // additions, removals and drains fails at every one of its steps in turn.
+    // A change touching globals, two VIPs, additions, removals and drains fails at
+    // every one of its steps in turn; each time the previous state must be back
+    // (BR-12.T3).
     let initial = desired(&format!(
         "{}{}",
         vip_toml(
@@ -293,7 +296,8 @@ fn a_failure_at_any_step_leaves_the_previous_state() {
 
 #[test]
 fn removed_ids_are_not_given_to_new_backends_but_come_back_on_re_add() {
-    // BR-12.T4: remove B13 and add B19 in one change.
+    // Remove B13 and add B19 in one change: B19 gets a fresh id, written before the
+    // table; B13's id is marked down after it and comes back only to B13 (BR-12.T4).
     let mut c = controller();
     c.apply(&three()).unwrap();
     let b13 = id_of(&c, 13);
@@ -322,8 +326,8 @@ fn removed_ids_are_not_given_to_new_backends_but_come_back_on_re_add() {
 
 #[test]
 fn identical_backend_sets_share_one_build() {
-    // BR-10.T1 at controller level: 500 services on 4 backends, then a rolling
-    // replacement of B11 by B15.
+    // 500 services on 4 backends, then a rolling replacement of B11 by B15 (add, then
+    // remove): one build per distinct backend set, not one per service (BR-10.T1).
     let ports: Vec<u16> = (10_000..10_500).collect();
     let set = |backends: &[u8]| {
         let list: Vec<(u8, u32, &str)> = backends.iter().map(|b| (*b, 1, "active")).collect();
@@ -345,7 +349,8 @@ fn identical_backend_sets_share_one_build() {
 
 #[test]
 fn table_memory_over_the_limit_is_refused_before_writing() {
-    // BR-10.T3.
+    // Two 65,537-slot VIPs against a 1 MiB limit: refused with both sizes named,
+    // before any map is written (BR-10.T3).
     let mut c = controller();
     let mut d = desired(&format!(
         "{}{}",
@@ -379,7 +384,8 @@ fn table_memory_counts_both_buffers_of_each_vip() {
 
 #[test]
 fn down_backends_are_left_out_of_the_table_for_every_combination() {
-    // BR-09.T1/T2: every pair and triple of four backends down.
+    // Every pair and triple of four backends down: no slot names a down backend, the
+    // others share the table evenly (BR-09.T1, T2).
     let names = [11u8, 12, 13, 14];
     for mask in 0u8..16 {
         let down: Vec<u8> = names
@@ -406,7 +412,8 @@ fn down_backends_are_left_out_of_the_table_for_every_combination() {
             .map(|n| id_of(&c, *n))
             .collect();
         if up.is_empty() {
-            // BR-09.T3, documented policy: fail closed (no backend, drop and count).
+            // All four down: an empty table, so the VIP drops new flows and counts them
+            // (BR-09.T3).
             assert!(slots.iter().all(|&s| s == 0));
             continue;
         }
@@ -420,7 +427,7 @@ fn down_backends_are_left_out_of_the_table_for_every_combination() {
 
 #[test]
 fn all_weights_zero_installs_an_empty_table_and_warns() {
-    // BR-03.T3.
+    // Every backend at weight 0: an empty table and a warning naming the VIP (BR-03.T3).
     let mut c = controller();
     let report = c
         .apply(&desired(&vip_toml(
@@ -436,8 +443,8 @@ fn all_weights_zero_installs_an_empty_table_and_warns() {
 
 #[test]
 fn a_table_that_cannot_be_built_changes_nothing() {
-    // BR-04.T1 past validation (a desired state built by hand): the previous table
-    // stays, with its fingerprint.
+    // A non-prime size that got past validation (a desired state built by hand): the
+    // change fails and the previous table stays, with its fingerprint (BR-04.T1).
     let mut c = controller();
     c.apply(&three()).unwrap();
     let fingerprint = c.vip_statuses()[0].fingerprint.clone();

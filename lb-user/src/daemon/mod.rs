@@ -1,19 +1,34 @@
-//! `lb run`: the daemon. Loads and attaches the XDP program, applies the
-//! configuration, then serves the control socket (one task per connection, within the
-//! protocol's limits: [`crate::control::server`]), reloads on SIGHUP and when the file
-//! changes (debounced), samples counters every second (`stats`), and detaches on
-//! SIGINT/SIGTERM.
+//! `lb run`: the daemon. Opens the pinned datapath of its interface ([`datapath`]:
+//! adopts it, or creates it), applies the configuration merged with the runtime changes
+//! of its state file, attaches (replacing the program of a pinned link atomically), then
+//! serves the control socket (one task per connection, within the protocol's limits:
+//! [`crate::control::server`]), reloads on SIGHUP and when the file's bytes change
+//! ([`watch`], debounced), samples counters every second (`stats`), and tells systemd
+//! when it is ready ([`notify`]).
+//!
+//! SIGINT/SIGTERM stop the daemon and leave the datapath forwarding with its last
+//! state (health checks and changes pause until the next start), unless
+//! `detach_on_exit` is set; `lb detach` removes it by hand. At the signal the daemon
+//! first says it is exiting and gives up its socket, so a new daemon can start at once.
 //!
 //! The logic is in [`service`] (tested without root); this module is the event loop
 //! and the parts that need the real system (privileges, the interface's MAC, the
-//! socket, signals, file watching).
+//! socket, signals, file watching). Health checks run on their own runtime thread
+//! ([`health`]) and send their batches of transitions to the event loop; the backends'
+//! next hops are watched by [`nexthop`].
 
+mod datapath;
+pub mod health;
 mod neighbours;
+pub mod nexthop;
+mod notify;
 pub mod service;
+pub mod state_file;
 mod stats;
+mod watch;
 
 use std::{
-    os::unix::fs::PermissionsExt as _,
+    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Duration,
@@ -25,7 +40,7 @@ use tokio::{
     signal::unix::{SignalKind, signal},
     sync::mpsc,
 };
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     config::{Config, Loaded, XdpMode},
@@ -33,15 +48,29 @@ use crate::{
         Request,
         server::{self, Limits, ServeError},
     },
-    controller::ApplyReport,
-    dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions, offload},
+    controller::{ApplyReport, Controller},
+    dataplane::{AttachMode, Dataplane as _, KernelDataplane, offload},
 };
+pub use datapath::{DetachError, detach};
 use service::Service;
+use state_file::StateFile;
+use watch::LastSeen;
 
 /// Quiet time after a file change before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(300);
 /// Counter sampling period for rates.
 const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
+
+/// How `lb run` is asked to start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// The configuration file.
+    pub config: PathBuf,
+    /// Discard the pinned datapath (and its connection tracking) and start fresh.
+    pub reset: bool,
+    /// Load the XDP object from this file instead of the embedded one (upgrade tests).
+    pub object: Option<PathBuf>,
+}
 
 /// The MAC of `iface` (`/sys/class/net/<iface>/address`).
 fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
@@ -73,19 +102,20 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
         .flat_map(|v| v.backends.keys().map(crate::maglev::BackendKey::ip))
         .collect::<Vec<_>>();
     neighbours::manage(service.interface(), backends);
+    service.watch_nexthops();
 }
 
 fn log_report(report: &ApplyReport) {
     for line in report.lines() {
         info!("{line}");
     }
-    for w in &report.warnings {
+    for w in report.warnings.iter().chain(&report.policy_changes) {
         warn!("{w}");
     }
 }
 
 /// Attaches in the configured mode; `auto` falls back from native to skb with a
-/// warning.
+/// warning. A pinned link is reused in the mode it has.
 ///
 /// Native mode on an interface with receive VLAN offload would send tagged frames back
 /// untagged (`dataplane::offload`): `native` refuses it, `auto` takes skb mode.
@@ -94,7 +124,7 @@ fn attach(dp: &mut KernelDataplane, iface: &str, mode: XdpMode) -> anyhow::Resul
         XdpMode::Skb => None,
         XdpMode::Native | XdpMode::Auto => offload::native_vlan_problem(iface),
     };
-    let mode = match (mode, vlan_problem) {
+    let wanted = match (mode, vlan_problem) {
         (XdpMode::Native, Some(problem)) => bail!("native XDP refused: {problem}"),
         (XdpMode::Auto, Some(problem)) => {
             warn!("{problem}; attaching in skb (generic) mode");
@@ -103,16 +133,22 @@ fn attach(dp: &mut KernelDataplane, iface: &str, mode: XdpMode) -> anyhow::Resul
         (XdpMode::Native, None) => AttachMode::Native,
         (XdpMode::Skb, _) => AttachMode::Skb,
         (XdpMode::Auto, None) => match dp.attach(iface, AttachMode::Native) {
-            Ok(()) => return Ok(AttachMode::Native),
+            Ok(()) => return Ok(dp.attached_mode().unwrap_or(AttachMode::Native)),
             Err(e) => {
                 warn!("native XDP on {iface} failed ({e}); falling back to skb (generic) mode");
                 AttachMode::Skb
             }
         },
     };
-    dp.attach(iface, mode)
-        .with_context(|| format!("attaching XDP to {iface} in {mode} mode"))?;
-    Ok(mode)
+    dp.attach(iface, wanted)
+        .with_context(|| format!("attaching XDP to {iface} in {wanted} mode"))?;
+    let used = dp.attached_mode().unwrap_or(wanted);
+    if used != wanted {
+        warn!(
+            "xdp_mode asks for {wanted} but the pinned link runs in {used} mode: kept (`lb detach --interface {iface}`, then start, to change it)"
+        );
+    }
+    Ok(used)
 }
 
 /// Creates the control socket: its directory (0700) if missing, a stale socket file
@@ -127,7 +163,7 @@ fn bind_socket(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> 
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             bail!(
-                "control socket {} is in use: another lb daemon is running",
+                "control socket {} is in use by another process (an lb daemon for another interface?)",
                 path.display()
             );
         }
@@ -143,12 +179,38 @@ fn bind_socket(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> 
 type Shared = Arc<Mutex<Service<KernelDataplane>>>;
 
 /// The control socket's file, removed on drop (at exit, and when start-up fails after
-/// the socket was bound).
-struct SocketFile(PathBuf);
+/// the socket was bound) — only while it is still ours: a daemon started while this
+/// one exits may have bound a new socket at the same path.
+struct SocketFile {
+    path: PathBuf,
+    inode: Option<(u64, u64)>,
+}
+
+impl SocketFile {
+    fn new(path: &Path) -> Self {
+        let inode = std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        Self {
+            path: path.to_path_buf(),
+            inode,
+        }
+    }
+
+    fn remove(&mut self) {
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if self.inode.is_some() && now == self.inode {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        self.inode = None;
+    }
+}
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        self.remove();
     }
 }
 
@@ -157,7 +219,7 @@ async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> Result<()
     server::serve(stream, Limits::default(), |request| {
         let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
         let response = service.handle(request, &mut log_report);
-        if matches!(request, Request::Backend { .. }) && response.ok {
+        if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
             manage_neighbours(&service);
         }
         response
@@ -165,9 +227,42 @@ async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> Result<()
     .await
 }
 
-fn reload(service: &Shared, path: &Path, why: &str) {
+/// Why a reload was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trigger {
+    Signal,
+    FileChanged,
+}
+
+/// Reloads `path` unless its bytes are those last seen: then nothing happens, and only
+/// a debug line (an info line for SIGHUP, which an operator sent) is logged.
+fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen) {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            error!(
+                "reload: cannot read {}: {e}; nothing applied",
+                path.display()
+            );
+            return;
+        }
+    };
+    if !seen.differs(&bytes) {
+        match why {
+            Trigger::Signal => info!("SIGHUP: {} is unchanged; nothing to do", path.display()),
+            Trigger::FileChanged => debug!("{} rewritten with the same bytes", path.display()),
+        }
+        return;
+    }
+    let why = match why {
+        Trigger::Signal => "SIGHUP",
+        Trigger::FileChanged => "file changed",
+    };
     info!("reloading {} ({why})", path.display());
-    match Config::load(path) {
+    let loaded = String::from_utf8(bytes)
+        .map_err(|e| format!("not UTF-8 text: {e}"))
+        .and_then(|text| Config::from_toml(&text).map_err(|e| e.to_string()));
+    match loaded {
         Err(e) => error!("reload: invalid configuration, nothing applied: {e}"),
         Ok(loaded) => {
             for w in &loaded.warnings {
@@ -175,7 +270,10 @@ fn reload(service: &Shared, path: &Path, why: &str) {
             }
             let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
             match service.reload(&loaded) {
-                Ok(report) => {
+                Ok((report, dropped)) => {
+                    for line in &dropped {
+                        info!("{line}");
+                    }
                     if report.operations == 0 {
                         info!("reload: no change");
                     }
@@ -188,76 +286,110 @@ fn reload(service: &Shared, path: &Path, why: &str) {
     }
 }
 
-/// Watches `path` (through its directory, as editors replace files) and sends a unit
-/// for every event on it.
-fn watch(path: &Path, tx: mpsc::UnboundedSender<()>) -> anyhow::Result<notify::RecommendedWatcher> {
-    use notify::Watcher as _;
-    let file_name = path.file_name().map(ToOwned::to_owned);
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event
-            && event
-                .paths
-                .iter()
-                .any(|p| p.file_name().map(ToOwned::to_owned) == file_name)
-        {
-            let _ = tx.send(());
-        }
-    })?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
-    Ok(watcher)
-}
-
-/// Runs the daemon with the configuration file `path` until SIGINT or SIGTERM.
+/// Runs the daemon as `options` say until SIGINT or SIGTERM.
 ///
 /// # Errors
-/// Not privileged, an invalid file, or a failure loading, attaching or applying;
-/// nothing is left attached.
-pub fn run(path: &Path) -> anyhow::Result<()> {
+/// Not privileged, an invalid file or state file, an interface another daemon controls,
+/// an incompatible pinned datapath, or a failure loading, attaching or applying. A
+/// datapath this start created is removed again; an adopted one is left as it was
+/// found, forwarding.
+pub fn run(options: &RunOptions) -> anyhow::Result<()> {
+    let path = options.config.as_path();
     if !crate::dataplane::may_load_xdp() {
         bail!(
             "lb run needs root (or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN): try `sudo lb run --config {}`",
             path.display()
         );
     }
-    let loaded: Loaded =
-        Config::load(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let loaded: Loaded = String::from_utf8(bytes.clone())
+        .map_err(|e| anyhow::anyhow!("{}: not UTF-8 text: {e}", path.display()))
+        .and_then(|text| {
+            Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        })?;
     for w in &loaded.warnings {
         warn!("{w}");
     }
     let config = loaded.config.clone();
     let if_mac = interface_mac(&config.interface)?;
-    let dp = KernelDataplane::load(LoadOptions {
-        ct_capacity: config.ct_capacity,
-        ct_syn_capacity: config.ct_syn_capacity,
-        frag_capacity: config.frag_capacity,
-    })
-    .context("loading the XDP program")?;
+    let state_file = StateFile::new(&config.state_dir, &config.interface);
+    // Before anything touches the datapath: a corrupt state file stops the start.
+    state_file.load()?;
+    let opened = datapath::open(&config, options)?;
+    let (created, layout) = (opened.created, opened.layout);
+    let (controller, recovery) =
+        Controller::adopt(opened.dp).context("reading the adopted datapath")?;
+    for line in recovery.lines() {
+        info!("{line}");
+    }
     let listener = bind_socket(&config.control_socket)?;
     // Removes the socket file however `run` ends from here on.
-    let _socket_file = SocketFile(config.control_socket.clone());
-    // The maps are filled before the program is attached, so the first packet it sees
-    // already meets the whole configuration.
-    let (mut service, report) =
-        Service::start(dp, path.to_path_buf(), &loaded, if_mac, String::new())
-            .map_err(|e| anyhow::anyhow!("applying the configuration: {e}"))?;
+    let mut socket_file = SocketFile::new(&config.control_socket);
+    // The maps are filled before the program is attached (or, adopted, brought to the
+    // configuration while the old program forwards), so the first packet the new
+    // program sees already meets the whole configuration.
+    let started = Service::start(
+        controller,
+        path.to_path_buf(),
+        &loaded,
+        if_mac,
+        String::new(),
+        Some(state_file),
+    );
+    let (mut service, report, dropped) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            if created {
+                datapath::remove_created_at(&config);
+            }
+            return Err(anyhow::anyhow!("applying the configuration: {e}"));
+        }
+    };
+    for line in &dropped {
+        info!("{line}");
+    }
     log_report(&report);
     manage_neighbours(&service);
     let mode = attach(
         service.controller_mut().dataplane_mut(),
         &config.interface,
         config.xdp_mode,
-    )?;
+    );
+    let mode = match mode {
+        Ok(mode) => mode,
+        Err(e) => {
+            if created {
+                let _ = service.controller_mut().dataplane_mut().remove_pins();
+            }
+            return Err(e);
+        }
+    };
     service.set_mode(mode.to_string());
+    let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
+    let batches = service.start_health(health_runtime.handle(), &config);
+    health::attach_probe_program(&mut service, &config.interface);
+    match nexthop::NexthopMonitor::start() {
+        Ok(monitor) => service.set_nexthop_monitor(monitor),
+        Err(e) => warn!("not watching the backends' next hops: {e}"),
+    }
+    let dp = service.controller().dataplane();
+    service.set_datapath(
+        dp.pin_dir().map(|d| d.shown().display().to_string()),
+        Some(layout),
+    );
     info!(
         "attached to {} in {mode} mode; control socket {}",
         config.interface,
         config.control_socket.display()
     );
+    let ready = format!(
+        "forwarding on {} ({mode} XDP), datapath {}",
+        config.interface,
+        if created { "created" } else { "adopted" }
+    );
     let service: Shared = Arc::new(Mutex::new(service));
+    let mut seen = LastSeen::default();
+    seen.differs(&bytes);
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -266,12 +398,36 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
             listener,
             Arc::clone(&service),
             path.to_path_buf(),
+            batches,
+            seen,
+            ready,
         ));
     let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-    if let Err(e) = service.controller_mut().dataplane_mut().detach() {
-        error!("detaching: {e}");
+    // The tunnel-probe program serves the health checks only, which pause with the
+    // daemon: it goes whether or not the datapath stays.
+    health::detach_probe_program(&mut service, &config.interface);
+    let detach_on_exit = service.detach_on_exit();
+    let dp = service.controller_mut().dataplane_mut();
+    if !detach_on_exit {
+        // A daemon starting meanwhile waits for the lock instead of refusing.
+        dp.mark_exiting();
+    }
+    notify::stopping("stopping");
+    socket_file.remove();
+    if detach_on_exit {
+        match dp.remove_pins() {
+            Ok(Some(gone)) => info!(
+                "detach_on_exit: detached from {} and removed the pinned datapath ({gone})",
+                config.interface
+            ),
+            Ok(None) => {}
+            Err(e) => error!("detach_on_exit: {e}"),
+        }
     } else {
-        info!("detached from {}", config.interface);
+        info!(
+            "the datapath stays attached to {} and forwards with its last state; health checks and changes pause until the next start (`lb detach --interface {}` removes it)",
+            config.interface, config.interface
+        );
     }
     result
 }
@@ -280,13 +436,18 @@ async fn event_loop(
     listener: std::os::unix::net::UnixListener,
     service: Shared,
     path: PathBuf,
+    mut batches: mpsc::Receiver<crate::health::coalesce::Batch<crate::config::Vip>>,
+    mut seen: LastSeen,
+    ready: String,
 ) -> anyhow::Result<()> {
     let listener = UnixListener::from_std(listener)?;
     let mut hangup = signal(SignalKind::hangup())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    // Ready only once a SIGTERM would be handled (not kill the process half-way).
+    notify::ready(&ready);
     let (tx, mut file_events) = mpsc::unbounded_channel();
-    let _watcher = match watch(&path, tx) {
+    let _watcher = match watch::watch(&path, tx) {
         Ok(w) => Some(w),
         Err(e) => {
             warn!(
@@ -311,13 +472,14 @@ async fn event_loop(
                 }
                 Err(e) => warn!("control socket accept: {e}"),
             },
-            _ = hangup.recv() => reload(&service, &path, "SIGHUP"),
+            _ = hangup.recv() => reload(&service, &path, Trigger::Signal, &mut seen),
             Some(()) = file_events.recv() => {
                 // Debounce: wait until the file has been quiet for a while.
                 while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, file_events.recv()).await {}
-                reload(&service, &path, "file changed");
+                reload(&service, &path, Trigger::FileChanged, &mut seen);
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
+            Some(batch) = batches.recv() => health::apply_batch(&service, &batch, &mut log_report),
             _ = interrupt.recv() => { info!("SIGINT: shutting down"); return Ok(()); }
             _ = terminate.recv() => { info!("SIGTERM: shutting down"); return Ok(()); }
         }

@@ -1,16 +1,28 @@
-//! [`Service`]: the daemon's logic without the event loop — applying the file,
-//! reloads, runtime changes from the control socket, status, stats and flow lookups.
-//! Generic over the data plane, so it is unit-tested against the in-memory fake.
+//! [`Service`]: the daemon's logic without the event loop — applying the file merged
+//! with the runtime changes ([`crate::controller::overrides`] has the merge rule),
+//! reloads, runtime changes from the control socket (kept in the state file before
+//! they are applied), status, stats and flow lookups. Generic over the data plane, so
+//! it is unit-tested against the in-memory fake.
 
 use std::path::PathBuf;
 
-use super::stats::{self, Sample};
+use tokio::{runtime::Handle, sync::mpsc};
+
+use super::{
+    health::HealthChecks,
+    nexthop::NexthopMonitor,
+    state_file::{StateFile, StateFileError},
+    stats::{self, Sample},
+};
 use crate::{
-    config::{BackendState, Config, Loaded, Vip, XdpMode},
-    control::{BackendAction, Request, Response, Stats, Status},
-    controller::{ApplyError, ApplyReport, Controller, Desired, EditError, FlowError},
+    config::{BackendState, Config, HealthChecker, Loaded, Nexthop, Vip, XdpMode},
+    control::{BackendAction, OverrideStatus, OverridesReport, Request, Response, Stats, Status},
+    controller::{
+        ApplyError, ApplyReport, Controller, Desired, EditError, FlowError, Override, Overrides,
+    },
     dataplane::{Dataplane, DataplaneError},
     defaults,
+    health::coalesce::Batch,
     maglev::BackendKey,
 };
 
@@ -43,6 +55,9 @@ pub enum ServiceError {
     /// The counters could not be read.
     #[error(transparent)]
     Counters(#[from] DataplaneError),
+    /// The state file could not be read or written (nothing was applied).
+    #[error(transparent)]
+    State(#[from] StateFileError),
 }
 
 /// Settings that only take effect at start; a reload that changes them is refused.
@@ -51,6 +66,8 @@ struct StartOnly {
     interface: String,
     xdp_mode: XdpMode,
     control_socket: PathBuf,
+    pin_dir: PathBuf,
+    state_dir: PathBuf,
     ct_capacity: u32,
     ct_syn_capacity: u32,
     frag_capacity: u32,
@@ -58,6 +75,9 @@ struct StartOnly {
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
     hash_seed: u32,
+    /// The health checker's coalescing window and concurrency (its scheduler is
+    /// started with them).
+    health: HealthChecker,
 }
 
 impl StartOnly {
@@ -66,10 +86,13 @@ impl StartOnly {
             interface: c.interface.clone(),
             xdp_mode: c.xdp_mode,
             control_socket: c.control_socket.clone(),
+            pin_dir: c.pin_dir.clone(),
+            state_dir: c.state_dir.clone(),
             ct_capacity: c.ct_capacity,
             ct_syn_capacity: c.ct_syn_capacity,
             frag_capacity: c.frag_capacity,
             hash_seed: c.hash_seed,
+            health: c.health,
         }
     }
 
@@ -82,6 +105,8 @@ impl StartOnly {
                 "control_socket",
                 self.control_socket != other.control_socket,
             ),
+            ("pin_dir", self.pin_dir != other.pin_dir),
+            ("state_dir", self.state_dir != other.state_dir),
             ("conntrack.capacity", self.ct_capacity != other.ct_capacity),
             (
                 "conntrack.syn_capacity",
@@ -92,6 +117,14 @@ impl StartOnly {
                 self.frag_capacity != other.frag_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
+            (
+                "health.coalesce_ms",
+                self.health.coalesce_window != other.health.coalesce_window,
+            ),
+            (
+                "health.max_concurrent_probes",
+                self.health.max_concurrent != other.health.max_concurrent,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
@@ -109,38 +142,164 @@ pub struct Service<D> {
     interface: String,
     mode: String,
     previous: Option<Sample>,
+    /// The health checks, once started ([`Self::start_health`]).
+    health: Option<HealthChecks>,
+    /// The backends' next hops, once watched ([`Self::set_nexthop_monitor`]).
+    nexthops: Option<NexthopMonitor>,
+    /// The runtime changes in force.
+    overrides: Overrides,
+    /// Where they are kept (`None`: not kept, in unit tests).
+    state_file: Option<StateFile>,
+    /// The pinned datapath's directory and layout stamp, for `lb status`.
+    datapath: (Option<String>, Option<String>),
+    detach_on_exit: bool,
+}
+
+/// The status form of an override.
+fn override_status(o: &Override) -> OverrideStatus {
+    OverrideStatus {
+        vip: o.vip.to_string(),
+        backend: o.backend.to_string(),
+        change: o.describe(),
+        file: o.describe_file(),
+    }
 }
 
 impl<D: Dataplane> Service<D> {
-    /// Applies `loaded` (read from `config_file`) to a fresh controller of `dp`, which
-    /// is attached to `interface` in `mode`; `if_mac` is the interface's MAC.
+    /// Applies `loaded` (read from `config_file`), merged with the runtime changes kept
+    /// in `state_file`, through `controller` (fresh, or adopted from a pinned data
+    /// plane: then only differences are written). `if_mac` is the interface's MAC.
+    /// Returns the report and a line for each runtime change the file overrode.
     ///
     /// # Errors
-    /// When the first apply fails (nothing is left in the data plane's maps that a
-    /// packet could use: the VIPs are written last).
+    /// An unreadable or corrupt state file (nothing is applied), or a failed apply
+    /// (nothing a packet could use is left half-written: the VIPs are written last).
     pub fn start(
-        dp: D,
+        controller: Controller<D>,
         config_file: PathBuf,
         loaded: &Loaded,
         if_mac: [u8; 6],
         mode: String,
-    ) -> Result<(Self, ApplyReport), ApplyError> {
-        let desired = Desired::from_config(&loaded.config, if_mac);
-        let mut controller = Controller::new(dp);
+        state_file: Option<StateFile>,
+    ) -> Result<(Self, ApplyReport, Vec<String>), ServiceError> {
+        let stored = match &state_file {
+            Some(f) => f.load()?,
+            None => Overrides::default(),
+        };
+        let file_desired = Desired::from_config(&loaded.config, if_mac);
+        let (desired, kept, dropped) = stored.merge(&file_desired);
+        let mut controller = controller;
         let report = controller.apply(&desired)?;
-        Ok((
-            Self {
-                controller,
-                config_file,
-                file_desired: desired,
-                start_only: StartOnly::of(&loaded.config),
-                if_mac,
-                interface: loaded.config.interface.clone(),
-                mode,
-                previous: None,
-            },
-            report,
-        ))
+        let service = Self {
+            controller,
+            config_file,
+            file_desired,
+            start_only: StartOnly::of(&loaded.config),
+            if_mac,
+            interface: loaded.config.interface.clone(),
+            mode,
+            previous: None,
+            health: None,
+            nexthops: None,
+            overrides: kept,
+            state_file,
+            datapath: (None, None),
+            detach_on_exit: loaded.config.detach_on_exit,
+        };
+        if service.overrides != stored {
+            service.persist(&service.overrides)?;
+        }
+        Ok((service, report, dropped))
+    }
+
+    /// Records the pinned datapath's directory and layout stamp for `lb status`.
+    pub fn set_datapath(&mut self, pin_dir: Option<String>, layout: Option<String>) {
+        self.datapath = (pin_dir, layout);
+    }
+
+    /// Whether the datapath is to be detached and its pins removed at exit.
+    pub fn detach_on_exit(&self) -> bool {
+        self.detach_on_exit
+    }
+
+    /// The runtime changes in force.
+    pub fn overrides(&self) -> &Overrides {
+        &self.overrides
+    }
+
+    /// Writes `overrides` to the state file, if there is one.
+    fn persist(&self, overrides: &Overrides) -> Result<(), StateFileError> {
+        match &self.state_file {
+            Some(f) => f.save(overrides),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the health checks of `config` (the configuration [`Self::start`] applied)
+    /// on the runtime of `handle` and schedules every probed backend; returns the
+    /// receiver of their batches of transitions, for [`Self::apply_health`].
+    pub fn start_health(&mut self, handle: Handle, config: &Config) -> mpsc::Receiver<Batch<Vip>> {
+        let (checks, batches) = HealthChecks::start(handle, config);
+        self.health = Some(checks);
+        let report = self.sync_health();
+        debug_assert!(report.operations == 0, "nothing is unhealthy at start");
+        batches
+    }
+
+    /// Applies one batch of health transitions (one table change per VIP at most).
+    ///
+    /// # Errors
+    /// The change could not be applied (the running state is kept; the health stays
+    /// recorded and the next change applies it).
+    pub fn apply_health(&mut self, batch: &Batch<Vip>) -> Result<ApplyReport, ServiceError> {
+        let Some(health) = &self.health else {
+            return Ok(ApplyReport::default());
+        };
+        Ok(health.apply(&mut self.controller, batch)?)
+    }
+
+    /// Schedules the probes of what the controller applied (see
+    /// [`HealthChecks::sync`]); a backend no longer probed counts as healthy again.
+    fn sync_health(&mut self) -> ApplyReport {
+        let Some(health) = &self.health else {
+            return ApplyReport::default();
+        };
+        let released = health.sync(&self.controller);
+        let healthy = released.into_iter().map(|(vip, key)| (vip, key, true));
+        self.controller.set_health(healthy).unwrap_or_else(|e| {
+            tracing::error!("health: returning unprobed backends to their VIPs failed: {e}");
+            ApplyReport::default()
+        })
+    }
+
+    /// The health checks, once started.
+    pub fn health(&self) -> Option<&HealthChecks> {
+        self.health.as_ref()
+    }
+
+    /// Watches the backends' next hops with `monitor` from now on.
+    pub fn set_nexthop_monitor(&mut self, monitor: NexthopMonitor) {
+        self.nexthops = Some(monitor);
+        self.watch_nexthops();
+    }
+
+    /// Has the next-hop monitor watch the backends now applied (none in gateway mode).
+    pub fn watch_nexthops(&self) {
+        let Some(monitor) = &self.nexthops else {
+            return;
+        };
+        let backends = self
+            .controller
+            .applied()
+            .filter(|d| d.globals.nexthop == Nexthop::Fib)
+            .map(|d| {
+                d.vips
+                    .iter()
+                    .flat_map(|(vip, spec)| spec.backends.keys().map(|k| (vip.to_string(), k.ip())))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        monitor.watch(backends);
     }
 
     /// Records the attach mode in use (`native` or `skb`) for `lb status`.
@@ -163,20 +322,39 @@ impl<D: Dataplane> Service<D> {
         &mut self.controller
     }
 
-    /// Applies a reloaded file, replacing runtime changes.
+    /// Applies a reloaded file merged with the runtime changes (the merge rule of
+    /// [`crate::controller::overrides`]); returns the report and a line for each
+    /// runtime change the file overrode (dropped).
     ///
     /// # Errors
     /// Settings that need a restart changed, or the change failed (the running state is
     /// kept either way).
-    pub fn reload(&mut self, loaded: &Loaded) -> Result<ApplyReport, ServiceError> {
+    pub fn reload(&mut self, loaded: &Loaded) -> Result<(ApplyReport, Vec<String>), ServiceError> {
         let changed = self.start_only.changed(&StartOnly::of(&loaded.config));
         if !changed.is_empty() {
             return Err(ServiceError::StartOnly(changed));
         }
-        let desired = Desired::from_config(&loaded.config, self.if_mac);
-        let report = self.controller.apply(&desired)?;
-        self.file_desired = desired;
-        Ok(report)
+        let file_desired = Desired::from_config(&loaded.config, self.if_mac);
+        let (desired, kept, dropped) = self.overrides.merge(&file_desired);
+        if kept != self.overrides {
+            self.persist(&kept)?;
+        }
+        let mut report = match self.controller.apply(&desired) {
+            Ok(report) => report,
+            Err(e) => {
+                let _ = self.persist(&self.overrides);
+                return Err(e.into());
+            }
+        };
+        self.file_desired = file_desired;
+        self.overrides = kept;
+        self.detach_on_exit = loaded.config.detach_on_exit;
+        if let Some(health) = &mut self.health {
+            health.configure(&loaded.config);
+        }
+        let health = self.sync_health();
+        merge(&mut report, health);
+        Ok((report, dropped))
     }
 
     /// Whether runtime changes make the running state differ from the file.
@@ -204,6 +382,15 @@ impl<D: Dataplane> Service<D> {
                 }
                 Err(e) => Response::error(e),
             },
+            Request::Overrides { clear } => match self.list_or_clear(clear) {
+                Ok((answer, report)) => {
+                    if let Some(report) = &report {
+                        log(report);
+                    }
+                    Response::ok(answer)
+                }
+                Err(e) => Response::error(e),
+            },
             Request::Flow { vip, client } => match self.controller.flow(&vip, client) {
                 Ok(r) => Response::ok(r),
                 Err(e) => Response::error(e),
@@ -211,7 +398,45 @@ impl<D: Dataplane> Service<D> {
         }
     }
 
-    /// `lb backend`: applies the change to the running state.
+    /// `lb overrides [--clear]`.
+    fn list_or_clear(
+        &mut self,
+        clear: bool,
+    ) -> Result<(OverridesReport, Option<ApplyReport>), ServiceError> {
+        if !clear {
+            return Ok((
+                OverridesReport {
+                    overrides: self.overrides.items().map(override_status).collect(),
+                    lines: Vec::new(),
+                },
+                None,
+            ));
+        }
+        let count = self.overrides.items().count();
+        self.persist(&Overrides::default())?;
+        let report = match self.controller.apply(&self.file_desired) {
+            Ok(report) => report,
+            Err(e) => {
+                let _ = self.persist(&self.overrides);
+                return Err(e.into());
+            }
+        };
+        self.overrides.clear();
+        let mut lines = vec![format!(
+            "cleared {count} runtime change(s): the file applies"
+        )];
+        lines.extend(report.lines());
+        Ok((
+            OverridesReport {
+                overrides: Vec::new(),
+                lines,
+            },
+            Some(report),
+        ))
+    }
+
+    /// `lb backend`: applies the change to the running state, after recording it in
+    /// the state file (restored if the change fails).
     fn backend(
         &mut self,
         action: BackendAction,
@@ -243,20 +468,64 @@ impl<D: Dataplane> Service<D> {
                 });
             }
         }
-        Ok(self.controller.apply(&desired)?)
+        let mut next = self.overrides.clone();
+        next.record(&self.file_desired, &desired, vip, &key);
+        if next != self.overrides {
+            self.persist(&next)?;
+        }
+        let mut report = match self.controller.apply(&desired) {
+            Ok(report) => report,
+            Err(e) => {
+                let _ = self.persist(&self.overrides);
+                return Err(e.into());
+            }
+        };
+        self.overrides = next;
+        let health = self.sync_health();
+        merge(&mut report, health);
+        Ok(report)
     }
 
     /// `lb status`.
     pub fn status(&self) -> Status {
-        Status {
+        let mut vips = self.controller.vip_statuses();
+        for v in &mut vips {
+            let Ok(vip) = v.vip.parse::<Vip>() else {
+                continue;
+            };
+            for b in &mut v.backends {
+                if let Ok(key) = b.address.parse::<BackendKey>()
+                    && let Some(o) = self.overrides.get(&vip, &key)
+                {
+                    b.runtime = Some(o.describe());
+                }
+            }
+        }
+        let mut status = Status {
             interface: self.interface.clone(),
             mode: self.mode.clone(),
             config_file: self.config_file.display().to_string(),
             differs_from_file: self.differs_from_file(),
             changes: self.controller.changes(),
             table_builds: self.controller.builds_total(),
-            vips: self.controller.vip_statuses(),
+            vips,
+            overrides: self.overrides.items().map(override_status).collect(),
+            pin_dir: self.datapath.0.clone(),
+            layout: self.datapath.1.clone(),
+            health: crate::control::HealthSummary::default(),
+        };
+        if let Some(health) = &self.health {
+            health.annotate(&mut status, &self.controller);
         }
+        if let Some(monitor) = &self.nexthops {
+            for b in status.vips.iter_mut().flat_map(|v| &mut v.backends) {
+                b.nexthop = b.address.parse().ok().and_then(|a| monitor.status(a));
+            }
+            let (now, total) = monitor.counts();
+            status.health.nexthop_unresolved = now;
+            status.health.nexthop_unresolved_total = total;
+        }
+        status
     }
 
     /// Records the counters, so that the next `lb stats` reports rates over the time
@@ -279,6 +548,14 @@ impl<D: Dataplane> Service<D> {
             self.previous.as_ref(),
         ))
     }
+}
+
+/// Appends what `extra` did to `report` (a change and the health change it caused).
+fn merge(report: &mut ApplyReport, extra: ApplyReport) {
+    report.changes.extend(extra.changes);
+    report.warnings.extend(extra.warnings);
+    report.policy_changes.extend(extra.policy_changes);
+    report.operations += extra.operations;
 }
 
 #[cfg(test)]

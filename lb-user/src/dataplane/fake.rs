@@ -11,7 +11,7 @@ use lb_common::{
     types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipAddrKey, VipKey},
 };
 
-use super::{AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage};
+use super::{Adopted, AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage};
 use crate::prefix::Prefix;
 
 /// One mutating call, as recorded in [`FakeDataplane::ops`].
@@ -85,12 +85,25 @@ pub struct FakeDataplane {
     /// When set, the mutating call with this index (0-based, counting every attempt)
     /// fails with [`DataplaneError::Injected`] and changes nothing.
     pub fail_at_call: Option<usize>,
+    /// The controller's record ([`Dataplane::store_record`]).
+    pub record: Option<Vec<u8>>,
+    /// Whether [`Dataplane::adopted`] reports what this fake holds (a restarted
+    /// daemon's view of a pinned data plane) instead of `None`.
+    pub survived: bool,
 }
 
 impl FakeDataplane {
     /// A fake with no state.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// This fake as a restarted daemon finds it: what it holds is reported by
+    /// [`Dataplane::adopted`]; the log of calls starts empty.
+    pub fn restarted(mut self) -> Self {
+        self.survived = true;
+        self.ops.clear();
+        self
     }
 
     /// Makes the `n`-th mutating call from now (0 = the next one) fail.
@@ -271,6 +284,38 @@ impl Dataplane for FakeDataplane {
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         Ok(self.conntrack.get(key).copied())
+    }
+
+    fn adopted(&self) -> Result<Option<Adopted>, DataplaneError> {
+        if !self.survived {
+            return Ok(None);
+        }
+        let mut vips: Vec<(VipKey, u32)> = self.vips.iter().map(|(k, v)| (*k, *v)).collect();
+        vips.sort_by_key(|(_, id)| *id);
+        Ok(Some(Adopted {
+            record: self.record.clone(),
+            config: self.config,
+            vips,
+            sources: self
+                .sources
+                .iter()
+                .map(|(k, (_, prefixes))| {
+                    let mut prefixes = prefixes.clone();
+                    prefixes.sort();
+                    (*k, prefixes)
+                })
+                .collect(),
+        }))
+    }
+
+    fn backend(&self, id: u32) -> Result<BackendEntry, DataplaneError> {
+        Ok(self.backends.get(&id).copied().unwrap_or_default())
+    }
+
+    fn store_record(&mut self, record: &[u8]) -> Result<(), DataplaneError> {
+        self.mutate("store_record")?;
+        self.record = Some(record.to_vec());
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`Dataplane`] implementation over its maps.
 //!
 //! - `load`: loading the embedded object ([`LoadOptions`]) and the privileges it needs;
+//! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
 //! - `sources`: the VIPs' allowed source prefixes and the order they are written in;
 //! - `harness` (feature `test-harness`): `BPF_PROG_TEST_RUN` runs, the benchmark
@@ -19,6 +20,8 @@ mod harness;
 mod load;
 #[cfg(feature = "test-harness")]
 mod pass;
+mod pinning;
+mod probe;
 mod sources;
 
 use std::{
@@ -29,7 +32,7 @@ use std::{
 use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues},
-    programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
+    programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
 #[cfg(feature = "test-harness")]
 pub use harness::{BenchTarget, TableWriter, TestRunOutput};
@@ -39,20 +42,33 @@ use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey, VipKey},
 };
-pub use load::{LoadOptions, is_root, may_load_xdp};
+pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp};
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
 
 use super::{
-    AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage, absent_is_ok,
-    map_err, tables::TableSet,
+    Adopted, AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage,
+    absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
 };
 use crate::prefix::Prefix;
+
+/// The pins of a pinned data plane (see `super::pinned`).
+#[derive(Debug)]
+struct Pinned {
+    dir: PinDir,
+    lock: PinLock,
+    /// Whether the maps were adopted (not created by this process).
+    adopted: bool,
+    /// The XDP link, pinned at `dir.link()` while attached.
+    link: Option<aya::programs::links::PinnedLink>,
+}
 
 /// The loaded XDP program and its maps.
 pub struct KernelDataplane {
     ebpf: Ebpf,
     link: Option<XdpLinkId>,
+    /// The probe program's egress link, when attached (`probe`).
+    probe_link: Option<SchedClassifierLinkId>,
     config: Array<MapData, LbConfig>,
     vip_addrs: HashMap<MapData, VipAddrKey, u32>,
     vip_filter: Array<MapData, u64>,
@@ -74,6 +90,8 @@ pub struct KernelDataplane {
     vip_keys: StdHashMap<VipKey, u32>,
     /// The allowed source prefixes of the VIPs.
     sources: sources::SourceMaps,
+    /// The pins, for a data plane opened with [`KernelDataplane::load_pinned`].
+    pinned: Option<Pinned>,
 }
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
@@ -157,7 +175,7 @@ fn on_every_cpu<T: aya::Pod + Clone>(value: T) -> Result<PerCpuValues<T>, Datapl
 impl KernelDataplane {
     /// Whether the program is attached by this handle.
     pub fn is_attached(&self) -> bool {
-        self.link.is_some()
+        self.link.is_some() || self.pinned.as_ref().is_some_and(|p| p.link.is_some())
     }
 
     /// Rewrites the `VIP_FILTER` word holding `key`'s bit from the VIPs recorded, plus
@@ -195,6 +213,9 @@ impl KernelDataplane {
 
 impl Dataplane for KernelDataplane {
     fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
+        if self.pinned.is_some() {
+            return self.attach_pinned(iface, mode);
+        }
         let mode = match mode {
             AttachMode::Native => XdpMode::Driver,
             AttachMode::Skb => XdpMode::Skb,
@@ -207,6 +228,9 @@ impl Dataplane for KernelDataplane {
     }
 
     fn detach(&mut self) -> Result<(), DataplaneError> {
+        if self.pinned.is_some() {
+            return self.detach_pinned();
+        }
         let link = self.link.take().ok_or(DataplaneError::NotAttached)?;
         xdp(&mut self.ebpf, maps::XDP_PROGRAM)?
             .detach(link)
@@ -334,5 +358,27 @@ impl Dataplane for KernelDataplane {
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         self.conntrack_lookup(key)
+    }
+
+    fn probe_encap(&self) -> Option<(bool, lb_common::probe::ProbeStats)> {
+        Some((
+            self.probe_encap_attached(),
+            self.probe_stats().unwrap_or_default(),
+        ))
+    }
+
+    fn adopted(&self) -> Result<Option<Adopted>, DataplaneError> {
+        self.adopted_state()
+    }
+
+    fn backend(&self, id: u32) -> Result<BackendEntry, DataplaneError> {
+        check_backend_id(id)?;
+        self.backends
+            .get(&id, 0)
+            .map_err(map_err(maps::BACKENDS, "lookup"))
+    }
+
+    fn store_record(&mut self, record: &[u8]) -> Result<(), DataplaneError> {
+        self.write_record(record)
     }
 }

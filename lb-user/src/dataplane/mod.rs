@@ -9,15 +9,19 @@
 //! - [`inspect`]: read-only access to the maps of a program another process loaded;
 //! - [`offload`]: the interface's receive VLAN offload, which native XDP cannot see
 //!   through.
+//! - [`pinned`]: the pinned datapath in bpffs (directory, layout stamp, lock, removal),
+//!   which outlives the daemon and which a restarted one adopts.
 //!
 //! Ordering contract the controller relies on: every call is applied completely or not
 //! at all, and a table installed by [`Dataplane::install_table`] replaces the VIP's
 //! previous table in one map update (a packet sees the whole old or the whole new table).
 
+mod bpf_sys;
 pub mod fake;
 pub mod inspect;
 pub mod kernel;
 pub mod offload;
+pub mod pinned;
 mod table_map;
 mod tables;
 
@@ -25,6 +29,7 @@ use aya::maps::MapError;
 
 use crate::prefix::Prefix;
 use lb_common::{
+    probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipKey},
 };
@@ -33,7 +38,7 @@ pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchTarget, PassProgram, TableWriter, TestRunOutput};
-pub use kernel::{KernelDataplane, LoadOptions, is_root, may_load_xdp};
+pub use kernel::{KernelDataplane, LoadOptions, Opened, Pinning, is_root, may_load_xdp};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)
 /// and the operation that failed.
@@ -80,6 +85,9 @@ pub enum DataplaneError {
     /// A failure injected by the in-memory fake.
     #[error("injected failure at {0}")]
     Injected(String),
+    /// The pinned datapath cannot be used (incompatible, held, unreachable).
+    #[error(transparent)]
+    Pin(#[from] pinned::PinError),
 }
 
 /// The error of operation `op` (`update`, `lookup`, `delete`, ...) on map `map`.
@@ -170,13 +178,28 @@ pub struct InstalledTable {
     pub slots: Vec<u32>,
 }
 
-/// Which conntrack map holds a flow.
+/// Which state holds a flow: a pin or a held SYN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtTable {
-    /// Established flows (`CONNTRACK_V4`, `CONNTRACK_V6`).
+    /// A pin (`CONNTRACK_V4`, `CONNTRACK_V6`).
     Established,
-    /// TCP flows of which only a SYN was seen (a `SYN_CACHE` slot).
+    /// A held SYN: a TCP flow of which only the SYN was seen (its `SYN_CACHE` slot).
     SynOnly,
+}
+
+/// What an adopted data plane (one a previous daemon left pinned) holds, for the
+/// controller to rebuild its state from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Adopted {
+    /// The controller's record, as last stored ([`Dataplane::store_record`]).
+    pub record: Option<Vec<u8>>,
+    /// The `CONFIG` element, when one was written.
+    pub config: Option<LbConfig>,
+    /// The `VIPS` entries: key and VIP id.
+    pub vips: Vec<(VipKey, u32)>,
+    /// The allowed source prefixes written, by VIP (sorted; VIPs without a list are
+    /// absent).
+    pub sources: Vec<(VipKey, Vec<Prefix>)>,
 }
 
 /// Operations the controller performs on the data plane.
@@ -299,6 +322,33 @@ pub trait Dataplane {
     /// # Errors
     /// When the maps cannot be read.
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError>;
+
+    /// The tunnel-probe program: whether it is attached, and its counters (zero when
+    /// they cannot be read); `None` for a data plane without one (the fake).
+    fn probe_encap(&self) -> Option<(bool, ProbeStats)> {
+        None
+    }
+    /// What this data plane held before this process opened it; `None` when it was
+    /// created empty (nothing to adopt).
+    ///
+    /// # Errors
+    /// When the maps or the record cannot be read.
+    fn adopted(&self) -> Result<Option<Adopted>, DataplaneError>;
+
+    /// The `BACKENDS` entry of `id` (state [`lb_common::types::BACKEND_UNUSED`] when
+    /// never written).
+    ///
+    /// # Errors
+    /// An id out of range, or a failed read.
+    fn backend(&self, id: u32) -> Result<BackendEntry, DataplaneError>;
+
+    /// Stores the controller's record (its ids and applied state, opaque bytes) with
+    /// the data plane, replacing the previous one whole; a data plane that does not
+    /// outlive the process keeps nothing.
+    ///
+    /// # Errors
+    /// When it cannot be written (the previous record then stays).
+    fn store_record(&mut self, record: &[u8]) -> Result<(), DataplaneError>;
 }
 
 #[cfg(test)]

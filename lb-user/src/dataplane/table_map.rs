@@ -15,65 +15,28 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, BorrowedFd, OwnedFd},
     ptr::NonNull,
 };
+
+use super::bpf_sys;
 
 use lb_common::maps::{
     TABLE_GENERATION_INDEX, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SIZE_INDEX,
 };
 
-/// `BPF_MAP_CREATE` command number (`include/uapi/linux/bpf.h`).
-const BPF_MAP_CREATE: libc::c_long = 0;
-/// `BPF_MAP_TYPE_ARRAY`.
-const BPF_MAP_TYPE_ARRAY: u32 = 2;
-
-/// The leading fields of `union bpf_attr` for `BPF_MAP_CREATE` (kernel 5.x layout);
-/// fields not listed are zero.
-#[repr(C)]
-#[derive(Default)]
-struct MapCreateAttr {
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-    map_flags: u32,
-    inner_map_fd: u32,
-    numa_node: u32,
-    map_name: [u8; 16],
-}
-
 /// Creates an empty table map for `size` slots (`size + TABLE_HEADER_LEN` entries).
 pub(crate) fn create(size: u32) -> io::Result<OwnedFd> {
-    let mut name = [0u8; 16];
-    name[..8].copy_from_slice(b"lb_table");
-    let attr = MapCreateAttr {
-        map_type: BPF_MAP_TYPE_ARRAY,
+    let shape = bpf_sys::MapShape {
+        map_type: bpf_sys::BPF_MAP_TYPE_ARRAY,
         key_size: 4,
         value_size: 4,
         max_entries: size
             .checked_add(TABLE_HEADER_LEN)
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?,
-        map_flags: TABLE_MAP_FLAGS,
-        map_name: name,
-        ..MapCreateAttr::default()
+        flags: TABLE_MAP_FLAGS,
     };
-    // SAFETY: attr is a valid, fully initialised BPF_MAP_CREATE attribute of the size
-    // passed; the kernel only reads it.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_CREATE,
-            &raw const attr,
-            size_of::<MapCreateAttr>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = i32::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    bpf_sys::create_map(shape, "lb_table")
 }
 
 /// One array element as laid out in the mapping: the `u32` value, then padding.

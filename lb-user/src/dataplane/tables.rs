@@ -15,11 +15,17 @@
 //!    the one packets pick from: the established-flow path trusts a TCP conntrack
 //!    entry only when its epoch equals `VIP_INFO`'s.
 //!
+//! A pinned data plane (`super::pinned`) also pins every buffer it creates at
+//! `tables/<index>` (the `TABLES` index), persists the epoch counter in `meta` before
+//! an epoch is used, and at adoption ([`TableSet::adopt`]) reopens the buffers, maps
+//! them and resumes the counter: a restarted daemon writes the same buffers, and never
+//! gives out an epoch a conntrack entry may already carry.
+//!
 //! The grace period is the kernel's own: re-setting an existing `TABLES` entry makes the
 //! update wait in `synchronize_rcu()` (`maybe_wait_bpf_programs()` in
 //! `kernel/bpf/syscall.c`), and every XDP program runs inside an RCU read-side section.
 
-use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _};
+use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _, path::PathBuf};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 use lb_common::{
@@ -28,8 +34,17 @@ use lb_common::{
 };
 
 use super::{
-    DataplaneError, InstalledTable, TableImage, absent_is_ok, map_err, syscall_err, table_map,
+    DataplaneError, InstalledTable, TableImage, absent_is_ok, bpf_sys, map_err, pinned::MetaMap,
+    syscall_err, table_map,
 };
+
+/// Where a pinned data plane keeps its table buffers and epoch counter.
+pub(crate) struct TablePins {
+    /// The `tables/` directory (as this process reaches it).
+    pub(crate) dir: PathBuf,
+    /// The `meta` map (epoch counter, attach mode).
+    pub(crate) meta: MetaMap,
+}
 
 /// Table buffers per VIP: the live one, and the one the next change writes (and which
 /// the one before it used).
@@ -70,6 +85,8 @@ pub(crate) struct TableSet {
     grace_periods: u64,
     /// Epoch of the latest install (any VIP).
     epoch: u32,
+    /// Pins, for a pinned data plane.
+    pins: Option<TablePins>,
 }
 
 fn index(vip_id: u32, buffer: usize) -> u32 {
@@ -82,6 +99,7 @@ impl TableSet {
         outer_raw: MapData,
         vips: HashMap<MapData, VipKey, VipEntry>,
         vip_info: Array<MapData, VipInfo>,
+        pins: Option<TablePins>,
     ) -> Self {
         Self {
             outer,
@@ -92,13 +110,89 @@ impl TableSet {
             #[cfg(feature = "test-harness")]
             grace_periods: 0,
             epoch: 0,
+            pins,
         }
     }
 
-    /// The next table epoch: never 0, never reused in practice (2^32 installs).
-    fn next_epoch(&mut self) -> u32 {
-        self.epoch = self.epoch.wrapping_add(1).max(1);
-        self.epoch
+    /// The `meta` map of a pinned data plane.
+    pub(crate) fn meta_mut(&mut self) -> Option<&mut MetaMap> {
+        self.pins.as_mut().map(|p| &mut p.meta)
+    }
+
+    /// The next table epoch: never 0, never reused in practice (2^32 installs); a
+    /// pinned data plane records it before it is used.
+    fn next_epoch(&mut self) -> Result<u32, DataplaneError> {
+        let epoch = self.epoch.wrapping_add(1).max(1);
+        if let Some(pins) = &mut self.pins {
+            pins.meta
+                .update(|m| m.epoch = epoch)
+                .map_err(syscall_err("recording the table epoch in meta".into()))?;
+        }
+        self.epoch = epoch;
+        Ok(epoch)
+    }
+
+    /// Reopens the buffers of every VIP in `VIPS` from their pins and resumes the
+    /// epoch counter (a pinned data plane at adoption). A VIP whose live buffer is not
+    /// pinned keeps its entry; its next install creates a new buffer.
+    pub(crate) fn adopt(&mut self) -> Result<(), DataplaneError> {
+        let Some(dir) = self.pins.as_ref().map(|p| p.dir.clone()) else {
+            return Ok(());
+        };
+        let mut epoch = self.pins.as_ref().map_or(0, |p| p.meta.get().epoch);
+        let entries: Vec<(VipKey, VipEntry)> = self
+            .vips
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(maps::VIPS, "iterate"))?;
+        for (key, entry) in entries {
+            let mut vip = VipBuffers {
+                live: Some(usize::from(entry.flags & VIP_TABLE_B != 0)),
+                key: Some(key),
+                epoch: entry.epoch,
+                ..VipBuffers::default()
+            };
+            epoch = epoch.max(entry.epoch);
+            for buffer in 0..2 {
+                let path = dir.join(index(entry.vip_id, buffer).to_string());
+                let what = || format!("reopening table buffer {}", path.display());
+                let Some(fd) = bpf_sys::open_pinned(&path).map_err(syscall_err(what()))? else {
+                    continue;
+                };
+                let info = bpf_sys::map_info(fd.as_fd()).map_err(syscall_err(what()))?;
+                let entries = info.max_entries as usize;
+                let mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
+                    .map_err(syscall_err(format!("mapping {}", path.display())))?;
+                let map =
+                    MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open pinned inner"))?;
+                vip.buffers[buffer] = Some(Buffer {
+                    map,
+                    mapping,
+                    entries,
+                });
+            }
+            self.by_id.insert(entry.vip_id, vip);
+        }
+        self.epoch = epoch;
+        Ok(())
+    }
+
+    /// The `VIPS` entries (adoption).
+    pub(crate) fn vip_entries(&self) -> Result<Vec<(VipKey, VipEntry)>, DataplaneError> {
+        self.vips
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(maps::VIPS, "iterate"))
+    }
+
+    /// Pins buffer `index`'s map, replacing the pin of the buffer it replaces.
+    fn pin_buffer(&self, index: u32, map: &MapData) -> Result<(), DataplaneError> {
+        let Some(pins) = &self.pins else {
+            return Ok(());
+        };
+        let path = pins.dir.join(index.to_string());
+        bpf_sys::pin_replacing(map.fd().as_fd(), &path)
+            .map_err(syscall_err(format!("pinning {}", path.display())))
     }
 
     /// Writes VIP `vip_id`'s `VIP_INFO` element (`key` live at `epoch`, or cleared).
@@ -208,9 +302,12 @@ impl TableSet {
                     mapping,
                     entries,
                 });
+                if let Some(Some(buffer)) = self.by_id.get(&vip_id).map(|v| &v.buffers[target]) {
+                    self.pin_buffer(index(vip_id, target), &buffer.map)?;
+                }
             }
         }
-        let epoch = self.next_epoch();
+        let epoch = self.next_epoch()?;
         let key = self.by_id.get(&vip_id).and_then(|v| v.key);
         if let Some(key) = key {
             self.write_info(vip_id, Some(&key), epoch)?;
@@ -281,6 +378,9 @@ impl TableSet {
             if vip.buffers[buffer].is_some() {
                 table_map::delete_index(self.outer_raw.fd().as_fd(), index(vip_id, buffer))
                     .map_err(syscall_err(format!("deleting a table of VIP id {vip_id}")))?;
+                if let Some(pins) = &self.pins {
+                    let _ = std::fs::remove_file(pins.dir.join(index(vip_id, buffer).to_string()));
+                }
             }
         }
         self.by_id.remove(&vip_id);

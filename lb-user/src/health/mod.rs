@@ -57,6 +57,9 @@
 //!    (`Flows::Repick` as down, `Flows::Keep` without slots as draining).
 //! 5. Status: [`scheduler::Scheduler::snapshot`] (serialisable) for `lb status` and
 //!    `--json`.
+//!
+//! Steps 1 to 5 are `config::validate::health`, `daemon::health` (on its own runtime
+//! thread) and `controller::health`.
 
 pub mod coalesce;
 pub mod damping;

@@ -8,8 +8,8 @@
 //!    finishes its connections, and drain is how the operator asks for exactly that.
 //!    Drained backends count neither as healthy nor as failed below.
 //! 2. Normal: the healthy backends get slots with their weights; an unhealthy one gets
-//!    none and its flows are re-picked, as for a removed backend (DESIGN.md, "Backend
-//!    states").
+//!    none and its flows are re-picked, as for a removed backend (the backend states
+//!    are defined in the glossary of `lb_common`).
 //! 3. Panic (Envoy's panic threshold): when the healthy share of the non-drained weight
 //!    falls below the VIP's `panic_threshold` per cent, every non-drained backend gets
 //!    slots again and keeps its flows, rather than overloading the few left. The share
@@ -80,9 +80,9 @@ pub struct Candidate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Flows {
-    /// Its conntrack entries stay honoured.
+    /// Its pins hold: its flows stay on it.
     Keep,
-    /// Its conntrack entries are ignored and the flows re-picked from the table.
+    /// Its pins no longer hold: its flows are re-picked from the table.
     Repick,
 }
 

@@ -108,7 +108,9 @@ mod tests {
 
     #[test]
     fn invalid_weights_name_backend_and_text() {
-        // BR-03.T4 at the text level: -1, 1.5, "abc".
+        // Negative, fractional, non-numeric, empty, signed, padded, too large and
+        // exponent weights are each refused with the backend and the text (BR-03.T4, at
+        // the text level).
         for weight in ["-1", "1.5", "abc", "", "+1", " 1", "4294967296", "1e3"] {
             let text = format!("198.51.100.11={weight}");
             assert_eq!(

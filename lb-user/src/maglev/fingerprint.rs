@@ -1,5 +1,6 @@
 //! [`Fingerprint`]: a digest of a table's slot owners, so operators can compare the
-//! tables of several instances (DESIGN.md; F-5 `table_digest`).
+//! tables of several instances: instances behind the same ECMP routers must agree on
+//! every slot, or a flow that moves between them changes backend.
 //!
 //! # Encoding, version 1
 //! SHA-256 (FIPS 180-4) over the bytes

@@ -2,9 +2,12 @@
 //! fingerprints, and its canonical text form.
 //!
 //! A backend is identified by its address and optional port, never by its position in a
-//! list or an internal id (DESIGN.md, "Maglev table"). Two spellings of the same address
-//! are the same backend: `2001:db8::1` and `2001:0db8:0:0::1`, and the IPv4-mapped IPv6
-//! address `::ffff:198.51.100.11` and `198.51.100.11` (BR-06.T2).
+//! list or an internal id: the key is what Maglev hashes into the backend's permutation,
+//! so every instance given the same backends builds the same table, whatever their order
+//! or ids. Two spellings of the same address are the same backend: `2001:db8::1` and
+//! `2001:0db8:0:0::1`, and the IPv4-mapped IPv6 address `::ffff:198.51.100.11` and
+//! `198.51.100.11`; otherwise one server listed twice would get two permutations and
+//! two shares (BR-06.T2).
 //!
 //! The canonical text is produced here, not by `std`'s `Display` for addresses, so that
 //! the bytes hashed into every table cannot change with the Rust version:
@@ -37,8 +40,9 @@ pub const MAX_KEY_TEXT_LEN: usize = 47;
 /// equal key.
 ///
 /// The port is part of the identity: `198.51.100.11:8080`, `198.51.100.11:8081` and
-/// `198.51.100.11` are three backends (BR-06.T3 at table level; whether ports are
-/// allowed at all is the configuration's decision). Port 0 carries no special meaning.
+/// `198.51.100.11` are three backends, each with its own share of the table (BR-06.T3,
+/// at table level; whether ports are allowed at all is the configuration's decision).
+/// Port 0 carries no special meaning.
 ///
 /// # Order
 /// [`Ord`] sorts IPv4 before IPv6, then by address bytes in network order (numerically:

@@ -10,8 +10,8 @@
 //!    is below one slot is raised to exactly 1 and leaves the apportionment (smallest
 //!    weights first, re-checking with the remaining slots and weight, so the result does
 //!    not depend on the order). This is why `M >= N` is required, and the table never
-//!    starves a live backend (BR-01.T2: with weights 1 : 1,000,000 in 65,537 slots the
-//!    weight-1 backend gets 1 slot, the other 65,536).
+//!    starves a live backend: with weights 1 : 1,000,000 in 65,537 slots the weight-1
+//!    backend gets 1 slot, the other 65,536 (BR-01.T2).
 //! 3. The remaining `M'` slots go to the remaining backends (total weight `W'`):
 //!    `floor(M' * w_i / W')` each, then one more each to the `M' - sum` backends with the
 //!    largest remainders `M' * w_i mod W'`, ties to the backend that sorts first.
@@ -19,14 +19,15 @@
 //! # Bounds
 //! With `F` backends raised in step 2, every backend's quota is within `1 + F` slots of
 //! its ideal `M * w_i / W` (less than one slot when `F = 0`, which holds whenever every
-//! ideal share is at least one slot). The bound, every backend within 0.5% of `M`
-//! of its ideal, therefore holds whenever `1 + F <= 0.005 * M` (for `M = 65,537`: up to
+//! ideal share is at least one slot). The bound the tests hold the builder to, every
+//! backend within 0.5% of `M` of its ideal, therefore holds whenever `1 + F <= 0.005 * M` (for `M = 65,537`: up to
 //! 326 backends below one slot). Whenever `F > 0` the table carries a warning naming
 //! the raised backends. Equal weights give `floor(M/N)` or `ceil(M/N)`,
 //! the `M mod N` first backends getting the larger count, as in the paper's unweighted
 //! round robin. Only weight ratios matter: multiplying all weights by a constant gives
 //! the same quotas (all comparisons are exact integer cross-multiplications), so
-//! weights (1, 10), (100, 1000) and (7, 70) give byte-identical tables (BR-01.T1).
+//! weights (1, 10), (100, 1000) and (7, 70) give byte-identical tables: weights are
+//! ratios, never absolute slot counts that the operator must pre-scale (BR-01.T1).
 //!
 //! All arithmetic is in `u128`: no overflow for any `u32` weights and table size.
 

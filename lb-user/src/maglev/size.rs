@@ -6,8 +6,8 @@ use super::MaglevError;
 /// The largest accepted table size, a prime. A table of this size keeps 4,000,037 `u32`
 /// slots (16 MB); building it needs at most about 12 bytes per slot (48.5 MB: the
 /// slots, a bitmap and, for unequal weights, the turn order and one counter per round),
-/// which bounds the memory one configuration entry can make the controller allocate
-/// (BR-04.T3). It leaves room for 40,000 backends at the paper's advice of
+/// which bounds the memory one configuration entry can make the controller allocate: a
+/// larger size is refused before anything is allocated (BR-04.T3). It leaves room for 40,000 backends at the paper's advice of
 /// `M >= 100 x N`.
 pub const MAX_TABLE_SIZE: u32 = 4_000_037;
 

@@ -21,7 +21,7 @@ const WARNING_KEYS_LISTED: usize = 3;
 /// A table is *empty* when no backend has weight > 0 (no backends at all, or all
 /// drained): then [`MaglevTable::slots`] is an empty slice (not `M` entries) and
 /// [`MaglevTable::is_empty`] is true; the data plane must treat the VIP as having no
-/// backend (drop and count, BR-03.T3 / BR-08).
+/// backend: drop and count new flows, never pass them to the host (BR-03.T3, BR-08).
 #[derive(Clone)]
 pub struct MaglevTable {
     size: u32,
@@ -154,8 +154,9 @@ impl MaglevTable {
         self.backends.iter().filter(|b| b.weight > 0).count()
     }
 
-    /// The smallest and largest slot counts among backends with weight > 0 (F-5's
-    /// `maglev_min_entries_per_backend` / `..._max_...`), `None` for an empty table.
+    /// The smallest and largest slot counts among backends with weight > 0, which show
+    /// an operator how far the table is from even (a backend with few slots gets few
+    /// flows), `None` for an empty table.
     #[must_use]
     pub fn min_max_slots(&self) -> Option<(u32, u32)> {
         let active = self

@@ -1,4 +1,5 @@
-//! Data-plane benchmark behind `cargo xtask bench`: ns/packet of the XDP program by
+//! Control-plane, health-check (`health`) and data-plane benchmarks behind `cargo xtask
+//! bench`. Data plane: ns/packet of the XDP program by
 //! BPF_PROG_TEST_RUN, each reported over the empty XDP program measured in the same run
 //! with the same harness.
 //!
@@ -9,6 +10,11 @@
 //! gives the median of each and the median of the per-run differences ("over empty").
 //! Every long run's action must equal a one-repetition run's. Set-up: 100 backends, 65,537-slot tables, a conntrack map of
 //! 1,048,576 entries.
+
+// A crate root resolves modules beside it: the module lives in lb-bench/, as if this
+// file were lb-bench/main.rs.
+#[path = "lb-bench/health.rs"]
+mod health;
 
 use std::net::Ipv4Addr;
 
@@ -37,7 +43,7 @@ struct Case {
     vary: u32,
     /// Expected action.
     action: u32,
-    /// Packets to send once before timing (to create the conntrack entry).
+    /// Packets to send once before timing (to pin the flow).
     warm: Vec<Vec<u8>>,
 }
 
@@ -265,14 +271,17 @@ fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming
     })
 }
 
-/// Command-line options. The defaults are the method: 5 runs of 1,000,000
-/// repetitions, CPU 1, the daemon's default conntrack sizes.
+/// Command-line options. The defaults are the README's method ("Performance"): 5 runs
+/// of 1,000,000 repetitions, CPU 1, the daemon's default conntrack sizes.
 #[derive(clap::Parser)]
 #[command(about = "Control- and data-plane benchmarks of lb (run as root)")]
 struct Options {
-    /// Skip the control-plane part.
+    /// Skip the control-plane and health-check parts.
     #[arg(long)]
     data_only: bool,
+    /// Only the health-check part.
+    #[arg(long)]
+    health_only: bool,
     /// Skip the FIB next-hop modes.
     #[arg(long)]
     gateway_only: bool,
@@ -304,8 +313,14 @@ fn main() -> anyhow::Result<()> {
     if !lb_tests::is_root() {
         bail!("the data-plane benchmark loads XDP programs: run it as root");
     }
+    if opts.health_only {
+        health::cpu_cost()?;
+        return health::detection_to_live();
+    }
     if !opts.data_only {
         control_plane()?;
+        health::cpu_cost()?;
+        health::detection_to_live()?;
     }
     data_plane(&opts)
 }

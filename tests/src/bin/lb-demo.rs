@@ -157,7 +157,7 @@ fn run(progress: &Progress) -> anyhow::Result<()> {
 
     let result = demo(progress, &bed, &lb, &vip);
     progress
-        .step("tearing down: stopping lb run (SIGTERM: it detaches XDP), deleting the namespaces");
+        .step("tearing down: stopping lb run (SIGTERM: its datapath stays pinned), deleting the namespaces and the pins");
     let stopped = lb.stop();
     drop(bed);
     result?;

@@ -1,4 +1,4 @@
-//! Issue 6, tests 1 and 2: how 1,000 new TCP connections spread over the backends.
+//! How 1,000 new TCP connections spread over the backends, equal and weighted.
 //!
 //! The flows are fixed: connection `j` comes from client address `j % 16` and source
 //! port `20,000 + j`. With the configuration's fixed hash and Maglev seeds, every run

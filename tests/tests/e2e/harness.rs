@@ -1,6 +1,7 @@
-//! The harness itself: `lb run` reloads on SIGHUP ([`Daemon::reload`]) and is stopped
-//! gracefully (its XDP program detached); its temporary directory, the daemon process and
-//! the bed's namespaces are gone afterwards, also when the test panics.
+//! The harness itself: `lb run` answers SIGHUP ([`Daemon::reload`]) and is stopped
+//! gracefully (its XDP program stays attached: the datapath outlives the daemon); its
+//! temporary directory, the daemon process, the bed's namespaces and the pinned
+//! datapath are gone afterwards, also when the test panics.
 
 use std::{
     panic::AssertUnwindSafe,
@@ -60,22 +61,29 @@ fn the_daemon_stops_gracefully_and_everything_goes_also_on_panic() {
     let pid = lb.pid();
     assert!(xdp_attached(&bed), "lb run attached nothing to {LB_IFACE}");
     assert!(lb.socket_path().exists() && lb.log_path().exists());
-    // SIGHUP with an unchanged file: a reload that changes nothing.
+    // SIGHUP with an unchanged file: nothing to do, said once.
     lb.reload().expect("SIGHUP");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !lb.log().contains("reload: no change") {
-        assert!(Instant::now() < deadline, "no reload logged:\n{}", lb.log());
+    while !lb.log().contains("is unchanged; nothing to do") {
+        assert!(
+            Instant::now() < deadline,
+            "no answer to SIGHUP logged:\n{}",
+            lb.log()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(lb.log().contains("(SIGHUP)"), "{}", lb.log());
+    assert!(lb.log().contains("SIGHUP: "), "{}", lb.log());
     lb.status().expect("lb status after the reload");
     let log = lb.stop().expect("a graceful stop");
     assert!(log.contains("SIGTERM"), "{log}");
-    assert!(log.contains("detached from lb0"), "{log}");
-    assert!(!xdp_attached(&bed), "the program is still attached");
+    assert!(log.contains("the datapath stays attached to lb0"), "{log}");
+    assert!(xdp_attached(&bed), "the datapath outlives the daemon");
     assert!(!lb_running(pid));
     assert!(!Path::new(&dir).exists(), "{} is left", dir.display());
+    let pins = bed.lb_ns().pin_dir().expect("the namespace's cookie");
+    assert!(pins.join(LB_IFACE).exists(), "{} pinned", pins.display());
     drop(bed);
+    assert!(!pins.exists(), "{} is left", pins.display());
 
     let mut seen: Option<(u32, PathBuf, Vec<String>)> = None;
     let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {

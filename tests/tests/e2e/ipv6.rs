@@ -1,4 +1,4 @@
-//! Issue 6, test 6: the IPv6 VIP end to end. 300 TCP connections from 16 IPv6 client
+//! The IPv6 VIP end to end. 300 TCP connections from 16 IPv6 client
 //! addresses to `[2001:db8:f::10]:80` (IPv6-in-IPv6 to the backends' IPv6 addresses,
 //! replies straight from the backends), three lines each; every line is answered by
 //! the connection's backend, each backend gets a fair part, each connection went

@@ -1,6 +1,6 @@
-//! End-to-end tests with real TCP and UDP traffic through the real `lb run` daemon
-//! (issue 6). Privileged: each test builds its own test bed (client, LB and backend
-//! namespaces, ../shared/cases F-2), starts `lb run` in the bed's LB namespace with a
+//! End-to-end tests with real TCP and UDP traffic through the real `lb run` daemon.
+//! Privileged: each test builds its own test bed (client, LB and backend namespaces on
+//! one bridge, [`lb_tests::testbed`]), starts `lb run` in the bed's LB namespace with a
 //! generated configuration ([`lb_tests::daemon`]) and drives it only through its
 //! configuration file, signals and the `lb` CLI. Beds are independent, so libtest runs
 //! the tests in parallel.
@@ -8,22 +8,25 @@
 //! Needs the `lb` binary of the same profile: `cargo build -p lb-user --bin lb` (done by
 //! `cargo xtask test`), then `cargo test -p lb-tests --test e2e`.
 //!
-//! | issue 6 | test |
+//! | what is checked | test |
 //! |---|---|
-//! | 1. 1,000 connections, 3 backends, shares within 15% of a third | [`distribution::three_equal_backends_share_1000_connections_evenly`] |
-//! | 2. weights 1:2:1 | [`distribution::weights_1_2_1_give_shares_of_25_50_25`] |
-//! | 3. stickiness through add, drain and reload | [`stickiness::live_connections_keep_their_backend_through_add_drain_and_reload`] |
-//! | 4. removal | [`removal::removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it`] |
-//! | 5. UDP | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
-//! | 6. IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
-//! | 7. `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
-//! | issue 16: a 1 MB upload over a full-size path completes with the LB's ICMP answers, stalls without | [`pmtu::a_megabyte_upload_completes_thanks_to_the_generated_icmp_and_stalls_without`] |
-//! | issue 16: a router's "fragmentation needed" reaches the backend owning the flow | [`pmtu::a_routers_frag_needed_reaches_the_backend_that_owns_the_flow`] |
+//! | 1,000 connections, 3 backends, shares within 15% of a third | [`distribution::three_equal_backends_share_1000_connections_evenly`] |
+//! | weights 1:2:1 | [`distribution::weights_1_2_1_give_shares_of_25_50_25`] |
+//! | established connections keep their backend through add, drain and reload | [`stickiness::live_connections_keep_their_backend_through_add_drain_and_reload`] |
+//! | removing a backend resets only its connections (BR-13.T3) | [`removal::removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it`] |
+//! | UDP flows keep their backend | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
+//! | an IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
+//! | `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
+//! | a 1 MB upload over a full-size path completes with the LB's ICMP answers, stalls without (issue 16) | [`pmtu::a_megabyte_upload_completes_thanks_to_the_generated_icmp_and_stalls_without`] |
+//! | a router's "fragmentation needed" reaches the backend owning the flow (issue 16) | [`pmtu::a_routers_frag_needed_reaches_the_backend_that_owns_the_flow`] |
+//!
+//! | issue 10 (health checks) | [`health`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
 mod distribution;
 mod harness;
+mod health;
 mod ipv6;
 mod pmtu;
 mod removal;

@@ -1,16 +1,16 @@
-//! Issue 6, test 4: removing a backend (`lb backend remove`) while it has live
-//! connections.
+//! Removing a backend (`lb backend remove`) while it has live connections.
 //!
 //! - Connections on the other backends are untouched: same backend, no error.
 //! - The removed backend's own connections fail fast. With IP-in-IP direct server
 //!   return the load balancer keeps no per-connection state it could hand over: the
-//!   removed backend's conntrack entries stop being honoured, the next packet of each
-//!   such flow is re-hashed on the new table to a remaining backend, whose kernel has no
-//!   socket for it and answers with a RST from the VIP (it owns the VIP on `lo`), so
-//!   the client gets ECONNRESET within milliseconds rather than hanging in
-//!   retransmissions (../shared/cases BR-13.T3). Asserted: every such connection's next
-//!   exchange fails with `ConnectionReset` in under a second, and the data plane
-//!   counted the re-picks (`ct_stale_repicked`).
+//!   removed backend's pins no longer hold, the next packet of each such flow is
+//!   re-picked on the new table to a remaining backend, whose kernel has no socket for
+//!   it and answers with a RST from the VIP (it owns the VIP on `lo`), so
+//!   the client gets ECONNRESET at once rather than hanging in retransmissions
+//!   (failure scenario BR-13.T3 in `docs/failure-scenarios.md`). Asserted: every such
+//!   connection's next exchange fails with `ConnectionReset` (a hang would end in the
+//!   socket's read timeout instead), and the data plane counted the re-picks
+//!   (`ct_stale_repicked`). How long the reset took is printed, not asserted.
 //! - New connections never reach the removed backend: its server accepts none after
 //!   the removal.
 
@@ -26,9 +26,6 @@ use lb_tests::{
 };
 
 use super::{bed, daemon};
-
-/// A reset must arrive faster than this.
-const FAIL_FAST: Duration = Duration::from_secs(1);
 
 #[test]
 fn removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it() {
@@ -67,10 +64,6 @@ fn removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it() {
                 err.kind(),
                 ErrorKind::ConnectionReset,
                 "connection {j} of b2: {err} after {took:?}"
-            );
-            assert!(
-                took < FAIL_FAST,
-                "connection {j} of b2 failed only after {took:?}"
             );
             reset += 1;
             slowest_reset = slowest_reset.max(took);

@@ -1,4 +1,4 @@
-//! Issue 6, test 7: `lb stats --json` agrees with what the clients sent, packet for
+//! `lb stats --json` agrees with what the clients sent, packet for
 //! packet, per backend.
 //!
 //! What the clients sent is counted on the client side, per flow:

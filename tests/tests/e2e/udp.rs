@@ -1,4 +1,4 @@
-//! Issue 6, test 5: 200 UDP flows (one connected socket each, so one 5-tuple each)
+//! 200 UDP flows (one connected socket each, so one 5-tuple each)
 //! send 10 datagrams each, in rounds over all flows; between rounds 5 and 6 a fourth
 //! backend is added (`lb backend add`). Every datagram must be answered by the flow's
 //! first backend: UDP flows are pinned in conntrack (idle timeout 30 s, far longer

@@ -1,7 +1,10 @@
 //! Validation: good files load; a table of bad files, each with the exact error text.
 
 use super::*;
-use crate::config::BackendState;
+use crate::{
+    config::BackendState,
+    health::{damping::Damping, policy::FailurePolicy, settings::StatusRanges, state::Thresholds},
+};
 
 const BASE: &str = r#"
 interface = "eth0"
@@ -92,8 +95,15 @@ fn the_example_file_states_exactly_the_defaults() {
         value
     };
     let int = |v: u64| toml::Value::Integer(i64::try_from(v).expect("fits TOML"));
+    let ms = |d: Duration| u64::try_from(d.as_millis()).expect("fits");
     let string = |s: &str| toml::Value::String(s.to_owned());
+    assert_eq!(
+        at("detach_on_exit"),
+        toml::Value::Boolean(defaults::DETACH_ON_EXIT)
+    );
     let expected = [
+        ("pin_dir", string(defaults::PIN_DIR)),
+        ("state_dir", string(defaults::STATE_DIR)),
         ("xdp_mode", string(defaults::XDP_MODE)),
         ("control_socket", string(defaults::CONTROL_SOCKET)),
         ("mtu", int(defaults::MTU.into())),
@@ -124,6 +134,57 @@ fn the_example_file_states_exactly_the_defaults() {
         ("icmp.rate_limit", int(defaults::ICMP_RATE_LIMIT.into())),
         ("icmp.burst", int(defaults::ICMP_BURST.into())),
         ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
+        (
+            "health.coalesce_ms",
+            int(defaults::HEALTH_COALESCE_MS.into()),
+        ),
+        (
+            "health.max_concurrent_probes",
+            int(defaults::HEALTH_MAX_CONCURRENT_PROBES.into()),
+        ),
+        ("vip[0].health.mode", string("direct")),
+        (
+            "vip[0].health.interval_ms",
+            int(ms(crate::health::settings::DEFAULT_INTERVAL)),
+        ),
+        (
+            "vip[0].health.timeout_ms",
+            int(ms(crate::health::settings::DEFAULT_TIMEOUT)),
+        ),
+        ("vip[0].health.rise", int(Thresholds::DEFAULT_RISE.into())),
+        ("vip[0].health.fall", int(Thresholds::DEFAULT_FALL.into())),
+        (
+            "vip[0].health.path",
+            string(crate::health::settings::DEFAULT_HTTP_PATH),
+        ),
+        (
+            "vip[0].health.status",
+            string(&StatusRanges::default().to_string()),
+        ),
+        (
+            "vip[0].health.panic_threshold",
+            int(FailurePolicy::default().panic_threshold.into()),
+        ),
+        (
+            "vip[0].health.all_down",
+            string(&FailurePolicy::default().all_down.to_string()),
+        ),
+        (
+            "vip[0].health.flap_transitions",
+            int(Damping::DEFAULT_MAX_TRANSITIONS.into()),
+        ),
+        (
+            "vip[0].health.flap_window_secs",
+            int(Damping::DEFAULT_WINDOW.as_secs()),
+        ),
+        (
+            "vip[0].health.flap_hold_secs",
+            int(Damping::DEFAULT_HOLD.as_secs()),
+        ),
+        (
+            "vip[1].health.dns_type",
+            string(&crate::health::settings::DEFAULT_DNS_TYPE.to_string()),
+        ),
         ("vip[0].backend[0].weight", int(defaults::WEIGHT.into())),
     ];
     for (path, value) in expected {
@@ -157,11 +218,11 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `health`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
-            "vip[0].backend[2].stat: unknown field `stat`, expected one of `address`, `weight`, `state` (line 18)",
+            "vip[0].backend[2].stat: unknown field `stat`, expected one of `address`, `weight`, `state`, `health` (line 18)",
         ),
         (
             "[encap]\nsource_v4 = \"192.0.2.1\"\n".to_owned(),
@@ -316,7 +377,7 @@ fn every_problem_is_reported_not_just_the_first() {
 
 #[test]
 fn all_weights_zero_is_a_warning_not_an_error() {
-    // BR-03.T3.
+    // Every backend drained: valid, with a warning; the VIP drops new flows (BR-03.T3).
     let text = format!("{BASE}{VIP}")
         .replace("weight = 2", "weight = 0")
         .replace(
@@ -332,10 +393,36 @@ fn all_weights_zero_is_a_warning_not_an_error() {
 
 #[test]
 fn extreme_weights_are_accepted() {
-    // BR-01.T2: weights are u32; u32::MAX is fine.
+    // Weights are u32, and the largest is a valid weight: ratios are computed exactly
+    // (BR-01.T2).
     let text = format!("{BASE}{VIP}").replace("weight = 2", "weight = 4294967295");
     assert_eq!(
         load(&text).expect("valid").config.vips[0].backends[1].weight,
         u32::MAX
     );
+}
+
+/// Several type errors in one file (a string for a number, an unknown key, a number for
+/// a string, a wrong type in an array of tables) are reported together, each with its
+/// key path and line; a required key with a wrong type is not reported again as missing.
+#[test]
+fn several_type_errors_are_reported_at_once() {
+    let text = "interface = \"eth0\"\nmtu = \"big\"\nbogus = 1\n[encap]\nsource_v4 = 7\n\
+                [[vip]]\naddress = \"203.0.113.10\"\nport = \"eighty\"\nprotocol = \"tcp\"\n\
+                [[vip.backend]]\naddress = \"198.51.100.11\"\nweight = -1\n";
+    let errors = Config::from_toml(text).unwrap_err().0;
+    let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    for expected in [
+        "mtu: expected an integer >= 0 and <= 65535, got \"big\" (line 2)",
+        "bogus: unknown field `bogus`",
+        "encap.source_v4: invalid type: integer `7`, expected a string (line 5)",
+        "vip[0].port: expected an integer >= 0 and <= 65535, got \"eighty\" (line 8)",
+        "vip[0].backend[0].weight: expected an integer >= 0 and <= 4294967295, got -1 (line 12)",
+    ] {
+        assert!(
+            shown.iter().any(|s| s.starts_with(expected)),
+            "missing {expected:?} in {shown:#?}"
+        );
+    }
+    assert_eq!(shown.len(), 5, "{shown:#?}");
 }

@@ -8,7 +8,7 @@ use std::{
 
 use lb_common::maps::{MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS};
 
-use super::{Encap, Report, uint};
+use super::{Encap, Report, health, uint};
 use crate::{
     config::{
         BackendConfig, BackendState, Protocol, Vip, VipConfig,
@@ -130,12 +130,14 @@ fn vip(
             "VIP {vip} has no backend with weight > 0: new flows to it are dropped"
         ));
     }
+    let health = health::vip_probes(&path, v, vip, r);
     Some(VipConfig {
         vip,
         table_size,
         ipv6_backends,
         allowed_sources,
         backends,
+        health,
     })
 }
 

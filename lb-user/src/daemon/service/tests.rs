@@ -2,6 +2,8 @@
 
 use lb_common::stats::{BackendStats, Reason, VipStats};
 
+use std::path::PathBuf;
+
 use super::*;
 use crate::dataplane::FakeDataplane;
 
@@ -21,16 +23,49 @@ address = "198.51.100.12"
 "#;
 
 fn start() -> Service<FakeDataplane> {
-    let loaded = Config::from_toml(FILE).unwrap();
+    start_on(FakeDataplane::new(), None)
+}
+
+/// A service over `dp` (adopted: its state recovered) keeping runtime changes in `state`.
+fn start_on(dp: FakeDataplane, state: Option<StateFile>) -> Service<FakeDataplane> {
+    start_with(dp, state, FILE)
+}
+
+fn start_with(dp: FakeDataplane, state: Option<StateFile>, file: &str) -> Service<FakeDataplane> {
+    let loaded = Config::from_toml(file).unwrap();
+    let (controller, _) = Controller::adopt(dp).unwrap();
     Service::start(
-        FakeDataplane::new(),
+        controller,
         "/etc/lb.toml".into(),
         &loaded,
         [2, 0, 0, 0, 0, 1],
         "native".into(),
+        state,
     )
     .unwrap()
     .0
+}
+
+/// A fresh temporary state directory.
+fn state_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "lb-service-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Stops a service the way a restart does: the data plane survives (pinned), the
+/// process state does not.
+fn restart(s: Service<FakeDataplane>, state: Option<StateFile>) -> Service<FakeDataplane> {
+    let mut s = s;
+    let dp = std::mem::take(s.controller_mut().dataplane_mut());
+    start_on(dp.restarted(), state)
 }
 
 fn vip(text: &str) -> Vip {
@@ -51,7 +86,7 @@ fn call(s: &mut Service<FakeDataplane>, r: &Request) -> Response {
 }
 
 #[test]
-fn runtime_changes_apply_and_a_reload_replaces_them() {
+fn runtime_changes_apply_and_survive_a_reload_of_the_same_file() {
     let mut s = start();
     assert!(!s.differs_from_file());
     let r = call(&mut s, &backend(BackendAction::Add, "198.51.100.13"));
@@ -65,10 +100,68 @@ fn runtime_changes_apply_and_a_reload_replaces_them() {
     assert!(r.ok);
     assert_eq!(s.status().vips[0].backends[0].state, "drain");
     assert_eq!(s.status().vips[0].backends[0].slots, 0);
-    // A reload from the file drops the runtime changes.
+    // A reload of the same file keeps the runtime changes (the merge rule).
     s.reload(&Config::from_toml(FILE).unwrap()).unwrap();
+    assert!(s.differs_from_file());
+    let status = s.status();
+    assert_eq!(status.vips[0].backends.len(), 3);
+    assert_eq!(status.vips[0].backends[0].runtime.as_deref(), Some("drain"));
+    assert_eq!(status.overrides.len(), 2);
+    // `lb overrides --clear` drops them and applies the file.
+    let r = call(&mut s, &Request::Overrides { clear: true });
+    assert!(r.ok, "{:?}", r.error);
     assert!(!s.differs_from_file());
     assert_eq!(s.status().vips[0].backends.len(), 2);
+    assert!(s.status().overrides.is_empty());
+}
+
+/// A restart adopts the data plane: backend ids and tables are kept, nothing is
+/// rewritten but the configuration element, and the runtime changes come back from the
+/// state file.
+#[test]
+fn a_restart_keeps_ids_tables_and_runtime_changes() {
+    let dir = state_dir();
+    let state = || Some(StateFile::new(&dir, "eth0"));
+    let mut s = start_on(FakeDataplane::new(), state());
+    assert!(call(&mut s, &backend(BackendAction::Add, "198.51.100.13")).ok);
+    assert!(call(&mut s, &backend(BackendAction::Drain, "198.51.100.11")).ok);
+    let before = s.status();
+    let s = restart(s, state());
+    let after = s.status();
+    assert_eq!(
+        after.vips, before.vips,
+        "same ids, table, generation, states"
+    );
+    assert_eq!(after.overrides, before.overrides);
+    let written: Vec<_> = s
+        .controller()
+        .dataplane()
+        .ops
+        .iter()
+        .filter(|op| !matches!(op, crate::dataplane::fake::Op::SetConfig))
+        .collect();
+    assert!(
+        written.is_empty(),
+        "only differences are written: {written:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A backend added to the file while the daemon was down: at start the old backends
+/// keep their ids, the new one gets a fresh id, and the table moves to the next
+/// generation.
+#[test]
+fn a_backend_added_while_down_gets_a_fresh_id_and_the_others_keep_theirs() {
+    let mut s = start();
+    let ids: Vec<u32> = s.status().vips[0].backends.iter().map(|b| b.id).collect();
+    let dp = std::mem::take(s.controller_mut().dataplane_mut());
+    let more = format!("{FILE}[[vip.backend]]\naddress = \"198.51.100.14\"\n");
+    let s = start_with(dp.restarted(), None, &more);
+    let status = s.status();
+    let after: Vec<u32> = status.vips[0].backends.iter().map(|b| b.id).collect();
+    assert_eq!(&after[..2], &ids[..]);
+    assert!(!ids.contains(&after[2]));
+    assert_eq!(status.vips[0].generation, 2);
 }
 
 /// Requests the daemon refuses for what they ask (a request with unreadable arguments

@@ -50,8 +50,7 @@ impl KernelDataplane {
         flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)
     }
 
-    /// Number of (established flows in both conntrack maps, SYN-only flows held in
-    /// `SYN_CACHE` slots).
+    /// Number of (pins in both conntrack maps, held SYNs in `SYN_CACHE`).
     ///
     /// # Errors
     /// Map failures.

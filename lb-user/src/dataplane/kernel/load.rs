@@ -12,10 +12,17 @@ use aya::{
     maps::{Map, MapData, MapError, ProgramArray},
     sys::SyscallError,
 };
-use lb_common::{defaults, maps};
+use lb_common::{
+    defaults, maps,
+    types::{CONFIG_VALID, LbConfig},
+};
 
-use super::{KernelDataplane, prog_err, sources::SourceMaps, xdp};
-use crate::dataplane::{DataplaneError, map_err, tables::TableSet};
+use super::{KernelDataplane, Pinned, prog_err, sources::SourceMaps, xdp};
+use crate::dataplane::{
+    DataplaneError, map_err,
+    pinned::{Layout, Meta, MetaMap, PinDir, PinLock, SizeOverride, layout},
+    tables::{TablePins, TableSet},
+};
 
 /// `CAP_NET_ADMIN` (attach XDP), `include/uapi/linux/capability.h`.
 const CAP_NET_ADMIN: u32 = 12;
@@ -85,9 +92,11 @@ where
 }
 
 /// Loads the rare paths' program and puts it in `RARE_PROGS`, which the load balancer
-/// tail-calls (`lb_common::maps::RARE_PROGS`). The map stays in `ebpf`, whose open
-/// descriptor keeps the entry (the kernel empties a program array when its last
-/// descriptor closes).
+/// tail-calls (`lb_common::maps::RARE_PROGS`), replacing the entry an adopted datapath's
+/// earlier program left there. The kernel empties a program array when its last user
+/// reference goes: the map's pin holds one (the rare paths keep running while no daemon
+/// runs), the open descriptor in `ebpf` another (an unpinned data plane, as in the
+/// tests).
 fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     let prog = xdp(ebpf, maps::RARE_PROGRAM)?;
     prog.load().map_err(prog_err(maps::RARE_PROGRAM))?;
@@ -108,7 +117,170 @@ fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
         .map_err(map_err(maps::RARE_PROGS, "update"))
 }
 
+/// A pinned data plane to open: where, under which lock, and which object.
+#[derive(Debug)]
+pub struct Pinning {
+    /// The interface's pin directory.
+    pub dir: PinDir,
+    /// Its lock, held by the caller.
+    pub lock: PinLock,
+    /// The eBPF object to load (the embedded one unless a test gives another build).
+    pub object: &'static [u8],
+}
+
+/// How [`KernelDataplane::load_pinned`] found the pin directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// Nothing was pinned: every map was created (and pinned) empty.
+    Created {
+        /// Pins of an earlier start that failed before describing itself, removed.
+        leftovers: u64,
+    },
+    /// A compatible datapath was pinned: its maps are reused as they are.
+    Adopted,
+}
+
+/// The start-time sizes that the pinned maps must have.
+pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 4] {
+    [
+        SizeOverride {
+            map: maps::CONNTRACK_V4,
+            key: "conntrack.capacity",
+            entries: options.ct_capacity,
+        },
+        SizeOverride {
+            map: maps::CONNTRACK_V6,
+            key: "conntrack.capacity",
+            entries: options.ct_capacity,
+        },
+        SizeOverride {
+            map: maps::SYN_CACHE,
+            key: "conntrack.syn_capacity",
+            entries: options.ct_syn_capacity,
+        },
+        SizeOverride {
+            map: maps::FRAGMENTS,
+            key: "conntrack.fragment_capacity",
+            entries: options.frag_capacity,
+        },
+    ]
+}
+
+/// Eight random bytes (`getrandom(2)`), for a datapath's instance id.
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        // No entropy source: the time is unique enough to tell two datapaths apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return u64::try_from(t.as_nanos() & u128::from(u64::MAX)).unwrap_or(0);
+    }
+    u64::from_le_bytes(b)
+}
+
 impl KernelDataplane {
+    /// Opens the pinned data plane of `pinning.dir`: adopts it when its layout is this
+    /// object's with `options`' sizes (the maps, conntrack and counters included, are
+    /// reused; the table buffers and epoch counter resume), creates and pins it when
+    /// nothing is pinned, and refuses otherwise, naming the differences and leaving
+    /// the pinned datapath untouched. The program is loaded either way; it reaches the
+    /// interface through [`crate::dataplane::Dataplane::attach`], which replaces the
+    /// program of a pinned link atomically.
+    ///
+    /// # Errors
+    /// [`DataplaneError::Pin`] for an incompatible layout or a pin that cannot be used;
+    /// load errors as [`Self::load`].
+    pub fn load_pinned(
+        options: LoadOptions,
+        pinning: Pinning,
+    ) -> Result<(Self, Opened), DataplaneError> {
+        let Pinning { dir, lock, object } = pinning;
+        let layout =
+            Layout::of_object(object).map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
+        let meta = dir.check(&layout, &size_overrides(&options))?;
+        let mut opened = Opened::Adopted;
+        if meta.is_none() {
+            let leftovers = if dir.exists() {
+                dir.discard(false)?.pins
+            } else {
+                0
+            };
+            opened = Opened::Created { leftovers };
+        }
+        let names: Vec<String> = layout.maps.iter().map(|m| m.name.clone()).collect();
+        let paths: Vec<std::path::PathBuf> = names.iter().map(|n| dir.map(n)).collect();
+        let mut loader = EbpfLoader::new();
+        for (name, path) in names.iter().zip(&paths) {
+            loader.map_pin_path(name.as_str(), path.as_path());
+        }
+        let ebpf = match Self::load_object(&options, &mut loader, object) {
+            Ok(ebpf) => ebpf,
+            Err(e) => {
+                // Maps this start created (and pinned) must not outlive the failure:
+                // two conntrack maps of 1M entries hold about 100 MB of kernel memory.
+                if meta.is_none() {
+                    let _ = dir.discard(false);
+                }
+                return Err(e);
+            }
+        };
+        let meta = match meta {
+            Some(meta) => meta,
+            None => MetaMap::create(
+                &dir.meta(),
+                Meta {
+                    format: layout::FORMAT,
+                    layout_version: maps::LAYOUT_VERSION,
+                    digest: layout.digest,
+                    instance: random_u64(),
+                    epoch: 0,
+                    attach_mode: 0,
+                },
+            )
+            .map_err(|error| DataplaneError::Syscall {
+                op: format!("creating {}", dir.shown().join("meta").display()),
+                error,
+            })?,
+        };
+        let pins = TablePins {
+            dir: dir.path().join("tables"),
+            meta,
+        };
+        let mut dp = Self::from_ebpf(ebpf, options, Some(pins))?;
+        if opened == Opened::Adopted {
+            dp.adopt_maps()?;
+        }
+        dp.pinned = Some(Pinned {
+            adopted: opened == Opened::Adopted,
+            dir,
+            lock,
+            link: None,
+        });
+        Ok((dp, opened))
+    }
+
+    /// Reads back what the adopted maps hold that this handle tracks: the table
+    /// buffers, the VIPs (for `VIP_FILTER` and `VIP_ADDRS` bookkeeping), the allowed
+    /// source prefixes and the configuration last written.
+    fn adopt_maps(&mut self) -> Result<(), DataplaneError> {
+        let entries = {
+            let mut tables = super::lock(&self.tables);
+            tables.adopt()?;
+            tables.vip_entries()?
+        };
+        self.vip_keys = entries.iter().map(|(k, e)| (*k, e.vip_id)).collect();
+        self.sources.adopt(&self.vip_keys)?;
+        let config: LbConfig = self
+            .config
+            .get(&0, 0)
+            .map_err(map_err(maps::CONFIG, "lookup"))?;
+        self.written_config = (config.flags & CONFIG_VALID != 0).then_some(config);
+        Ok(())
+    }
+
     /// Loads the embedded object ([`crate::EBPF_OBJECT`]) with the conntrack sizes of
     /// `options`, verifies the load balancer program and its rare paths' program, and
     /// links the second to the first.
@@ -117,23 +289,44 @@ impl KernelDataplane {
     /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
     /// without `CAP_BPF`), [`DataplaneError::Program`] when the verifier rejects it.
     pub fn load(options: LoadOptions) -> Result<Self, DataplaneError> {
+        let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), crate::EBPF_OBJECT)?;
+        Self::from_ebpf(ebpf, options, None)
+    }
+
+    /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
+    /// verifies the load balancer program and its rare paths' program, and links the
+    /// second to the first (`RARE_PROGS`, pinned or not).
+    fn load_object(
+        options: &LoadOptions,
+        loader: &mut EbpfLoader<'_>,
+        object: &[u8],
+    ) -> Result<Ebpf, DataplaneError> {
         if !options.ct_syn_capacity.is_power_of_two() {
             return Err(DataplaneError::OutOfRange(format!(
                 "SYN cache slots {} is not a power of two",
                 options.ct_syn_capacity
             )));
         }
-        let mut ebpf = EbpfLoader::new()
+        let mut ebpf = loader
             .map_max_entries(maps::CONNTRACK_V4, options.ct_capacity)
             .map_max_entries(maps::CONNTRACK_V6, options.ct_capacity)
             .map_max_entries(maps::SYN_CACHE, options.ct_syn_capacity)
             .map_max_entries(maps::FRAGMENTS, options.frag_capacity)
-            .load(crate::EBPF_OBJECT)
+            .load(object)
             .map_err(DataplaneError::Load)?;
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
         install_rare_paths(&mut ebpf)?;
+        Ok(ebpf)
+    }
+
+    /// The data plane over a loaded object.
+    fn from_ebpf(
+        mut ebpf: Ebpf,
+        options: LoadOptions,
+        pins: Option<TablePins>,
+    ) -> Result<Self, DataplaneError> {
         // A second handle on TABLES, from a duplicate of its fd: reopening it by id
         // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
         // nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON).
@@ -157,6 +350,7 @@ impl KernelDataplane {
             tables_raw,
             take(&mut ebpf, maps::VIPS)?,
             take(&mut ebpf, maps::VIP_INFO)?,
+            pins,
         );
         let sources = SourceMaps::new(
             take(&mut ebpf, maps::SOURCE_RANGES)?,
@@ -179,8 +373,10 @@ impl KernelDataplane {
             backend_stats: take(&mut ebpf, maps::BACKEND_STATS)?,
             ebpf,
             link: None,
+            probe_link: None,
             vip_keys: StdHashMap::new(),
             sources,
+            pinned: None,
         })
     }
 }

@@ -14,8 +14,13 @@
 //! So a packet is checked against the old list, the new one or their union, never
 //! against neither (no client of both is refused on the way, none of neither is let
 //! in once step 4 is done). A failed write puts the previous list back.
+//!
+//! An adopted (pinned) data plane already holds lists: [`SourceMaps::adopt`] reads them
+//! back from the trie, so the next change is written against what the maps hold, not
+//! against nothing (a prefix removed from the file while no daemon ran is deleted, a
+//! list removed whole is lifted).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use aya::maps::{
     Array, MapData,
@@ -23,13 +28,13 @@ use aya::maps::{
 };
 use lb_common::{
     hash::vip_filter_bit,
-    maps::{self, MAX_SOURCE_RANGES, MAX_VIPS},
+    maps::{self, MAX_SOURCE_RANGES, MAX_VIPS, VIP_FILTER_WORDS},
     types::{FAMILY_V4, SourceData, VIP_KEY_BITS, VipKey},
 };
 
 use crate::{
     dataplane::{DataplaneError, absent_is_ok, map_err},
-    flow::addr_bytes,
+    flow::{addr_bytes, ip_of_bytes},
     prefix::Prefix,
 };
 
@@ -63,6 +68,83 @@ impl SourceMaps {
             restricted,
             lists: HashMap::new(),
         }
+    }
+
+    /// Reads back the lists an adopted data plane holds. `vips` are its `VIPS` entries
+    /// (key and VIP id): prefixes of a VIP without one (a change a crash interrupted)
+    /// are deleted, and `SOURCE_RESTRICTED` and `SOURCE_FILTER` are made to agree with
+    /// the lists where they do not.
+    pub(super) fn adopt(&mut self, vips: &HashMap<VipKey, u32>) -> Result<(), DataplaneError> {
+        let keys: Vec<Key<SourceData>> = self
+            .trie
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(maps::SOURCE_RANGES, "iterate"))?;
+        let mut lists: HashMap<VipKey, (u32, Vec<Prefix>)> = HashMap::new();
+        for trie_key in keys {
+            let data = trie_key.data();
+            let vip = VipKey {
+                addr: data.vip_addr,
+                port: data.vip_port,
+                proto: data.vip_proto,
+                family: data.vip_family,
+            };
+            let prefix = trie_key
+                .prefix_len()
+                .checked_sub(VIP_KEY_BITS)
+                .and_then(|len| u8::try_from(len).ok())
+                .zip(ip_of_bytes(data.addr, vip.family))
+                .and_then(|(len, addr)| Prefix::new(addr, len).ok());
+            match (vips.get(&vip), prefix) {
+                (Some(id), Some(prefix)) => {
+                    lists.entry(vip).or_insert((*id, Vec::new())).1.push(prefix)
+                }
+                _ => absent_is_ok(self.trie.remove(&trie_key))
+                    .map_err(map_err(maps::SOURCE_RANGES, "delete"))?,
+            }
+        }
+        for (_, prefixes) in lists.values_mut() {
+            prefixes.sort();
+        }
+        self.lists = lists;
+        let restricted: HashSet<u32> = self.lists.values().map(|(id, _)| *id).collect();
+        for id in 0..MAX_VIPS {
+            let want = u32::from(restricted.contains(&id));
+            let have = self
+                .restricted
+                .get(&id, 0)
+                .map_err(map_err(maps::SOURCE_RESTRICTED, "lookup"))?;
+            if have != want {
+                self.restricted
+                    .set(id, want, 0)
+                    .map_err(map_err(maps::SOURCE_RESTRICTED, "update"))?;
+            }
+        }
+        let mut words = vec![0u64; VIP_FILTER_WORDS as usize];
+        for key in self.lists.keys() {
+            let bit = vip_filter_bit(key);
+            words[(bit / 64) as usize] |= 1u64 << (bit % 64);
+        }
+        for (word, want) in (0u32..).zip(words) {
+            let have = self
+                .filter
+                .get(&word, 0)
+                .map_err(map_err(maps::SOURCE_FILTER, "lookup"))?;
+            if have != want {
+                self.filter
+                    .set(word, want, 0)
+                    .map_err(map_err(maps::SOURCE_FILTER, "update"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The lists written, by VIP (prefixes sorted).
+    pub(super) fn lists(&self) -> Vec<(VipKey, Vec<Prefix>)> {
+        self.lists
+            .iter()
+            .map(|(k, (_, prefixes))| (*k, prefixes.clone()))
+            .collect()
     }
 
     /// Sets VIP `key`'s list (see the module documentation).

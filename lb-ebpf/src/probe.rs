@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//! Tunnel-mode health probes: `lb_probe_encap`, a TC egress program on the LB's
+//! interface that sends each probe packet to one backend the way the XDP program sends
+//! a client's packet (Katran's approach to health checks through the tunnel).
+//!
+//! The prober addresses a tunnel-mode probe to the VIP and marks its socket
+//! (`SO_MARK`) with the backend's id (`lb_common::probe`). Per packet leaving the
+//! interface:
+//! 1. no probe mark: `TC_ACT_OK`, untouched (one load and one compare);
+//! 2. the backend (`BACKENDS`, any state but unused: an unhealthy backend is probed
+//!    too) and the outer source (`CONFIG`) are read as the XDP program reads them;
+//! 3. an outer IPv4 (protocol 4, RFC 2003) or IPv6 (next header 41, RFC 2473) header is
+//!    inserted after the Ethernet header with `bpf_skb_adjust_room` (the kernel records
+//!    the inner headers, so checksum and segmentation offloads still apply to the inner
+//!    packet); outer fields as in `forward`: source = the configured encap source,
+//!    destination = the backend, TTL 64, TOS/traffic class copied, DF copied;
+//! 4. the next hop: gateway mode writes the gateway's and the interface's MACs; FIB mode
+//!    asks `bpf_fib_lookup` for the backend's next hop, redirects when it is another
+//!    interface, and hands an unresolved neighbour to `bpf_redirect_neigh`, which
+//!    resolves it (unlike the XDP path, the probe may wait for ARP/ND);
+//! 5. the mark is cleared, so a packet that passes an egress hook again is not
+//!    encapsulated twice.
+//!
+//! A marked packet that cannot be sent to its backend is dropped and counted
+//! (`PROBE_STATS`), never sent on to the VIP's real route: a probe must prove the
+//! tunnel or fail.
+
+use aya_ebpf::{
+    bindings::{
+        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, BPF_FIB_LKUP_RET_NO_NEIGH,
+        BPF_FIB_LKUP_RET_SUCCESS, BPF_FIB_LOOKUP_OUTPUT, TC_ACT_OK, TC_ACT_SHOT,
+        bpf_adj_room_mode::BPF_ADJ_ROOM_MAC, bpf_fib_lookup as FibParams,
+    },
+    helpers::generated::{bpf_fib_lookup, bpf_redirect, bpf_redirect_neigh},
+    macros::classifier,
+    programs::TcContext,
+};
+use lb_common::{
+    probe::{ProbeStats, probe_mark_backend},
+    types::{
+        BACKEND_UNUSED, BackendEntry, CONFIG_VALID, FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY,
+    },
+};
+
+use crate::{
+    csum,
+    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
+    maps::{BACKENDS, CONFIG, PROBE_STATS},
+};
+
+const ETH_LEN: usize = size_of::<EthHdr>();
+const ETH_LEN_U32: u32 = 14;
+const _: () = assert!(ETH_LEN_U32 as usize == ETH_LEN);
+const IPV4_LEN: u32 = 20;
+const IPV6_LEN: u32 = 40;
+const _: () =
+    assert!(IPV4_LEN as usize == size_of::<Ipv4Hdr>() && IPV6_LEN as usize == size_of::<Ipv6Hdr>());
+/// Size of `struct bpf_fib_lookup` as the helper's `int plen`.
+const FIB_PARAMS_LEN: i32 = 64;
+const _: () = assert!(FIB_PARAMS_LEN as usize == size_of::<FibParams>());
+const OUTER_TTL: u8 = 64;
+const IPPROTO_IPIP: u8 = 4;
+const IPPROTO_IPV6: u8 = 41;
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+const ETH_P_IP: u16 = 0x0800_u16.to_be();
+const ETH_P_IPV6: u16 = 0x86dd_u16.to_be();
+/// IPv4 "don't fragment" bit (RFC 791), wire order.
+const IPV4_DF: u16 = 0x4000_u16.to_be();
+const OK: i32 = TC_ACT_OK;
+const SHOT: i32 = TC_ACT_SHOT;
+
+/// Why a probe packet was dropped: one `ProbeStats` counter each.
+#[derive(Clone, Copy)]
+enum Dropped {
+    NoBackend,
+    BadConfig,
+    BadPacket,
+    TooBig,
+    FibFail,
+}
+
+/// Encapsulates tunnel-mode probe packets to the backend their mark names.
+#[classifier]
+fn lb_probe_encap(ctx: TcContext) -> i32 {
+    // SAFETY: the context's skb pointer is valid for the program's run.
+    let mark = unsafe { (*ctx.skb.skb).mark };
+    let Some(backend_id) = probe_mark_backend(mark) else {
+        return OK;
+    };
+    let result = encapsulate(&ctx, backend_id);
+    let Some(stats) = PROBE_STATS.get_ptr_mut(0) else {
+        return result.unwrap_or(SHOT);
+    };
+    // SAFETY: per-CPU array element, used only by this CPU during this run.
+    let stats = unsafe { &mut *stats };
+    match result {
+        Ok(action) => {
+            stats.encapsulated += 1;
+            action
+        }
+        Err(reason) => {
+            count(stats, reason);
+            SHOT
+        }
+    }
+}
+
+#[inline(always)]
+fn count(stats: &mut ProbeStats, reason: Dropped) {
+    let counter = match reason {
+        Dropped::NoBackend => &mut stats.no_backend,
+        Dropped::BadConfig => &mut stats.bad_config,
+        Dropped::BadPacket => &mut stats.bad_packet,
+        Dropped::TooBig => &mut stats.too_big,
+        Dropped::FibFail => &mut stats.fib_fail,
+    };
+    *counter += 1;
+}
+
+/// The encapsulated packet's action (`TC_ACT_OK` or a redirect), or why it is dropped.
+#[inline(always)]
+fn encapsulate(ctx: &TcContext, backend_id: u32) -> Result<i32, Dropped> {
+    let backend = BACKENDS.get(backend_id).ok_or(Dropped::NoBackend)?;
+    if backend.state == BACKEND_UNUSED {
+        return Err(Dropped::NoBackend);
+    }
+    let cfg = CONFIG
+        .get(0)
+        .filter(|c| c.flags & CONFIG_VALID != 0)
+        .ok_or(Dropped::BadConfig)?;
+    let proto: u16 = ctx.load(12).map_err(|_| Dropped::BadPacket)?;
+    let inner_len = ctx
+        .len()
+        .checked_sub(ETH_LEN_U32)
+        .ok_or(Dropped::BadPacket)?;
+    let v4 = match proto {
+        ETH_P_IP => true,
+        ETH_P_IPV6 => false,
+        _ => return Err(Dropped::BadPacket),
+    };
+    let family = if v4 { FAMILY_V4 } else { FAMILY_V6 };
+    if backend.family != family {
+        return Err(Dropped::NoBackend);
+    }
+    let outer_len = inner_len + if v4 { IPV4_LEN } else { IPV6_LEN };
+    if outer_len > u32::from(cfg.mtu) {
+        return Err(Dropped::TooBig);
+    }
+    if v4 {
+        push_ipv4(ctx, backend, cfg, outer_len)?;
+    } else {
+        push_ipv6(ctx, backend, cfg, inner_len)?;
+    }
+    let action = next_hop(ctx, v4, backend, cfg, proto)?;
+    ctx.set_mark(0);
+    Ok(action)
+}
+
+/// Inserts the outer IPv4 header in front of the inner IPv4 packet.
+#[inline(always)]
+fn push_ipv4(
+    ctx: &TcContext,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+    outer_len: u32,
+) -> Result<(), Dropped> {
+    if cfg.src_v4 == [0; 4] {
+        return Err(Dropped::BadConfig);
+    }
+    let inner: Ipv4Hdr = ctx.load(ETH_LEN).map_err(|_| Dropped::BadPacket)?;
+    let tot_len = u16::try_from(outer_len).map_err(|_| Dropped::TooBig)?;
+    let mut ip = Ipv4Hdr {
+        vihl: 0x45,
+        tos: inner.tos,
+        tot_len: tot_len.to_be(),
+        id: inner.id,
+        frag: inner.frag & IPV4_DF,
+        ttl: OUTER_TTL,
+        proto: IPPROTO_IPIP,
+        check: 0,
+        src: u32::from_ne_bytes(cfg.src_v4),
+        dst: addr_words(&backend.addr)[0],
+    };
+    ip.check = csum::ipv4_header(&ip);
+    grow(ctx, IPV4_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4)?;
+    ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
+}
+
+/// Inserts the outer IPv6 header in front of the inner IPv6 packet of `inner_len`
+/// bytes.
+#[inline(always)]
+fn push_ipv6(
+    ctx: &TcContext,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+    inner_len: u32,
+) -> Result<(), Dropped> {
+    if cfg.src_v6 == [0; 16] {
+        return Err(Dropped::BadConfig);
+    }
+    let vtcfl: u32 = ctx.load(ETH_LEN).map_err(|_| Dropped::BadPacket)?;
+    let plen = u16::try_from(inner_len).map_err(|_| Dropped::TooBig)?;
+    let ip = Ipv6Hdr {
+        vtcfl,
+        plen: plen.to_be(),
+        next: IPPROTO_IPV6,
+        hop_limit: OUTER_TTL,
+        src: addr_words(&cfg.src_v6),
+        dst: addr_words(&backend.addr),
+    };
+    grow(ctx, IPV6_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6)?;
+    ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
+}
+
+/// Makes `len` bytes of room between the Ethernet header and the packet, as an outer L3
+/// header of the kind `encap_flag` names.
+#[inline(always)]
+fn grow(ctx: &TcContext, len: u32, encap_flag: u32) -> Result<(), Dropped> {
+    #[expect(clippy::cast_possible_wrap, reason = "len is the size of an IP header")]
+    let len = len as i32;
+    ctx.adjust_room(len, BPF_ADJ_ROOM_MAC, u64::from(encap_flag))
+        .map_err(|_| Dropped::BadPacket)
+}
+
+/// Writes the next hop's MACs and returns how the packet leaves.
+#[inline(always)]
+fn next_hop(
+    ctx: &TcContext,
+    v4: bool,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+    proto: u16,
+) -> Result<i32, Dropped> {
+    if cfg.nexthop_mode == NEXTHOP_GATEWAY {
+        write_eth(ctx, &cfg.gateway_mac, &cfg.if_mac, proto)?;
+        return Ok(OK);
+    }
+    // SAFETY: bpf_fib_lookup is a plain-old-data struct for which all zeroes is valid.
+    let mut params: FibParams = unsafe { core::mem::zeroed() };
+    // SAFETY: the context's skb pointer is valid for the program's run.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    params.ifindex = ifindex;
+    if v4 {
+        params.family = AF_INET;
+        params.l4_protocol = IPPROTO_IPIP;
+        params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(cfg.src_v4);
+        params.__bindgen_anon_4.ipv4_dst = addr_words(&backend.addr)[0];
+    } else {
+        params.family = AF_INET6;
+        params.l4_protocol = IPPROTO_IPV6;
+        params.__bindgen_anon_3.ipv6_src = addr_words(&cfg.src_v6);
+        params.__bindgen_anon_4.ipv6_dst = addr_words(&backend.addr);
+    }
+    // SAFETY: the skb is the program's context and params a valid, initialised struct
+    // of the size passed.
+    let rc = unsafe {
+        bpf_fib_lookup(
+            ctx.skb.skb.cast(),
+            &raw mut params,
+            FIB_PARAMS_LEN,
+            BPF_FIB_LOOKUP_OUTPUT,
+        )
+    };
+    let action = match u32::try_from(rc) {
+        Ok(BPF_FIB_LKUP_RET_SUCCESS) => {
+            write_eth(ctx, &params.dmac, &params.smac, proto)?;
+            if params.ifindex == ifindex {
+                return Ok(OK);
+            }
+            // SAFETY: bpf_redirect only records the target interface for this packet.
+            unsafe { bpf_redirect(params.ifindex, 0) }
+        }
+        // SAFETY: with no parameters the helper looks the next hop up itself and
+        // resolves its neighbour before the packet is sent.
+        Ok(BPF_FIB_LKUP_RET_NO_NEIGH) => unsafe {
+            bpf_redirect_neigh(params.ifindex, core::ptr::null_mut(), 0, 0)
+        },
+        _ => return Err(Dropped::FibFail),
+    };
+    i32::try_from(action).map_err(|_| Dropped::FibFail)
+}
+
+/// Rewrites the Ethernet header.
+#[inline(always)]
+fn write_eth(ctx: &TcContext, dst: &[u8; 6], src: &[u8; 6], proto: u16) -> Result<(), Dropped> {
+    let word = |m: &[u8; 6], i: usize| u16::from_ne_bytes([m[2 * i], m[2 * i + 1]]);
+    let eth = EthHdr {
+        dst: [word(dst, 0), word(dst, 1), word(dst, 2)],
+        src: [word(src, 0), word(src, 1), word(src, 2)],
+        proto,
+    };
+    ctx.store(0, &eth, 0).map_err(|_| Dropped::BadPacket)
+}

@@ -1,0 +1,365 @@
+//! The controller's record, and the recovery of its state from a data plane that a
+//! previous daemon left pinned.
+//!
+//! What the maps cannot tell is recorded: the id tables (which (VIP, backend) pair
+//! each backend id stands for, tombstones included: conntrack entries store ids) and,
+//! per VIP, the spec its installed table was built from and that table's generation.
+//! [`Controller::apply`](super::Controller::apply) stores the record of the *next*
+//! state before it writes the first map, so whatever a crash interrupts, the record
+//! binds every id the maps may use.
+//!
+//! Recovery ([`recover`]) trusts the maps over the record: a VIP is applied when it has
+//! a `VIPS` entry; its table is what is installed; backend entries are read back. The
+//! recorded spec of a VIP is used only when the installed table has the recorded
+//! generation *and* equals the table the spec builds; otherwise the VIP is marked
+//! `unverified` and the next change rebuilds its table (at the next generation), with
+//! the ids its installed table uses bound to the backends' addresses. Without a usable
+//! record, every id in use in `BACKENDS` that no table explains is reserved, so it is
+//! never given to another backend first.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use lb_common::{
+    maps::MAX_BACKENDS,
+    types::{BACKEND_ACTIVE, BACKEND_DRAINING, BACKEND_UNUSED, PROTO_TCP, PROTO_UDP, VipKey},
+};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    AppliedVip, State,
+    desired::{BackendSpec, VipSpec},
+    ids::{Ids, IdsRecord},
+};
+use crate::{
+    config::{BackendState, Protocol, Vip},
+    dataplane::{Dataplane, DataplaneError},
+    flow::ip_of_bytes,
+    health::policy::FailurePolicy,
+    maglev::{Backend, BackendKey, MaglevTable},
+};
+
+/// Version of the record's format.
+const RECORD_VERSION: u32 = 1;
+
+/// The stored form (JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    maglev_seed: u64,
+    ids: IdsRecord,
+    vips: Vec<VipRecord>,
+}
+
+/// One applied VIP.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct VipRecord {
+    vip: Vip,
+    id: u32,
+    generation: u32,
+    table_size: u32,
+    backends: Vec<(BackendKey, BackendSpec)>,
+}
+
+/// The record of `state`, encoded.
+pub(super) fn encode(state: &State) -> Vec<u8> {
+    let record = Record {
+        version: RECORD_VERSION,
+        maglev_seed: state.maglev_seed,
+        ids: state.ids.to_record(),
+        vips: state
+            .vips
+            .iter()
+            .map(|(vip, v)| VipRecord {
+                vip: *vip,
+                id: v.id,
+                generation: v.generation,
+                table_size: v.spec.table_size,
+                backends: v.spec.backends.iter().map(|(k, b)| (*k, *b)).collect(),
+            })
+            .collect(),
+    };
+    serde_json::to_vec(&record).unwrap_or_default()
+}
+
+/// What recovery found, for the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Whether there was a data plane to adopt at all.
+    pub adopted: bool,
+    /// VIPs recovered with their recorded spec and table.
+    pub verified: Vec<Vip>,
+    /// VIPs whose table will be rebuilt by the next change.
+    pub unverified: Vec<Vip>,
+    /// Backend ids bound (live and tombstones).
+    pub backend_ids: usize,
+    /// Why the record could not be used, if it could not.
+    pub record_problem: Option<String>,
+}
+
+impl Recovery {
+    /// One line per fact, for the log.
+    pub fn lines(&self) -> Vec<String> {
+        if !self.adopted {
+            return Vec::new();
+        }
+        let mut out = vec![format!(
+            "adopted the pinned datapath: {} VIPs with their tables, {} backend ids kept",
+            self.verified.len() + self.unverified.len(),
+            self.backend_ids
+        )];
+        if let Some(problem) = &self.record_problem {
+            out.push(format!(
+                "the controller's record could not be used ({problem}): ids recovered from the tables, every other id in use reserved"
+            ));
+        }
+        for vip in &self.unverified {
+            out.push(format!(
+                "VIP {vip}: the installed table is not the recorded one: it is rebuilt by this start"
+            ));
+        }
+        out
+    }
+}
+
+/// The VIP a `VIPS` key names.
+fn vip_of_key(key: &VipKey) -> Option<Vip> {
+    let addr = ip_of_bytes(key.addr, key.family)?;
+    let proto = match key.proto {
+        PROTO_TCP => Protocol::Tcp,
+        PROTO_UDP => Protocol::Udp,
+        _ => return None,
+    };
+    Some(Vip::new(addr, u16::from_be(key.port), proto))
+}
+
+/// Whether the backends of `vip` are IPv6: those recovered say so, else the VIP's
+/// family does.
+fn ipv6_backends(vip: &Vip, backends: &BTreeMap<BackendKey, BackendSpec>) -> bool {
+    backends
+        .keys()
+        .next()
+        .map_or(vip.addr.is_ipv6(), |k| k.ip().is_ipv6())
+}
+
+/// A backend's state as a `BACKENDS` entry says.
+fn state_of(entry_state: u8) -> BackendState {
+    match entry_state {
+        BACKEND_ACTIVE => BackendState::Active,
+        BACKEND_DRAINING => BackendState::Drain,
+        _ => BackendState::Down,
+    }
+}
+
+/// The table `spec` builds, as backend ids per slot (`ids` binds them), if it can be
+/// built and every backend in it has an id.
+fn slots_of(
+    vip: &Vip,
+    spec: &VipSpec,
+    seed: u64,
+    ids: &Ids,
+) -> Option<(Arc<MaglevTable>, Vec<u32>)> {
+    let inputs: Vec<Backend> = spec
+        .backends
+        .iter()
+        .filter(|(_, b)| b.state == BackendState::Active)
+        .map(|(k, b)| Backend::new(*k, b.weight))
+        .collect();
+    let table = MaglevTable::build(&inputs, spec.table_size, seed).ok()?;
+    let slots = if table.is_empty() {
+        vec![0; spec.table_size as usize]
+    } else {
+        let by_index: Option<Vec<u32>> = table
+            .backends()
+            .iter()
+            .map(|b| ids.backend_id(vip, &b.key))
+            .collect();
+        let by_index = by_index?;
+        table
+            .slots()
+            .iter()
+            .map(|&i| by_index[i as usize])
+            .collect()
+    };
+    Some((Arc::new(table), slots))
+}
+
+/// The controller state of the data plane `dp` adopted (see the module
+/// documentation); a fresh data plane gives the empty state.
+///
+/// # Errors
+/// When the data plane's maps cannot be read.
+pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), DataplaneError> {
+    let Some(adopted) = dp.adopted()? else {
+        return Ok((State::default(), Recovery::default()));
+    };
+    let mut recovery = Recovery {
+        adopted: true,
+        ..Recovery::default()
+    };
+    let record = match adopted
+        .record
+        .as_deref()
+        .map(serde_json::from_slice::<Record>)
+    {
+        None if adopted.vips.is_empty() => None,
+        None => {
+            recovery.record_problem = Some("none was stored".into());
+            None
+        }
+        Some(Err(e)) => {
+            recovery.record_problem = Some(format!("unreadable: {e}"));
+            None
+        }
+        Some(Ok(r)) if r.version != RECORD_VERSION => {
+            recovery.record_problem = Some(format!("format version {}", r.version));
+            None
+        }
+        Some(Ok(r)) => Some(r),
+    };
+    let mut state = State {
+        maglev_seed: record.as_ref().map_or(0, |r| r.maglev_seed),
+        ids: record
+            .as_ref()
+            .map(|r| Ids::from_record(&r.ids))
+            .unwrap_or_default(),
+        ..State::default()
+    };
+    let mut used_ids: BTreeSet<u32> = BTreeSet::new();
+    let mut applied = BTreeSet::new();
+    for (key, vip_id) in &adopted.vips {
+        let Some(vip) = vip_of_key(key) else { continue };
+        let Some(installed) = dp.table(*vip_id)? else {
+            continue;
+        };
+        state.ids.bind_vip(vip, *vip_id);
+        applied.insert(vip);
+        used_ids.extend(installed.slots.iter().copied().filter(|id| *id != 0));
+        let recorded = record
+            .as_ref()
+            .and_then(|r| r.vips.iter().find(|v| v.vip == vip && v.id == *vip_id))
+            .filter(|r| r.generation == installed.generation);
+        // The maps hold the source list the VIP has now: the next change is planned
+        // from it.
+        let allowed_sources = adopted
+            .sources
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, prefixes)| prefixes.clone())
+            .unwrap_or_default();
+        let verified = recorded.and_then(|r| {
+            // The policy is not recorded: it changes no table by itself (the plan
+            // compares table inputs), and the next apply brings the configured one.
+            let backends: BTreeMap<BackendKey, BackendSpec> = r.backends.iter().copied().collect();
+            let spec = VipSpec {
+                table_size: r.table_size,
+                ipv6_backends: ipv6_backends(&vip, &backends),
+                allowed_sources: allowed_sources.clone(),
+                backends,
+                policy: FailurePolicy::default(),
+            };
+            let (table, slots) = slots_of(&vip, &spec, state.maglev_seed, &state.ids)?;
+            (slots == installed.slots).then_some((spec, table))
+        });
+        let applied_vip = match verified {
+            Some((spec, table)) => {
+                let backend_ids: BTreeMap<BackendKey, u32> = spec
+                    .backends
+                    .keys()
+                    .filter_map(|k| state.ids.backend_id(&vip, k).map(|id| (*k, id)))
+                    .collect();
+                for (k, id) in &backend_ids {
+                    state.ids.bind_backend(vip, *k, *id);
+                    used_ids.insert(*id);
+                }
+                recovery.verified.push(vip);
+                AppliedVip {
+                    id: *vip_id,
+                    spec,
+                    table,
+                    slots: Arc::new(installed.slots),
+                    generation: installed.generation,
+                    backend_ids,
+                    unverified: false,
+                }
+            }
+            None => {
+                // What the installed table says: each id in it is a backend at its
+                // entry's address.
+                let mut backends = BTreeMap::new();
+                let mut backend_ids = BTreeMap::new();
+                for id in installed.slots.iter().copied().collect::<BTreeSet<_>>() {
+                    if id == 0 {
+                        continue;
+                    }
+                    let entry = dp.backend(id)?;
+                    let Some(addr) = ip_of_bytes(entry.addr, entry.family) else {
+                        continue;
+                    };
+                    let key = BackendKey::from(addr);
+                    state.ids.bind_backend(vip, key, id);
+                    backend_ids.insert(key, id);
+                    backends.insert(
+                        key,
+                        BackendSpec {
+                            weight: 1,
+                            state: state_of(entry.state),
+                        },
+                    );
+                }
+                recovery.unverified.push(vip);
+                let size = u32::try_from(installed.slots.len()).unwrap_or(u32::MAX);
+                let table = MaglevTable::build(&[], size, state.maglev_seed)
+                    .or_else(|_| MaglevTable::build(&[], crate::defaults::TABLE_SIZE, 0))
+                    .map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
+                AppliedVip {
+                    id: *vip_id,
+                    spec: VipSpec {
+                        table_size: size,
+                        ipv6_backends: ipv6_backends(&vip, &backends),
+                        allowed_sources,
+                        backends,
+                        policy: FailurePolicy::default(),
+                    },
+                    table: Arc::new(table),
+                    slots: Arc::new(installed.slots),
+                    generation: installed.generation,
+                    backend_ids,
+                    unverified: true,
+                }
+            }
+        };
+        state.vips.insert(vip, applied_vip);
+    }
+    state.ids.keep_vips_in_use(&applied);
+    // Backend entries: every id the record binds or the tables use.
+    let mut ids: BTreeSet<u32> = used_ids;
+    ids.extend(record.as_ref().map(|r| r.ids_in_use()).unwrap_or_default());
+    if record.is_none() {
+        // No record: every id in use is kept from other backends.
+        for id in 1..MAX_BACKENDS {
+            if dp.backend(id)?.state != BACKEND_UNUSED {
+                state.ids.reserve_unknown(id);
+                ids.insert(id);
+            }
+        }
+    }
+    for id in ids {
+        let entry = dp.backend(id)?;
+        if entry.state != BACKEND_UNUSED {
+            state.entries.insert(id, entry);
+        }
+    }
+    recovery.backend_ids = state.entries.len();
+    Ok((state, recovery))
+}
+
+impl Record {
+    /// Every backend id the record binds.
+    fn ids_in_use(&self) -> Vec<u32> {
+        let ids = Ids::from_record(&self.ids);
+        (1..MAX_BACKENDS).filter(|id| ids.is_bound(*id)).collect()
+    }
+}

@@ -1,0 +1,156 @@
+//! Opening the pinned datapath at start, and removing it with `lb detach`.
+//!
+//! At start ([`open`]): find the interface's pin directory (see
+//! [`crate::dataplane::pinned`]), take its lock (a second daemon for the interface is
+//! refused with the first one's pid and socket; one that is exiting is waited for),
+//! optionally discard what is pinned (`--reset`, which says what it discarded), then
+//! load the program over the pinned maps: adopted when compatible, created otherwise,
+//! refused — untouched — when incompatible.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use tracing::info;
+
+use super::RunOptions;
+use crate::{
+    config::Config,
+    dataplane::{
+        KernelDataplane, LoadOptions, Opened, Pinning,
+        pinned::{Layout, Owner, PinDir, PinError},
+    },
+};
+
+/// How long a start waits for a daemon that is exiting to release the interface.
+const EXITING_WAIT: Duration = Duration::from_secs(10);
+
+/// The data plane opened at start.
+pub(super) struct OpenedDatapath {
+    /// The data plane (attached by the caller).
+    pub(super) dp: KernelDataplane,
+    /// Whether it was created by this start (nothing was pinned).
+    pub(super) created: bool,
+    /// The layout stamp of the loaded object.
+    pub(super) layout: String,
+}
+
+/// The eBPF object to load: the embedded one, or the file of `--object`.
+fn object(options: &RunOptions) -> anyhow::Result<&'static [u8]> {
+    match &options.object {
+        None => Ok(crate::EBPF_OBJECT),
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("reading the eBPF object {}", path.display()))?;
+            // Lives for the whole run, as the embedded object does.
+            Ok(Box::leak(bytes.into_boxed_slice()))
+        }
+    }
+}
+
+/// Opens the datapath of `config.interface` (module documentation).
+pub(super) fn open(config: &Config, options: &RunOptions) -> anyhow::Result<OpenedDatapath> {
+    let object = object(options)?;
+    let layout = Layout::of_object(object)?.stamp();
+    let dir = PinDir::locate(&config.pin_dir, &config.interface, true)?;
+    let owner = Owner {
+        pid: std::process::id(),
+        exiting: false,
+        socket: config.control_socket.display().to_string(),
+    };
+    let lock = dir.lock(&owner, EXITING_WAIT)?;
+    if options.reset && dir.exists() {
+        let gone = dir.discard(false)?;
+        info!(
+            "--reset: discarded the datapath pinned at {} ({gone})",
+            dir.shown().display()
+        );
+    } else if options.reset {
+        info!("--reset: nothing was pinned at {}", dir.shown().display());
+    }
+    let shown = dir.shown();
+    let (dp, opened) = KernelDataplane::load_pinned(
+        LoadOptions {
+            ct_capacity: config.ct_capacity,
+            ct_syn_capacity: config.ct_syn_capacity,
+            frag_capacity: config.frag_capacity,
+        },
+        Pinning { dir, lock, object },
+    )
+    .context("loading the XDP program")?;
+    match opened {
+        Opened::Adopted => info!(
+            "adopting the datapath pinned at {} (layout {layout}): maps, connection tracking and counters kept",
+            shown.display()
+        ),
+        Opened::Created { leftovers } => {
+            if leftovers > 0 {
+                info!(
+                    "removed {leftovers} pins of an earlier start that did not complete at {}",
+                    shown.display()
+                );
+            }
+            info!(
+                "created the datapath at {} (layout {layout})",
+                shown.display()
+            );
+        }
+    }
+    Ok(OpenedDatapath {
+        dp,
+        created: matches!(opened, Opened::Created { .. }),
+        layout,
+    })
+}
+
+/// Removes the datapath this start created when the start fails after all.
+pub(super) fn remove_created_at(config: &Config) {
+    if let Ok(dir) = PinDir::locate(&config.pin_dir, &config.interface, false) {
+        let _ = dir.discard(true);
+    }
+}
+
+/// Why `lb detach` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DetachError {
+    /// Nothing is pinned for the interface.
+    #[error(
+        "nothing is pinned for interface {interface} in this network namespace (looked in {})",
+        .dir.display()
+    )]
+    NothingPinned {
+        /// The interface.
+        interface: String,
+        /// Where it looked.
+        dir: PathBuf,
+    },
+    /// The pin directory could not be used (a daemon holds it, no bpffs, ...).
+    #[error(transparent)]
+    Pin(#[from] PinError),
+}
+
+/// `lb detach --interface IF`: detaches the XDP program at once and removes every pin of
+/// `interface` in this network namespace under `pin_dir`; needs no daemon, and refuses
+/// while one controls the interface. Returns what was discarded, as a line.
+///
+/// # Errors
+/// [`DetachError`].
+pub fn detach(pin_dir: &std::path::Path, interface: &str) -> Result<String, DetachError> {
+    let dir = PinDir::locate(pin_dir, interface, false)?;
+    if !dir.exists() {
+        return Err(DetachError::NothingPinned {
+            interface: interface.to_owned(),
+            dir: dir.shown(),
+        });
+    }
+    let owner = Owner {
+        pid: std::process::id(),
+        exiting: false,
+        socket: "(lb detach)".into(),
+    };
+    let _lock = dir.lock(&owner, Duration::ZERO)?;
+    let gone = dir.discard(true)?;
+    Ok(format!(
+        "detached from {interface} and removed the datapath pinned at {}: {gone}",
+        dir.shown().display()
+    ))
+}
