@@ -596,6 +596,39 @@ fn a_new_vips_source_list_is_written_before_its_entry_and_cleared_after_its_remo
 }
 
 #[test]
+fn an_adopted_source_list_is_the_one_the_next_change_starts_from() {
+    // The list in the maps, not an empty one, is what a restarted daemon changes: a
+    // list removed from the file while no daemon ran is cleared, a narrowed one
+    // written again; an unchanged one is left alone.
+    let mut c = controller();
+    c.apply(&with_sources("\"192.0.2.0/24\", \"198.18.0.0/15\""))
+        .expect("apply");
+    let restart = |c: &mut Controller<FakeDataplane>| {
+        let dp = std::mem::take(c.dataplane_mut()).restarted();
+        Controller::adopt(dp).expect("adopt").0
+    };
+    let key = vip80().key();
+    let mut c = restart(&mut c);
+    c.apply(&with_sources("\"198.18.0.0/15\", \"192.0.2.0/24\""))
+        .expect("apply");
+    assert!(
+        !c.dataplane()
+            .ops
+            .iter()
+            .any(|o| matches!(o, FOp::SetSources(..))),
+        "unchanged list: {:#?}",
+        c.dataplane().ops
+    );
+    let mut c = restart(&mut c);
+    c.apply(&with_sources("\"198.18.0.0/15\"")).expect("apply");
+    assert_eq!(c.dataplane().sources[&key].1.len(), 1);
+    let mut c = restart(&mut c);
+    c.apply(&desired(&vip_toml(80, 1009, &[(11, 1, "active")])))
+        .expect("apply");
+    assert!(c.dataplane().sources.is_empty(), "the list is lifted");
+}
+
+#[test]
 fn a_failed_change_puts_the_previous_source_list_back() {
     let two = |sources: &str| {
         desired(
