@@ -154,6 +154,9 @@ pub struct DaemonConfig {
     pub backend_health: Vec<(String, u8, String)>,
     /// `conntrack.capacity`.
     pub ct_capacity: u32,
+    /// Keys added to the `[[vip]]` table of a VIP ([`vip_text`]), such as
+    /// `allowed_sources = [...]`.
+    pub vip_keys: Vec<(String, String)>,
 }
 
 impl DaemonConfig {
@@ -179,6 +182,7 @@ impl DaemonConfig {
             vip_health: Vec::new(),
             backend_health: Vec::new(),
             ct_capacity: CT_CAPACITY,
+            vip_keys: Vec::new(),
         }
     }
 
@@ -227,6 +231,9 @@ impl DaemonConfig {
                     self.table_size
                 );
                 let vip = vip_text(v6, tcp);
+                for (_, keys) in self.vip_keys.iter().filter(|(v, _)| *v == vip) {
+                    let _ = writeln!(out, "{keys}");
+                }
                 for (_, body) in self.vip_health.iter().filter(|(v, _)| *v == vip) {
                     let _ = write!(out, "[vip.health]\n{body}\n");
                 }

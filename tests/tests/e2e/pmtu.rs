@@ -30,7 +30,7 @@ use super::daemon;
 const UPLOAD: usize = 1 << 20;
 
 /// The PMTU `ip route get DST` shows in `ns` (a route exception), if any.
-fn learned_mtu(ns: &NetNs, dst: IpAddr) -> Option<u32> {
+pub(super) fn learned_mtu(ns: &NetNs, dst: IpAddr) -> Option<u32> {
     let out = ns
         .exec("ip", &["-o", "route", "get", &dst.to_string()])
         .expect("ip route get");
@@ -61,7 +61,7 @@ fn upload(bed: &TestBed, src: SocketAddr, timeout: Duration) -> std::io::Result<
 }
 
 /// The value of the global counter `name` in `lb stats`.
-fn counter(lb: &Daemon<'_>, name: &str) -> u64 {
+pub(super) fn counter(lb: &Daemon<'_>, name: &str) -> u64 {
     let stats = lb.stats().expect("lb stats");
     stats
         .reasons
@@ -121,7 +121,7 @@ fn a_megabyte_upload_completes_thanks_to_the_generated_icmp_and_stalls_without()
 
 /// A router's "fragmentation needed" (from 192.0.2.200, next-hop MTU 1400) about the
 /// UDP reply `VIP4:53 → client` of 1,428 bytes, quoting its IPv4 header and 8 bytes.
-fn router_frag_needed(client: SocketAddr) -> Vec<u8> {
+pub(super) fn router_frag_needed(client: SocketAddr) -> Vec<u8> {
     let IpAddr::V4(client_ip) = client.ip() else {
         unreachable!()
     };
