@@ -97,7 +97,7 @@ impl SourceMaps {
                 .and_then(|(len, addr)| Prefix::new(addr, len).ok());
             match (vips.get(&vip), prefix) {
                 (Some(id), Some(prefix)) => {
-                    lists.entry(vip).or_insert((*id, Vec::new())).1.push(prefix)
+                    lists.entry(vip).or_insert((*id, Vec::new())).1.push(prefix);
                 }
                 _ => absent_is_ok(self.trie.remove(&trie_key))
                     .map_err(map_err(maps::SOURCE_RANGES, "delete"))?,
