@@ -643,6 +643,19 @@ impl<'bed> Daemon<'bed> {
         serde_json::from_str(&text).with_context(|| format!("parsing `lb stats --json`: {text}"))
     }
 
+    /// The global verdict counter `name` of `lb stats` (0 when it is not listed).
+    ///
+    /// # Errors
+    /// As [`Self::stats`].
+    pub fn reason(&self, name: &str) -> anyhow::Result<u64> {
+        Ok(self
+            .stats()?
+            .reasons
+            .iter()
+            .find(|c| c.name == name)
+            .map_or(0, |c| c.value))
+    }
+
     /// `lb backend ACTION --vip VIP --backend <backend k of the VIP's family>
     /// [--weight W]`; returns what it printed (the changes applied).
     ///

@@ -62,12 +62,7 @@ fn upload(bed: &TestBed, src: SocketAddr, timeout: Duration) -> std::io::Result<
 
 /// The value of the global counter `name` in `lb stats`.
 pub(super) fn counter(lb: &Daemon<'_>, name: &str) -> u64 {
-    let stats = lb.stats().expect("lb stats");
-    stats
-        .reasons
-        .iter()
-        .find(|c| c.name == name)
-        .map_or(0, |c| c.value)
+    lb.reason(name).expect("lb stats")
 }
 
 #[test]

@@ -6,7 +6,8 @@ use crate::{
     health::{damping::Damping, policy::FailurePolicy, settings::StatusRanges, state::Thresholds},
 };
 
-const BASE: &str = r#"
+/// The smallest file without VIPs (also the data-plane keys' tests).
+pub(super) const BASE: &str = r#"
 interface = "eth0"
 [encap]
 source_v4 = "192.0.2.1"

@@ -7,15 +7,8 @@ use lb_common::types::{
     CONFIG_SOURCE_PREFIX_V6, CONFIG_SOURCE_RANGES,
 };
 
-use super::super::parse;
+use super::super::{parse, tests::BASE};
 use crate::{config::Config, controller::Desired, prefix::Prefix};
-
-const BASE: &str = r#"
-interface = "eth0"
-[encap]
-source_v4 = "192.0.2.1"
-source_v6 = "2001:db8:c::1"
-"#;
 
 const VIP: &str = r#"
 [[vip]]
