@@ -202,6 +202,11 @@ fn parse_v4(ctx: &XdpContext) -> Parse {
         }
         return Parse::Verdict(Reason::PassNonVip);
     }
+    // IHL is at most 15, so the L4 offset is at most 14 + 60. The unfragmented packet
+    // is parsed first, before anything of fragments is computed: it is the fast path.
+    if ip.frag & IPV4_FRAG_MASK == 0 {
+        return parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len);
+    }
     let tag = FragTag {
         id: u32::from(ip.id),
         proto: key.vip.proto,
@@ -210,12 +215,10 @@ fn parse_v4(ctx: &XdpContext) -> Parse {
     if ip.frag & IPV4_OFFSET_MASK != 0 {
         return later_fragment(&key, tag, tot_len);
     }
-    // IHL is at most 15, so the L4 offset is at most 14 + 60.
-    let l4 = parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len);
-    if ip.frag & IPV4_FRAG_MASK == 0 {
-        return l4;
-    }
-    first_fragment(l4, tag)
+    first_fragment(
+        parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len),
+        tag,
+    )
 }
 
 /// `parsed`, a packet, as the first fragment of datagram `tag`.

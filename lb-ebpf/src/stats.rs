@@ -8,15 +8,26 @@ use crate::maps::{BACKEND_STATS, GLOBAL_STATS, VIP_STATS};
 /// Counts one packet under `reason`.
 #[inline(always)]
 pub(crate) fn count(reason: Reason) {
+    count_index(reason as usize);
+}
+
+/// [`count`] for a reason that a BPF function returned (the rare paths): the index is
+/// read back through a volatile load. LLVM knows a `Reason` is below `REASON_COUNT` and
+/// would drop the bounds check, but a value returned by a BPF function (through its
+/// stack) reaches the verifier as an unknown number. The fast path's reasons are
+/// constants the verifier sees, and pay no stack round trip.
+#[inline(always)]
+pub(crate) fn count_returned(reason: Reason) {
+    let index = reason as usize;
+    // SAFETY: a read of a local.
+    count_index(unsafe { core::ptr::read_volatile(&raw const index) });
+}
+
+#[inline(always)]
+fn count_index(index: usize) {
     if let Some(stats) = GLOBAL_STATS.get_ptr_mut(0) {
         // SAFETY: per-CPU array element, used only by this CPU during this run.
         let stats = unsafe { &mut *stats };
-        // The index is read back through a volatile load: LLVM knows a `Reason` is below
-        // `REASON_COUNT` and would drop the bounds check, but a reason returned by a BPF
-        // function (through its stack) reaches the verifier as an unknown number.
-        let index = reason as usize;
-        // SAFETY: a read of a local.
-        let index = unsafe { core::ptr::read_volatile(&raw const index) };
         if let Some(counter) = stats.counters.get_mut(index) {
             *counter += 1;
         }
