@@ -174,7 +174,14 @@ impl Lb {
         // SAFETY: sched_getcpu has no preconditions.
         let cpu = unsafe { libc::sched_getcpu() };
         crate::pin_to_cpu(usize::try_from(cpu).unwrap_or(0)).expect("pin the test thread");
-        let mut dp = KernelDataplane::load(options).expect("load the XDP program");
+        Self::over(KernelDataplane::load(options).expect("load the XDP program"))
+    }
+
+    /// `dp` (a freshly loaded data plane) with [`default_config`] written.
+    ///
+    /// # Panics
+    /// When the configuration cannot be written.
+    pub fn over(mut dp: KernelDataplane) -> Self {
         dp.set_config(&default_config()).expect("config");
         Self { dp, generation: 0 }
     }

@@ -306,6 +306,10 @@ struct Options {
     /// CPU the benchmark thread is pinned to.
     #[arg(long, env = "LB_BENCH_CPU", default_value_t = 1)]
     cpu: usize,
+    /// Benchmark this build of the eBPF object (with the `test-harness` programs)
+    /// instead of the embedded one: for quick comparisons of changes to lb-ebpf.
+    #[arg(long)]
+    object: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -346,7 +350,19 @@ fn control_plane() -> anyhow::Result<()> {
 }
 
 fn data_plane(opts: &Options) -> anyhow::Result<()> {
-    let mut lb = Lb::with_ct(opts.ct, opts.syn);
+    let mut lb = match &opts.object {
+        None => Lb::with_ct(opts.ct, opts.syn),
+        Some(path) => {
+            let object =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let options = LoadOptions {
+                ct_capacity: opts.ct,
+                ct_syn_capacity: opts.syn,
+                ..LoadOptions::default()
+            };
+            Lb::over(KernelDataplane::load_object_bytes(options, &object)?)
+        }
+    };
     setup(&mut lb);
     let ns = fib_namespace("lbbench").context("benchmark namespace")?;
     println!(

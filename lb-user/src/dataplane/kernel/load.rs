@@ -293,6 +293,17 @@ impl KernelDataplane {
         Self::from_ebpf(ebpf, options, None)
     }
 
+    /// [`Self::load`] of another build of the object (`cargo xtask bench`'s
+    /// comparisons of two builds of the program).
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    #[cfg(feature = "test-harness")]
+    pub fn load_object_bytes(options: LoadOptions, object: &[u8]) -> Result<Self, DataplaneError> {
+        let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), object)?;
+        Self::from_ebpf(ebpf, options, None)
+    }
+
     /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
     /// verifies the load balancer program and its rare paths' program, and links the
     /// second to the first (`RARE_PROGS`, pinned or not).
