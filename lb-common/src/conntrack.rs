@@ -17,7 +17,10 @@
 //!    such a connection: its choice decides and replaces the pin. (A late duplicate of
 //!    the pinned connection's own SYN carries its ISN and changes nothing.) Otherwise the
 //!    pin decides; it is re-labelled with the current epoch when the current table agrees
-//!    with it, so that its next packets take the fast path again.
+//!    with it, so that its next packets take the fast path again. A pin whose connection
+//!    the client began to close (a FIN or RST seen, `CtEntry::closing`) is checked the
+//!    same way whatever its epoch: a new connection on the 4-tuple replaces it with an
+//!    open pin, so the live connection counts see it.
 //! 3. Without a pin that holds, a TCP flow takes its held SYN's choice: the handshake is
 //!    completing, and the choice is promoted into conntrack.
 //! 4. Otherwise the table decides, `table[flow_hash % M]`, and the choice is pinned:
@@ -37,7 +40,7 @@ use core::borrow::Borrow;
 use crate::{
     hash::flow_hash,
     stats::VipStats,
-    types::{CtEntry, FlowKey, LbConfig, PROTO_UDP, SynEntry, VipEntry},
+    types::{CT_OPEN, CtEntry, FlowKey, LbConfig, PROTO_UDP, SynEntry, VipEntry, ct_ticks},
 };
 
 #[cfg(test)]
@@ -125,8 +128,9 @@ pub enum PinState<B> {
         /// What to write back.
         touch: Touch,
     },
-    /// A TCP pin chosen from another table than the VIP's current one: its backend
-    /// decides unless a held SYN of a new connection does (rule 2).
+    /// A TCP pin chosen from another table than the VIP's current one, or whose
+    /// connection is closing: its backend decides unless a held SYN of a new connection
+    /// does (rule 2).
     OlderTable(B),
     /// A UDP pin idle longer than the timeout.
     Expired,
@@ -190,6 +194,9 @@ impl Record {
             stamp_ns: self.stamp_ns,
             epoch: self.epoch,
             isn: self.isn,
+            seen_ticks: ct_ticks(self.stamp_ns),
+            closing: CT_OPEN,
+            _pad: [0; 3],
         }
     }
 }
@@ -262,7 +269,7 @@ pub fn pin_state<L: PinLookups>(
             },
             UdpIdle::Expired => PinState::Expired,
         }
-    } else if entry.epoch == epoch {
+    } else if entry.epoch == epoch && entry.closing == CT_OPEN {
         PinState::Holds {
             backend,
             touch: Touch::Nothing,

@@ -8,7 +8,8 @@
 //! Modules: [`maps`] (map names and limits), [`defaults`] (the map sizes the object
 //! declares), [`types`] (map keys and values, one file per map family), [`stats`]
 //! (counter layouts, verdict reasons and their XDP actions), [`probe`] (the socket mark
-//! that sends a health probe to one backend), and the two decisions both sides make,
+//! that sends a health probe to one backend), [`trace`] (the packet trace's filter and
+//! decision codes), and the two decisions both sides make,
 //! written once: [`hash`] (the flow hash, which picks a flow's Maglev slot) and
 //! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend).
 //!
@@ -87,6 +88,7 @@ pub mod hash;
 pub mod maps;
 pub mod probe;
 pub mod stats;
+pub mod trace;
 pub mod types;
 
 /// Implements `aya::Pod` for plain-old-data map types on the userspace side.

@@ -18,6 +18,9 @@ pub const RARE_PROGRAM: &str = "lb_xdp_rare";
 /// An XDP program that returns `XDP_PASS` and does nothing else: the reference for
 /// benchmarks ("ns over an empty program").
 pub const EMPTY_PROGRAM: &str = "lb_empty";
+/// The load balancer built without packet tracing (benchmark harness only): the
+/// reference for what tracing costs while it is off.
+pub const UNTRACED_PROGRAM: &str = "lb_xdp_untraced";
 /// The TC egress program (`clsact`/TCX egress of the LB's interface) that encapsulates
 /// tunnel-mode health probes: packets whose `skb->mark` is a probe mark
 /// ([`crate::probe`]) go IP-in-IP to the backend the mark names.
@@ -114,12 +117,34 @@ pub const RARE_PROGS: &str = "RARE_PROGS";
 /// [`RARE_PROGRAM`] for the packet it tail-calls it with (the kind of work, the VLAN
 /// tag it stripped, the too-big packet's sizes).
 pub const RARE_WORK: &str = "RARE_WORK";
+/// Per-CPU array of one scratch record (kernel-only layout): the `FRAGMENTS` key and
+/// value a first fragment writes and the `SOURCE_RANGES` key of a source check, built
+/// there rather than on the stack of the functions the load balancer calls, which the
+/// verifier's 512 bytes for a chain of calls leave no room for.
+pub const SCRATCH: &str = "SCRATCH";
 /// Per-CPU array of one [`crate::stats::GlobalStats`].
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Per-CPU array: VIP id → [`crate::stats::VipStats`].
 pub const VIP_STATS: &str = "VIP_STATS";
 /// Per-CPU array: backend id → [`crate::stats::BackendStats`].
 pub const BACKEND_STATS: &str = "BACKEND_STATS";
+/// `BPF_MAP_TYPE_ARRAY` of one [`crate::trace::TraceFilter`]: which VIP packets `lb trace`
+/// records while `CONFIG_TRACE` is set. A separate map, read only when the flag is set,
+/// so that tracing costs the fast path one test of a flag it has already loaded.
+pub const TRACE_FILTER: &str = "TRACE_FILTER";
+/// Per-CPU array of one [`crate::trace::TracedPacket`]: the traced packet the load
+/// balancer hands to the trace program.
+pub const TRACE_PACKET: &str = "TRACE_PACKET";
+/// `BPF_MAP_TYPE_PROG_ARRAY` of one program: the trace program (`TRACE_PROGRAM`), which
+/// the load balancer tail-calls for a traced packet, so that logging runs with a stack
+/// of its own (the load balancer's leaves too little for aya-log's record).
+pub const TRACE_PROGS: &str = "TRACE_PROGS";
+/// The trace program: logs the packet in `TRACE_PACKET`, counts its reason, returns its
+/// action.
+pub const TRACE_PROGRAM: &str = "lb_trace";
+/// `BPF_MAP_TYPE_RINGBUF` of aya-log's records (declared by `aya-log-ebpf`): the trace
+/// records of `lb trace`.
+pub const AYA_LOGS: &str = "AYA_LOGS";
 /// Per-CPU array of one [`crate::probe::ProbeStats`]: what the probe program did.
 pub const PROBE_STATS: &str = "PROBE_STATS";
 /// Array of one [`crate::types::BenchFrame`] (benchmark harness only).

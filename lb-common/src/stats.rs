@@ -281,7 +281,7 @@ impl VipStats {
 
 /// Per-backend counters (per-CPU `BACKEND_STATS`, index = backend id).
 ///
-/// Layout (16 bytes): two `u64`.
+/// Layout (24 bytes): three `u64`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BackendStats {
@@ -289,14 +289,17 @@ pub struct BackendStats {
     pub packets: u64,
     /// Bytes of those packets as received (before encapsulation).
     pub bytes: u64,
+    /// Flows the backend got from the VIP's table (counted as `VipStats::new_flows`).
+    pub new_flows: u64,
 }
-const _: () = assert!(size_of::<BackendStats>() == 16);
+const _: () = assert!(size_of::<BackendStats>() == 24);
 
 impl BackendStats {
     /// Adds `other` field by field (summing per-CPU copies).
     pub fn accumulate(&mut self, other: &Self) {
         self.packets = self.packets.wrapping_add(other.packets);
         self.bytes = self.bytes.wrapping_add(other.bytes);
+        self.new_flows = self.new_flows.wrapping_add(other.new_flows);
     }
 }
 

@@ -13,11 +13,12 @@
 )]
 
 use aya_ebpf::{cty::c_int, helpers::generated::bpf_ktime_get_coarse_ns};
-use lb_common::types::{CtEntry, FAMILY_V4, FlowKey};
+use lb_common::types::{CT_OPEN, CtEntry, FAMILY_V4, FlowKey, ct_ticks};
 
 use crate::{
     backend::{self, Choice},
     maps::{CONNTRACK_V4, CONNTRACK_V6},
+    parse::Parsed,
 };
 
 /// `BPF_ANY`: create or replace.
@@ -36,6 +37,21 @@ pub(crate) type CtHit = Option<*mut CtEntry>;
 pub(crate) fn now_coarse_ns() -> u64 {
     // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
     unsafe { bpf_ktime_get_coarse_ns() }
+}
+
+/// Notes packet `p` in its flow's pin, for the live connection counts: the tick it was
+/// seen in (written only when the tick changed, about once a second for a busy flow)
+/// and, for a FIN or RST from the client, that the connection is closing.
+#[inline(always)]
+pub(crate) fn note_activity(entry: &mut CtEntry, p: &Parsed) {
+    let ticks = ct_ticks(now_coarse_ns());
+    if entry.seen_ticks != ticks {
+        entry.seen_ticks = ticks;
+    }
+    let closing = p.closing();
+    if closing != CT_OPEN {
+        entry.closing = closing;
+    }
 }
 
 /// Looks flow `key` up in its family's conntrack map.

@@ -20,7 +20,6 @@
 
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use lb_common::{
-    hash::flow_hash,
     stats::Reason,
     types::{CONFIG_VALID, FlowKey, FragEntry},
 };
@@ -28,7 +27,7 @@ use lb_common::{
 use crate::{
     backend,
     forward::{self, Sent},
-    maps::{CONFIG, FRAGMENTS},
+    maps::{CONFIG, FRAGMENTS, SCRATCH, Scratch},
     packet::frame_len,
     parse::{FragAt, FragTag, Parsed, flow_key},
     stats, vip,
@@ -39,16 +38,32 @@ use crate::{
 const BPF_ANY: u64 = 0;
 
 /// Records that the first fragment `key` / `tag` went to backend `backend_id` of VIP
-/// `vip_id`. A failed insert only loses the later fragments.
-#[inline(never)]
-pub(crate) fn record(key: &FlowKey, tag: &FragTag, backend_id: u32, vip_id: u32, seed: u32) {
-    let frag = tag.datagram(key);
-    let entry = FragEntry {
+/// `vip_id`, with its flow hash `hash` (the later fragments' outer fields). A failed
+/// insert only loses the later fragments. Key and value are built in the per-CPU
+/// `SCRATCH` (map helpers take map memory as well as stack), and the insert is a BPF
+/// function that keeps nothing across its one helper call: it runs below the load
+/// balancer's frame, and the verifier allows 512 bytes of stack for the whole chain.
+#[inline(always)]
+pub(crate) fn record(key: &FlowKey, tag: &FragTag, backend_id: u32, vip_id: u32, hash: u32) {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU array element, used only by this CPU during this packet.
+    let scratch = unsafe { &mut *scratch };
+    scratch.frag_entry = FragEntry {
         backend_id,
         vip_id,
-        hash: flow_hash(key, seed),
+        hash,
     };
-    let _ = FRAGMENTS.insert(&frag, &entry, BPF_ANY);
+    insert_datagram(scratch, key, tag);
+}
+
+/// Writes `key` / `tag`'s datagram into `scratch` and inserts it with `scratch`'s
+/// entry.
+#[inline(never)]
+fn insert_datagram(scratch: &mut Scratch, key: &FlowKey, tag: &FragTag) {
+    scratch.frag_key = tag.datagram(key);
+    let _ = FRAGMENTS.insert(&scratch.frag_key, &scratch.frag_entry, BPF_ANY);
 }
 
 /// Sends the later fragment `at` after its first fragment; returns the verdict.
@@ -93,7 +108,7 @@ pub(crate) fn follow(ctx: &XdpContext, at: &FragAt) -> (u32, Reason) {
         Some(entry.hash),
     ) {
         Ok(sent) => {
-            stats::backend(choice.id, bytes);
+            stats::backend(choice.id, bytes, false);
             (
                 sent.action,
                 Sent::relabel(&sent, Reason::TxFragment, Reason::RedirectFragment),

@@ -82,7 +82,7 @@ pub(crate) fn forward(ctx: &XdpContext, at: &IcmpAt, cfg: &LbConfig) -> (u32, Re
     };
     match forward::encapsulate(ctx, &p, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
-            stats::backend(choice.id, bytes);
+            stats::backend(choice.id, bytes, false);
             (
                 sent.action,
                 Sent::relabel(&sent, Reason::TxIcmpForward, Reason::RedirectIcmpForward),

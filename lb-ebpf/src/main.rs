@@ -25,12 +25,14 @@
 //! paths pay a few compares for all of them.
 //!
 //! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
-//! tunnel-mode health probes through the same encapsulation.
+//! tunnel-mode health probes through the same encapsulation, and `lb_trace` ([`trace`]),
+//! the program the load balancer tail-calls for a packet `lb trace` selects.
 //!
 //! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
-//! nothing is logged per packet. Built with the `test-harness` feature (for the tests
-//! and benchmarks only), the object also holds `lb_empty` and `lb_bench`, the benchmark
-//! harness (`bench`).
+//! nothing is logged per packet unless `lb trace` runs (while a trace client is
+//! connected, the VIP packets its filter selects are logged with aya-log). Built with
+//! the `test-harness` feature (for the tests and benchmarks only), the object also holds
+//! `lb_empty`, `lb_xdp_untraced` and `lb_bench`, the benchmark harness (`bench`).
 #![no_std]
 #![no_main]
 
@@ -56,36 +58,73 @@ mod stats;
 mod syn_cache;
 mod table;
 mod too_big;
+mod trace;
 mod vip;
 mod vlan;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
     stats::{Reason, VipStats},
-    types::{CONFIG_SOURCE_RANGES, CONFIG_VALID, LbConfig},
+    trace::Path,
+    types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
-use parse::{FragTag, Parse};
+use parse::{FragTag, Parse, Parsed};
 use source::Source;
 
 /// The load balancer.
 #[xdp]
 fn lb_xdp(ctx: XdpContext) -> u32 {
-    let tag = vlan::strip(&ctx);
-    let mut verdict = if tag == vlan::Tag::Unsupported {
-        verdict(Reason::PassVlan)
-    } else {
-        process(&ctx)
-    };
-    if verdict.0 == rare::HAND_OVER {
-        verdict = rare::hand_over(&ctx, tag, verdict.1);
-    }
-    let (action, reason) = vlan::restore(&ctx, tag, verdict);
-    stats::count(reason);
+    let action = run::<true>(&ctx);
     // The upgrade tests' variant: the same verdict through one more stack round trip,
     // so its instructions (and the kernel's program tag) differ from the normal build's.
     #[cfg(feature = "upgrade-variant")]
     let action = core::hint::black_box(action);
     action
+}
+
+/// The load balancer built without packet tracing: the benchmark's reference for what
+/// tracing costs while it is off (`test-harness` builds only).
+#[cfg(feature = "test-harness")]
+#[xdp]
+fn lb_xdp_untraced(ctx: XdpContext) -> u32 {
+    run::<false>(&ctx)
+}
+
+/// One packet: strips a VLAN tag, processes the packet, hands rare work over, puts the
+/// tag back and counts the reason; returns the action.
+#[inline(always)]
+fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
+    let tag = vlan::strip(ctx);
+    let (action, reason) = if tag == vlan::Tag::Unsupported {
+        verdict(Reason::PassVlan)
+    } else {
+        match process::<TRACE>(ctx, tag) {
+            Processed::Pending(verdict) => finish(ctx, tag, verdict),
+            Processed::Done(verdict) => verdict,
+        }
+    };
+    stats::count(reason);
+    action
+}
+
+/// What [`process`] leaves to do.
+enum Processed {
+    /// The verdict, before the rare paths' hand-over and the VLAN tag ([`finish`]).
+    Pending((u32, Reason)),
+    /// The verdict of a frame that is complete (its tag is back): a traced packet
+    /// whose tail call to `lb_trace` failed.
+    Done((u32, Reason)),
+}
+
+/// Hands work for the rare paths over (`rare`), else puts the VLAN tag back.
+#[inline(always)]
+fn finish(ctx: &XdpContext, tag: vlan::Tag, verdict: (u32, Reason)) -> (u32, Reason) {
+    if verdict.0 == rare::HAND_OVER {
+        // The rare program puts the tag back itself; this returns only when the tail
+        // call fails, with the fallback verdict for the frame as it came.
+        return vlan::restore(ctx, tag, rare::hand_over(ctx, tag, verdict.1));
+    }
+    vlan::restore(ctx, tag, verdict)
 }
 
 // lb-common's action numbers are the kernel's.
@@ -103,21 +142,27 @@ fn verdict(reason: Reason) -> (u32, Reason) {
     (reason.action(), reason)
 }
 
+/// Parses the packet (untagged by now), passes what is not for a VIP, hands fragments
+/// and ICMP to the rare paths, and the rest to [`vip_packet`]; with `TRACE`, a VIP
+/// packet is logged while `CONFIG_TRACE` is set ([`trace`]): its frame is completed
+/// (`tag` put back) before `lb_trace` takes over, which counts it and returns its
+/// action. Work handed to the rare paths is not traced.
 #[inline(always)]
-fn process(ctx: &XdpContext) -> (u32, Reason) {
+fn process<const TRACE: bool>(ctx: &XdpContext, tag: vlan::Tag) -> Processed {
+    let pending = |v| Processed::Pending(v);
     let (parsed, first_fragment) = match parse::parse(ctx) {
         Parse::Packet(parsed) => (parsed, None),
-        Parse::FirstFragment(parsed, tag) => (parsed, Some(tag)),
-        Parse::Verdict(reason) => return verdict(reason),
-        Parse::Fragment(_) => return rare::fragment(),
-        Parse::Icmp(_) => return rare::icmp(),
+        Parse::FirstFragment(parsed, frag) => (parsed, Some(frag)),
+        Parse::Verdict(reason) => return pending(verdict(reason)),
+        Parse::Fragment(_) => return pending(rare::fragment()),
+        Parse::Icmp(_) => return pending(rare::icmp()),
         Parse::TruncatedL4(key) if vip::is_vip_address(&key) => {
-            return verdict(Reason::DropMalformedL4);
+            return pending(verdict(Reason::DropMalformedL4));
         }
-        Parse::TruncatedL4(_) => return verdict(Reason::PassNonVip),
+        Parse::TruncatedL4(_) => return pending(verdict(Reason::PassNonVip)),
     };
     if !vip::maybe_vip(&parsed.key.vip) {
-        return verdict(Reason::PassNonVip);
+        return pending(verdict(Reason::PassNonVip));
     }
     let cfg = maps::CONFIG
         .get(0)
@@ -128,10 +173,34 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
     {
         match source::check(&parsed.key) {
             Source::Allowed => {}
-            Source::NotVip => return verdict(Reason::PassNonVip),
-            Source::Refused => return verdict(Reason::DropSourceRefused),
+            Source::NotVip => return pending(verdict(Reason::PassNonVip)),
+            Source::Refused => return pending(verdict(Reason::DropSourceRefused)),
         }
     }
+    let mut traced = trace::Decision::none();
+    let v = vip_packet(ctx, &parsed, cfg, &mut traced, first_fragment);
+    if TRACE
+        && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0)
+        && v.1 != Reason::PassNonVip
+        && v.0 != rare::HAND_OVER
+    {
+        let (action, reason) = vlan::restore(ctx, tag, v);
+        trace::hand_over(ctx, &parsed, &traced, action, reason);
+        return Processed::Done((action, reason));
+    }
+    pending(v)
+}
+
+/// Chooses the backend of a packet that may be for a VIP and forwards it; `traced`
+/// receives the decision; a first fragment's datagram (`first_fragment`) is recorded.
+#[inline(always)]
+fn vip_packet(
+    ctx: &XdpContext,
+    parsed: &Parsed,
+    cfg: Option<&LbConfig>,
+    traced: &mut trace::Decision,
+    first_fragment: Option<FragTag>,
+) -> (u32, Reason) {
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN opens a connection: no conntrack lookup (see `select`).
     let syn = parsed.is_syn();
@@ -142,18 +211,20 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
     };
     // Established flows: no VIPS lookup.
     if let Some(cfg) = cfg
-        && let Some((vip_id, choice)) = select::established(&parsed, ct, cfg)
+        && let Some((vip_id, choice)) = select::established(parsed, ct, cfg)
         && let Some(vip_stats) = stats::vip(vip_id)
     {
         vip_stats.packets += 1;
         vip_stats.bytes += bytes;
         vip_stats.ct_hits += 1;
+        traced.set(Path::CtFast, choice.id);
         let sending = Sending {
             vip_id,
             bytes,
+            new_flow: false,
             first_fragment,
         };
-        return send(ctx, &parsed, choice, cfg, vip_stats, &sending);
+        return send(ctx, parsed, choice, cfg, vip_stats, &sending);
     }
     let Some(vip) = vip::find_vip(&parsed.key.vip) else {
         return verdict(Reason::PassNonVip);
@@ -168,17 +239,21 @@ fn process(ctx: &XdpContext) -> (u32, Reason) {
         return verdict(Reason::DropBadConfig);
     };
     let picked = if syn {
-        select::pick_syn(&parsed, &vip, cfg, vip_stats)
+        select::pick_syn(parsed, &vip, cfg, vip_stats, traced)
     } else {
-        select::pick_backend(&parsed, &vip, cfg, vip_stats, ct)
-    };
-    let sending = Sending {
-        vip_id: vip.vip_id,
-        bytes,
-        first_fragment,
+        select::pick_backend(parsed, &vip, cfg, vip_stats, ct, traced)
     };
     match picked {
-        Ok(choice) => send(ctx, &parsed, choice, cfg, vip_stats, &sending),
+        Ok(choice) => {
+            traced.backend = choice.id;
+            let sending = Sending {
+                vip_id: vip.vip_id,
+                bytes,
+                new_flow: traced.new_flow,
+                first_fragment,
+            };
+            send(ctx, parsed, choice, cfg, vip_stats, &sending)
+        }
         Err(reason) => {
             vip_stats.drops += 1;
             verdict(reason)
@@ -192,16 +267,19 @@ struct Sending {
     vip_id: u32,
     /// Its frame length.
     bytes: u64,
+    /// The table gave the flow its backend (counted per backend).
+    new_flow: bool,
     /// Its datagram, when it is a first fragment.
     first_fragment: Option<FragTag>,
 }
 
-/// Encapsulates and sends a VIP packet to `choice`, counting it; records a first
-/// fragment's backend; answers a packet too big for the MTU.
+/// Encapsulates and sends a VIP packet to `choice`, counting it (and a new flow of the
+/// backend); records a first fragment's backend; hands a packet too big for the MTU
+/// to the rare paths, which answer it.
 #[inline(always)]
 fn send(
     ctx: &XdpContext,
-    parsed: &parse::Parsed,
+    parsed: &Parsed,
     choice: backend::Choice,
     cfg: &LbConfig,
     vip_stats: &mut VipStats,
@@ -210,9 +288,10 @@ fn send(
     let (id, backend_family) = (choice.id, choice.backend.family);
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
-            stats::backend(id, sending.bytes);
+            stats::backend(id, sending.bytes, sending.new_flow);
             if let Some(tag) = &sending.first_fragment {
-                frag::record(&parsed.key, tag, id, sending.vip_id, cfg.hash_seed);
+                let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
+                frag::record(&parsed.key, tag, id, sending.vip_id, hash);
             }
             (sent.action, sent.reason)
         }

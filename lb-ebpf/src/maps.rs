@@ -17,6 +17,7 @@ use lb_common::{
     },
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
+    trace::{TraceFilter, TracedPacket},
     types::{
         BackendEntry, CtEntry, FlowKey, FlowKey4, FragEntry, FragKey, LbConfig, NextHopEntry,
         SourceData, SynEntry, VipAddrKey, VipEntry, VipInfo, VipKey,
@@ -112,6 +113,21 @@ pub(crate) static ICMP_RATE: PerCpuArray<u64, { ICMP_RATE_KINDS as usize }> = Pe
 #[btf_map]
 pub(crate) static RARE_PROGS: ProgramArray<1> = ProgramArray::new();
 
+/// Map keys and values built off the stack by the functions the load balancer calls.
+#[repr(C)]
+pub(crate) struct Scratch {
+    /// The `FRAGMENTS` key of the first fragment being recorded.
+    pub(crate) frag_key: FragKey,
+    /// Its value.
+    pub(crate) frag_entry: FragEntry,
+    /// The `SOURCE_RANGES` key of the source check.
+    pub(crate) source_key: aya_ebpf::maps::lpm_trie::Key<SourceData>,
+}
+
+/// Per CPU, one [`Scratch`].
+#[btf_map]
+pub(crate) static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
+
 /// Per CPU, the work `lb_xdp` hands to `lb_xdp_rare`.
 #[btf_map]
 pub(crate) static RARE_WORK: PerCpuArray<crate::rare::RareWork, 1> = PerCpuArray::new();
@@ -127,6 +143,18 @@ pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new(
 /// Per CPU, backend id → packets and bytes forwarded to it.
 #[btf_map]
 pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
+
+/// Which VIP packets `lb trace` records while `CONFIG_TRACE` is set (one element).
+#[btf_map]
+pub(crate) static TRACE_FILTER: Array<TraceFilter, 1> = Array::new();
+
+/// Per CPU, the traced packet handed to the trace program.
+#[btf_map]
+pub(crate) static TRACE_PACKET: PerCpuArray<TracedPacket, 1> = PerCpuArray::new();
+
+/// The trace program `lb_trace`, tail-called for a traced packet.
+#[btf_map]
+pub(crate) static TRACE_PROGS: ProgramArray<1> = ProgramArray::new();
 
 /// Per CPU, what the probe program (`probe`) did with marked packets.
 #[btf_map]

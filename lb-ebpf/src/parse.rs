@@ -19,7 +19,8 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::{
     stats::Reason,
     types::{
-        FAMILY_V4, FAMILY_V6, FlowKey, FragKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP,
+        CT_FIN, CT_OPEN, CT_RST, FAMILY_V4, FAMILY_V6, FlowKey, FragKey, PROTO_ICMP, PROTO_ICMPV6,
+        PROTO_TCP, PROTO_UDP,
     },
 };
 
@@ -71,6 +72,7 @@ pub(crate) const MAX_IPV6_EXT_HEADERS: usize = 6;
 pub(crate) const MAX_L4_OFFSET: usize = ETH_LEN + IPV6_LEN + MAX_IPV6_EXT_HEADERS * 2048;
 
 /// TCP flag bits (RFC 9293, byte 13 of the header).
+const TCP_FIN: u8 = 0x01;
 const TCP_SYN: u8 = 0x02;
 const TCP_RST: u8 = 0x04;
 const TCP_ACK: u8 = 0x10;
@@ -104,6 +106,20 @@ impl Parsed {
     #[inline(always)]
     pub(crate) fn is_rst(&self) -> bool {
         self.tcp_flags & TCP_RST != 0
+    }
+
+    /// What the packet says of its connection's end (`CtEntry::closing`): `CT_RST`
+    /// for a RST, `CT_FIN` for a FIN, `CT_OPEN` otherwise (and for UDP, whose flags
+    /// are 0).
+    #[inline(always)]
+    pub(crate) fn closing(&self) -> u8 {
+        if self.tcp_flags & TCP_RST != 0 {
+            CT_RST
+        } else if self.tcp_flags & TCP_FIN != 0 {
+            CT_FIN
+        } else {
+            CT_OPEN
+        }
     }
 }
 

@@ -143,7 +143,7 @@ fn lb_xdp_rare(ctx: XdpContext) -> u32 {
         Tag::None
     };
     let (action, reason) = vlan::restore(&ctx, tag, verdict);
-    stats::count_returned(reason);
+    stats::count_index(reason as u32);
     action
 }
 

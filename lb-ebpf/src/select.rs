@@ -20,6 +20,7 @@ use lb_common::{
     conntrack::{Decision, Lookups, PinLookups, PinState, decide, pin_state},
     hash::flow_hash,
     stats::{Reason, VipStats},
+    trace::Path,
     types::{LbConfig, PROTO_UDP, SynEntry, VipEntry},
 };
 
@@ -27,7 +28,9 @@ use crate::{
     backend::{self, Choice},
     conntrack::{self, CtHit, now_coarse_ns},
     parse::Parsed,
-    syn_cache, table, vip,
+    syn_cache, table,
+    trace::Decision as Traced,
+    vip,
 };
 
 /// What the fast path's check of a pin reads: the clock and `BACKENDS`.
@@ -104,6 +107,7 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     ) {
         PinState::Holds { backend, touch } => {
             touch.apply(entry);
+            conntrack::note_activity(entry, p);
             Some((entry.vip_id, backend))
         }
         PinState::OlderTable(_) | PinState::Expired | PinState::Stale => None,
@@ -118,11 +122,14 @@ pub(crate) fn pick_syn(
     vip: &VipEntry,
     cfg: &LbConfig,
     stats: &mut VipStats,
+    traced: &mut Traced,
 ) -> Result<Choice, Reason> {
+    traced.set(Path::Syn, 0);
     let hash = flow_hash(&p.key, cfg.hash_seed);
     let choice = table::pick(vip, hash)?;
     syn_cache::remember(p, vip, hash, &choice, cfg, stats);
     stats.new_flows += 1;
+    traced.new_flow = true;
     Ok(choice)
 }
 
@@ -136,6 +143,7 @@ pub(crate) fn pick_backend(
     cfg: &LbConfig,
     stats: &mut VipStats,
     ct: CtHit,
+    traced: &mut Traced,
 ) -> Result<Choice, Reason> {
     // SAFETY: the pointer comes from a successful lookup and the value is only used
     // within this program run.
@@ -151,8 +159,10 @@ pub(crate) fn pick_backend(
     );
     match decision {
         Decision::Pin { backend, touch } => {
+            traced.set(Path::CtPin, 0);
             if let Some(entry) = entry {
                 touch.apply(entry);
+                conntrack::note_activity(entry, p);
             }
             Ok(backend)
         }
@@ -161,6 +171,7 @@ pub(crate) fn pick_backend(
             slot,
             record,
         } => {
+            traced.set(Path::SynCache, 0);
             let Some(record) = record else {
                 return Ok(backend);
             };
@@ -176,6 +187,7 @@ pub(crate) fn pick_backend(
             record,
             stale_slot,
         } => {
+            traced.set(Path::Table, 0);
             if let Some(slot) = stale_slot {
                 syn_cache::free(slot);
             }
@@ -184,6 +196,7 @@ pub(crate) fn pick_backend(
                 return Ok(choice);
             };
             stats.new_flows += 1;
+            traced.new_flow = true;
             let pin = record.entry(choice.id);
             Ok(conntrack::pin_flow(&p.key, &pin, choice, record.replace).1)
         }

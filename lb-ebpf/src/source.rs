@@ -16,7 +16,7 @@ use lb_common::{
 };
 
 use crate::{
-    maps::{SOURCE_FILTER, SOURCE_RANGES, SOURCE_RESTRICTED},
+    maps::{SCRATCH, SOURCE_FILTER, SOURCE_RANGES, SOURCE_RESTRICTED},
     vip,
 };
 
@@ -63,9 +63,20 @@ fn listed(key: &FlowKey) -> bool {
         .is_some_and(|word| word & (1u64 << (bit % 64)) != 0)
 }
 
+/// The trie lookup below the load balancer's frame: its key is built in the per-CPU
+/// `SCRATCH`, not on the stack (the verifier allows 512 bytes for the chain of calls).
 #[inline(never)]
 fn lookup(key: &FlowKey) -> Source {
-    lookup_in_line(key)
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return Source::Allowed;
+    };
+    // SAFETY: per-CPU array element, used only by this CPU during this packet.
+    let scratch = unsafe { &mut *scratch };
+    scratch.source_key = Key::new(SOURCE_KEY_BITS, SourceData::new(&key.vip, key.src));
+    if SOURCE_RANGES.get(&scratch.source_key).is_some() {
+        return Source::Allowed;
+    }
+    refused_or_not(key)
 }
 
 /// The trie lookup; after a miss, whether the packet's VIP is one with a list (another
@@ -76,6 +87,13 @@ fn lookup_in_line(key: &FlowKey) -> Source {
     if SOURCE_RANGES.get(&trie_key).is_some() {
         return Source::Allowed;
     }
+    refused_or_not(key)
+}
+
+/// After a trie miss: whether the packet's VIP is one with a list (another VIP may
+/// share its `SOURCE_FILTER` bit), or any VIP.
+#[inline(always)]
+fn refused_or_not(key: &FlowKey) -> Source {
     match vip::find_vip(&key.vip) {
         None => Source::NotVip,
         Some(v) if SOURCE_RESTRICTED.get(v.vip_id).is_some_and(|r| *r != 0) => Source::Refused,

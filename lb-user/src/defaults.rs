@@ -90,6 +90,33 @@ pub const WEIGHT: u32 = 1;
 /// `vip.backend.state`.
 pub const BACKEND_STATE: &str = "active";
 
+/// `metrics.enabled`: the endpoint is served unless turned off.
+pub const METRICS_ENABLED: bool = true;
+
+/// `metrics.listen`: loopback only (an operator opens it to a scraper on purpose) and a
+/// fixed port, so that Prometheus' `instance` label stays the same across restarts.
+/// 9469 is outside the well-known ports, not in the IANA-derived `/etc/services` of
+/// Debian, and none of the Prometheus components' own (9090-9094) nor node_exporter's
+/// (9100). Prometheus' wiki list of exporter ports (9100-9999) was reported fully
+/// allocated in 2023, so no port in that range is unclaimed; the number is the
+/// operator's to change.
+pub const METRICS_LISTEN: &str = "127.0.0.1:9469";
+
+/// `metrics.connections_interval_ms`: the conntrack walk behind the live connection
+/// counts runs every 10 s. A walk of a full 1,048,576-entry map takes about 0.4 s of
+/// one core (measured by `cargo xtask bench`), so the walk costs at most about 4 % of
+/// one core, and far less with emptier maps.
+pub const CONNECTIONS_INTERVAL_MS: u32 = 10_000;
+
+/// `metrics.idle_secs`: an established connection with no packet for this long counts
+/// as idle (`lb_backend_connections_idle`).
+pub const IDLE_SECS: u32 = 60;
+
+/// `metrics.removed_retention_secs`: a removed backend's series stay exported, frozen,
+/// with `state="removed"`, for 10 minutes: long enough for `rate()` and `increase()`
+/// windows of a few minutes to see the last samples.
+pub const REMOVED_RETENTION_SECS: u32 = 600;
+
 /// `health.coalesce_ms`: transitions of many backends within 100 ms become one table
 /// change per VIP (`health::coalesce::DEFAULT_WINDOW`).
 pub const HEALTH_COALESCE_MS: u32 = 100;

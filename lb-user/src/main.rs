@@ -12,14 +12,33 @@ use std::{
 };
 
 use clap::{CommandFactory as _, Parser};
-use lb_user::cli::{self, Output, docs, hash, ops, table};
+use lb_user::cli::{self, Output, docs, hash, ops, table, trace};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
 #[command(name = "lb", version = lb_user::version())]
 struct Cli {
+    /// Log lines as text (default) or as JSON objects, one per line (also `LB_LOG_FORMAT`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "LB_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines (standard error) are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// `2026-12-01T10:00:00Z  INFO lb_user::daemon: ...`.
+    Text,
+    /// `{"timestamp":...,"level":"INFO","fields":{"message":...},"target":...}`
+    /// (tracing-subscriber's JSON format).
+    Json,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -29,6 +48,10 @@ enum Command {
         /// Configuration file (TOML; see lb.example.toml).
         #[arg(long)]
         config: PathBuf,
+        /// Accepted for uniformity: the daemon prints nothing on standard output; its
+        /// log lines are JSON with `--log-format json`.
+        #[arg(long)]
+        json: bool,
         /// Discard the pinned datapath of the interface (its connection tracking
         /// included) and start fresh; says what it discarded.
         #[arg(long)]
@@ -51,12 +74,18 @@ enum Command {
     Backend(ops::BackendArgs),
     /// Show where a client's flow to a VIP goes.
     Flow(ops::FlowArgs),
+    /// Stream the XDP program's decision for each matching VIP packet.
+    Trace(trace::TraceArgs),
     /// Build and compare Maglev tables offline (no root needed).
     Table(table::TableArgs),
     /// Compare consistent-hashing schemes on the same keys offline (no root needed).
     Hash(Box<hash::HashArgs>),
     /// Print facts about the embedded XDP object (size in bytes).
-    Object,
+    Object {
+        /// Print `{"bytes": N}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(docs::CompletionsArgs),
     /// Print the manual page lb(8), or write every page (lb.8, lb-run.8, ...) into a directory.
@@ -85,6 +114,7 @@ fn run(command: Command) -> Result<Output, Failure> {
             config,
             reset,
             object,
+            ..
         } => lb_user::daemon::run(&lb_user::daemon::RunOptions {
             config,
             reset,
@@ -100,6 +130,7 @@ fn run(command: Command) -> Result<Output, Failure> {
         Command::Stats(args) => ops::stats(&args).map_err(daemon),
         Command::Backend(args) => ops::backend(&args).map_err(daemon),
         Command::Flow(args) => ops::flow(&args).map_err(daemon),
+        Command::Trace(args) => trace::run(&args).map_err(daemon),
         Command::Table(args) => {
             table::run(&args).map_err(|e| Failure::new(format!("lb table: error: {e}"), 2))
         }
@@ -110,7 +141,7 @@ fn run(command: Command) -> Result<Output, Failure> {
             };
             Failure::new(format!("lb hash: error: {e}"), status)
         }),
-        Command::Object => Ok(cli::object()),
+        Command::Object { json } => Ok(cli::object(json)),
         Command::Completions(args) => Ok(Output::text(docs::completions(&args, Cli::command()))),
         Command::Manpage(args) => docs::manpage(&args, Cli::command())
             .map(Output::text)
@@ -136,16 +167,24 @@ fn print(output: &Output) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Sends log lines to standard error in `format` (level from `RUST_LOG`, default info).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(io::stderr)
-        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
-        .init();
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     if let Err(failure) = run(cli.command).and_then(|output| print(&output)) {
         eprintln!("{}", failure.message);
         std::process::exit(failure.status);

@@ -146,6 +146,9 @@ pub struct DaemonConfig {
     pub table_size: u32,
     /// UDP conntrack idle timeout.
     pub udp_timeout_secs: u32,
+    /// Keys of the `[metrics]` table, one `key = value` per line (empty: the defaults,
+    /// the endpoint on 127.0.0.1:9469 of the LB namespace).
+    pub metrics: String,
     /// Top-level tables written before the VIPs (e.g. `[health]`), empty by default.
     pub extra: String,
     /// `[vip.health]` bodies by VIP ([`vip_text`]); VIPs not listed have none.
@@ -178,6 +181,7 @@ impl DaemonConfig {
                 .collect(),
             table_size: lb_user::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
+            metrics: String::new(),
             extra: String::new(),
             vip_health: Vec::new(),
             backend_health: Vec::new(),
@@ -213,11 +217,12 @@ impl DaemonConfig {
              [encap]\nsource_v4 = \"{LB4}\"\nsource_v6 = \"{LB6}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
              [conntrack]\ncapacity = {}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
-             udp_timeout_secs = {}\n",
+             udp_timeout_secs = {}\n\n[metrics]\n{}\n",
             socket.display(),
             socket.with_file_name("state").display(),
             self.ct_capacity,
             self.udp_timeout_secs,
+            self.metrics,
         );
         out.push_str(&self.extra);
         for v6 in [false, true] {
@@ -324,6 +329,22 @@ fn warn_if_stale(lb: &Path) {
             );
             return;
         }
+    }
+}
+
+/// Makes the child of `cmd` get SIGTERM when the thread that starts it exits
+/// (`PR_SET_PDEATHSIG`): the backstop for a test process that dies without unwinding.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // prctl(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let signal = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
@@ -486,17 +507,7 @@ impl<'bed> Daemon<'bed> {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
-        // SAFETY: the closure runs in the child between fork and exec and only calls
-        // prctl(2), which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                let signal = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
-                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting `ip netns exec ... {} run`", daemon.lb.display()))?;

@@ -18,6 +18,8 @@ pub mod daemon;
 pub mod fixture;
 pub mod netns;
 pub mod packets;
+pub mod prometheus;
+pub mod schema;
 pub mod steady;
 pub mod testbed;
 pub mod traffic;

@@ -2,11 +2,12 @@
 //!
 //! Steps, as the README's "The two commands" lists them: Debian packages (LLVM 22
 //! development files, which match the LLVM inside the machine's rustc 1.95 and nightly
-//! 1.97, so that bpf-linker can link rustc's output, plus iproute2 for the netns tests and
-//! nftables for their drop rules, python3 for a killable server, and the tools the package check runs), the nightly
-//! toolchain's `rust-src` component (for `-Z build-std=core`), `bpf-linker` built against
-//! LLVM 22, and `cargo-deb` for `cargo xtask package`. Each step says whether it installs
-//! or skips.
+//! 1.97, so that bpf-linker can link rustc's output, plus iproute2 for the netns tests,
+//! nftables for their drop rules, python3 for a killable server, prometheus for the
+//! metrics tests, and the tools the package check runs), the nightly toolchain's
+//! `rust-src` component (for `-Z build-std=core`), `bpf-linker` built against LLVM 22,
+//! and `cargo-deb` for `cargo xtask package`. Each step says whether it installs or
+//! skips.
 
 use std::process::Command;
 
@@ -30,6 +31,9 @@ const APT_PACKAGES: &[&str] = &[
     "man-db",
     "bash-completion",
     "systemd",
+    // The metrics tests: a real Prometheus server (started by the test, in the test's
+    // network namespace, on its own port) and `promtool check metrics`.
+    "prometheus",
 ];
 
 /// bpf-linker version known to build against LLVM 22 here.
@@ -152,7 +156,22 @@ fn install_apt_packages(missing: &[String]) -> anyhow::Result<()> {
             .args(["install", "-y", "--no-install-recommends"])
             .args(missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    )?;
+    if missing.iter().any(|p| p == "prometheus") {
+        keep_system_prometheus_stopped();
+    }
+    Ok(())
+}
+
+/// Debian's `prometheus` package enables a system service (on port 9090 of the host's
+/// namespace). The tests start their own server in their own namespace and need no
+/// other, so where systemd runs the machine, the service is stopped and disabled
+/// (best effort: without systemd as PID 1, `invoke-rc.d` did not start it).
+fn keep_system_prometheus_stopped() {
+    if std::path::Path::new("/run/systemd/system").exists() {
+        let _ =
+            cmd::run(Command::new("systemctl").args(["disable", "--now", "prometheus.service"]));
+    }
 }
 
 fn missing_nightly() -> Vec<String> {

@@ -93,6 +93,8 @@ fn pin(backend_id: u32, stamp_ns: u64, epoch: u32, isn: u32) -> CtEntry {
         stamp_ns,
         epoch,
         isn,
+        seen_ticks: ct_ticks(stamp_ns),
+        ..CtEntry::default()
     }
 }
 
@@ -195,6 +197,39 @@ fn after_a_table_change_a_held_syn_of_a_new_connection_replaces_the_pin() {
         unreachable!()
     };
     assert_eq!(record.entry(3), pin(3, NOW, EPOCH, 99));
+}
+
+/// The client closed the connection of a pin from the current table (a FIN or a RST):
+/// the pin still decides (the connection's last ACKs follow it), but the SYN cache is
+/// consulted, and a new connection on the 4-tuple replaces it with an open pin, which
+/// the live connection counts see.
+#[test]
+fn a_closing_pin_from_the_current_table_is_replaced_by_a_new_connection() {
+    for closing in [crate::types::CT_FIN, crate::types::CT_RST] {
+        let entry = CtEntry {
+            closing,
+            ..pin(2, NOW - 20, EPOCH, 11)
+        };
+        let mut state = lookups([2, 0], None, Some(2));
+        let (decision, _) = run(&mut state, PROTO_TCP, false, Some(&entry));
+        assert!(
+            matches!(decision, Decision::Pin { backend: 2, .. }),
+            "{decision:?}"
+        );
+        assert_eq!(state.slot_reads, 1, "the SYN cache is consulted");
+        let held = syn(3, NOW - 10, 99, EPOCH);
+        let mut state = lookups([2, 3], Some(held), None);
+        let (decision, _) = run(&mut state, PROTO_TCP, false, Some(&entry));
+        let Decision::HeldSyn {
+            backend: 3,
+            record: Some(record),
+            ..
+        } = decision
+        else {
+            panic!("{decision:?}")
+        };
+        assert_eq!(record.entry(3).closing, CT_OPEN);
+    }
 }
 
 #[test]

@@ -34,6 +34,31 @@ pub const CONFIG_SOURCE_PREFIX_V6: u32 = 1 << 5;
 /// IPv4-in-IPv6, always gets the hash's).
 pub const CONFIG_FLOW_LABEL_HASH: u32 = 1 << 6;
 
+/// `LbConfig::flags`: a trace client is connected (`lb trace`): VIP packets that match
+/// `TRACE_FILTER` are logged (`crate::trace`). The kernel data plane is its only
+/// writer: it keeps the bit across configuration writes, as it keeps `syn_cache_mask`.
+pub const CONFIG_TRACE: u32 = 1 << 7;
+// Each flag has a bit of its own.
+const _: () = {
+    let flags = [
+        CONFIG_VALID,
+        CONFIG_ICMP_TOO_BIG,
+        CONFIG_ICMP_ECHO,
+        CONFIG_SOURCE_RANGES,
+        CONFIG_SOURCE_PREFIX_V4,
+        CONFIG_SOURCE_PREFIX_V6,
+        CONFIG_FLOW_LABEL_HASH,
+        CONFIG_TRACE,
+    ];
+    let mut seen = 0;
+    let mut i = 0;
+    while i < flags.len() {
+        assert!(flags[i].count_ones() == 1 && seen & flags[i] == 0);
+        seen |= flags[i];
+        i += 1;
+    }
+};
+
 /// The single element of the `CONFIG` array.
 ///
 /// Layout (112 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac`
@@ -61,7 +86,7 @@ pub struct LbConfig {
     pub nexthop_mode: u8,
     /// Explicit padding, always zero.
     pub _pad: u8,
-    /// Bit set of [`CONFIG_VALID`].
+    /// Bit set of [`CONFIG_VALID`] and [`CONFIG_TRACE`].
     pub flags: u32,
     /// Seed of the flow hash ([`crate::hash::flow_hash`]).
     pub hash_seed: u32,

@@ -116,10 +116,37 @@ impl FlowKey4 {
     }
 }
 
+/// [`CtEntry::closing`]: the connection is open (no FIN or RST seen from the client).
+pub const CT_OPEN: u8 = 0;
+/// [`CtEntry::closing`]: the client sent a FIN (the connection is closing; its last
+/// ACKs still follow the pin).
+pub const CT_FIN: u8 = 1;
+/// [`CtEntry::closing`]: the client sent a RST.
+pub const CT_RST: u8 = 2;
+
+/// The unit of [`CtEntry::seen_ticks`]: `2^30` ns (about 1.07 s), the clock
+/// (`bpf_ktime_get_coarse_ns`) shifted right by this many bits. A shift, not a
+/// division, on the packet path.
+pub const CT_TICK_SHIFT: u32 = 30;
+
+/// [`CtEntry::seen_ticks`] of a time on the conntrack clock (ns).
+#[inline(always)]
+#[must_use]
+pub const fn ct_ticks(ns: u64) -> u32 {
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "wraps after 146 years of uptime; readers compare differences"
+    )]
+    let ticks = (ns >> CT_TICK_SHIFT) as u32;
+    ticks
+}
+
 /// Value of the conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`).
 ///
-/// Layout (24 bytes): `backend_id` 0..4, `vip_id` 4..8, `stamp_ns` 8..16, `epoch`
-/// 16..20, `isn` 20..24.
+/// Layout (32 bytes): `backend_id` 0..4, `vip_id` 4..8, `stamp_ns` 8..16, `epoch`
+/// 16..20, `isn` 20..24, `seen_ticks` 24..28, `closing` 28, `_pad` 29..32 (zero).
+/// The last two fields serve the live connection counts (`lb status`, metrics); the
+/// forwarding decision never reads them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CtEntry {
@@ -140,8 +167,17 @@ pub struct CtEntry {
     /// as a native `u32`), 0 when the pin was made without seeing the SYN. A SYN with
     /// this number is a duplicate of that connection's SYN, not a new connection.
     pub isn: u32,
+    /// When the flow last had a packet, in [`ct_ticks`] units; rewritten by the
+    /// program at most once a tick, so a busy flow dirties its entry about once a
+    /// second.
+    pub seen_ticks: u32,
+    /// [`CT_OPEN`], [`CT_FIN`] or [`CT_RST`]: whether the client has begun to close a
+    /// TCP connection. A new connection on the 4-tuple gets a new entry (open).
+    pub closing: u8,
+    /// Explicit padding, always zero.
+    pub _pad: [u8; 3],
 }
-const _: () = assert!(size_of::<CtEntry>() == 24);
+const _: () = assert!(size_of::<CtEntry>() == 32);
 
 /// Element of the `SYN_CACHE` array: the choice made for a TCP SYN, kept until the
 /// handshake's ACK promotes it into conntrack (or another SYN takes the slot).

@@ -24,6 +24,9 @@ pub struct CompletionsArgs {
     /// The shell to write a completion script for (to standard output).
     #[arg(value_enum)]
     pub shell: Shell,
+    /// Print `{"shell": ..., "script": ...}` instead of the script.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `lb manpage`.
@@ -33,6 +36,9 @@ pub struct ManpageArgs {
     /// (created if missing) instead of printing lb(8) to standard output.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Print JSON: `{"name": "lb", "roff": ...}`, or with --dir `{"dir": ..., "files": [...]}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `lb manpage --dir DIR` could not write a page.
@@ -67,7 +73,15 @@ impl Page {
 pub fn completions(args: &CompletionsArgs, mut cmd: clap::Command) -> String {
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "lb", &mut out);
-    String::from_utf8_lossy(&out).into_owned()
+    let script = String::from_utf8_lossy(&out).into_owned();
+    if args.json {
+        format!(
+            "{}\n",
+            serde_json::json!({ "shell": args.shell.to_string(), "script": script })
+        )
+    } else {
+        script
+    }
 }
 
 /// Runs `lb manpage`: without `--dir`, returns lb(8); with it, writes every page of
@@ -78,7 +92,13 @@ pub fn completions(args: &CompletionsArgs, mut cmd: clap::Command) -> String {
 pub fn manpage(args: &ManpageArgs, cmd: clap::Command) -> Result<String, ManpageError> {
     let pages = pages(cmd);
     let Some(dir) = &args.dir else {
-        return Ok(pages.into_iter().next().map(|p| p.roff).unwrap_or_default());
+        let page = pages.into_iter().next();
+        let roff = page.as_ref().map(|p| p.roff.clone()).unwrap_or_default();
+        return Ok(if args.json {
+            format!("{}\n", serde_json::json!({ "name": "lb", "roff": roff }))
+        } else {
+            roff
+        });
     };
     std::fs::create_dir_all(dir).map_err(|source| ManpageError {
         path: dir.clone(),
@@ -89,6 +109,12 @@ pub fn manpage(args: &ManpageArgs, cmd: clap::Command) -> Result<String, Manpage
         let path = dir.join(page.file_name());
         std::fs::write(&path, &page.roff).map_err(|source| ManpageError { path, source })?;
         names.push(page.file_name());
+    }
+    if args.json {
+        return Ok(format!(
+            "{}\n",
+            serde_json::json!({ "dir": dir.display().to_string(), "files": names })
+        ));
     }
     Ok(format!(
         "wrote {} manual pages to {}: {}\n",

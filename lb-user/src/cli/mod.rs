@@ -7,12 +7,16 @@
 //! - [`hash`]: `lb hash`, the offline consistent-hashing lab;
 //! - [`docs`]: `lb completions` / `lb manpage`, generated from the clap definition;
 //! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
-//!   control socket ([`crate::control`]).
+//!   control socket ([`crate::control`]);
+//! - [`trace`]: `lb trace`, the daemon's stream of traced packets.
+//!
+//! Every verb takes `--json`; docs/json.md is the schema of what each prints.
 
 pub mod docs;
 pub mod hash;
 pub mod ops;
 pub mod table;
+pub mod trace;
 
 /// What a verb prints: `text` on standard output, then each of `warnings` on standard
 /// error as a `warning: ...` line.
@@ -34,10 +38,12 @@ impl Output {
     }
 }
 
-/// `lb object`: facts about the embedded XDP object.
-pub fn object() -> Output {
-    Output::text(format!(
-        "embedded eBPF object: {} bytes\n",
-        crate::EBPF_OBJECT.len()
-    ))
+/// `lb object [--json]`: facts about the embedded XDP object (`{"bytes": N}`).
+pub fn object(json: bool) -> Output {
+    let bytes = crate::EBPF_OBJECT.len();
+    Output::text(if json {
+        format!("{}\n", serde_json::json!({ "bytes": bytes }))
+    } else {
+        format!("embedded eBPF object: {bytes} bytes\n")
+    })
 }

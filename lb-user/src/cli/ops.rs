@@ -1,6 +1,7 @@
 //! The operator verbs that talk to a running daemon over the control socket:
-//! `lb status`, `lb stats`, `lb backend`, `lb flow`. Each returns text (or JSON with
-//! `--json`); the daemon's refusals come back as [`ClientError::Refused`].
+//! `lb status`, `lb stats`, `lb backend`, `lb flow`, `lb overrides`; and `lb detach`,
+//! which needs no daemon (it removes the pinned datapath itself). Each returns text (or
+//! JSON with `--json`); the daemon's refusals come back as [`ClientError::Refused`].
 
 use std::{fmt::Write as _, net::SocketAddr, path::PathBuf};
 
@@ -9,7 +10,11 @@ use serde::Serialize;
 use super::Output;
 use crate::{
     config::Vip,
-    control::{BackendAction, Client, ClientError, FlowReport, Stats, Status},
+    control::{
+        BackendAction, Client, ClientError, ConnectionCounts, ConntrackStatus, FlowReport, Stats,
+        Status,
+    },
+    dataplane::pinned,
     defaults,
     maglev::BackendKey,
 };
@@ -85,14 +90,22 @@ pub struct DetachArgs {
     /// The configuration's `pin_dir`.
     #[arg(long, default_value = defaults::PIN_DIR)]
     pub pin_dir: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `lb detach`.
 ///
 /// # Errors
 /// Nothing pinned, a daemon controls the interface, or a pin cannot be removed.
-pub fn detach(args: &DetachArgs) -> Result<Output, crate::daemon::DetachError> {
-    crate::daemon::detach(&args.pin_dir, &args.interface).map(|line| Output::text(line + "\n"))
+pub fn detach(args: &DetachArgs) -> Result<Output, pinned::DetachError> {
+    let detached = pinned::detach(&args.pin_dir, &args.interface)?;
+    Ok(if args.json {
+        json(&detached)
+    } else {
+        Output::text(format!("{detached}\n"))
+    })
 }
 
 /// Runs `lb overrides`.
@@ -193,6 +206,7 @@ pub fn status_text(s: &Status) -> String {
         "changes applied: {}, table builds: {}",
         s.changes, s.table_builds
     );
+    out.push_str(&conntrack_line(s.conntrack.as_ref()));
     health::summary(&mut out, &s.health);
     if let Some(dir) = &s.pin_dir {
         let _ = writeln!(
@@ -210,13 +224,23 @@ pub fn status_text(s: &Status) -> String {
         health::policy(&mut out, v);
         let _ = writeln!(
             out,
-            "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>8} {:>6}",
-            "BACKEND", "STATE", "DATAPLANE", "WEIGHT", "SLOTS", "SHARE", "ID"
+            "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>8} {:>6} {:>11} {:>8} {:>8}",
+            "BACKEND",
+            "STATE",
+            "DATAPLANE",
+            "WEIGHT",
+            "SLOTS",
+            "SHARE",
+            "ID",
+            "ESTABLISHED",
+            "IDLE",
+            "SYN"
         );
         for b in &v.backends {
+            let c = connection_cells(b.connections.as_ref());
             let _ = writeln!(
                 out,
-                "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>7.2}% {:>6}{}",
+                "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>7.2}% {:>6} {:>11} {:>8} {:>8}{}",
                 b.address,
                 b.state,
                 b.dataplane_state,
@@ -224,6 +248,9 @@ pub fn status_text(s: &Status) -> String {
                 b.slots,
                 b.share * 100.0,
                 b.id,
+                c[0],
+                c[1],
+                c[2],
                 b.runtime
                     .as_ref()
                     .map_or(String::new(), |r| format!("  * runtime: {r}"))
@@ -252,6 +279,37 @@ pub fn status_text(s: &Status) -> String {
     out
 }
 
+/// The ESTABLISHED, IDLE and SYN cells of a backend (`-` before the first walk).
+fn connection_cells(c: Option<&ConnectionCounts>) -> [String; 3] {
+    match c {
+        Some(c) => [
+            c.established.to_string(),
+            c.idle.to_string(),
+            c.syn_only.to_string(),
+        ],
+        None => ["-".into(), "-".into(), "-".into()],
+    }
+}
+
+/// The conntrack occupancy line of `lb status` and `lb stats`.
+fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
+    match c {
+        Some(c) => format!(
+            "conntrack: {} IPv4 + {} IPv6 entries of {} each, SYN cache {} of {} slots; \
+             connections counted {:.1} s ago in {:.1} ms (idle: no packet for {} s)\n",
+            c.v4_entries,
+            c.v6_entries,
+            c.capacity,
+            c.syn_slots_used,
+            c.syn_capacity,
+            c.age_secs,
+            c.walk_ms,
+            c.idle_secs
+        ),
+        None => "conntrack: connections not counted yet\n".to_owned(),
+    }
+}
+
 /// Runs `lb stats`.
 ///
 /// # Errors
@@ -269,6 +327,7 @@ pub fn stats(args: &ReadArgs) -> Result<Output, ClientError> {
 pub fn stats_text(s: &Stats) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "rates over the last {:.1} s", s.interval_secs);
+    out.push_str(&conntrack_line(s.conntrack.as_ref()));
     let _ = writeln!(out, "verdicts:");
     for c in &s.reasons {
         let _ = writeln!(out, "  {:<20} {:>14} {:>12.1}/s", c.name, c.value, c.rate);
@@ -279,11 +338,22 @@ pub fn stats_text(s: &Stats) -> String {
             let _ = writeln!(out, "  {:<20} {:>14} {:>12.1}/s", c.name, c.value, c.rate);
         }
         for b in &v.backends {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "  backend {:<30} packets {:>12} ({:.1}/s) bytes {:>14} ({:.1}/s)",
                 b.backend, b.packets.value, b.packets.rate, b.bytes.value, b.bytes.rate
             );
+            if let Some(n) = &b.new_flows {
+                let _ = write!(out, " new flows {} ({:.1}/s)", n.value, n.rate);
+            }
+            if let Some(c) = &b.connections {
+                let _ = write!(
+                    out,
+                    " connections {} established ({} idle), {} SYN-only",
+                    c.established, c.idle, c.syn_only
+                );
+            }
+            out.push('\n');
         }
     }
     out
@@ -294,16 +364,16 @@ pub fn stats_text(s: &Stats) -> String {
 /// # Errors
 /// The daemon is unreachable or refused the change.
 pub fn backend(args: &BackendArgs) -> Result<Output, ClientError> {
-    let lines = args
+    let change = args
         .socket
         .client()
         .backend(args.action, args.vip, args.backend, args.weight)?;
     Ok(if args.json {
-        json(&lines)
-    } else if lines.is_empty() {
+        json(&change)
+    } else if change.lines.is_empty() {
         Output::text("no change\n")
     } else {
-        Output::text(lines.join("\n") + "\n")
+        Output::text(change.lines.join("\n") + "\n")
     })
 }
 

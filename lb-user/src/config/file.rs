@@ -56,12 +56,36 @@ pub struct FileConfig {
     /// The ICMP messages the load balancer sends.
     #[serde(default)]
     pub icmp: IcmpFile,
+    /// The metrics endpoint and the live-connection count.
+    #[serde(default)]
+    pub metrics: MetricsFile,
     /// The health checker as a whole (every VIP's probes run in it).
     #[serde(default)]
     pub health: HealthCheckerFile,
     /// The VIPs, `[[vip]]` tables.
     #[serde(default, rename = "vip")]
     pub vips: Vec<VipFile>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsFile {
+    /// Whether the endpoint is served.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// `ADDR:PORT` of the endpoint (IPv6 in brackets).
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// Period of the conntrack walk that counts live connections (ms).
+    #[serde(default)]
+    pub connections_interval_ms: Option<UInt<u32>>,
+    /// A connection idle longer than this counts as idle (s).
+    #[serde(default)]
+    pub idle_secs: Option<UInt<u32>>,
+    /// How long a removed backend's series stay exported (s).
+    #[serde(default)]
+    pub removed_retention_secs: Option<UInt<u32>>,
 }
 
 /// `[encap]`.

@@ -173,10 +173,26 @@ pub struct Config {
     pub icmp: IcmpConfig,
     /// Per-flow outer headers.
     pub outer: OuterConfig,
+    /// The metrics endpoint and the live-connection count (`[metrics]`).
+    pub metrics: MetricsConfig,
     /// The health checker's settings.
     pub health: HealthChecker,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
+}
+
+/// `[metrics]`: the Prometheus endpoint and the periodic conntrack walk behind the live
+/// connection counts of `lb status`, `lb stats` and the endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Where the endpoint listens (`None`: disabled).
+    pub listen: Option<std::net::SocketAddr>,
+    /// Period of the conntrack walk.
+    pub connections_interval: Duration,
+    /// A connection idle longer than this counts as idle.
+    pub idle: Duration,
+    /// How long a removed backend's series stay exported with `state="removed"`.
+    pub removed_retention: Duration,
 }
 
 /// A configuration problem: where (key path, line) and what.

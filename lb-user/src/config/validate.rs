@@ -15,12 +15,13 @@
 //!   cannot exhaust kernel memory (BR-10.T3).
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
-//! `[conntrack]` here, the `[[vip]]` tables and their backends in [`vips`], `[icmp]` and
-//! the per-flow outer headers of `[encap]` in [`datapath`], `[health]` and the VIPs'
-//! health tables in [`health`].
+//! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
+//! backends in [`vips`], `[icmp]` and the per-flow outer headers of `[encap]` in
+//! [`datapath`], `[health]` and the VIPs' health tables in [`health`].
 
 mod datapath;
 mod health;
+mod metrics;
 mod vips;
 
 use std::{
@@ -431,6 +432,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let frag_capacity = fragment_capacity(&file.conntrack, &mut r);
     let icmp = datapath::icmp(&file.icmp, &mut r);
     let outer = datapath::outer(&file.encap, &mut r);
+    let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
@@ -459,6 +461,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             frag_capacity,
             icmp,
             outer,
+            metrics,
             health,
             vips,
         },

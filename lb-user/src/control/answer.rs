@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus};
 
+pub use crate::dataplane::ConnectionCounts;
+
 /// The daemon's answer: `{"ok":true,"data":...}` or `{"ok":false,"error":"..."}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Response {
@@ -70,6 +72,31 @@ pub struct Status {
     /// The datapath layout stamp (`lb --version` prints the binary's).
     #[serde(default)]
     pub layout: Option<String>,
+    /// Connection tracking occupancy, from the last conntrack walk (none before the
+    /// first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<ConntrackStatus>,
+}
+
+/// What the last conntrack walk found (`lb status`, `lb stats`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConntrackStatus {
+    /// Entries of the IPv4 conntrack map.
+    pub v4_entries: u64,
+    /// Entries of the IPv6 map.
+    pub v6_entries: u64,
+    /// Capacity of each map.
+    pub capacity: u32,
+    /// SYN cache slots holding a SYN whose handshake has not completed.
+    pub syn_slots_used: u64,
+    /// SYN cache slots.
+    pub syn_capacity: u32,
+    /// How long the walk took (ms).
+    pub walk_ms: f64,
+    /// How long ago it ended (s).
+    pub age_secs: f64,
+    /// Connections idle longer than this count as idle (s).
+    pub idle_secs: u64,
 }
 
 /// A runtime change in `lb status` and `lb overrides`.
@@ -144,6 +171,9 @@ pub struct BackendStatus {
     /// says otherwise.
     #[serde(default)]
     pub runtime: Option<String>,
+    /// Its connections by state, from the last conntrack walk (none before the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionCounts>,
 }
 
 /// `lb flow`.
@@ -181,6 +211,9 @@ pub struct Stats {
     pub reasons: Vec<Counter>,
     /// Per VIP.
     pub vips: Vec<VipCounters>,
+    /// Connection tracking occupancy, from the last conntrack walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<ConntrackStatus>,
 }
 
 impl Stats {
@@ -227,4 +260,10 @@ pub struct BackendCounters {
     pub packets: Counter,
     /// Bytes forwarded.
     pub bytes: Counter,
+    /// Flows it got from the table.
+    #[serde(default)]
+    pub new_flows: Option<Counter>,
+    /// Its connections by state, from the last conntrack walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionCounts>,
 }

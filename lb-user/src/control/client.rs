@@ -11,7 +11,10 @@ use std::{
 
 use serde::de::DeserializeOwned;
 
-use super::{BackendAction, FlowReport, OverridesReport, Request, Response, Stats, Status};
+use super::{
+    BackendAction, Change, FlowReport, OverridesReport, Request, Response, Stats, Status,
+    TraceClient, TraceEvent, TraceStarted,
+};
 use crate::{config::Vip, maglev::BackendKey};
 
 /// How long the client waits for an answer (and for its request to be written).
@@ -82,7 +85,7 @@ impl Client {
         self.call(&Request::Stats)
     }
 
-    /// `lb backend ACTION`: the log lines of the change (empty when nothing changed).
+    /// `lb backend ACTION`: what the change did.
     ///
     /// # Errors
     /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
@@ -92,7 +95,7 @@ impl Client {
         vip: Vip,
         backend: BackendKey,
         weight: Option<u32>,
-    ) -> Result<Vec<String>, ClientError> {
+    ) -> Result<Change, ClientError> {
         self.call(&Request::Backend {
             action,
             vip,
@@ -117,12 +120,35 @@ impl Client {
         self.call(&Request::Flow { vip, client })
     }
 
-    /// Sends `request` and decodes the answer's data as `T`.
+    /// `lb trace`: starts a trace of the packets to `vip` from `client` (either or both
+    /// may be left out) and returns the filter the daemon applied and the stream of
+    /// traced packets. The trace stops when the stream is dropped (the connection
+    /// closes), or when this process exits.
     ///
     /// # Errors
-    /// [`ClientError`], including the daemon's own error message as
-    /// [`ClientError::Refused`].
-    pub fn call<T: DeserializeOwned>(&self, request: &Request) -> Result<T, ClientError> {
+    /// [`ClientError`], [`ClientError::Refused`] (e.g. another trace is running).
+    pub fn trace(
+        &self,
+        vip: Option<Vip>,
+        client: Option<TraceClient>,
+    ) -> Result<(TraceStarted, TraceStream), ClientError> {
+        let stream = self.send(&Request::Trace { vip, client })?;
+        // Events come when packets do: no timeout on reading them.
+        stream.set_read_timeout(None)?;
+        let mut lines = TraceStream {
+            reader: BufReader::new(stream),
+        };
+        let started = lines.next_data()?.ok_or_else(|| {
+            ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the daemon closed the trace before starting it",
+            ))
+        })?;
+        Ok((started, lines))
+    }
+
+    /// Connects and writes `request`.
+    fn send(&self, request: &Request) -> Result<UnixStream, ClientError> {
         let stream = UnixStream::connect(&self.socket).map_err(|error| ClientError::Connect {
             path: self.socket.display().to_string(),
             error,
@@ -132,21 +158,70 @@ impl Client {
         let mut line = serde_json::to_string(request)?;
         line.push('\n');
         (&stream).write_all(line.as_bytes())?;
-        let mut answer = Vec::new();
-        BufReader::new((&stream).take(MAX_ANSWER_BYTES)).read_until(b'\n', &mut answer)?;
-        if !answer.ends_with(b"\n") && answer.len() as u64 >= MAX_ANSWER_BYTES {
-            return Err(ClientError::AnswerTooLarge);
-        }
-        let response: Response = serde_json::from_slice(&answer)?;
-        if !response.ok {
-            return Err(ClientError::Refused(
-                response
-                    .error
-                    .unwrap_or_else(|| "request refused".to_owned()),
-            ));
-        }
-        Ok(serde_json::from_value(
-            response.data.unwrap_or(serde_json::Value::Null),
-        )?)
+        Ok(stream)
+    }
+
+    /// Sends `request` and decodes the answer's data as `T`.
+    ///
+    /// # Errors
+    /// [`ClientError`], including the daemon's own error message as
+    /// [`ClientError::Refused`].
+    pub fn call<T: DeserializeOwned>(&self, request: &Request) -> Result<T, ClientError> {
+        let stream = self.send(request)?;
+        let mut reader = BufReader::new(stream);
+        read_answer(&mut reader)?.ok_or_else(|| {
+            ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the daemon closed the connection without an answer",
+            ))
+        })
+    }
+}
+
+/// Reads one answer line and decodes its data as `T`; `None` at the end of the stream.
+fn read_answer<T: DeserializeOwned>(
+    reader: &mut BufReader<UnixStream>,
+) -> Result<Option<T>, ClientError> {
+    let mut answer = Vec::new();
+    reader
+        .by_ref()
+        .take(MAX_ANSWER_BYTES)
+        .read_until(b'\n', &mut answer)?;
+    if answer.is_empty() {
+        return Ok(None);
+    }
+    if !answer.ends_with(b"\n") && answer.len() as u64 >= MAX_ANSWER_BYTES {
+        return Err(ClientError::AnswerTooLarge);
+    }
+    let response: Response = serde_json::from_slice(&answer)?;
+    if !response.ok {
+        return Err(ClientError::Refused(
+            response
+                .error
+                .unwrap_or_else(|| "request refused".to_owned()),
+        ));
+    }
+    Ok(Some(serde_json::from_value(
+        response.data.unwrap_or(serde_json::Value::Null),
+    )?))
+}
+
+/// The traced packets of a running `lb trace`: an iterator over the daemon's lines.
+/// Dropping it closes the connection, which stops the trace.
+pub struct TraceStream {
+    reader: BufReader<UnixStream>,
+}
+
+impl TraceStream {
+    fn next_data<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ClientError> {
+        read_answer(&mut self.reader)
+    }
+}
+
+impl Iterator for TraceStream {
+    type Item = Result<TraceEvent, ClientError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_data().transpose()
     }
 }

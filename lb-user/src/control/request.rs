@@ -31,8 +31,7 @@ pub enum Request {
     Status,
     /// `lb stats`; answered with [`super::Stats`].
     Stats,
-    /// `lb backend ...`; answered with the log lines of the change applied (none when
-    /// nothing changed).
+    /// `lb backend ...`; answered with the [`super::Change`] applied.
     Backend {
         /// What to do.
         action: BackendAction,
@@ -42,6 +41,14 @@ pub enum Request {
         backend: BackendKey,
         /// Weight (add, undrain).
         weight: Option<u32>,
+    },
+    /// `lb trace`: answered with a stream of lines, a [`super::TraceStarted`] then one
+    /// [`super::TraceEvent`] per traced packet, until the client closes the connection.
+    Trace {
+        /// Only packets to this VIP.
+        vip: Option<Vip>,
+        /// Only packets from this client (address, and port if given).
+        client: Option<super::TraceClient>,
     },
     /// `lb overrides [--clear]`: lists the runtime changes in force, or drops them all
     /// and applies the file; answered with [`super::OverridesReport`].

@@ -1,11 +1,16 @@
 //! The daemon end: [`serve`] reads one [`Request`] from a connection within [`Limits`],
-//! answers it and closes. What one client can make the daemon hold is bounded: at most
+//! answers it and closes; [`serve_streaming`] may answer with a stream of lines
+//! (`lb trace`) that ends when the client closes. What one client can make the daemon hold is bounded: at most
 //! [`MAX_REQUEST_BYTES`] of request, for at most [`IDLE_TIMEOUT`].
 
 use std::time::Duration;
 
 use tokio::{
-    io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
+    io::{
+        AsyncBufRead, AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, AsyncWrite,
+        AsyncWriteExt as _,
+    },
+    sync::mpsc,
     time::timeout,
 };
 
@@ -59,6 +64,16 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// What a handler answers: one line, or a stream of lines.
+pub enum Reply {
+    /// One answer line, then the connection is closed.
+    Once(Response),
+    /// One line per response received, until the sender closes the channel or the
+    /// client closes the connection (the receiver is then dropped, which the sender
+    /// sees as a closed channel).
+    Stream(mpsc::Receiver<Response>),
+}
+
 /// Reads one request from `stream` within `limits`, answers it with `handle`, and
 /// returns. A request that is too large, late or malformed is answered with the error
 /// (best effort) and not handed to `handle`.
@@ -73,29 +88,76 @@ pub async fn serve<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    serve_streaming(stream, limits, |request| Reply::Once(handle(request))).await
+}
+
+/// [`serve`] for handlers that may answer with a stream ([`Reply::Stream`]): the lines
+/// are written as they come, each within `limits.idle_timeout`, while the connection
+/// is watched for the client's end of file (a client that vanishes ends the stream at
+/// once, even when no line is due).
+///
+/// # Errors
+/// [`ServeError`]: what ended the connection early.
+pub async fn serve_streaming<S>(
+    stream: S,
+    limits: Limits,
+    handle: impl FnOnce(&Request) -> Reply,
+) -> Result<(), ServeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let (read, mut write) = tokio::io::split(stream);
-    let read = read_request(read, limits).await;
-    let response = match &read {
+    let mut reader = tokio::io::BufReader::new(read);
+    let read = read_request(&mut reader, limits).await;
+    let reply = match &read {
         Ok(request) => handle(request),
         Err(ServeError::Closed | ServeError::Io(_)) => return read.map(|_| ()),
-        Err(e) => Response::error(e),
+        Err(e) => Reply::Once(Response::error(e)),
     };
-    let mut text = serde_json::to_string(&response).unwrap_or_else(|_| "{\"ok\":false}".into());
-    text.push('\n');
-    timeout(limits.idle_timeout, write.write_all(text.as_bytes()))
-        .await
-        .map_err(|_| ServeError::WriteTimeout(limits.idle_timeout))??;
+    match reply {
+        Reply::Once(response) => write_line(&mut write, &response, limits).await?,
+        Reply::Stream(mut lines) => {
+            let mut rest = [0u8; 256];
+            loop {
+                tokio::select! {
+                    line = lines.recv() => match line {
+                        Some(response) => write_line(&mut write, &response, limits).await?,
+                        None => break,
+                    },
+                    // Anything the client sends after its request, or its end of file,
+                    // ends the stream.
+                    _ = reader.read(&mut rest) => break,
+                }
+            }
+        }
+    }
     let _ = write.shutdown().await;
     read.map(|_| ())
 }
 
+/// Writes `response` as one JSON line within `limits.idle_timeout`.
+async fn write_line(
+    write: &mut (impl AsyncWrite + Unpin),
+    response: &Response,
+    limits: Limits,
+) -> Result<(), ServeError> {
+    let mut text = serde_json::to_string(response).unwrap_or_else(|_| "{\"ok\":false}".into());
+    text.push('\n');
+    timeout(limits.idle_timeout, write.write_all(text.as_bytes()))
+        .await
+        .map_err(|_| ServeError::WriteTimeout(limits.idle_timeout))??;
+    Ok(())
+}
+
 /// Reads and decodes one request line of at most `limits.max_request_bytes`.
-async fn read_request(read: impl AsyncRead + Unpin, limits: Limits) -> Result<Request, ServeError> {
+async fn read_request(
+    read: &mut (impl AsyncBufRead + Unpin),
+    limits: Limits,
+) -> Result<Request, ServeError> {
     let max = limits.max_request_bytes;
     // One byte more than the limit tells a line of exactly `max` bytes without its
     // newline from a longer one.
-    let mut reader =
-        tokio::io::BufReader::new(read).take(u64::try_from(max).unwrap_or(u64::MAX) + 1);
+    let mut reader = read.take(u64::try_from(max).unwrap_or(u64::MAX) + 1);
     let mut line = Vec::new();
     timeout(limits.idle_timeout, reader.read_until(b'\n', &mut line))
         .await

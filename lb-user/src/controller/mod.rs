@@ -3,7 +3,8 @@
 //! [`Controller::apply`] plans a change ([`plan`]: the next state and the ordered map
 //! operations, touching only what changed), runs it with an undo log, and commits the
 //! new state only when every operation succeeded; a failure midway restores the
-//! previous data-plane state and reports the error. It is generic over the
+//! previous data-plane state and reports the error. Every change applied is recorded in
+//! the backends' [`History`] (states and transitions). It is generic over the
 //! [`Dataplane`] trait, so everything here is tested against the in-memory fake.
 //!
 //! Health ([`health`]): the controller also holds which backends failed their probes
@@ -17,6 +18,7 @@
 
 pub mod desired;
 mod health;
+mod history;
 mod ids;
 pub mod overrides;
 mod plan;
@@ -30,6 +32,7 @@ use crate::health::policy::Mode as PolicyMode;
 use lb_common::types::BackendEntry;
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
+pub use history::{BackendRecord, History, REMOVED, UNHEALTHY};
 pub use ids::IdError;
 pub use overrides::{Override, Overrides};
 pub use plan::ApplyError;
@@ -82,6 +85,7 @@ pub struct Controller<D> {
     state: State,
     applied: Option<Desired>,
     changes: u64,
+    history: History,
     /// Backends whose probes say they are unhealthy.
     unhealthy: health::Unhealthy,
     /// How each applied VIP is balanced (its multi-failure policy's mode).
@@ -100,6 +104,7 @@ impl<D: Dataplane> Controller<D> {
             state: State::default(),
             applied: None,
             changes: 0,
+            history: History::default(),
             unhealthy: health::Unhealthy::new(),
             modes: BTreeMap::new(),
             health_changes: 0,
@@ -121,6 +126,7 @@ impl<D: Dataplane> Controller<D> {
                 state,
                 applied: None,
                 changes: 0,
+                history: History::default(),
                 unhealthy: health::Unhealthy::new(),
                 modes: BTreeMap::new(),
                 health_changes: 0,
@@ -166,23 +172,45 @@ impl<D: Dataplane> Controller<D> {
                     undo: String::new(),
                 })?;
         }
-        if let Err(e) = plan::execute(&mut self.dp, &self.state, &plan.ops) {
-            let _ = self.dp.store_record(&record::encode(&self.state));
-            return Err(e);
-        }
+        let swaps_ms = match plan::execute(&mut self.dp, &self.state, &plan.ops) {
+            Ok(swaps_ms) => swaps_ms,
+            Err(e) => {
+                let _ = self.dp.store_record(&record::encode(&self.state));
+                return Err(e);
+            }
+        };
         self.state = plan.next;
         self.applied = Some(desired.clone());
         if !plan.ops.is_empty() {
             self.changes += 1;
         }
-        let mut report = plan.report;
+        let mut report = ApplyReport {
+            swaps_ms,
+            ..plan.report
+        };
         for (vip, mode) in &modes {
             report
                 .policy_changes
                 .extend(health::mode_change(vip, self.modes.get(vip), mode));
         }
         self.modes = modes;
+        let unhealthy = &self.unhealthy;
+        self.history.observe(
+            &self.state.vips,
+            |vip, key| history::state_of(desired, unhealthy, vip, key),
+            std::time::Instant::now(),
+        );
         Ok(report)
+    }
+
+    /// Every backend's states since start ([`History`]).
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The history, to forget backends removed long enough ago.
+    pub fn history_mut(&mut self) -> &mut History {
+        &mut self.history
     }
 
     /// Records health changes (VIP, backend, healthy) and applies them as one change:

@@ -574,17 +574,23 @@ impl Shadow {
 }
 
 /// Runs `ops` in order; on the first failure runs the undo of everything done, newest
-/// first, and reports the failure.
+/// first, and reports the failure. Returns how long each table install took (ms).
 pub(super) fn execute<D: Dataplane>(
     dp: &mut D,
     current: &State,
     ops: &[Op],
-) -> Result<(), ApplyError> {
+) -> Result<Vec<f64>, ApplyError> {
     let mut shadow = Shadow::of(current);
     let mut undo: Vec<Op> = Vec::with_capacity(ops.len());
+    let mut swaps_ms = Vec::new();
     for op in ops {
         let reverse = shadow.undo_of(op);
-        if let Err(error) = op.run(dp) {
+        let started = Instant::now();
+        let ran = op.run(dp);
+        if matches!(op, Op::InstallTable { .. }) && ran.is_ok() {
+            swaps_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        if let Err(error) = ran {
             let mut failures = Vec::new();
             for u in undo.iter().rev() {
                 if let Err(e) = u.run(dp) {
@@ -604,5 +610,5 @@ pub(super) fn execute<D: Dataplane>(
         shadow.record(op);
         undo.extend(reverse);
     }
-    Ok(())
+    Ok(swaps_ms)
 }

@@ -22,6 +22,9 @@ pub struct ApplyReport {
     pub warnings: Vec<String>,
     /// Data-plane operations run.
     pub operations: usize,
+    /// How long each table install of the change took (ms): the new table written into
+    /// the buffer no packet reads, then switched in.
+    pub swaps_ms: Vec<f64>,
     /// VIPs whose multi-failure policy changed mode (panic, all down, back to
     /// normal), one line each.
     pub policy_changes: Vec<String>,
@@ -131,6 +134,7 @@ fn vip_status(
                 weight: spec.weight,
                 slots,
                 share,
+                connections: None,
                 dataplane_state: dataplane_state(spec.state).to_owned(),
                 health: None,
                 nexthop: None,

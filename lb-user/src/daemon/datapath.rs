@@ -1,4 +1,5 @@
-//! Opening the pinned datapath at start, and removing it with `lb detach`.
+//! Opening the pinned datapath at start (`lb detach` removes it:
+//! [`crate::dataplane::pinned::detach`]).
 //!
 //! At start ([`open`]): find the interface's pin directory (see
 //! [`crate::dataplane::pinned`]), take its lock (a second daemon for the interface is
@@ -7,7 +8,7 @@
 //! load the program over the pinned maps: adopted when compatible, created otherwise,
 //! refused — untouched — when incompatible.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tracing::info;
@@ -17,7 +18,7 @@ use crate::{
     config::Config,
     dataplane::{
         KernelDataplane, LoadOptions, Opened, Pinning,
-        pinned::{Layout, Owner, PinDir, PinError},
+        pinned::{Layout, Owner, PinDir},
     },
 };
 
@@ -107,50 +108,4 @@ pub(super) fn remove_created_at(config: &Config) {
     if let Ok(dir) = PinDir::locate(&config.pin_dir, &config.interface, false) {
         let _ = dir.discard(true);
     }
-}
-
-/// Why `lb detach` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DetachError {
-    /// Nothing is pinned for the interface.
-    #[error(
-        "nothing is pinned for interface {interface} in this network namespace (looked in {})",
-        .dir.display()
-    )]
-    NothingPinned {
-        /// The interface.
-        interface: String,
-        /// Where it looked.
-        dir: PathBuf,
-    },
-    /// The pin directory could not be used (a daemon holds it, no bpffs, ...).
-    #[error(transparent)]
-    Pin(#[from] PinError),
-}
-
-/// `lb detach --interface IF`: detaches the XDP program at once and removes every pin of
-/// `interface` in this network namespace under `pin_dir`; needs no daemon, and refuses
-/// while one controls the interface. Returns what was discarded, as a line.
-///
-/// # Errors
-/// [`DetachError`].
-pub fn detach(pin_dir: &std::path::Path, interface: &str) -> Result<String, DetachError> {
-    let dir = PinDir::locate(pin_dir, interface, false)?;
-    if !dir.exists() {
-        return Err(DetachError::NothingPinned {
-            interface: interface.to_owned(),
-            dir: dir.shown(),
-        });
-    }
-    let owner = Owner {
-        pid: std::process::id(),
-        exiting: false,
-        socket: "(lb detach)".into(),
-    };
-    let _lock = dir.lock(&owner, Duration::ZERO)?;
-    let gone = dir.discard(true)?;
-    Ok(format!(
-        "detached from {interface} and removed the datapath pinned at {}: {gone}",
-        dir.shown().display()
-    ))
 }

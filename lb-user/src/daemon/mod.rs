@@ -2,7 +2,9 @@
 //! adopts it, or creates it), applies the configuration merged with the runtime changes
 //! of its state file, attaches (replacing the program of a pinned link atomically), then
 //! serves the control socket (one task per connection, within the protocol's limits:
-//! [`crate::control::server`]), reloads on SIGHUP and when the file's bytes change
+//! [`crate::control::server`]; `lb trace` streams: `trace`), serves the metrics
+//! endpoint ([`metrics`], `http`), counts live connections with a periodic conntrack
+//! walk ([`connections`]), reloads on SIGHUP and when the file's bytes change
 //! ([`watch`], debounced), samples counters every second (`stats`), and tells systemd
 //! when it is ready ([`notify`]).
 //!
@@ -10,6 +12,7 @@
 //! state (health checks and changes pause until the next start), unless
 //! `detach_on_exit` is set; `lb detach` removes it by hand. At the signal the daemon
 //! first says it is exiting and gives up its socket, so a new daemon can start at once.
+//! A running `lb trace` is switched off first: nobody would read its records.
 //!
 //! The logic is in [`service`] (tested without root); this module is the event loop
 //! and the parts that need the real system (privileges, the interface's MAC, the
@@ -17,14 +20,19 @@
 //! ([`health`]) and send their batches of transitions to the event loop; the backends'
 //! next hops are watched by [`nexthop`].
 
+mod change;
+pub mod connections;
 mod datapath;
 pub mod health;
+mod http;
+pub mod metrics;
 mod neighbours;
 pub mod nexthop;
 mod notify;
 pub mod service;
 pub mod state_file;
 mod stats;
+mod trace;
 mod watch;
 
 use std::{
@@ -46,12 +54,15 @@ use crate::{
     config::{Config, Loaded, XdpMode},
     control::{
         Request,
-        server::{self, Limits, ServeError},
+        server::{self, Limits, Reply, ServeError},
     },
     controller::{ApplyReport, Controller},
-    dataplane::{AttachMode, Dataplane as _, KernelDataplane, offload},
+    dataplane::{
+        AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader, WalkSettings,
+        offload,
+    },
 };
-pub use datapath::{DetachError, detach};
+use metrics::{Recorder, ReloadResult};
 use service::Service;
 use state_file::StateFile;
 use watch::LastSeen;
@@ -214,15 +225,37 @@ impl Drop for SocketFile {
     }
 }
 
+/// What the event loop's tasks share besides the service.
+#[derive(Clone)]
+struct Context {
+    recorder: Arc<Recorder>,
+    tracer: trace::Tracer,
+}
+
+impl Context {
+    /// Logs a change and records its table builds and swaps for the metrics.
+    fn report(&self, report: &ApplyReport) {
+        log_report(report);
+        self.recorder.observe(report);
+    }
+}
+
 /// Answers one control connection (within the protocol's [`Limits`]).
-async fn serve_one(stream: tokio::net::UnixStream, service: Shared) -> Result<(), ServeError> {
-    server::serve(stream, Limits::default(), |request| {
+async fn serve_one(
+    stream: tokio::net::UnixStream,
+    service: Shared,
+    context: Context,
+) -> Result<(), ServeError> {
+    server::serve_streaming(stream, Limits::default(), |request| {
+        if let Request::Trace { vip, client } = request {
+            return context.tracer.start(&service, *vip, *client);
+        }
         let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-        let response = service.handle(request, &mut log_report);
+        let response = service.handle(request, &mut |report| context.report(report));
         if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
             manage_neighbours(&service);
         }
-        response
+        Reply::Once(response)
     })
     .await
 }
@@ -236,7 +269,7 @@ enum Trigger {
 
 /// Reloads `path` unless its bytes are those last seen: then nothing happens, and only
 /// a debug line (an info line for SIGHUP, which an operator sent) is logged.
-fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen) {
+fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, context: &Context) {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -263,7 +296,10 @@ fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen) {
         .map_err(|e| format!("not UTF-8 text: {e}"))
         .and_then(|text| Config::from_toml(&text).map_err(|e| e.to_string()));
     match loaded {
-        Err(e) => error!("reload: invalid configuration, nothing applied: {e}"),
+        Err(e) => {
+            context.recorder.reload(ReloadResult::Invalid);
+            error!("reload: invalid configuration, nothing applied: {e}");
+        }
         Ok(loaded) => {
             for w in &loaded.warnings {
                 warn!("{w}");
@@ -271,17 +307,54 @@ fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen) {
             let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
             match service.reload(&loaded) {
                 Ok((report, dropped)) => {
+                    context.recorder.reload(ReloadResult::Applied);
                     for line in &dropped {
                         info!("{line}");
                     }
                     if report.operations == 0 {
                         info!("reload: no change");
                     }
-                    log_report(&report);
+                    context.report(&report);
                     manage_neighbours(&service);
                 }
-                Err(e) => error!("reload failed, the running state is kept: {e}"),
+                Err(e) => {
+                    context.recorder.reload(ReloadResult::Refused);
+                    error!("reload failed, the running state is kept: {e}");
+                }
             }
+        }
+    }
+}
+
+/// Counts live connections every `interval` (on a blocking thread: a walk of large
+/// maps takes milliseconds) and hands each result to the service.
+async fn walk_conntrack(
+    walker: ConntrackWalker,
+    settings: WalkSettings,
+    interval: Duration,
+    service: Shared,
+) {
+    let mut walker = Some(walker);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(w) = walker.take() else { return };
+        let Ok((w, census)) = tokio::task::spawn_blocking(move || {
+            let census = w.walk(&settings);
+            (w, census)
+        })
+        .await
+        else {
+            return;
+        };
+        walker = Some(w);
+        match census {
+            Ok(census) => service
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_census(census),
+            Err(e) => warn!("counting connections: {e}"),
         }
     }
 }
@@ -325,6 +398,20 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     let listener = bind_socket(&config.control_socket)?;
     // Removes the socket file however `run` ends from here on.
     let mut socket_file = SocketFile::new(&config.control_socket);
+    let metrics_listener = config
+        .metrics
+        .listen
+        .map(|addr| http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}")))
+        .transpose();
+    let metrics_listener = match metrics_listener {
+        Ok(listener) => listener,
+        Err(e) => {
+            if created {
+                datapath::remove_created_at(&config);
+            }
+            return Err(e);
+        }
+    };
     // The maps are filled before the program is attached (or, adopted, brought to the
     // configuration while the old program forwards), so the first packet the new
     // program sees already meets the whole configuration.
@@ -348,8 +435,23 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     for line in &dropped {
         info!("{line}");
     }
-    log_report(&report);
+    let context = Context {
+        recorder: Arc::new(Recorder::default()),
+        tracer: trace::Tracer::default(),
+    };
+    context.report(&report);
     manage_neighbours(&service);
+    let dp = service.controller_mut().dataplane_mut();
+    let tasks = Tasks {
+        trace_reader: dp.take_trace_reader(),
+        walker: dp.take_conntrack_walker(),
+        walk: WalkSettings {
+            udp_timeout: config.udp_timeout,
+            idle: config.metrics.idle,
+            syn_window: WalkSettings::SYN_WINDOW,
+        },
+        metrics_listener,
+    };
     let mode = attach(
         service.controller_mut().dataplane_mut(),
         &config.interface,
@@ -398,11 +500,20 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
             listener,
             Arc::clone(&service),
             path.to_path_buf(),
-            batches,
-            seen,
-            ready,
+            &config,
+            Loop {
+                batches,
+                seen,
+                ready,
+                tasks,
+                context,
+            },
         ));
     let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    // No client reads the trace records once the daemon is gone.
+    if let Err(e) = service.controller_mut().dataplane_mut().set_trace(None) {
+        warn!("switching the trace off: {e}");
+    }
     // The tunnel-probe program serves the health checks only, which pause with the
     // daemon: it goes whether or not the datapath stays.
     health::detach_probe_program(&mut service, &config.interface);
@@ -432,15 +543,72 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     result
 }
 
+/// What the event loop starts besides the control socket.
+struct Tasks {
+    trace_reader: Option<TraceReader>,
+    walker: Option<ConntrackWalker>,
+    walk: WalkSettings,
+    metrics_listener: Option<std::net::TcpListener>,
+}
+
+/// The event loop's inputs besides the socket, the service and the file.
+struct Loop {
+    /// Health transitions, batched.
+    batches: mpsc::Receiver<crate::health::coalesce::Batch<crate::config::Vip>>,
+    /// The file's bytes last applied.
+    seen: LastSeen,
+    /// The READY=1 status line.
+    ready: String,
+    tasks: Tasks,
+    context: Context,
+}
+
+/// Starts the trace reader, the conntrack walk and the metrics endpoint.
+fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Context) {
+    if let Some(reader) = tasks.trace_reader {
+        tokio::spawn(trace::read_records(
+            reader,
+            Arc::clone(service),
+            context.tracer.clone(),
+        ));
+    }
+    if let Some(walker) = tasks.walker {
+        tokio::spawn(walk_conntrack(
+            walker,
+            tasks.walk,
+            config.metrics.connections_interval,
+            Arc::clone(service),
+        ));
+    }
+    if let Some(metrics) = tasks.metrics_listener {
+        if let Ok(addr) = metrics.local_addr() {
+            info!("metrics at http://{addr}/metrics");
+        }
+        tokio::spawn(http::serve(
+            metrics,
+            Arc::clone(service),
+            Arc::clone(&context.recorder),
+            config.metrics.removed_retention,
+        ));
+    }
+}
+
 async fn event_loop(
     listener: std::os::unix::net::UnixListener,
     service: Shared,
     path: PathBuf,
-    mut batches: mpsc::Receiver<crate::health::coalesce::Batch<crate::config::Vip>>,
-    mut seen: LastSeen,
-    ready: String,
+    config: &Config,
+    inputs: Loop,
 ) -> anyhow::Result<()> {
+    let Loop {
+        mut batches,
+        mut seen,
+        ready,
+        tasks,
+        context,
+    } = inputs;
     let listener = UnixListener::from_std(listener)?;
+    spawn_tasks(tasks, &service, config, &context);
     let mut hangup = signal(SignalKind::hangup())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -462,9 +630,9 @@ async fn event_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let service = Arc::clone(&service);
+                    let (service, context) = (Arc::clone(&service), context.clone());
                     tokio::spawn(async move {
-                        match serve_one(stream, service).await {
+                        match serve_one(stream, service, context).await {
                             Ok(()) | Err(ServeError::Closed) => {}
                             Err(e) => warn!("control connection: {e}"),
                         }
@@ -472,14 +640,16 @@ async fn event_loop(
                 }
                 Err(e) => warn!("control socket accept: {e}"),
             },
-            _ = hangup.recv() => reload(&service, &path, Trigger::Signal, &mut seen),
+            _ = hangup.recv() => reload(&service, &path, Trigger::Signal, &mut seen, &context),
             Some(()) = file_events.recv() => {
                 // Debounce: wait until the file has been quiet for a while.
                 while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, file_events.recv()).await {}
-                reload(&service, &path, Trigger::FileChanged, &mut seen);
+                reload(&service, &path, Trigger::FileChanged, &mut seen, &context);
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
-            Some(batch) = batches.recv() => health::apply_batch(&service, &batch, &mut log_report),
+            Some(batch) = batches.recv() => {
+                health::apply_batch(&service, &batch, &mut |report| context.report(report));
+            }
             _ = interrupt.recv() => { info!("SIGINT: shutting down"); return Ok(()); }
             _ = terminate.recv() => { info!("SIGTERM: shutting down"); return Ok(()); }
         }

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use tokio::{runtime::Handle, sync::mpsc};
 
 use super::{
+    change,
+    connections::Latest,
     health::HealthChecks,
     nexthop::NexthopMonitor,
     state_file::{StateFile, StateFileError},
@@ -75,6 +77,8 @@ struct StartOnly {
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
     hash_seed: u32,
+    /// The metrics endpoint's address and the conntrack walk's settings.
+    metrics: crate::config::MetricsConfig,
     /// The health checker's coalescing window and concurrency (its scheduler is
     /// started with them).
     health: HealthChecker,
@@ -83,6 +87,7 @@ struct StartOnly {
 impl StartOnly {
     fn of(c: &Config) -> Self {
         Self {
+            metrics: c.metrics.clone(),
             interface: c.interface.clone(),
             xdp_mode: c.xdp_mode,
             control_socket: c.control_socket.clone(),
@@ -117,6 +122,7 @@ impl StartOnly {
                 self.frag_capacity != other.frag_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
+            ("metrics", self.metrics != other.metrics),
             (
                 "health.coalesce_ms",
                 self.health.coalesce_window != other.health.coalesce_window,
@@ -142,6 +148,8 @@ pub struct Service<D> {
     interface: String,
     mode: String,
     previous: Option<Sample>,
+    /// The last conntrack walk (live connections per backend).
+    connections: Latest,
     /// The health checks, once started ([`Self::start_health`]).
     health: Option<HealthChecks>,
     /// The backends' next hops, once watched ([`Self::set_nexthop_monitor`]).
@@ -199,6 +207,11 @@ impl<D: Dataplane> Service<D> {
             interface: loaded.config.interface.clone(),
             mode,
             previous: None,
+            connections: Latest::new(
+                loaded.config.ct_capacity,
+                loaded.config.ct_syn_capacity,
+                loaded.config.metrics.idle,
+            ),
             health: None,
             nexthops: None,
             overrides: kept,
@@ -378,10 +391,19 @@ impl<D: Dataplane> Service<D> {
             } => match self.backend(action, &vip, backend, weight) {
                 Ok(report) => {
                     log(&report);
-                    Response::ok(report.lines())
+                    Response::ok(change::change(
+                        &self.controller,
+                        action,
+                        &vip,
+                        backend,
+                        &report,
+                    ))
                 }
                 Err(e) => Response::error(e),
             },
+            Request::Trace { .. } => {
+                Response::error("lb trace is a stream: the daemon's event loop serves it")
+            }
             Request::Overrides { clear } => match self.list_or_clear(clear) {
                 Ok((answer, report)) => {
                     if let Some(report) = &report {
@@ -486,6 +508,16 @@ impl<D: Dataplane> Service<D> {
         Ok(report)
     }
 
+    /// Records the last conntrack walk (live connections per backend).
+    pub fn set_census(&mut self, census: crate::dataplane::Census) {
+        self.connections.set(census);
+    }
+
+    /// The last conntrack walk, with the capacities beside it.
+    pub fn connections(&self) -> &Latest {
+        &self.connections
+    }
+
     /// `lb status`.
     pub fn status(&self) -> Status {
         let mut vips = self.controller.vip_statuses();
@@ -513,7 +545,9 @@ impl<D: Dataplane> Service<D> {
             pin_dir: self.datapath.0.clone(),
             layout: self.datapath.1.clone(),
             health: crate::control::HealthSummary::default(),
+            conntrack: None,
         };
+        self.connections.annotate(&mut status);
         if let Some(health) = &self.health {
             health.annotate(&mut status, &self.controller);
         }
@@ -546,6 +580,7 @@ impl<D: Dataplane> Service<D> {
             &self.controller,
             &now,
             self.previous.as_ref(),
+            &self.connections,
         ))
     }
 }
@@ -555,6 +590,7 @@ fn merge(report: &mut ApplyReport, extra: ApplyReport) {
     report.changes.extend(extra.changes);
     report.warnings.extend(extra.warnings);
     report.policy_changes.extend(extra.policy_changes);
+    report.swaps_ms.extend(extra.swaps_ms);
     report.operations += extra.operations;
 }
 

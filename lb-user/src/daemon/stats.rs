@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use lb_common::stats::{BackendStats, GlobalStats, Reason, VipStats};
 
+use super::connections::Latest;
 use crate::{
     control::{BackendCounters, Counter, Stats, VipCounters},
     controller::Controller,
@@ -72,6 +73,7 @@ pub(super) fn report<D: Dataplane>(
     controller: &Controller<D>,
     now: &Sample,
     prev: Option<&Sample>,
+    connections: &Latest,
 ) -> Stats {
     let secs = prev.map_or(0.0, |p| now.at.duration_since(p.at).as_secs_f64());
     let counter = |name: &str, value: u64, old: Option<u64>| Counter {
@@ -109,6 +111,12 @@ pub(super) fn report<D: Dataplane>(
                         backend: key.to_string(),
                         packets: counter("packets", cur.packets, old.map(|o| o.packets)),
                         bytes: counter("bytes", cur.bytes, old.map(|o| o.bytes)),
+                        new_flows: Some(counter(
+                            "new_flows",
+                            cur.new_flows,
+                            old.map(|o| o.new_flows),
+                        )),
+                        connections: connections.of(id),
                     }
                 })
                 .collect();
@@ -123,5 +131,6 @@ pub(super) fn report<D: Dataplane>(
         interval_secs: secs,
         reasons,
         vips,
+        conntrack: connections.conntrack(),
     }
 }

@@ -23,6 +23,8 @@ mod pass;
 mod pinning;
 mod probe;
 mod sources;
+mod trace;
+mod walk;
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -45,6 +47,8 @@ use lb_common::{
 pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp};
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
+pub use trace::{TraceReader, TraceRecord};
+pub use walk::{Census, ConnectionCounts, ConntrackWalker, WalkSettings};
 
 use super::{
     Adopted, AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage,
@@ -90,6 +94,14 @@ pub struct KernelDataplane {
     vip_keys: StdHashMap<VipKey, u32>,
     /// The allowed source prefixes of the VIPs.
     sources: sources::SourceMaps,
+    /// `TRACE_FILTER`: which VIP packets `lb trace` records.
+    trace_filter: trace::TraceFilterMap,
+    /// Whether tracing is on: this data plane is the only writer of `CONFIG_TRACE`.
+    tracing: bool,
+    /// The reader of the trace records, until the daemon takes it.
+    trace_reader: Option<TraceReader>,
+    /// The walker of the conntrack maps, until the daemon takes it.
+    walker: Option<ConntrackWalker>,
     /// The pins, for a data plane opened with [`KernelDataplane::load_pinned`].
     pinned: Option<Pinned>,
 }
@@ -173,6 +185,12 @@ fn on_every_cpu<T: aya::Pod + Clone>(value: T) -> Result<PerCpuValues<T>, Datapl
 }
 
 impl KernelDataplane {
+    /// The walker that counts live connections ([`ConntrackWalker`]); `None` once
+    /// taken.
+    pub fn take_conntrack_walker(&mut self) -> Option<ConntrackWalker> {
+        self.walker.take()
+    }
+
     /// Whether the program is attached by this handle.
     pub fn is_attached(&self) -> bool {
         self.link.is_some() || self.pinned.as_ref().is_some_and(|p| p.link.is_some())
@@ -240,6 +258,7 @@ impl Dataplane for KernelDataplane {
     fn set_config(&mut self, config: &LbConfig) -> Result<(), DataplaneError> {
         let config = LbConfig {
             syn_cache_mask: self.syn_slots - 1,
+            flags: self.trace_flags(config.flags),
             ..*config
         };
         self.config

@@ -38,7 +38,10 @@ pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchTarget, PassProgram, TableWriter, TestRunOutput};
-pub use kernel::{KernelDataplane, LoadOptions, Opened, Pinning, is_root, may_load_xdp};
+pub use kernel::{
+    Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened, Pinning,
+    TraceReader, TraceRecord, WalkSettings, is_root, may_load_xdp,
+};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)
 /// and the operation that failed.

@@ -21,7 +21,7 @@ use std::net::Ipv4Addr;
 use anyhow::{Context as _, bail, ensure};
 use lb_common::{
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
-    maps::{RARE_PROGRAM, XDP_PROGRAM},
+    maps::{RARE_PROGRAM, UNTRACED_PROGRAM, XDP_PROGRAM},
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
@@ -65,6 +65,9 @@ struct Timing {
     lb: u64,
     empty: u64,
     over: i64,
+    /// The same build without packet tracing (`lb_xdp_untraced`) over empty: what the
+    /// trace switch costs while it is off is `over - untraced_over`.
+    untraced_over: i64,
     /// Fastest load-balancer run minus fastest empty run: the runs least disturbed
     /// by the host (this VM's speed changes by up to 2x between runs).
     min_over: i64,
@@ -82,6 +85,7 @@ fn run_case(
     for (target, expected) in [
         (BenchTarget::Empty, XDP_PASS),
         (BenchTarget::LoadBalancer, case.action),
+        (BenchTarget::Untraced, case.action),
     ] {
         let once = lb
             .dp
@@ -93,7 +97,7 @@ fn run_case(
             once.action
         );
     }
-    let (mut lbs, mut empties, mut overs) = (vec![], vec![], vec![]);
+    let (mut lbs, mut empties, mut overs, mut untraced) = (vec![], vec![], vec![], vec![]);
     for _ in 0..opts.runs {
         let empty = lb.dp.bench_run(
             BenchTarget::Empty,
@@ -109,10 +113,21 @@ fn run_case(
             ifindex,
             opts.repeat,
         )?;
+        let plain = lb.dp.bench_run(
+            BenchTarget::Untraced,
+            &case.frame,
+            case.vary,
+            ifindex,
+            opts.repeat,
+        )?;
         ensure!(
-            empty.action == XDP_PASS && full.action == case.action,
+            empty.action == XDP_PASS && full.action == case.action && plain.action == case.action,
             "{}: a long run's last action differs from a single repetition's",
             case.name
+        );
+        untraced.push(
+            i64::try_from(plain.duration_ns).unwrap_or(i64::MAX)
+                - i64::try_from(empty.duration_ns).unwrap_or(i64::MAX),
         );
         overs.push(
             i64::try_from(full.duration_ns).unwrap_or(i64::MAX)
@@ -128,6 +143,7 @@ fn run_case(
         lb: median(lbs),
         empty: median(empties),
         over: median(overs),
+        untraced_over: median(untraced),
     })
 }
 
@@ -323,10 +339,126 @@ fn main() -> anyhow::Result<()> {
     }
     if !opts.data_only {
         control_plane()?;
+        observability(&opts)?;
         health::cpu_cost()?;
         health::detection_to_live()?;
     }
     data_plane(&opts)
+}
+
+/// Observability costs: a scrape of the metrics endpoint's content at 100 VIPs x 100
+/// backends (time and size, both formats), and a walk of a full conntrack map.
+fn observability(opts: &Options) -> anyhow::Result<()> {
+    use lb_user::daemon::{
+        metrics::{Recorder, Snapshot, encode},
+        service::Service,
+    };
+    let mut file = String::from(
+        "interface = \"lo\"\nmax_table_memory_mib = 64\n[encap]\nsource_v4 = \"192.0.2.1\"\n",
+    );
+    for v in 0..100u32 {
+        file.push_str(&format!(
+            "[[vip]]\naddress = \"203.0.{}.{}\"\nport = 80\nprotocol = \"tcp\"\ntable_size = 10007\n",
+            v / 200,
+            v % 200 + 1
+        ));
+        for b in 0..100u32 {
+            file.push_str(&format!(
+                "[[vip.backend]]\naddress = \"10.1.{v}.{}\"\n",
+                b + 1
+            ));
+        }
+    }
+    let loaded = Config::from_toml(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dp = KernelDataplane::load(LoadOptions {
+        ct_capacity: 65_536,
+        ct_syn_capacity: 16_384,
+        ..LoadOptions::default()
+    })?;
+    let (mut service, _, _) = Service::start(
+        Controller::new(dp),
+        "bench.toml".into(),
+        &loaded,
+        [2, 0, 0, 0, 0, 1],
+        "-".into(),
+        None,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let recorder = Recorder::default();
+    println!(
+        "observability: metrics scrape at 100 VIPs x 100 backends (10,000 backend series each), median of 11"
+    );
+    println!();
+    println!("| format | scrape: snapshot + encode (ms) | body (bytes) | samples |");
+    println!("|---|---:|---:|---:|");
+    for openmetrics in [false, true] {
+        let mut times = Vec::new();
+        let mut body = String::new();
+        for _ in 0..11 {
+            let started = std::time::Instant::now();
+            let snapshot = Snapshot::take(&mut service, std::time::Duration::from_secs(600))?;
+            body = encode(snapshot, &recorder, openmetrics).0;
+            times.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        let samples = body.lines().filter(|l| !l.starts_with('#')).count();
+        println!(
+            "| {} | {:.1} | {} | {samples} |",
+            if openmetrics {
+                "OpenMetrics"
+            } else {
+                "Prometheus text 0.0.4"
+            },
+            times[times.len() / 2],
+            body.len()
+        );
+    }
+    println!();
+    conntrack_walk(opts)
+}
+
+/// A walk of `CONNTRACK_V4` filled with `opts.ct` entries (by the program itself: new
+/// mid-flow flows, one per repetition), plus the empty IPv6 map and the SYN cache.
+fn conntrack_walk(opts: &Options) -> anyhow::Result<()> {
+    use lb_user::dataplane::WalkSettings;
+    let mut lb = Lb::with_ct(opts.ct, opts.syn);
+    setup(&mut lb);
+    let tcp4 = Flow::new(CLIENT4, 40000, VIP4, 80);
+    let frame = sized(&tcp4, L4::Tcp(ACK));
+    // Each repetition varies the source address: a new flow pinned into conntrack.
+    lb.dp.bench_run(
+        BenchTarget::LoadBalancer,
+        &frame,
+        26,
+        None,
+        opts.ct + opts.ct / 8,
+    )?;
+    let walker = lb.dp.take_conntrack_walker().context("the walker")?;
+    let settings = WalkSettings {
+        udp_timeout: std::time::Duration::from_secs(30),
+        idle: std::time::Duration::from_secs(60),
+        syn_window: WalkSettings::SYN_WINDOW,
+    };
+    let mut times = Vec::new();
+    let mut entries = 0;
+    for _ in 0..7 {
+        let census = walker.walk(&settings)?;
+        entries = census.v4_entries;
+        times.push(census.took.as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let ms = times[times.len() / 2];
+    let interval_ms = f64::from(lb_user::defaults::CONNECTIONS_INTERVAL_MS);
+    println!(
+        "conntrack walk (BPF_MAP_LOOKUP_BATCH, 8,192 entries per call): {entries} IPv4 entries \
+         of {} + {} SYN cache slots, median of 7: {ms:.1} ms per walk, {:.2}% of one CPU at \
+         the default interval of {interval_ms} ms",
+        opts.ct,
+        opts.syn,
+        100.0 * ms / interval_ms
+    );
+    println!();
+    Ok(())
 }
 
 fn control_plane() -> anyhow::Result<()> {
@@ -369,18 +501,23 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
         "data plane: ns/packet by BPF_PROG_TEST_RUN, median of {} runs x {} repetitions, CPU {} pinned",
         opts.runs, opts.repeat, opts.cpu
     );
-    for program in [XDP_PROGRAM, RARE_PROGRAM] {
-        let verified = lb.dp.verified_instructions(program)?;
-        println!(
-            "{program}: {} instructions processed by the verifier",
-            verified.map_or_else(|| "?".to_owned(), |n| n.to_string())
-        );
-    }
+    let verified = lb.dp.verified_instructions(XDP_PROGRAM)?;
+    let untraced = lb.dp.verified_instructions(UNTRACED_PROGRAM)?;
+    let count = |n: Option<u32>| n.map_or_else(|| "?".to_owned(), |n| n.to_string());
+    println!(
+        "lb_xdp: {} instructions processed by the verifier ({} built without tracing)",
+        count(verified),
+        count(untraced)
+    );
+    println!(
+        "{RARE_PROGRAM}: {} instructions processed by the verifier",
+        count(lb.dp.verified_instructions(RARE_PROGRAM)?)
+    );
     println!();
     println!(
-        "| case | next hop | lb_xdp (ns) | empty (ns) | over empty (ns) | fastest runs: lb_xdp - empty (ns) |"
+        "| case | next hop | lb_xdp (ns) | empty (ns) | over empty (ns) | fastest runs: lb_xdp - empty (ns) | built without tracing, over empty (ns) |"
     );
-    println!("|---|---|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|");
     let results = ns
         .enter(|| -> anyhow::Result<()> {
             lb_tests::pin_to_cpu(opts.cpu).context("pinning the benchmark thread")?;
@@ -415,8 +552,8 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
                     }
                     let t = run_case(&mut lb, &case, ifindex, opts)?;
                     println!(
-                        "| {} | {mode} | {} | {} | {} | {} |",
-                        case.name, t.lb, t.empty, t.over, t.min_over
+                        "| {} | {mode} | {} | {} | {} | {} | {} |",
+                        case.name, t.lb, t.empty, t.over, t.min_over, t.untraced_over
                     );
                 }
             }

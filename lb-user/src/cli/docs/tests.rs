@@ -76,13 +76,21 @@ fn pages_are_section_8_with_title_synopsis_and_see_also() {
 
 #[test]
 fn manpage_without_dir_returns_lb_8_and_with_dir_writes_every_page() {
-    let printed = manpage(&ManpageArgs { dir: None }, command()).expect("no I/O");
+    let printed = manpage(
+        &ManpageArgs {
+            dir: None,
+            json: false,
+        },
+        command(),
+    )
+    .expect("no I/O");
     assert!(printed.contains(".TH LB 8"));
     let dir = std::env::temp_dir().join(format!("lb-docs-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let said = manpage(
         &ManpageArgs {
             dir: Some(dir.join("man8")),
+            json: false,
         },
         command(),
     )
@@ -116,6 +124,7 @@ fn manpage_error_names_the_option_and_the_path() {
     let err = manpage(
         &ManpageArgs {
             dir: Some(file.join("man8")),
+            json: false,
         },
         command(),
     )
@@ -128,12 +137,30 @@ fn manpage_error_names_the_option_and_the_path() {
 
 #[test]
 fn completion_scripts_name_the_verbs_for_each_shell() {
-    let bash = completions(&CompletionsArgs { shell: Shell::Bash }, command());
+    let bash = completions(
+        &CompletionsArgs {
+            shell: Shell::Bash,
+            json: false,
+        },
+        command(),
+    );
     assert!(bash.contains("complete -F _lb"), "{bash}");
     assert!(bash.contains("run") && bash.contains("table"));
-    let zsh = completions(&CompletionsArgs { shell: Shell::Zsh }, command());
+    let zsh = completions(
+        &CompletionsArgs {
+            shell: Shell::Zsh,
+            json: false,
+        },
+        command(),
+    );
     assert!(zsh.starts_with("#compdef lb"), "{zsh}");
-    let fish = completions(&CompletionsArgs { shell: Shell::Fish }, command());
+    let fish = completions(
+        &CompletionsArgs {
+            shell: Shell::Fish,
+            json: false,
+        },
+        command(),
+    );
     assert!(fish.contains("complete -c lb"), "{fish}");
     assert!(fish.contains("-a \"build\""), "{fish}");
 }

@@ -134,6 +134,20 @@ fn the_example_file_states_exactly_the_defaults() {
         ("icmp.echo", toml::Value::Boolean(defaults::ICMP_ECHO)),
         ("icmp.rate_limit", int(defaults::ICMP_RATE_LIMIT.into())),
         ("icmp.burst", int(defaults::ICMP_BURST.into())),
+        (
+            "metrics.enabled",
+            toml::Value::Boolean(defaults::METRICS_ENABLED),
+        ),
+        ("metrics.listen", string(defaults::METRICS_LISTEN)),
+        (
+            "metrics.connections_interval_ms",
+            int(defaults::CONNECTIONS_INTERVAL_MS.into()),
+        ),
+        ("metrics.idle_secs", int(defaults::IDLE_SECS.into())),
+        (
+            "metrics.removed_retention_secs",
+            int(defaults::REMOVED_RETENTION_SECS.into()),
+        ),
         ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
         (
             "health.coalesce_ms",
@@ -219,7 +233,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `health`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `metrics`, `health`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
@@ -327,6 +341,22 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
             "conntrack.syn_capacity: expected a value from 256 to 4194304, got 8388608",
         ),
         (
+            format!("{BASE}[metrics]\nlisten = \"localhost:9469\"\n"),
+            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"localhost:9469\"",
+        ),
+        (
+            format!("{BASE}[metrics]\nlisten = \"127.0.0.1:0\"\n"),
+            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"127.0.0.1:0\"",
+        ),
+        (
+            format!("{BASE}[metrics]\nconnections_interval_ms = 10\n"),
+            "metrics.connections_interval_ms: expected a value from 100 to 3600000, got 10",
+        ),
+        (
+            format!("{BASE}[metrics]\nenabled = \"yes\"\n"),
+            "metrics.enabled: invalid type: string \"yes\", expected a boolean (line 7)",
+        ),
+        (
             format!("xdp_mode = \"offload\"{BASE}"),
             "xdp_mode: expected \"auto\", \"native\" or \"skb\", got \"offload\"",
         ),
@@ -347,6 +377,23 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         }
     }
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn metrics_are_served_on_the_default_address_unless_disabled() {
+    let on = load(&format!("{BASE}{VIP}")).unwrap().config.metrics;
+    assert_eq!(on.listen, Some(defaults::METRICS_LISTEN.parse().unwrap()));
+    assert_eq!(on.connections_interval, Duration::from_secs(10));
+    let off = load(&format!("{BASE}[metrics]\nenabled = false\n{VIP}"))
+        .unwrap()
+        .config
+        .metrics;
+    assert_eq!(off.listen, None);
+    let v6 = load(&format!("{BASE}[metrics]\nlisten = \"[::1]:9100\"\n{VIP}"))
+        .unwrap()
+        .config
+        .metrics;
+    assert_eq!(v6.listen, Some("[::1]:9100".parse().unwrap()));
 }
 
 #[test]

@@ -393,3 +393,35 @@ fn panic_threshold_counts_healthy_weight() {
     assert_eq!(c.vips()[&vip()].table.fingerprint(), full);
     assert_eq!(c.vip_statuses()[0].policy.as_ref().unwrap().mode, "panic");
 }
+
+/// The state history the metrics export: a backend whose probes fail enters
+/// `unhealthy` and comes back to `active` when they pass; a drained backend stays
+/// `drain` whatever its health.
+#[test]
+fn health_transitions_are_recorded_in_the_state_history() {
+    let d = desired(
+        101,
+        &[(1, 1, "active"), (2, 1, "active"), (3, 1, "drain")],
+        "",
+    );
+    let mut c = started(&d);
+    health(&mut c, &[1, 3], &[]);
+    health(&mut c, &[], &[1]);
+    let record = |last: u8| {
+        c.history()
+            .records()
+            .find(|((_, k), _)| *k == key(last))
+            .map(|(_, r)| r.clone())
+            .expect("recorded")
+    };
+    let one = record(1);
+    assert_eq!(one.state, "active");
+    assert_eq!(
+        one.transitions.into_iter().collect::<Vec<_>>(),
+        vec![("active".to_owned(), 2), ("unhealthy".to_owned(), 1)]
+    );
+    let three = record(3);
+    assert_eq!(three.state, "drain");
+    assert_eq!(three.transitions.len(), 1, "{:?}", three.transitions);
+    assert_eq!(record(2).transitions.len(), 1);
+}

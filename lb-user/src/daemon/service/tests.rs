@@ -258,6 +258,7 @@ fn stats_report_counters_and_rates() {
             BackendStats {
                 packets: 60,
                 bytes: 6000,
+                new_flows: 0,
             },
         );
     }

@@ -138,6 +138,7 @@ impl KernelDataplane {
                     stamp_ns: s.syn_ns,
                     epoch: s.epoch,
                     isn: s.seq,
+                    ..CtEntry::default()
                 },
             )),
             Decision::Table { .. } => None,

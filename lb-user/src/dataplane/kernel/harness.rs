@@ -36,6 +36,8 @@ pub struct TestRunOutput {
 pub enum BenchTarget {
     /// The load balancer (`lb_xdp`).
     LoadBalancer,
+    /// The load balancer built without packet tracing (`lb_xdp_untraced`).
+    Untraced,
     /// The empty reference program (`lb_empty`).
     Empty,
 }
@@ -98,7 +100,11 @@ impl KernelDataplane {
                 frame.len()
             ))
         })?;
-        for name in [maps::EMPTY_PROGRAM, maps::BENCH_PROGRAM] {
+        for name in [
+            maps::EMPTY_PROGRAM,
+            maps::UNTRACED_PROGRAM,
+            maps::BENCH_PROGRAM,
+        ] {
             let prog = xdp(&mut self.ebpf, name)?;
             if prog.fd().is_err() {
                 prog.load().map_err(prog_err(name))?;
@@ -107,6 +113,7 @@ impl KernelDataplane {
         let target_name = match target {
             BenchTarget::LoadBalancer => maps::XDP_PROGRAM,
             BenchTarget::Empty => maps::EMPTY_PROGRAM,
+            BenchTarget::Untraced => maps::UNTRACED_PROGRAM,
         };
         let fd = xdp(&mut self.ebpf, target_name)?
             .fd()
@@ -159,7 +166,11 @@ impl KernelDataplane {
         &mut self,
         name: &'static str,
     ) -> Result<Option<u32>, DataplaneError> {
-        let info = xdp(&mut self.ebpf, name)?.info().map_err(prog_err(name))?;
+        let prog = xdp(&mut self.ebpf, name)?;
+        if prog.fd().is_err() {
+            prog.load().map_err(prog_err(name))?;
+        }
+        let info = prog.info().map_err(prog_err(name))?;
         Ok(info.verified_instruction_count())
     }
 

@@ -14,7 +14,7 @@ use aya::{
 };
 use lb_common::{
     defaults, maps,
-    types::{CONFIG_VALID, LbConfig},
+    types::{CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
 
 use super::{KernelDataplane, Pinned, prog_err, sources::SourceMaps, xdp};
@@ -115,6 +115,27 @@ fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
         .map_err(map_err(maps::RARE_PROGS, "open"))?
         .set(0, &fd, 0)
         .map_err(map_err(maps::RARE_PROGS, "update"))
+}
+
+/// A duplicate of the file descriptor of map `name`, for a second handle that does not
+/// borrow the object.
+fn dup_fd(ebpf: &Ebpf, name: &'static str) -> Result<std::os::fd::OwnedFd, DataplaneError> {
+    let Some(
+        Map::Array(data) | Map::ArrayOfMaps(data) | Map::HashMap(data) | Map::LruHashMap(data),
+    ) = ebpf.map(name)
+    else {
+        return Err(DataplaneError::MissingMap(name));
+    };
+    data.fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|io_error| {
+            MapError::SyscallError(SyscallError {
+                call: "dup",
+                io_error,
+            })
+        })
+        .map_err(map_err(name, "duplicate fd"))
 }
 
 /// A pinned data plane to open: where, under which lock, and which object.
@@ -264,7 +285,9 @@ impl KernelDataplane {
 
     /// Reads back what the adopted maps hold that this handle tracks: the table
     /// buffers, the VIPs (for `VIP_FILTER` and `VIP_ADDRS` bookkeeping), the allowed
-    /// source prefixes and the configuration last written.
+    /// source prefixes, and the configuration last written, whose trace bit
+    /// (`CONFIG_TRACE`, set when the last daemon stopped during an `lb trace`) is
+    /// cleared.
     fn adopt_maps(&mut self) -> Result<(), DataplaneError> {
         let entries = {
             let mut tables = super::lock(&self.tables);
@@ -277,6 +300,18 @@ impl KernelDataplane {
             .config
             .get(&0, 0)
             .map_err(map_err(maps::CONFIG, "lookup"))?;
+        let untraced = LbConfig {
+            flags: config.flags & !CONFIG_TRACE,
+            ..config
+        };
+        if untraced != config {
+            // The last daemon stopped during an `lb trace` session: no client of this
+            // one listens, so the program stops tracing.
+            self.config
+                .set(0, untraced, 0)
+                .map_err(map_err(maps::CONFIG, "update"))?;
+        }
+        let config = untraced;
         self.written_config = (config.flags & CONFIG_VALID != 0).then_some(config);
         Ok(())
     }
@@ -329,6 +364,7 @@ impl KernelDataplane {
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
         install_rare_paths(&mut ebpf)?;
+        super::trace::load_trace_program(&mut ebpf)?;
         Ok(ebpf)
     }
 
@@ -341,20 +377,12 @@ impl KernelDataplane {
         // A second handle on TABLES, from a duplicate of its fd: reopening it by id
         // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
         // nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON).
-        let tables_fd = match ebpf.map(maps::TABLES) {
-            Some(Map::ArrayOfMaps(data)) => data
-                .fd()
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|io_error| {
-                    MapError::SyscallError(SyscallError {
-                        call: "dup",
-                        io_error,
-                    })
-                })
-                .map_err(map_err(maps::TABLES, "duplicate fd"))?,
-            _ => return Err(DataplaneError::MissingMap(maps::TABLES)),
-        };
+        let tables_fd = dup_fd(&ebpf, maps::TABLES)?;
+        let walker = super::ConntrackWalker::new(
+            dup_fd(&ebpf, maps::CONNTRACK_V4)?,
+            dup_fd(&ebpf, maps::CONNTRACK_V6)?,
+            dup_fd(&ebpf, maps::SYN_CACHE)?,
+        );
         let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
         let tables = TableSet::new(
             take(&mut ebpf, maps::TABLES)?,
@@ -368,7 +396,12 @@ impl KernelDataplane {
             take(&mut ebpf, maps::SOURCE_FILTER)?,
             take(&mut ebpf, maps::SOURCE_RESTRICTED)?,
         );
+        let trace_reader = Some(super::TraceReader::new(&mut ebpf)?);
         Ok(Self {
+            walker: Some(walker),
+            trace_filter: take(&mut ebpf, maps::TRACE_FILTER)?,
+            tracing: false,
+            trace_reader,
             config: take(&mut ebpf, maps::CONFIG)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
             vip_filter: take(&mut ebpf, maps::VIP_FILTER)?,

@@ -197,6 +197,14 @@ mod tests {
             lb_common::maps::CONNTRACK_V6,
             lb_common::maps::SYN_CACHE,
             lb_common::maps::GLOBAL_STATS,
+            lb_common::maps::PROBE_STATS,
+            // `lb trace`: its filter, the hand-over, the program array of `lb_trace`
+            // and aya-log's ring buffer are pinned and stamped like every other map,
+            // so an adopted datapath can be traced.
+            lb_common::maps::TRACE_FILTER,
+            lb_common::maps::TRACE_PACKET,
+            lb_common::maps::TRACE_PROGS,
+            lb_common::maps::AYA_LOGS,
         ] {
             assert!(layout.map(name).is_some(), "{name}");
         }

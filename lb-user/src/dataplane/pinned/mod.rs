@@ -25,6 +25,7 @@
 //!   (two conntrack maps of 1M entries are about 100 MB) until it is removed.
 
 pub mod bpffs;
+mod detach;
 pub mod layout;
 pub mod meta;
 
@@ -37,6 +38,7 @@ use std::{
 };
 
 pub use bpffs::{Bpffs, BpffsError};
+pub use detach::{DetachError, Detached, detach};
 pub use layout::{Layout, SizeOverride};
 pub use meta::{Meta, MetaMap, Owner};
 

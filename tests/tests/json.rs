@@ -1,0 +1,245 @@
+//! `--json` of every verb parses and has the shape `docs/json.md` documents for it (one
+//! test per verb; the daemon's verbs each against a real `lb run` in a bed). Needs the
+//! `lb` binary (`cargo build -p lb-user --bin lb`).
+
+use std::{
+    io::{BufRead as _, BufReader},
+    net::SocketAddr,
+    process::{Command, Stdio},
+};
+
+use lb_tests::{
+    daemon::{Daemon, DaemonConfig, TempDir, backend_addr, lb_binary, vip_text},
+    schema,
+    testbed::{LB_IFACE, TestBed, TestBedOptions, vip_tcp},
+};
+use serde_json::Value;
+
+/// Checks `text` (one JSON value) against the documented shape `name`.
+fn matches(name: &str, text: &str) {
+    let shapes = schema::documented().expect("docs/json.md");
+    let shape = shapes
+        .get(name)
+        .unwrap_or_else(|| panic!("docs/json.md documents no `{name}`"));
+    let value: Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {text}"));
+    schema::check(shape, &value).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+}
+
+/// `lb ARGS` without a daemon; its standard output.
+fn offline(args: &[&str]) -> String {
+    let out = Command::new(lb_binary()).args(args).output().expect("lb");
+    assert!(out.status.success(), "lb {args:?}: {out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+fn with_daemon(f: impl FnOnce(&TestBed, &Daemon<'_>)) {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let bed = TestBed::new(TestBedOptions {
+        backends: 2,
+        clients: 2,
+        ..TestBedOptions::default()
+    })
+    .expect("bed");
+    let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=2)).expect("lb run");
+    f(&bed, &lb);
+}
+
+#[test]
+fn table_build_json_matches_the_schema() {
+    matches(
+        "lb table build",
+        &offline(&[
+            "table",
+            "build",
+            "--json",
+            "198.51.100.11",
+            "198.51.100.12=2",
+        ]),
+    );
+}
+
+#[test]
+fn table_diff_json_matches_the_schema() {
+    let text = offline(&[
+        "table",
+        "diff",
+        "--json",
+        "--old",
+        "198.51.100.11",
+        "--new",
+        "198.51.100.11,198.51.100.12",
+    ]);
+    matches("lb table diff", &text);
+}
+
+#[test]
+fn hash_json_matches_the_schema() {
+    let text = offline(&[
+        "hash",
+        "--servers",
+        "3",
+        "--keys",
+        "200",
+        "--event",
+        "add:S3",
+        "--peer",
+        "4",
+        "--hot",
+        "3",
+        "--json",
+    ]);
+    matches("lb hash", &text);
+}
+
+#[test]
+fn object_completions_and_manpage_json_match_the_schema() {
+    matches("lb object", &offline(&["object", "--json"]));
+    matches(
+        "lb completions",
+        &offline(&["completions", "bash", "--json"]),
+    );
+    matches("lb manpage", &offline(&["manpage", "--json"]));
+    let dir = TempDir::new("lb-json-man-").expect("temp dir");
+    let man = dir.path().join("man8");
+    let man = man.to_str().expect("UTF-8 path");
+    matches(
+        "lb manpage --dir",
+        &offline(&["manpage", "--json", "--dir", man]),
+    );
+}
+
+#[test]
+fn status_json_matches_the_schema() {
+    with_daemon(|_, lb| matches("lb status", &lb.cli(&["status", "--json"]).expect("status")));
+}
+
+#[test]
+fn stats_json_matches_the_schema() {
+    with_daemon(|_, lb| matches("lb stats", &lb.cli(&["stats", "--json"]).expect("stats")));
+}
+
+#[test]
+fn flow_json_matches_the_schema() {
+    with_daemon(|bed, lb| {
+        let vip = vip_text(false, true);
+        let client = SocketAddr::new(bed.client_addr(0, false), 40000).to_string();
+        let text = lb
+            .cli(&["flow", "--json", "--vip", &vip, "--client", &client])
+            .expect("flow");
+        matches("lb flow", &text);
+        bed.tcp_exchange(client.parse().expect("addr"), vip_tcp(false), "x")
+            .expect("a connection");
+        let text = lb
+            .cli(&["flow", "--json", "--vip", &vip, "--client", &client])
+            .expect("flow of a pinned flow");
+        matches("lb flow", &text);
+    });
+}
+
+#[test]
+fn backend_json_of_every_action_matches_the_schema() {
+    with_daemon(|_, lb| {
+        let vip = vip_text(false, true);
+        let b3 = backend_addr(3, false).to_string();
+        for action in ["add", "drain", "undrain", "drain", "remove"] {
+            let text = lb
+                .cli(&["backend", action, "--json", "--vip", &vip, "--backend", &b3])
+                .expect("lb backend");
+            matches("lb backend", &text);
+            let change: Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(change["action"], action);
+            assert_eq!(change["changed"], true, "{text}");
+            assert_eq!(change["after"].is_null(), action == "remove", "{text}");
+        }
+    });
+}
+
+#[test]
+fn overrides_json_matches_the_schema() {
+    with_daemon(|_, lb| {
+        let vip = vip_text(false, true);
+        let b2 = backend_addr(2, false).to_string();
+        matches(
+            "lb overrides",
+            &lb.cli(&["overrides", "--json"]).expect("overrides"),
+        );
+        lb.cli(&["backend", "drain", "--vip", &vip, "--backend", &b2])
+            .expect("drain");
+        let text = lb.cli(&["overrides", "--json"]).expect("overrides");
+        matches("lb overrides", &text);
+        let listed: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(listed["overrides"][0]["backend"], b2.as_str(), "{text}");
+        let text = lb
+            .cli(&["overrides", "--clear", "--json"])
+            .expect("overrides --clear");
+        matches("lb overrides", &text);
+        let cleared: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(cleared["overrides"], serde_json::json!([]), "{text}");
+    });
+}
+
+/// `lb detach --json` after the daemon stopped (the datapath stays pinned and
+/// attached until then).
+#[test]
+fn detach_json_matches_the_schema() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let bed = TestBed::new(TestBedOptions {
+        backends: 1,
+        clients: 1,
+        ..TestBedOptions::default()
+    })
+    .expect("bed");
+    let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=1)).expect("lb run");
+    lb.stop().expect("lb run stops");
+    let binary = lb_binary();
+    let out = bed
+        .lb_ns()
+        .exec(
+            binary.to_str().expect("UTF-8 path"),
+            &["detach", "--json", "--interface", LB_IFACE],
+        )
+        .expect("lb detach");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    matches("lb detach", &text);
+    let detached: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(detached["detached"], true, "{text}");
+    assert_eq!(detached["vips"], 4, "two VIPs of each family: {text}");
+}
+
+#[test]
+fn trace_json_lines_match_the_schema() {
+    with_daemon(|bed, lb| {
+        let mut child = Command::new(lb_binary())
+            .args([
+                "trace",
+                "--json",
+                "--count",
+                "1",
+                "--vip",
+                &vip_text(false, true),
+            ])
+            .arg("--socket")
+            .arg(lb.socket_path())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("lb trace");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        matches(
+            "lb trace (first line)",
+            &lines.next().expect("a line").expect("text"),
+        );
+        bed.tcp_exchange(
+            SocketAddr::new(bed.client_addr(0, false), 0),
+            vip_tcp(false),
+            "x",
+        )
+        .expect("a connection");
+        matches(
+            "lb trace (each packet)",
+            &lines.next().expect("a line").expect("text"),
+        );
+        assert!(child.wait().expect("exit").success());
+    });
+}
