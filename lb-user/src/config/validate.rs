@@ -16,10 +16,12 @@
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
 //! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
-//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`],
-//! `[announce]` in [`announce`].
+//! backends in [`vips`], `[icmp]` and the per-flow outer headers of `[encap]` in
+//! [`datapath`], `[health]` and the VIPs' health tables in [`health`], `[announce]` in
+//! [`announce`].
 
 mod announce;
+mod datapath;
 mod health;
 mod metrics;
 mod vips;
@@ -40,6 +42,8 @@ const CT_CAPACITY_RANGE: (u32, u32) = (1_024, 64 << 20);
 /// SYN cache slots (64 bytes each): 16 KiB to 256 MiB.
 const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
+/// Fragment tracking entries: 256 to 1,048,576.
+const FRAG_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
 const MTU_RANGE: (u16, u16) = (576, 65_535);
@@ -371,7 +375,8 @@ fn nexthop(file: &NexthopFile, r: &mut Report) -> (Nexthop, Duration) {
     (nexthop, Duration::from_millis(u64::from(cache_ms)))
 }
 
-/// `[conntrack]`: (capacity per family, SYN cache slots, UDP idle timeout).
+/// `[conntrack]`: (capacity per family, SYN cache slots, UDP idle timeout); the fragment
+/// tracking entries are read by [`fragment_capacity`].
 fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration) {
     let capacity = in_range(
         r,
@@ -409,6 +414,16 @@ fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration) {
     )
 }
 
+/// `conntrack.fragment_capacity`.
+fn fragment_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
+    in_range(
+        r,
+        "conntrack.fragment_capacity",
+        uint(file.fragment_capacity, defaults::FRAG_CAPACITY),
+        FRAG_CAPACITY_RANGE,
+    )
+}
+
 /// Every section in turn; every problem collected.
 fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let mut r = Report::default();
@@ -416,6 +431,9 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let encap = encap(&file.encap, &mut r);
     let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
     let (ct_capacity, ct_syn_capacity, udp_timeout) = conntrack(&file.conntrack, &mut r);
+    let frag_capacity = fragment_capacity(&file.conntrack, &mut r);
+    let icmp = datapath::icmp(&file.icmp, &mut r);
+    let outer = datapath::outer(&file.encap, &mut r);
     let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let announce = announce::announce(&file.announce, &mut r);
@@ -443,6 +461,9 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             ct_syn_capacity,
             udp_timeout,
             nexthop_cache,
+            frag_capacity,
+            icmp,
+            outer,
             metrics,
             health,
             announce,

@@ -162,6 +162,8 @@ mod tests {
         let key = |k: u8| -> BackendKey { format!("198.51.100.{k}").parse().unwrap() };
         let spec = VipSpec {
             table_size: 7,
+            ipv6_backends: false,
+            allowed_sources: Vec::new(),
             policy: crate::health::policy::FailurePolicy::default(),
             backends: backends
                 .iter()

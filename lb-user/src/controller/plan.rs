@@ -11,7 +11,8 @@
 //!    map update; then, for a new VIP, its `VIPS` entry (so no packet finds a VIP
 //!    without a table);
 //! 3. removed VIPs: the `VIPS` entry first (their packets become non-VIP traffic), then
-//!    the table;
+//!    the table and the allowed source prefixes (a new VIP's prefixes are written
+//!    before its entry, so its first packet is already checked);
 //! 4. last, after waiting until no packet still reads a replaced table
 //!    ([`Dataplane::quiesce`]), backend entries that become *less* usable
 //!    (active → draining → down).
@@ -39,6 +40,7 @@ use crate::{
     dataplane::{self, CompactImage, Dataplane, DataplaneError},
     flow::addr_bytes,
     maglev::{Backend, BackendKey, MaglevError, MaglevTable},
+    prefix::Prefix,
 };
 
 /// One data-plane operation.
@@ -55,6 +57,7 @@ pub(super) enum Op {
     RemoveTable(u32),
     SetVip(VipKey, u32),
     RemoveVip(VipKey),
+    SetSources(VipKey, u32, Arc<Vec<Prefix>>),
     Quiesce,
 }
 
@@ -70,6 +73,12 @@ impl Op {
             Op::RemoveTable(id) => format!("removing the table of VIP id {id}"),
             Op::SetVip(_, vip_id) => format!("writing VIP id {vip_id}"),
             Op::RemoveVip(_) => "removing a VIP".to_owned(),
+            Op::SetSources(_, vip_id, p) => {
+                format!(
+                    "writing {} allowed source prefixes of VIP id {vip_id}",
+                    p.len()
+                )
+            }
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
     }
@@ -93,6 +102,7 @@ impl Op {
             Op::RemoveTable(id) => dp.remove_table(*id),
             Op::SetVip(k, vip_id) => dp.set_vip(k, *vip_id),
             Op::RemoveVip(k) => dp.remove_vip(k),
+            Op::SetSources(k, vip_id, p) => dp.set_sources(k, *vip_id, p),
             Op::Quiesce => dp.quiesce(),
         }
     }
@@ -275,6 +285,14 @@ impl<'a> Planner<'a> {
         let vip_id = self.next.ids.vip(vip).map_err(ApplyError::Ids)?;
         let backend_ids = self.backends(vip, spec, old)?;
         let applied = self.table(vip, vip_id, spec, old, backend_ids)?;
+        let old_sources = old.map_or(&[][..], |o| &o.spec.allowed_sources[..]);
+        if old_sources != &spec.allowed_sources[..] {
+            self.tables.push(Op::SetSources(
+                vip.key(),
+                vip_id,
+                Arc::new(spec.allowed_sources.clone()),
+            ));
+        }
         if old.is_none() {
             self.tables.push(Op::SetVip(vip.key(), vip_id));
         }
@@ -489,6 +507,10 @@ impl<'a> Planner<'a> {
             }
             self.tables.push(Op::RemoveVip(vip.key()));
             self.tables.push(Op::RemoveTable(old.id));
+            if !old.spec.allowed_sources.is_empty() {
+                self.tables
+                    .push(Op::SetSources(vip.key(), old.id, Arc::new(Vec::new())));
+            }
             self.next.ids.release_vip(vip);
             for (key, &id) in &old.backend_ids {
                 self.next.ids.release_backend(*vip, *key);
@@ -531,6 +553,8 @@ struct Shadow {
     entries: BTreeMap<u32, BackendEntry>,
     tables: HashMap<u32, (u32, Arc<[u16]>)>,
     vips: HashMap<VipKey, u32>,
+    /// Allowed source prefixes of VIPs that have them.
+    sources: HashMap<VipKey, (u32, Arc<Vec<Prefix>>)>,
 }
 
 impl Shadow {
@@ -547,6 +571,12 @@ impl Shadow {
                 .vips
                 .iter()
                 .map(|(vip, v)| (vip.key(), v.id))
+                .collect(),
+            sources: state
+                .vips
+                .iter()
+                .filter(|(_, v)| !v.spec.allowed_sources.is_empty())
+                .map(|(vip, v)| (vip.key(), (v.id, Arc::new(v.spec.allowed_sources.clone()))))
                 .collect(),
         }
     }
@@ -572,6 +602,10 @@ impl Shadow {
             Op::SetVip(key, _) | Op::RemoveVip(key) => match self.vips.get(key) {
                 Some(e) => Op::SetVip(*key, *e),
                 None => Op::RemoveVip(*key),
+            },
+            Op::SetSources(key, vip_id, _) => match self.sources.get(key) {
+                Some((id, prefixes)) => Op::SetSources(*key, *id, Arc::clone(prefixes)),
+                None => Op::SetSources(*key, *vip_id, Arc::new(Vec::new())),
             },
         })
     }
@@ -599,6 +633,13 @@ impl Shadow {
             }
             Op::RemoveVip(k) => {
                 self.vips.remove(k);
+            }
+            Op::SetSources(k, id, p) => {
+                if p.is_empty() {
+                    self.sources.remove(k);
+                } else {
+                    self.sources.insert(*k, (*id, Arc::clone(p)));
+                }
             }
         }
     }

@@ -136,6 +136,15 @@ fn vip_of_key(key: &VipKey) -> Option<Vip> {
     Some(Vip::new(addr, u16::from_be(key.port), proto))
 }
 
+/// Whether the backends of `vip` are IPv6: those recovered say so, else the VIP's
+/// family does.
+fn ipv6_backends(vip: &Vip, backends: &BTreeMap<BackendKey, BackendSpec>) -> bool {
+    backends
+        .keys()
+        .next()
+        .map_or(vip.addr.is_ipv6(), |k| k.ip().is_ipv6())
+}
+
 /// A backend's state as a `BACKENDS` entry says.
 fn state_of(entry_state: u8) -> BackendState {
     match entry_state {
@@ -229,12 +238,23 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             .as_ref()
             .and_then(|r| r.vips.iter().find(|v| v.vip == vip && v.id == *vip_id))
             .filter(|r| r.generation == installed.generation);
+        // The maps hold the source list the VIP has now: the next change is planned
+        // from it.
+        let allowed_sources = adopted
+            .sources
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, prefixes)| prefixes.clone())
+            .unwrap_or_default();
         let verified = recorded.and_then(|r| {
             // The policy is not recorded: it changes no table by itself (the plan
             // compares table inputs), and the next apply brings the configured one.
+            let backends: BTreeMap<BackendKey, BackendSpec> = r.backends.iter().copied().collect();
             let spec = VipSpec {
                 table_size: r.table_size,
-                backends: r.backends.iter().copied().collect(),
+                ipv6_backends: ipv6_backends(&vip, &backends),
+                allowed_sources: allowed_sources.clone(),
+                backends,
                 policy: FailurePolicy::default(),
             };
             let (table, slots) = slots_of(&vip, &spec, state.maglev_seed, &state.ids)?;
@@ -297,6 +317,8 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
                     id: *vip_id,
                     spec: VipSpec {
                         table_size: size,
+                        ipv6_backends: ipv6_backends(&vip, &backends),
+                        allowed_sources,
                         backends,
                         policy: FailurePolicy::default(),
                     },

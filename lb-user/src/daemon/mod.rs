@@ -62,6 +62,7 @@ use crate::{
     controller::{ApplyReport, Controller},
     dataplane::{
         AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader, WalkSettings,
+        offload,
     },
 };
 use metrics::{Recorder, ReloadResult};
@@ -142,11 +143,23 @@ fn log_report(report: &ApplyReport) {
 
 /// Attaches in the configured mode; `auto` falls back from native to skb with a
 /// warning. A pinned link is reused in the mode it has.
+///
+/// Native mode on an interface with receive VLAN offload would send tagged frames back
+/// untagged (`dataplane::offload`): `native` refuses it, `auto` takes skb mode.
 fn attach(dp: &mut KernelDataplane, iface: &str, mode: XdpMode) -> anyhow::Result<AttachMode> {
-    let wanted = match mode {
-        XdpMode::Native => AttachMode::Native,
-        XdpMode::Skb => AttachMode::Skb,
-        XdpMode::Auto => match dp.attach(iface, AttachMode::Native) {
+    let vlan_problem = match mode {
+        XdpMode::Skb => None,
+        XdpMode::Native | XdpMode::Auto => offload::native_vlan_problem(iface),
+    };
+    let wanted = match (mode, vlan_problem) {
+        (XdpMode::Native, Some(problem)) => bail!("native XDP refused: {problem}"),
+        (XdpMode::Auto, Some(problem)) => {
+            warn!("{problem}; attaching in skb (generic) mode");
+            AttachMode::Skb
+        }
+        (XdpMode::Native, None) => AttachMode::Native,
+        (XdpMode::Skb, _) => AttachMode::Skb,
+        (XdpMode::Auto, None) => match dp.attach(iface, AttachMode::Native) {
             Ok(()) => return Ok(dp.attached_mode().unwrap_or(AttachMode::Native)),
             Err(e) => {
                 warn!("native XDP on {iface} failed ({e}); falling back to skb (generic) mode");

@@ -4,6 +4,7 @@
 //! - `load`: loading the embedded object ([`LoadOptions`]) and the privileges it needs;
 //! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
+//! - `sources`: the VIPs' allowed source prefixes and the order they are written in;
 //! - `harness` (feature `test-harness`): `BPF_PROG_TEST_RUN` runs, the benchmark
 //!   harness, raw tables and a second table writer, for the privileged tests and
 //!   `lb-bench`;
@@ -21,6 +22,7 @@ mod load;
 mod pass;
 mod pinning;
 mod probe;
+mod sources;
 mod trace;
 mod walk;
 
@@ -52,6 +54,7 @@ use super::{
     Adopted, AttachMode, CompactImage, CtTable, Dataplane, DataplaneError, InstalledTable,
     TableImage, absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
 };
+use crate::prefix::Prefix;
 
 /// The pins of a pinned data plane (see `super::pinned`).
 #[derive(Debug)]
@@ -89,6 +92,8 @@ pub struct KernelDataplane {
     /// VIPs written (key → VIP id), to keep `VIP_ADDRS` counts and `VIP_FILTER` words
     /// exact.
     vip_keys: StdHashMap<VipKey, u32>,
+    /// The allowed source prefixes of the VIPs.
+    sources: sources::SourceMaps,
     /// `TRACE_FILTER`: which VIP packets `lb trace` records.
     trace_filter: trace::TraceFilterMap,
     /// Whether tracing is on: this data plane is the only writer of `CONFIG_TRACE`.
@@ -343,6 +348,15 @@ impl Dataplane for KernelDataplane {
             self.release_address(&addr_key(key))?;
         }
         Ok(())
+    }
+
+    fn set_sources(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        prefixes: &[Prefix],
+    ) -> Result<(), DataplaneError> {
+        self.sources.set(key, vip_id, prefixes)
     }
 
     fn global_stats(&self) -> Result<GlobalStats, DataplaneError> {

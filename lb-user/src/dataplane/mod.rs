@@ -7,6 +7,8 @@
 //! - [`fake`]: an in-memory implementation with the same semantics and failure
 //!   injection, so controller logic is unit-tested without root;
 //! - [`inspect`]: read-only access to the maps of a program another process loaded;
+//! - [`offload`]: the interface's receive VLAN offload, which native XDP cannot see
+//!   through.
 //! - [`pinned`]: the pinned datapath in bpffs (directory, layout stamp, lock, removal),
 //!   which outlives the daemon and which a restarted one adopts.
 //!
@@ -18,11 +20,14 @@ mod bpf_sys;
 pub mod fake;
 pub mod inspect;
 pub mod kernel;
+pub mod offload;
 pub mod pinned;
 mod table_map;
 mod tables;
 
 use aya::maps::MapError;
+
+use crate::prefix::Prefix;
 use lb_common::{
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
@@ -208,6 +213,9 @@ pub struct Adopted {
     pub config: Option<LbConfig>,
     /// The `VIPS` entries: key and VIP id.
     pub vips: Vec<(VipKey, u32)>,
+    /// The allowed source prefixes written, by VIP (sorted; VIPs without a list are
+    /// absent).
+    pub sources: Vec<(VipKey, Vec<Prefix>)>,
 }
 
 /// Operations the controller performs on the data plane.
@@ -314,6 +322,23 @@ pub trait Dataplane {
     /// # Errors
     /// When a map update fails.
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError>;
+
+    /// Sets the client prefixes allowed to reach VIP `key` (id `vip_id`), all of the
+    /// VIP's family; empty: every client. The data plane checks them for every packet
+    /// of the VIP before any conntrack lookup, so a narrowed list stops the removed
+    /// prefixes' established flows too. While the list changes, a packet is checked
+    /// against the old list, the new one, or their union; never against neither.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map, too many prefixes in
+    /// all, or a prefix of another family; a failed map update (the previous list
+    /// is put back).
+    fn set_sources(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        prefixes: &[Prefix],
+    ) -> Result<(), DataplaneError>;
 
     /// Global counters summed over CPUs.
     ///

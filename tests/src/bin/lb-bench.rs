@@ -27,7 +27,7 @@ use std::net::Ipv4Addr;
 use anyhow::{Context as _, bail, ensure};
 use lb_common::{
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
-    maps::{UNTRACED_PROGRAM, XDP_PROGRAM},
+    maps::{RARE_PROGRAM, UNTRACED_PROGRAM, XDP_PROGRAM},
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
@@ -261,6 +261,10 @@ struct Options {
     /// CPU the benchmark thread is pinned to.
     #[arg(long, env = "LB_BENCH_CPU", default_value_t = 1)]
     cpu: usize,
+    /// Benchmark this build of the eBPF object (with the `test-harness` programs)
+    /// instead of the embedded one: for quick comparisons of changes to lb-ebpf.
+    #[arg(long)]
+    object: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -315,6 +319,7 @@ fn observability(opts: &Options) -> anyhow::Result<()> {
     let dp = KernelDataplane::load(LoadOptions {
         ct_capacity: 65_536,
         ct_syn_capacity: 16_384,
+        ..LoadOptions::default()
     })?;
     let (mut service, _, _) = Service::start(
         Controller::new(dp),
@@ -408,7 +413,19 @@ fn control_plane() -> anyhow::Result<()> {
 }
 
 fn data_plane(opts: &Options) -> anyhow::Result<()> {
-    let mut lb = Lb::with_ct(opts.ct, opts.syn);
+    let mut lb = match &opts.object {
+        None => Lb::with_ct(opts.ct, opts.syn),
+        Some(path) => {
+            let object =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let options = LoadOptions {
+                ct_capacity: opts.ct,
+                ct_syn_capacity: opts.syn,
+                ..LoadOptions::default()
+            };
+            Lb::over(KernelDataplane::load_object_bytes(options, &object)?)
+        }
+    };
     setup(&mut lb);
     let ns = fib_namespace("lbbench").context("benchmark namespace")?;
     println!(
@@ -422,6 +439,10 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
         "lb_xdp: {} instructions processed by the verifier ({} built without tracing)",
         count(verified),
         count(untraced)
+    );
+    println!(
+        "{RARE_PROGRAM}: {} instructions processed by the verifier",
+        count(lb.dp.verified_instructions(RARE_PROGRAM)?)
     );
     println!();
     println!(
