@@ -61,6 +61,7 @@ fn changes(size: u32, n: u32) -> anyhow::Result<(Vec<Change>, f64)> {
     let dp = KernelDataplane::load(LoadOptions {
         ct_capacity: 65_536,
         ct_syn_capacity: 16_384,
+        ..LoadOptions::default()
     })?;
     let mut controller = Controller::new(dp);
     let first = n + u32::try_from(CHANGES / KINDS.len()).unwrap_or(0);
