@@ -28,6 +28,8 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// `BPF_LINK_DETACH` (Linux 5.9).
 const BPF_LINK_DETACH: libc::c_long = 34;
+/// `BPF_MAP_LOOKUP_BATCH` (Linux 5.6).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 /// `BPF_MAP_UPDATE_BATCH` (Linux 5.6).
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 
@@ -207,6 +209,57 @@ pub(crate) fn update_batch_u32(
         Err((written.min(keys.len()), io::Error::last_os_error()))
     } else {
         Ok(written)
+    }
+}
+
+/// One `BPF_MAP_LOOKUP_BATCH` call (Linux 5.6+): reads up to `count` entries of map
+/// `fd` into `keys` and `values` (byte buffers of `count` keys and values of the map's
+/// sizes), continuing after `token_in` (`None` for the first call) and writing the next
+/// token to `token_out`. Returns the entries read and whether the map is exhausted
+/// (`ENOENT`: the last entries are in this call's answer).
+///
+/// # Errors
+/// Any other errno of the call.
+///
+/// # Safety
+/// `keys` and `values` must point to writable buffers of `count` keys and `count`
+/// values of the map's key and value sizes.
+pub(crate) unsafe fn lookup_batch(
+    fd: BorrowedFd<'_>,
+    token_in: Option<&u64>,
+    token_out: &mut u64,
+    keys: *mut u8,
+    values: *mut u8,
+    count: u32,
+) -> io::Result<(usize, bool)> {
+    let mut attr = BatchAttr {
+        in_batch: token_in.map_or(0, |t| std::ptr::from_ref(t) as u64),
+        out_batch: std::ptr::from_mut(token_out) as u64,
+        keys: keys as u64,
+        values: values as u64,
+        count,
+        map_fd: raw(fd)?,
+        ..BatchAttr::default()
+    };
+    // SAFETY: the caller guarantees the buffers; the kernel writes at most `count`
+    // keys and values into them and one token into `token_out`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_LOOKUP_BATCH,
+            &raw mut attr,
+            size_of::<BatchAttr>(),
+        )
+    };
+    let read = (attr.count as usize).min(count as usize);
+    if rc >= 0 {
+        return Ok((read, false));
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::ENOENT) {
+        Ok((read, true))
+    } else {
+        Err(error)
     }
 }
 
