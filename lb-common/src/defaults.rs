@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! Defaults the kernel side needs at compile time: the sizes the eBPF object declares for
 //! the maps that userspace resizes at load time. Every other default lives in lb-user's
-//! `defaults` module, which re-exports these two so that one table lists them all.
+//! `defaults` module, which re-exports these so that one table lists them all.
 
 /// Default capacity of `CONNTRACK_V4` and of `CONNTRACK_V6`, each (entries; the daemon
 /// sets `conntrack.capacity` at load time).
@@ -18,3 +18,10 @@ pub const CT_CAPACITY: u32 = 1_048_576;
 pub const CT_SYN_CAPACITY: u32 = 16_384;
 
 const _: () = assert!(CT_SYN_CAPACITY.is_power_of_two());
+
+/// Default entries of `FRAGMENTS` (the daemon sets `conntrack.fragment_capacity` at load
+/// time): datagrams whose first fragment was seen and whose later fragments may still
+/// come. 8,192 entries of 52 bytes (key and value), as Cilium's IPv4 fragment map; a
+/// datagram whose entry is evicted before its last fragment loses the rest
+/// (`drop_fragment`).
+pub const FRAG_CAPACITY: u32 = 8_192;

@@ -12,6 +12,9 @@ pub const LAYOUT_VERSION: u32 = 1;
 
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
+/// The load balancer's rare paths (later fragments, ICMP, "too big" answers): an XDP
+/// program [`XDP_PROGRAM`] tail-calls through [`RARE_PROGS`], never attached itself.
+pub const RARE_PROGRAM: &str = "lb_xdp_rare";
 /// An XDP program that returns `XDP_PASS` and does nothing else: the reference for
 /// benchmarks ("ns over an empty program").
 pub const EMPTY_PROGRAM: &str = "lb_empty";
@@ -98,6 +101,45 @@ pub const TABLE_SEEN: &str = "TABLE_SEEN";
 /// (`crate::types::LbConfig::new_pin_interval_ns`). Per CPU: no lock, no atomics, and a
 /// flood on one CPU does not take the others' budget.
 pub const NEW_PIN_RATE: &str = "NEW_PIN_RATE";
+/// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FragKey`] → [`crate::types::FragEntry`],
+/// the backend the first fragment of each recent IP datagram to a VIP went to; later
+/// fragments (no ports) look their datagram up and follow it. Small (the default
+/// [`crate::defaults::FRAG_CAPACITY`], sized at load time): an entry only has to live
+/// while its datagram's fragments are in flight, and LRU eviction drops the oldest.
+pub const FRAGMENTS: &str = "FRAGMENTS";
+/// `BPF_MAP_TYPE_LPM_TRIE`: [`crate::types::SourceData`] (after the 32-bit prefix
+/// length) → `u32` (1): the allowed client prefixes of every VIP that has a list.
+/// One trie for all VIPs and both families: the VIP key is the start of the matched
+/// data (see [`crate::types::VIP_KEY_BITS`]).
+pub const SOURCE_RANGES: &str = "SOURCE_RANGES";
+/// `BPF_MAP_TYPE_ARRAY` of [`VIP_FILTER_WORDS`] `u64`, indexed like [`VIP_FILTER`]: a bit
+/// is set while some VIP with that bit has allowed source prefixes. A packet whose bit
+/// is clear skips the trie lookup; the check costs nothing unless the configuration
+/// has lists at all (`CONFIG_SOURCE_RANGES`).
+pub const SOURCE_FILTER: &str = "SOURCE_FILTER";
+/// `BPF_MAP_TYPE_ARRAY`: VIP id → `u32`, 1 while the VIP has allowed source prefixes.
+/// Read after a trie miss: the VIP sharing a set [`SOURCE_FILTER`] bit with a
+/// restricted VIP, but without a list, is not refused.
+pub const SOURCE_RESTRICTED: &str = "SOURCE_RESTRICTED";
+/// Per-CPU array of [`ICMP_RATE_KINDS`] `u64`: the rate limiter of the ICMP messages the
+/// program sends (index 0: too big; 1: echo replies), each the theoretical arrival time
+/// (ns) of the generic cell rate algorithm. Per CPU: no atomics on the packet path.
+pub const ICMP_RATE: &str = "ICMP_RATE";
+/// `BPF_MAP_TYPE_PROG_ARRAY` of one program: [`RARE_PROGRAM`], which userspace puts in
+/// slot 0 when it loads the object. A tail call gives the rare paths a stack of their
+/// own (the verifier allows 512 bytes for a whole chain of calls, and the fast path
+/// takes most of it). The kernel empties a program array when its last file descriptor
+/// closes, so the loader keeps one.
+pub const RARE_PROGS: &str = "RARE_PROGS";
+/// Per-CPU array of one work note (kernel-only layout): what [`XDP_PROGRAM`] hands to
+/// [`RARE_PROGRAM`] for the packet it tail-calls it with (the kind of work, the VLAN
+/// tag it stripped, the too-big packet's sizes).
+pub const RARE_WORK: &str = "RARE_WORK";
+/// Per-CPU array of one scratch record (kernel-only layout): the `FRAGMENTS` key and
+/// value a first fragment writes and the `SOURCE_RANGES` key of a source check, built
+/// there rather than on the stack of the functions the load balancer calls, which the
+/// verifier's 512 bytes for a chain of calls leave no room for.
+pub const SCRATCH: &str = "SCRATCH";
 /// Per-CPU array of one [`crate::stats::GlobalStats`].
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Per-CPU array: VIP id → [`crate::stats::VipStats`].
@@ -141,6 +183,14 @@ pub const VIP_FILTER_BITS: u32 = 65_536;
 pub const VIP_FILTER_WORDS: u32 = VIP_FILTER_BITS / 64;
 /// Entries of `TABLES`: two table buffers per VIP.
 pub const TABLE_SLOTS: u32 = MAX_VIPS * 2;
+/// Entries of [`ICMP_RATE`]: one rate limiter per kind of ICMP message sent.
+pub const ICMP_RATE_KINDS: u32 = 2;
+/// [`ICMP_RATE`] index of "fragmentation needed" / "packet too big".
+pub const ICMP_RATE_TOO_BIG: u32 = 0;
+/// [`ICMP_RATE`] index of echo replies.
+pub const ICMP_RATE_ECHO: u32 = 1;
+/// Most allowed source prefixes of all VIPs together (`SOURCE_RANGES` entries).
+pub const MAX_SOURCE_RANGES: u32 = 65_536;
 /// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).
 pub const MAX_BACKENDS: u32 = 65_536;
 

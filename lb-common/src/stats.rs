@@ -16,7 +16,9 @@ use crate::impl_pod;
 pub enum Reason {
     /// Not IPv4 or IPv6 (ARP, LLDP, ...).
     PassNotIp = 0,
-    /// 802.1Q / 802.1ad tagged frame: not parsed, handed to the stack.
+    /// A frame with more than one VLAN tag (802.1ad QinQ, 802.1Q in 802.1Q) or a single
+    /// 802.1ad tag: not parsed, handed to the stack. (A single 802.1Q tag is parsed and
+    /// kept, see `vlan` in lb-ebpf.)
     PassVlan,
     /// IPv4/IPv6 but not for a configured VIP (other address, port or protocol).
     PassNonVip,
@@ -33,14 +35,19 @@ pub enum Reason {
     DropMalformedL3,
     /// Truncated TCP/UDP header of a packet to a VIP address.
     DropMalformedL4,
-    /// IP fragment to a VIP address (fragment tracking is not implemented).
+    /// An IP fragment other than the first to a VIP address whose first fragment was not
+    /// seen (it comes later, or its `FRAGMENTS` entry was evicted): the program does not
+    /// reassemble or hold fragments, so it cannot tell the fragment's backend.
     DropFragment,
     /// VIP packet for which no usable backend exists (empty or drained table).
     DropNoBackend,
-    /// The encapsulated packet would exceed the configured MTU.
+    /// The encapsulated packet would exceed the configured MTU, and no ICMP answers it:
+    /// ICMP generation is off, the packet is an ICMP error itself, or it is IPv4
+    /// without DF (the program cannot fragment, and "fragmentation needed" means
+    /// nothing to a sender that allows fragmentation).
     DropTooBig,
-    /// Configuration missing or inconsistent (no config, missing/invalid table,
-    /// backend family different from the VIP's).
+    /// Configuration missing or inconsistent (no config, missing/invalid table, an
+    /// IPv6 VIP with an IPv4 backend).
     DropBadConfig,
     /// `bpf_xdp_adjust_head` failed (no headroom).
     DropEncapFail,
@@ -55,10 +62,39 @@ pub enum Reason {
     TxUnpinned,
     /// As [`Reason::TxUnpinned`], redirected to the FIB's egress interface.
     RedirectUnpinned,
+    /// A VIP packet too big for the MTU once encapsulated, which may not be fragmented
+    /// (IPv4 with DF, any IPv6), answered with ICMP "fragmentation needed" or ICMPv6
+    /// "packet too big" from the VIP (`XDP_TX`).
+    TxIcmpTooBig,
+    /// An ICMP or ICMPv6 echo request to a VIP address answered by the load balancer
+    /// (`XDP_TX`).
+    TxIcmpEchoReply,
+    /// An ICMP error about a VIP flow (destination unreachable, time exceeded, packet
+    /// too big) encapsulated to the flow's backend (`XDP_TX`).
+    TxIcmpForward,
+    /// As [`Reason::TxIcmpForward`], redirected to the FIB's egress interface.
+    RedirectIcmpForward,
+    /// An IP fragment other than the first, encapsulated to the backend its first
+    /// fragment went to (`XDP_TX`).
+    TxFragment,
+    /// As [`Reason::TxFragment`], redirected to the FIB's egress interface.
+    RedirectFragment,
+    /// An ICMP message the load balancer would have sent (too big, echo reply) over the
+    /// rate limit: the packet that asked for it is dropped.
+    DropIcmpRateLimited,
+    /// An ICMP error to a VIP address whose embedded packet is truncated (less than its
+    /// IP header and 8 bytes) or inconsistent (another IP version, its source not the
+    /// address the error came to).
+    DropIcmpMalformed,
+    /// An ICMP error to a VIP address about a packet of no VIP (other port or protocol):
+    /// handed to the stack.
+    PassIcmpUnmatched,
+    /// A packet to a VIP with allowed source prefixes, from a client outside them.
+    DropSourceRefused,
 }
 
 /// Number of [`Reason`] variants.
-pub const REASON_COUNT: usize = 18;
+pub const REASON_COUNT: usize = 28;
 
 /// `XDP_DROP`: the frame is dropped (`enum xdp_action`, include/uapi/linux/bpf.h).
 pub const XDP_DROP: u32 = 1;
@@ -90,6 +126,16 @@ impl Reason {
         Reason::DropFibFail,
         Reason::TxUnpinned,
         Reason::RedirectUnpinned,
+        Reason::TxIcmpTooBig,
+        Reason::TxIcmpEchoReply,
+        Reason::TxIcmpForward,
+        Reason::RedirectIcmpForward,
+        Reason::TxFragment,
+        Reason::RedirectFragment,
+        Reason::DropIcmpRateLimited,
+        Reason::DropIcmpMalformed,
+        Reason::PassIcmpUnmatched,
+        Reason::DropSourceRefused,
     ];
 
     /// The XDP action of a packet counted under this reason: [`XDP_PASS`] for `Pass*`,
@@ -101,11 +147,21 @@ impl Reason {
     /// given its action here.
     pub const fn action(self) -> u32 {
         match self {
-            Reason::PassNotIp | Reason::PassVlan | Reason::PassNonVip | Reason::PassIpv6ExtHdr => {
-                XDP_PASS
-            }
-            Reason::TxEncap | Reason::TxUnpinned => XDP_TX,
-            Reason::RedirectEncap | Reason::RedirectUnpinned => XDP_REDIRECT,
+            Reason::PassNotIp
+            | Reason::PassVlan
+            | Reason::PassNonVip
+            | Reason::PassIpv6ExtHdr
+            | Reason::PassIcmpUnmatched => XDP_PASS,
+            Reason::TxEncap
+            | Reason::TxIcmpTooBig
+            | Reason::TxIcmpEchoReply
+            | Reason::TxIcmpForward
+            | Reason::TxFragment
+            | Reason::TxUnpinned => XDP_TX,
+            Reason::RedirectEncap
+            | Reason::RedirectIcmpForward
+            | Reason::RedirectFragment
+            | Reason::RedirectUnpinned => XDP_REDIRECT,
             Reason::DropMalformedL2
             | Reason::DropMalformedL3
             | Reason::DropMalformedL4
@@ -115,7 +171,10 @@ impl Reason {
             | Reason::DropBadConfig
             | Reason::DropEncapFail
             | Reason::DropFibNoNeigh
-            | Reason::DropFibFail => XDP_DROP,
+            | Reason::DropFibFail
+            | Reason::DropIcmpRateLimited
+            | Reason::DropIcmpMalformed
+            | Reason::DropSourceRefused => XDP_DROP,
         }
     }
 
@@ -140,6 +199,16 @@ impl Reason {
             Reason::DropFibFail => "drop_fib_fail",
             Reason::TxUnpinned => "tx_unpinned",
             Reason::RedirectUnpinned => "redirect_unpinned",
+            Reason::TxIcmpTooBig => "tx_icmp_too_big",
+            Reason::TxIcmpEchoReply => "tx_icmp_echo_reply",
+            Reason::TxIcmpForward => "tx_icmp_forward",
+            Reason::RedirectIcmpForward => "redirect_icmp_forward",
+            Reason::TxFragment => "tx_fragment",
+            Reason::RedirectFragment => "redirect_fragment",
+            Reason::DropIcmpRateLimited => "drop_icmp_rate_limited",
+            Reason::DropIcmpMalformed => "drop_icmp_malformed",
+            Reason::PassIcmpUnmatched => "pass_icmp_unmatched",
+            Reason::DropSourceRefused => "drop_source_refused",
         }
     }
 }
@@ -147,7 +216,7 @@ impl Reason {
 /// The single element of the per-CPU `GLOBAL_STATS` array: one packet counter per
 /// [`Reason`], indexed by `reason as usize`.
 ///
-/// Layout: `REASON_COUNT` × `u64` (144 bytes).
+/// Layout: `REASON_COUNT` × `u64` (224 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlobalStats {

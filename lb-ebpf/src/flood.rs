@@ -2,10 +2,9 @@
 //! The rate limit of new conntrack pins (`NEW_PIN_RATE`), which keeps a flood of packets
 //! from unknown flows (an ACK flood from random 4-tuples, spoofed handshakes) from
 //! evicting established flows: per CPU, the generic cell rate algorithm (GCRA, ITU-T
-//! I.371, "virtual scheduling"). A new pin may be made when the theoretical arrival
-//! time `tat` runs at most `new_pin_burst_ns` ahead of now; each pin moves `tat` one
-//! emission interval (`new_pin_interval_ns`) further: `1e9 / interval` pins per second
-//! with bursts, in one `u64` per CPU and no division on the packet path.
+//! I.371, the step of [`crate::ratelimit::conforms`]) with `new_pin_interval_ns` and
+//! `new_pin_burst_ns`: `1e9 / interval` pins per second with bursts, in one `u64` per
+//! CPU and no division on the packet path.
 //!
 //! A packet refused a pin is still forwarded where the pin would have pointed (the
 //! table's slot or the held SYN's backend, which is where its flow's next packets go
@@ -14,7 +13,7 @@
 
 use lb_common::{stats::Reason, types::LbConfig};
 
-use crate::maps::NEW_PIN_RATE;
+use crate::{maps::NEW_PIN_RATE, ratelimit};
 
 /// Whether this CPU may make one more new pin at `now_ns` (the conntrack clock); if so
 /// it is counted against the rate. Always true when the rate is unlimited
@@ -30,12 +29,7 @@ pub(crate) fn may_pin(cfg: &LbConfig, now_ns: u64) -> bool {
     };
     // SAFETY: per-CPU array element, used only by this CPU during this run.
     let tat = unsafe { &mut *tat };
-    let next = if *tat > now_ns { *tat } else { now_ns };
-    if next - now_ns > cfg.new_pin_burst_ns {
-        return false;
-    }
-    *tat = next.saturating_add(interval);
-    true
+    ratelimit::conforms(tat, now_ns, interval, cfg.new_pin_burst_ns)
 }
 
 /// The reason of a packet forwarded without the pin it was refused: `tx_unpinned` or

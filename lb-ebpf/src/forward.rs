@@ -1,12 +1,23 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Forwarding: IP-in-IP encapsulation to the chosen backend and the next-hop MAC.
 //!
-//! IPv4 VIPs: IPv4-in-IPv4 (RFC 2003, protocol 4); IPv6 VIPs: IPv6-in-IPv6 (RFC 2473,
-//! next header 41). The outer header is pushed with `bpf_xdp_adjust_head`; the inner
-//! packet is not touched. Outer fields: source = configured per family, destination =
-//! backend, TTL / hop limit 64, TOS / traffic class (and IPv6 flow label) copied from the
-//! inner header, IPv4 identification and DF copied from the inner header, IPv4 header
-//! checksum computed with a full carry fold (RFC 1071).
+//! IPv4 backends: IPv4-in-IPv4 (RFC 2003, protocol 4); IPv6 backends of IPv6 VIPs:
+//! IPv6-in-IPv6 (RFC 2473, next header 41); IPv6 backends of IPv4 VIPs: IPv4-in-IPv6
+//! (RFC 2473, next header 4), for backend networks that are IPv6 only. (An IPv6 VIP
+//! with an IPv4 backend is refused, `drop_bad_config`.) The outer header is pushed with
+//! `bpf_xdp_adjust_head`; the inner packet is not touched. Outer fields: destination =
+//! backend, TTL / hop limit 64, TOS / traffic class copied from the inner header, IPv4
+//! identification and DF copied from the inner header, IPv4 header checksum computed
+//! with a full carry fold (RFC 1071).
+//!
+//! Outer source: the configured address of the family, or, with a source prefix
+//! (`CONFIG_SOURCE_PREFIX_V4` / `_V6`), the prefix with its host bits (at most the low
+//! 32) taken from the flow hash: stable per flow, spread over flows, so that a
+//! backend NIC's receive-side scaling, which hashes the outer addresses of IP-in-IP,
+//! spreads one VIP's tunnels over its queues. IPv6 flow label: copied from an IPv6
+//! inner header, or the flow hash's low 20 bits (`CONFIG_FLOW_LABEL_HASH`, and always
+//! for an IPv4 inner packet), as RFC 6438 recommends for tunnels. The flow hash is
+//! computed only when one of these options is on, or for IPv4-in-IPv6.
 //!
 //! Next hop: in `NEXTHOP_FIB` mode, `bpf_fib_lookup` on the outer destination gives both
 //! MACs and the egress interface. It runs with `BPF_FIB_LOOKUP_OUTPUT`, because the LB
@@ -29,11 +40,16 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lb_common::{
+    hash::flow_hash,
     stats::Reason,
-    types::{BackendEntry, FAMILY_V4, LbConfig, NEXTHOP_GATEWAY},
+    types::{
+        BackendEntry, CONFIG_FLOW_LABEL_HASH, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6,
+        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY,
+    },
 };
 
 use crate::{
+    csum,
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
     maps::NEXTHOP_CACHE,
     packet::ptr_at,
@@ -61,6 +77,11 @@ const ETH_P_IP: u16 = 0x0800_u16.to_be();
 const ETH_P_IPV6: u16 = 0x86dd_u16.to_be();
 /// IPv4 "don't fragment" bit in the flags/fragment-offset field (RFC 791), wire order.
 const IPV4_DF: u16 = 0x4000_u16.to_be();
+/// The options that need the flow hash.
+const HASHED_OUTER: u32 =
+    CONFIG_SOURCE_PREFIX_V4 | CONFIG_SOURCE_PREFIX_V6 | CONFIG_FLOW_LABEL_HASH;
+/// IPv6 flow label bits of the first header word (host order).
+const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
 
 /// How the encapsulated frame leaves.
 pub(crate) struct Sent {
@@ -68,6 +89,27 @@ pub(crate) struct Sent {
     pub(crate) action: u32,
     /// `tx_encap` or `redirect_encap`.
     pub(crate) reason: Reason,
+}
+
+impl Sent {
+    /// The reason of a frame sent this way that is not a plain VIP packet: `tx` for
+    /// `XDP_TX`, `redirect` for a redirect.
+    #[inline(always)]
+    pub(crate) fn relabel(&self, tx: Reason, redirect: Reason) -> Reason {
+        if self.reason == Reason::TxEncap {
+            tx
+        } else {
+            redirect
+        }
+    }
+}
+
+/// The outer header's family and what goes into it.
+struct Outer {
+    /// IPv4 outer header (else IPv6).
+    v4: bool,
+    /// Bytes it adds.
+    len: u32,
 }
 
 /// MACs and egress of the next hop. The MACs are held as three 2-byte words (memory
@@ -81,6 +123,9 @@ struct NextHop {
 }
 
 /// Encapsulates the packet to `backend` (id `backend_id`) and returns how to send it.
+/// `hash` is the flow hash for the per-flow outer fields when the caller has it (a
+/// later fragment has its first fragment's); otherwise it is computed from `p.key`
+/// when an option needs it.
 #[inline(always)]
 pub(crate) fn encapsulate(
     ctx: &XdpContext,
@@ -88,25 +133,30 @@ pub(crate) fn encapsulate(
     backend_id: u32,
     backend: &BackendEntry,
     cfg: &LbConfig,
+    hash: Option<u32>,
 ) -> Result<Sent, Reason> {
-    if backend.family != p.key.vip.family {
-        return Err(Reason::DropBadConfig);
-    }
-    let v4 = p.key.vip.family == FAMILY_V4;
-    let outer_len = p.l3_len + if v4 { IPV4_LEN_U32 } else { IPV6_LEN_U32 };
+    let outer = outer(p, backend)?;
+    let outer_len = p.l3_len + outer.len;
     if outer_len > u32::from(cfg.mtu) {
         return Err(Reason::DropTooBig);
     }
-    let hop = next_hop(ctx, v4, backend_id, backend, cfg)?;
+    let hop = next_hop(ctx, outer.v4, backend_id, backend, cfg)?;
+    let inner_v4 = p.key.vip.family == FAMILY_V4;
+    // IPv4-in-IPv6 always takes its flow label from the hash (nothing to copy).
+    let hash = if cfg.flags & HASHED_OUTER == 0 && (outer.v4 || !inner_v4) {
+        0
+    } else {
+        hash.unwrap_or_else(|| flow_hash(&p.key, cfg.hash_seed))
+    };
     #[expect(
         clippy::cast_possible_truncation,
         reason = "outer_len <= mtu, a u16, was checked above"
     )]
     let outer_len = outer_len as u16;
-    if v4 {
-        push_ipv4(ctx, backend, cfg, &hop, outer_len)?;
+    if outer.v4 {
+        push_ipv4(ctx, backend, cfg, &hop, outer_len, hash)?;
     } else {
-        push_ipv6(ctx, backend, cfg, &hop, p.l3_len)?;
+        push_ipv6(ctx, backend, cfg, &hop, p.l3_len, inner_v4, hash)?;
     }
     let ingress = ctx.ingress_ifindex();
     if hop.ifindex != 0 && hop.ifindex as usize != ingress {
@@ -126,6 +176,37 @@ pub(crate) fn encapsulate(
         action: xdp_action::XDP_TX,
         reason: Reason::TxEncap,
     })
+}
+
+/// The outer header a packet of `p`'s family needs to reach `backend`:
+/// `drop_bad_config` for an IPv6 VIP with an IPv4 backend (or a backend of no family).
+#[inline(always)]
+fn outer(p: &Parsed, backend: &BackendEntry) -> Result<Outer, Reason> {
+    if backend.family == p.key.vip.family {
+        let v4 = backend.family == FAMILY_V4;
+        return Ok(Outer {
+            v4,
+            len: if v4 { IPV4_LEN_U32 } else { IPV6_LEN_U32 },
+        });
+    }
+    if p.key.vip.family == FAMILY_V4 && backend.family == FAMILY_V6 {
+        return Ok(Outer {
+            v4: false,
+            len: IPV6_LEN_U32,
+        });
+    }
+    Err(Reason::DropBadConfig)
+}
+
+/// Bytes of outer header a packet of family `family` needs to reach a backend of
+/// `backend_family` (for the MTU an ICMP "too big" announces).
+#[inline(always)]
+pub(crate) fn overhead(backend_family: u8) -> u32 {
+    if backend_family == FAMILY_V6 {
+        IPV6_LEN_U32
+    } else {
+        IPV4_LEN_U32
+    }
 }
 
 /// The next hop of the outer packet.
@@ -281,6 +362,7 @@ fn push_ipv4(
     cfg: &LbConfig,
     hop: &NextHop,
     outer_len: u16,
+    hash: u32,
 ) -> Result<(), Reason> {
     // Inner fields copied to the outer header, read before the frame moves.
     let inner = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
@@ -295,10 +377,10 @@ fn push_ipv4(
         ttl: OUTER_TTL,
         proto: IPPROTO_IPIP,
         check: 0,
-        src: u32::from_ne_bytes(cfg.src_v4),
+        src: source_v4(cfg, hash),
         dst: addr_words(&backend.addr)[0],
     };
-    ip.check = ipv4_checksum(&ip);
+    ip.check = csum::ipv4_header(&ip);
     push_head(ctx, IPV4_LEN)?;
     let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropEncapFail)?;
     let outer = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
@@ -310,7 +392,31 @@ fn push_ipv4(
     Ok(())
 }
 
-/// Pushes Ethernet + outer IPv6 in front of the inner IPv6 packet of `inner_len` bytes.
+/// The outer IPv4 source: the configured address, or the prefix with the flow hash in
+/// its host bits.
+#[inline(always)]
+fn source_v4(cfg: &LbConfig, hash: u32) -> u32 {
+    if cfg.flags & CONFIG_SOURCE_PREFIX_V4 == 0 {
+        return u32::from_ne_bytes(cfg.src_v4);
+    }
+    let mask = cfg.src_host_mask_v4;
+    (u32::from_ne_bytes(cfg.src_prefix_v4) & !mask) | (hash.to_be() & mask)
+}
+
+/// The outer IPv6 source (as [`source_v4`], host bits in the last word).
+#[inline(always)]
+fn source_v6(cfg: &LbConfig, hash: u32) -> [u32; 4] {
+    if cfg.flags & CONFIG_SOURCE_PREFIX_V6 == 0 {
+        return addr_words(&cfg.src_v6);
+    }
+    let mut src = addr_words(&cfg.src_prefix_v6);
+    let mask = cfg.src_host_mask_v6;
+    src[3] = (src[3] & !mask) | (hash.to_be() & mask);
+    src
+}
+
+/// Pushes Ethernet + outer IPv6 in front of the inner packet of `inner_len` bytes
+/// (IPv4 when `inner_v4`).
 #[inline(always)]
 fn push_ipv6(
     ctx: &XdpContext,
@@ -318,21 +424,37 @@ fn push_ipv6(
     cfg: &LbConfig,
     hop: &NextHop,
     inner_len: u32,
+    inner_v4: bool,
+    hash: u32,
 ) -> Result<(), Reason> {
-    let inner = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
-    // SAFETY: ptr_at checked the inner header; its first word (version, traffic class,
-    // flow label) is copied unchanged to the outer header.
-    let vtcfl = unsafe { (*inner).vtcfl };
+    // Version, traffic class, flow label (host order).
+    let (first, next) = if inner_v4 {
+        let inner = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
+        // SAFETY: ptr_at checked the inner header's 20 bytes.
+        let tos = unsafe { (*inner).tos };
+        let first = 6 << 28 | u32::from(tos) << 20 | hash & FLOW_LABEL_MASK;
+        (first, IPPROTO_IPIP)
+    } else {
+        let inner = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
+        // SAFETY: ptr_at checked the inner header.
+        let first = u32::from_be(unsafe { (*inner).vtcfl });
+        let first = if cfg.flags & CONFIG_FLOW_LABEL_HASH == 0 {
+            first
+        } else {
+            first & !FLOW_LABEL_MASK | hash & FLOW_LABEL_MASK
+        };
+        (first, IPPROTO_IPV6)
+    };
     #[expect(
         clippy::cast_possible_truncation,
         reason = "the inner packet fits the MTU check, a u16"
     )]
     let ip = Ipv6Hdr {
-        vtcfl,
+        vtcfl: first.to_be(),
         plen: (inner_len as u16).to_be(),
-        next: IPPROTO_IPV6,
+        next,
         hop_limit: OUTER_TTL,
-        src: addr_words(&cfg.src_v6),
+        src: source_v6(cfg, hash),
         dst: addr_words(&backend.addr),
     };
     push_head(ctx, IPV6_LEN)?;
@@ -344,30 +466,4 @@ fn push_ipv6(
         *outer = ip;
     }
     Ok(())
-}
-
-/// RFC 1071 checksum of an IPv4 header whose checksum field is zero. The 32-bit sum of
-/// its ten 16-bit words (in memory order; the one's-complement sum is byte-order
-/// independent) is folded twice, which absorbs every carry.
-#[inline(always)]
-pub(crate) fn ipv4_checksum(ip: &Ipv4Hdr) -> u16 {
-    let words = [
-        u16::from_ne_bytes([ip.vihl, ip.tos]),
-        ip.tot_len,
-        ip.id,
-        ip.frag,
-        u16::from_ne_bytes([ip.ttl, ip.proto]),
-        ip.check,
-    ];
-    let mut sum: u32 = 0;
-    for w in words {
-        sum += u32::from(w);
-    }
-    for w in [ip.src, ip.dst] {
-        sum += (w & 0xffff) + (w >> 16);
-    }
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    #[expect(clippy::cast_possible_truncation, reason = "folded to 16 bits above")]
-    !(sum as u16)
 }

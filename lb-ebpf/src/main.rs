@@ -2,9 +2,11 @@
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet:
-//! 1. parse the headers ([`parse`]); a packet not for a VIP ([`vip`]) gets `XDP_PASS`,
-//!    untouched;
-//! 2. choose the backend ([`select`]): an established flow whose VIP still exists (for
+//! 1. strip a single 802.1Q tag ([`vlan`]; put back on the way out), parse the headers
+//!    ([`parse`]); a packet not for a VIP ([`vip`]) gets `XDP_PASS`, untouched;
+//! 2. refuse clients outside the VIP's allowed source prefixes, if the configuration
+//!    has any ([`source`]);
+//! 3. choose the backend ([`select`]): an established flow whose VIP still exists (for
 //!    TCP: at the VIP's current table epoch) goes to its pinned backend without the VIP
 //!    lookup; a TCP SYN follows its connection if it is a duplicate or a retransmission,
 //!    else takes the VIP's current table and is remembered in the SYN cache; any other
@@ -13,7 +15,17 @@
 //!    [`conntrack`], [`syn_cache`] and [`table`]. A packet that would make a new pin
 //!    beyond the CPU's rate of new pins goes to the same backend without it
 //!    ([`flood`]);
-//! 3. encapsulate it in IP-in-IP and send it ([`forward`]).
+//! 4. encapsulate it in IP-in-IP and send it ([`forward`]); a packet too big once
+//!    encapsulated is answered with ICMP ([`too_big`]).
+//!
+//! The rare paths run in a second program, `lb_xdp_rare`, reached by tail call
+//! ([`rare`]): ICMP to VIP addresses (echo replies, errors forwarded to the flow's
+//! backend: [`icmp`], [`icmp_error`]), later IP fragments ([`frag`]) and the "too big"
+//! answers ([`too_big`]). VLAN tags, the record of first fragments and the
+//! source-prefix trie are small functions out of line (`#[inline(never)]`, not
+//! `#[cold]`: LLVM puts cold functions in `.text.unlikely.`, and aya 0.14 relocates
+//! calls into `.text` only, so a call there lands on the wrong instruction). The fast
+//! paths pay a few compares for all of them.
 //!
 //! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
 //! tunnel-mode health probes through the same encapsulation, and `lb_trace` ([`trace`]),
@@ -31,34 +43,43 @@ mod backend;
 #[cfg(feature = "test-harness")]
 mod bench;
 mod conntrack;
+mod csum;
 mod flood;
 mod forward;
+mod frag;
 mod headers;
+mod icmp;
+mod icmp_error;
 mod maps;
 mod packet;
 mod parse;
 mod probe;
+mod rare;
+mod ratelimit;
 mod recent;
 mod select;
+mod source;
 mod stats;
 mod syn_cache;
 mod table;
+mod too_big;
 mod trace;
 mod vip;
+mod vlan;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
     stats::{Reason, VipStats},
     trace::Path,
-    types::{CONFIG_TRACE, CONFIG_VALID, LbConfig},
+    types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
-use parse::{Parse, Parsed};
+use parse::{FragTag, Parse, Parsed};
+use source::Source;
 
 /// The load balancer.
 #[xdp]
 fn lb_xdp(ctx: XdpContext) -> u32 {
-    let (action, reason) = process::<true>(&ctx);
-    stats::count(reason);
+    let action = run::<true>(&ctx);
     // The upgrade tests' variant: the same verdict through one more stack round trip,
     // so its instructions (and the kernel's program tag) differ from the normal build's.
     #[cfg(feature = "upgrade-variant")]
@@ -71,9 +92,44 @@ fn lb_xdp(ctx: XdpContext) -> u32 {
 #[cfg(feature = "test-harness")]
 #[xdp]
 fn lb_xdp_untraced(ctx: XdpContext) -> u32 {
-    let (action, reason) = process::<false>(&ctx);
+    run::<false>(&ctx)
+}
+
+/// One packet: strips a VLAN tag, processes the packet, hands rare work over, puts the
+/// tag back and counts the reason; returns the action.
+#[inline(always)]
+fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
+    let tag = vlan::strip(ctx);
+    let (action, reason) = if tag == vlan::Tag::Unsupported {
+        verdict(Reason::PassVlan)
+    } else {
+        match process::<TRACE>(ctx, tag) {
+            Processed::Pending(verdict) => finish(ctx, tag, verdict),
+            Processed::Done(verdict) => verdict,
+        }
+    };
     stats::count(reason);
     action
+}
+
+/// What [`process`] leaves to do.
+enum Processed {
+    /// The verdict, before the rare paths' hand-over and the VLAN tag ([`finish`]).
+    Pending((u32, Reason)),
+    /// The verdict of a frame that is complete (its tag is back): a traced packet
+    /// whose tail call to `lb_trace` failed.
+    Done((u32, Reason)),
+}
+
+/// Hands work for the rare paths over (`rare`), else puts the VLAN tag back.
+#[inline(always)]
+fn finish(ctx: &XdpContext, tag: vlan::Tag, verdict: (u32, Reason)) -> (u32, Reason) {
+    if verdict.0 == rare::HAND_OVER {
+        // The rare program puts the tag back itself; this returns only when the tail
+        // call fails, with the fallback verdict for the frame as it came.
+        return vlan::restore(ctx, tag, rare::hand_over(ctx, tag, verdict.1));
+    }
+    vlan::restore(ctx, tag, verdict)
 }
 
 // lb-common's action numbers are the kernel's.
@@ -91,45 +147,64 @@ fn verdict(reason: Reason) -> (u32, Reason) {
     (reason.action(), reason)
 }
 
-/// Parses the packet, passes what is not for a VIP, and hands the rest to
-/// [`vip_packet`]; with `TRACE`, a VIP packet is logged while `CONFIG_TRACE` is set
-/// ([`trace`]): the only test tracing adds to the packet path.
+/// Parses the packet (untagged by now), passes what is not for a VIP, hands fragments
+/// and ICMP to the rare paths, and the rest to [`vip_packet`]; with `TRACE`, a VIP
+/// packet is logged while `CONFIG_TRACE` is set ([`trace`]): its frame is completed
+/// (`tag` put back) before `lb_trace` takes over, which counts it and returns its
+/// action. Work handed to the rare paths is not traced.
 #[inline(always)]
-fn process<const TRACE: bool>(ctx: &XdpContext) -> (u32, Reason) {
-    let parsed = match parse::parse(ctx) {
-        Parse::Packet(parsed) => parsed,
-        Parse::Verdict(reason) => return verdict(reason),
-        Parse::Fragment(key) if vip::is_vip_address(&key) => {
-            return verdict(Reason::DropFragment);
-        }
+fn process<const TRACE: bool>(ctx: &XdpContext, tag: vlan::Tag) -> Processed {
+    let pending = |v| Processed::Pending(v);
+    let (parsed, first_fragment) = match parse::parse(ctx) {
+        Parse::Packet(parsed) => (parsed, None),
+        Parse::FirstFragment(parsed, frag) => (parsed, Some(frag)),
+        Parse::Verdict(reason) => return pending(verdict(reason)),
+        Parse::Fragment(_) => return pending(rare::fragment()),
+        Parse::Icmp(_) => return pending(rare::icmp()),
         Parse::TruncatedL4(key) if vip::is_vip_address(&key) => {
-            return verdict(Reason::DropMalformedL4);
+            return pending(verdict(Reason::DropMalformedL4));
         }
-        Parse::Fragment(_) | Parse::TruncatedL4(_) => return verdict(Reason::PassNonVip),
+        Parse::TruncatedL4(_) => return pending(verdict(Reason::PassNonVip)),
     };
     if !vip::maybe_vip(&parsed.key.vip) {
-        return verdict(Reason::PassNonVip);
+        return pending(verdict(Reason::PassNonVip));
     }
     let cfg = maps::CONFIG
         .get(0)
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
-    let mut traced = trace::Decision::none();
-    let (action, reason) = vip_packet(ctx, &parsed, cfg, &mut traced);
-    if TRACE && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0) && reason != Reason::PassNonVip
+    // Before any conntrack work: a refused client creates and uses no state.
+    if let Some(cfg) = cfg
+        && cfg.flags & CONFIG_SOURCE_RANGES != 0
     {
-        trace::hand_over(ctx, &parsed, &traced, action, reason);
+        match source::check(&parsed.key) {
+            Source::Allowed => {}
+            Source::NotVip => return pending(verdict(Reason::PassNonVip)),
+            Source::Refused => return pending(verdict(Reason::DropSourceRefused)),
+        }
     }
-    (action, reason)
+    let mut traced = trace::Decision::none();
+    let v = vip_packet(ctx, &parsed, cfg, &mut traced, first_fragment);
+    if TRACE
+        && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0)
+        && v.1 != Reason::PassNonVip
+        && v.0 != rare::HAND_OVER
+    {
+        let (action, reason) = vlan::restore(ctx, tag, v);
+        trace::hand_over(ctx, &parsed, &traced, action, reason);
+        return Processed::Done((action, reason));
+    }
+    pending(v)
 }
 
 /// Chooses the backend of a packet that may be for a VIP and forwards it; `traced`
-/// receives the decision.
+/// receives the decision; a first fragment's datagram (`first_fragment`) is recorded.
 #[inline(always)]
 fn vip_packet(
     ctx: &XdpContext,
     parsed: &Parsed,
     cfg: Option<&LbConfig>,
     traced: &mut trace::Decision,
+    first_fragment: Option<FragTag>,
 ) -> (u32, Reason) {
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN looks conntrack up only shortly after its VIP's table changed (see `select`).
@@ -148,7 +223,13 @@ fn vip_packet(
         vip_stats.bytes += bytes;
         vip_stats.ct_hits += 1;
         traced.set(Path::CtFast, choice.id);
-        return send(ctx, parsed, choice, cfg, vip_stats, bytes, false);
+        let sending = Sending {
+            vip_id,
+            bytes,
+            new_flow: false,
+            first_fragment,
+        };
+        return send(ctx, parsed, choice, cfg, vip_stats, &sending);
     }
     let Some(vip) = vip::find_vip(&parsed.key.vip) else {
         return verdict(Reason::PassNonVip);
@@ -171,8 +252,13 @@ fn vip_packet(
     match picked {
         Ok(choice) => {
             traced.backend = choice.id;
-            let (action, reason) =
-                send(ctx, parsed, choice, cfg, vip_stats, bytes, traced.new_flow);
+            let sending = Sending {
+                vip_id: vip.vip_id,
+                bytes,
+                new_flow: traced.new_flow,
+                first_fragment,
+            };
+            let (action, reason) = send(ctx, parsed, choice, cfg, vip_stats, &sending);
             (
                 action,
                 if unpinned {
@@ -189,8 +275,21 @@ fn vip_packet(
     }
 }
 
+/// What [`send`] needs besides the packet and its backend.
+struct Sending {
+    /// The packet's VIP.
+    vip_id: u32,
+    /// Its frame length.
+    bytes: u64,
+    /// The table gave the flow its backend (counted per backend).
+    new_flow: bool,
+    /// Its datagram, when it is a first fragment.
+    first_fragment: Option<FragTag>,
+}
+
 /// Encapsulates and sends a VIP packet to `choice`, counting it (and a new flow of the
-/// backend when `new_flow`).
+/// backend); records a first fragment's backend; hands a packet too big for the MTU
+/// to the rare paths, which answer it.
 #[inline(always)]
 fn send(
     ctx: &XdpContext,
@@ -198,13 +297,25 @@ fn send(
     choice: backend::Choice,
     cfg: &LbConfig,
     vip_stats: &mut VipStats,
-    bytes: u64,
-    new_flow: bool,
+    sending: &Sending,
 ) -> (u32, Reason) {
-    match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg) {
+    let (id, backend_family) = (choice.id, choice.backend.family);
+    match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
-            stats::backend(choice.id, bytes, new_flow);
+            stats::backend(id, sending.bytes, sending.new_flow);
+            if let Some(tag) = &sending.first_fragment {
+                let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
+                frag::record(&parsed.key, tag, id, sending.vip_id, hash);
+            }
             (sent.action, sent.reason)
+        }
+        Err(Reason::DropTooBig) => {
+            vip_stats.drops += 1;
+            rare::too_big(
+                parsed.key.vip.family == lb_common::types::FAMILY_V4,
+                forward::overhead(backend_family),
+                parsed.l3_len,
+            )
         }
         Err(reason) => {
             vip_stats.drops += 1;

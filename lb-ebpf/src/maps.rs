@@ -6,21 +6,21 @@
 //! conntrack maps and the SYN cache at load time.
 
 use aya_ebpf::{
-    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, ProgramArray},
+    btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray, ProgramArray},
     macros::btf_map,
 };
 use lb_common::{
-    defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
+    defaults::{CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY},
     maps::{
-        CT_MAP_FLAGS, MAX_BACKENDS, MAX_VIPS, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
-        VIP_FILTER_WORDS,
+        CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS, TABLE_HEADER_LEN,
+        TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
     },
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
     trace::{TraceFilter, TracedPacket},
     types::{
-        BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, NextHopEntry, SynEntry, VipAddrKey,
-        VipEntry, VipInfo, VipKey,
+        BackendEntry, CtEntry, FlowKey, FlowKey4, FragEntry, FragKey, LbConfig, NextHopEntry,
+        SourceData, SynEntry, VipAddrKey, VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -94,6 +94,50 @@ pub(crate) static TABLE_SEEN: Array<u64, VIPS_MAX> = Array::new();
 /// Per CPU, the rate limit of new conntrack pins (`flood`).
 #[btf_map]
 pub(crate) static NEW_PIN_RATE: PerCpuArray<u64, 1> = PerCpuArray::new();
+/// First fragment of a recent datagram → its backend and VIP (LRU).
+#[btf_map]
+pub(crate) static FRAGMENTS: LruHashMap<FragKey, FragEntry, { FRAG_CAPACITY as usize }> =
+    LruHashMap::new();
+
+/// (VIP, client prefix) → 1: the allowed source prefixes of the VIPs that have a list.
+#[btf_map]
+pub(crate) static SOURCE_RANGES: LpmTrie<SourceData, u32, { MAX_SOURCE_RANGES as usize }> =
+    LpmTrie::new();
+
+/// Bitmap indexed like [`VIP_FILTER`]: a set bit means some VIP there has a list.
+#[btf_map]
+pub(crate) static SOURCE_FILTER: Array<u64, { VIP_FILTER_WORDS as usize }> = Array::new();
+
+/// VIP id → 1 while the VIP has allowed source prefixes.
+#[btf_map]
+pub(crate) static SOURCE_RESTRICTED: Array<u32, VIPS_MAX> = Array::new();
+
+/// Per CPU, the rate limiters of generated ICMP (too big, echo replies).
+#[btf_map]
+pub(crate) static ICMP_RATE: PerCpuArray<u64, { ICMP_RATE_KINDS as usize }> = PerCpuArray::new();
+
+/// The rare paths' program (`lb_xdp_rare`), reached by tail call.
+#[btf_map]
+pub(crate) static RARE_PROGS: ProgramArray<1> = ProgramArray::new();
+
+/// Map keys and values built off the stack by the functions the load balancer calls.
+#[repr(C)]
+pub(crate) struct Scratch {
+    /// The `FRAGMENTS` key of the first fragment being recorded.
+    pub(crate) frag_key: FragKey,
+    /// Its value.
+    pub(crate) frag_entry: FragEntry,
+    /// The `SOURCE_RANGES` key of the source check.
+    pub(crate) source_key: aya_ebpf::maps::lpm_trie::Key<SourceData>,
+}
+
+/// Per CPU, one [`Scratch`].
+#[btf_map]
+pub(crate) static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
+
+/// Per CPU, the work `lb_xdp` hands to `lb_xdp_rare`.
+#[btf_map]
+pub(crate) static RARE_WORK: PerCpuArray<crate::rare::RareWork, 1> = PerCpuArray::new();
 
 /// Per CPU, one packet counter per verdict reason.
 #[btf_map]

@@ -1,19 +1,27 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Header parsing: Ethernet, IPv4 (options skipped: L4 at IHL × 4), IPv6 (fixed header and
-//! a bounded walk of hop-by-hop, routing, destination-options and authentication
-//! headers), then the TCP/UDP ports and TCP flags.
+//! a bounded walk of hop-by-hop, routing, destination-options, authentication and
+//! fragment headers), then the TCP/UDP ports and TCP flags, or the ICMP header.
 //!
-//! The result ([`Parse`]) is the flow's 5-tuple, or why there is none: the verdict
-//! reason of a packet that cannot be for a VIP or cannot be parsed, or a TCP/UDP packet
-//! whose ports cannot be read, which the caller drops only if its destination address
-//! carries a VIP. Parsing reads the frame only, no map. References: RFC 791 (IPv4),
-//! RFC 8200 (IPv6 and its extension headers), RFC 4302 (AH length in 4-octet units),
-//! RFC 9293 (TCP), RFC 768 (UDP).
+//! The result ([`Parse`]) is the flow's 5-tuple, or what else the packet is: the first
+//! fragment of a datagram (a 5-tuple and the datagram's identification), a later
+//! fragment (no ports: the datagram's identification), an ICMP message, a TCP/UDP
+//! packet whose ports cannot be read (dropped only if its destination address carries
+//! a VIP), or the verdict reason of a packet that cannot be for a VIP or cannot be
+//! parsed. An IPv6 atomic fragment (a fragment header with offset 0 and M clear) is
+//! parsed as the unfragmented packet it is (RFC 6946). Frames arrive here untagged
+//! (`vlan` strips a single tag first). Parsing reads the frame only, no map.
+//! References: RFC 791 (IPv4, fragmentation), RFC 8200 (IPv6, its extension headers,
+//! section 4.5 fragments), RFC 4302 (AH length in 4-octet units), RFC 9293 (TCP),
+//! RFC 768 (UDP), RFC 792 and RFC 4443 (ICMP, ICMPv6).
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
     stats::Reason,
-    types::{CT_FIN, CT_OPEN, CT_RST, FAMILY_V4, FAMILY_V6, FlowKey, PROTO_TCP, PROTO_UDP},
+    types::{
+        CT_FIN, CT_OPEN, CT_RST, FAMILY_V4, FAMILY_V6, FlowKey, FragKey, PROTO_ICMP, PROTO_ICMPV6,
+        PROTO_TCP, PROTO_UDP,
+    },
 };
 
 use crate::{
@@ -35,6 +43,16 @@ const UDP_LEN: usize = 8;
 
 /// IPv4 flags/fragment-offset mask selecting MF and the offset (RFC 791), wire order.
 const IPV4_FRAG_MASK: u16 = 0x3fff_u16.to_be();
+/// IPv4 fragment-offset mask (13 bits), wire order.
+const IPV4_OFFSET_MASK: u16 = 0x1fff_u16.to_be();
+/// IPv6 fragment header: offset (13 bits, in 8-octet units, shifted left 3) in the
+/// third and fourth bytes, host order of those two bytes.
+const IPV6_OFFSET_MASK: u16 = 0xfff8;
+/// IPv6 fragment header: the M (more fragments) flag.
+const IPV6_MORE_FRAGMENTS: u16 = 0x0001;
+/// ICMP and ICMPv6 header length (type, code, checksum, 4 bytes that depend on the
+/// type).
+pub(crate) const ICMP_HDR_LEN: usize = 8;
 
 const NEXTHDR_HOP: u8 = 0;
 const NEXTHDR_ROUTING: u8 = 43;
@@ -51,7 +69,7 @@ const NEXTHDR_EXPERIMENT2: u8 = 254;
 /// Most IPv6 extension headers walked before giving up (`pass_ipv6_ext_hdr`).
 pub(crate) const MAX_IPV6_EXT_HEADERS: usize = 6;
 /// Bound of the L4 offset after the walk: each header is at most 2,048 bytes.
-const MAX_L4_OFFSET: usize = ETH_LEN + IPV6_LEN + MAX_IPV6_EXT_HEADERS * 2048;
+pub(crate) const MAX_L4_OFFSET: usize = ETH_LEN + IPV6_LEN + MAX_IPV6_EXT_HEADERS * 2048;
 
 /// TCP flag bits (RFC 9293, byte 13 of the header).
 const TCP_FIN: u8 = 0x01;
@@ -105,6 +123,39 @@ impl Parsed {
     }
 }
 
+/// The identification of a fragmented datagram, as its first fragment carries it: the
+/// rest of its [`FragKey`] (addresses, family) is the first fragment's flow key.
+#[derive(Clone, Copy)]
+pub(crate) struct FragTag {
+    /// Identification, wire bytes read as a native `u32` (IPv4: 16 bits).
+    pub(crate) id: u32,
+    /// IPv4 protocol, or the IPv6 fragment header's next header.
+    pub(crate) proto: u8,
+}
+
+/// A fragment other than the first: no ports.
+pub(crate) struct FragAt {
+    /// Its datagram.
+    pub(crate) key: FragKey,
+    /// Length of the IP packet (as [`Parsed::l3_len`]).
+    pub(crate) l3_len: u32,
+}
+
+/// An ICMP or ICMPv6 message (not a fragment) whose 8-byte header is inside the packet.
+pub(crate) struct IcmpAt {
+    /// Addresses and family (`key.vip.addr`: destination, `key.src`: source),
+    /// `key.vip.proto` [`PROTO_ICMP`] or [`PROTO_ICMPV6`], ports zero.
+    pub(crate) key: FlowKey,
+    /// Offset of the ICMP header in the frame.
+    pub(crate) l4: u32,
+    /// Length of the IP packet (as [`Parsed::l3_len`]).
+    pub(crate) l3_len: u32,
+    /// ICMP type.
+    pub(crate) kind: u8,
+    /// ICMP code.
+    pub(crate) code: u8,
+}
+
 /// What parsing a frame gives.
 ///
 /// One flat enum rather than a `Result` whose error carries the key: there the key sat
@@ -113,13 +164,18 @@ impl Parsed {
 pub(crate) enum Parse {
     /// A TCP/UDP packet.
     Packet(Parsed),
-    /// An IP fragment of TCP or UDP, whose ports cannot be read (its key has the
-    /// addresses and protocol, ports zero): dropped (`drop_fragment`) when its
-    /// destination address carries a VIP, passed otherwise.
-    Fragment(FlowKey),
-    /// A TCP/UDP packet whose header is truncated, so its ports cannot be read (key as
-    /// for [`Parse::Fragment`]): dropped (`drop_malformed_l4`) when its destination
-    /// address carries a VIP, passed otherwise.
+    /// The first fragment of a fragmented TCP/UDP datagram (offset 0, more fragments):
+    /// its header has the ports. Balanced as a packet; its datagram is recorded.
+    FirstFragment(Parsed, FragTag),
+    /// A later fragment of a TCP/UDP datagram (offset above 0), which has no ports: it
+    /// follows its first fragment, or is dropped (`drop_fragment`) when its destination
+    /// address carries a VIP and passed otherwise.
+    Fragment(FragAt),
+    /// An ICMP or ICMPv6 message.
+    Icmp(IcmpAt),
+    /// A TCP/UDP packet whose header is truncated, so its ports cannot be read (its key
+    /// has the addresses and protocol, ports zero): dropped (`drop_malformed_l4`) when
+    /// its destination address carries a VIP, passed otherwise.
     TruncatedL4(FlowKey),
     /// Not a TCP/UDP packet over IP, or malformed: the verdict is this reason's.
     Verdict(Reason),
@@ -157,13 +213,89 @@ fn parse_v4(ctx: &XdpContext) -> Parse {
     }
     let key = flow_key([ip.dst, 0, 0, 0], [ip.src, 0, 0, 0], ip.proto, FAMILY_V4);
     if key.vip.proto != PROTO_TCP && key.vip.proto != PROTO_UDP {
+        if key.vip.proto == PROTO_ICMP && ip.frag & IPV4_FRAG_MASK == 0 {
+            return icmp_at(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len);
+        }
         return Parse::Verdict(Reason::PassNonVip);
     }
-    if ip.frag & IPV4_FRAG_MASK != 0 {
-        return Parse::Fragment(key);
+    // IHL is at most 15, so the L4 offset is at most 14 + 60. The unfragmented packet
+    // is parsed first, before anything of fragments is computed: it is the fast path.
+    if ip.frag & IPV4_FRAG_MASK == 0 {
+        return parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len);
     }
-    // IHL is at most 15, so the L4 offset is at most 14 + 60.
-    parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len)
+    let tag = FragTag {
+        id: u32::from(ip.id),
+        proto: key.vip.proto,
+    };
+    // A later fragment's first bytes are payload, never read as a TCP/UDP header.
+    if ip.frag & IPV4_OFFSET_MASK != 0 {
+        return later_fragment(&key, tag, tot_len);
+    }
+    first_fragment(
+        parse_l4(ctx, key, ETH_LEN + hdr_len, ETH_LEN + tot_len, tot_len),
+        tag,
+    )
+}
+
+/// `parsed`, a packet, as the first fragment of datagram `tag`.
+#[inline(always)]
+fn first_fragment(parsed: Parse, tag: FragTag) -> Parse {
+    match parsed {
+        Parse::Packet(p) => Parse::FirstFragment(p, tag),
+        other => other,
+    }
+}
+
+/// A later fragment of datagram `tag` between the addresses of `key`.
+#[inline(always)]
+fn later_fragment(key: &FlowKey, tag: FragTag, l3_len: usize) -> Parse {
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "l3_len comes from a 16-bit length field plus 40"
+    )]
+    Parse::Fragment(FragAt {
+        key: tag.datagram(key),
+        l3_len: l3_len as u32,
+    })
+}
+
+impl FragTag {
+    /// The `FRAGMENTS` key of this datagram between the addresses of `key`.
+    #[inline(always)]
+    pub(crate) fn datagram(&self, key: &FlowKey) -> FragKey {
+        FragKey {
+            src: key.src,
+            dst: key.vip.addr,
+            id: self.id,
+            proto: self.proto,
+            family: key.vip.family,
+            _pad: [0; 2],
+        }
+    }
+}
+
+/// The ICMP message whose header is at `l4`, inside the IP packet ending at `l3_end`.
+#[inline(always)]
+fn icmp_at(ctx: &XdpContext, key: FlowKey, l4: usize, l3_end: usize, l3_len: usize) -> Parse {
+    let Some(hdr) = ptr_at::<[u8; ICMP_HDR_LEN]>(ctx, l4) else {
+        return Parse::Verdict(Reason::PassNonVip);
+    };
+    if l4 + ICMP_HDR_LEN > l3_end {
+        return Parse::Verdict(Reason::PassNonVip);
+    }
+    // SAFETY: ptr_at checked the 8 bytes.
+    let [kind, code, ..] = unsafe { *hdr };
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "offsets and lengths are below 64 KiB + the bounded header walk"
+    )]
+    Parse::Icmp(IcmpAt {
+        key,
+        l4: l4 as u32,
+        l3_len: l3_len as u32,
+        kind,
+        code,
+    })
 }
 
 #[inline(always)]
@@ -184,9 +316,14 @@ fn parse_v6(ctx: &XdpContext) -> Parse {
     let mut next = ip.next;
     let mut off = ETH_LEN + IPV6_LEN;
     let mut walked = 0;
+    let mut fragment: Option<FragTag> = None;
     loop {
         match next {
             PROTO_TCP | PROTO_UDP => break,
+            PROTO_ICMPV6 if fragment.is_none() => {
+                key.vip.proto = PROTO_ICMPV6;
+                return icmp_at(ctx, key, off, ETH_LEN + l3_len, l3_len);
+            }
             NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST | NEXTHDR_AUTH => {
                 if walked == MAX_IPV6_EXT_HEADERS {
                     return Parse::Verdict(Reason::PassIpv6ExtHdr);
@@ -212,8 +349,34 @@ fn parse_v6(ctx: &XdpContext) -> Parse {
                 }
             }
             NEXTHDR_FRAGMENT => {
-                key.vip.proto = NEXTHDR_FRAGMENT;
-                return Parse::Fragment(key);
+                if walked == MAX_IPV6_EXT_HEADERS {
+                    return Parse::Verdict(Reason::PassIpv6ExtHdr);
+                }
+                walked += 1;
+                let Some(frag) = ptr_at::<[u8; 8]>(ctx, off) else {
+                    return Parse::Verdict(Reason::DropMalformedL3);
+                };
+                // SAFETY: ptr_at checked the 8-byte fragment header: next header,
+                // reserved, offset and flags, identification.
+                let [nh, _, hi, lo, id0, id1, id2, id3] = unsafe { *frag };
+                let offset_flags = u16::from_be_bytes([hi, lo]);
+                off += 8;
+                next = nh;
+                if offset_flags & (IPV6_OFFSET_MASK | IPV6_MORE_FRAGMENTS) == 0 {
+                    // An atomic fragment (RFC 6946): the whole packet.
+                    continue;
+                }
+                let tag = FragTag {
+                    id: u32::from_ne_bytes([id0, id1, id2, id3]),
+                    proto: nh,
+                };
+                if offset_flags & IPV6_OFFSET_MASK != 0 {
+                    if nh != PROTO_TCP && nh != PROTO_UDP && !is_ext_header(nh) {
+                        return Parse::Verdict(Reason::PassNonVip);
+                    }
+                    return later_fragment(&key, tag, l3_len);
+                }
+                fragment = Some(tag);
             }
             NEXTHDR_ESP | NEXTHDR_MOBILITY | NEXTHDR_HIP | NEXTHDR_SHIM6 | NEXTHDR_EXPERIMENT1
             | NEXTHDR_EXPERIMENT2 => return Parse::Verdict(Reason::PassIpv6ExtHdr),
@@ -221,7 +384,20 @@ fn parse_v6(ctx: &XdpContext) -> Parse {
         }
     }
     key.vip.proto = next;
-    parse_l4(ctx, key, off, ETH_LEN + l3_len, l3_len)
+    let l4 = parse_l4(ctx, key, off, ETH_LEN + l3_len, l3_len);
+    match fragment {
+        None => l4,
+        Some(tag) => first_fragment(l4, tag),
+    }
+}
+
+/// Whether `next` is an extension header the walk follows.
+#[inline(always)]
+fn is_ext_header(next: u8) -> bool {
+    matches!(
+        next,
+        NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST | NEXTHDR_AUTH
+    )
 }
 
 /// The flow key of `src` → `dst` (address words in network order) with both ports zero.
@@ -229,7 +405,7 @@ fn parse_v6(ctx: &XdpContext) -> Parse {
 /// Built as ten whole words: field-by-field, LLVM merges the zero bytes into `memset`
 /// calls, which BPF runs as a byte loop in a subprogram.
 #[inline(always)]
-fn flow_key(dst: [u32; 4], src: [u32; 4], proto: u8, family: u8) -> FlowKey {
+pub(crate) fn flow_key(dst: [u32; 4], src: [u32; 4], proto: u8, family: u8) -> FlowKey {
     FlowKey::from_words([
         dst[0],
         dst[1],

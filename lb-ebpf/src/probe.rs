@@ -43,7 +43,7 @@ use lb_common::{
 };
 
 use crate::{
-    forward::ipv4_checksum,
+    csum,
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
     maps::{BACKENDS, CONFIG, PROBE_STATS},
 };
@@ -182,7 +182,7 @@ fn push_ipv4(
         src: u32::from_ne_bytes(cfg.src_v4),
         dst: addr_words(&backend.addr)[0],
     };
-    ip.check = ipv4_checksum(&ip);
+    ip.check = csum::ipv4_header(&ip);
     grow(ctx, IPV4_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4)?;
     ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
 }

@@ -18,8 +18,8 @@ pub(crate) fn count(reason: Reason) {
 }
 
 /// Counts one packet under the reason of index `index` (a `Reason` as `u32`, handed
-/// over by the load balancer to the trace program); an index out of range counts
-/// nothing.
+/// over by the load balancer to the trace program, or returned by a BPF function of the
+/// rare paths); an index out of range counts nothing.
 #[inline(always)]
 pub(crate) fn count_index(index: u32) {
     if let Some(stats) = GLOBAL_STATS.get_ptr_mut(0) {

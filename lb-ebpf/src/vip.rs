@@ -40,15 +40,21 @@ pub(crate) fn live_info(vip_id: u32, key: &VipKey) -> Option<&'static VipInfo> {
 /// Whether the destination address of flow `key` carries at least one VIP (any port or
 /// protocol).
 #[inline(always)]
+pub(crate) fn is_vip_address(key: &FlowKey) -> bool {
+    is_address(key.vip.addr, key.vip.family)
+}
+
+/// Whether address `addr` of `family` carries at least one VIP.
+#[inline(always)]
 #[expect(
     clippy::needless_borrows_for_generic_args,
     reason = "the key goes to the map helper by reference: by value would make another \
               stack copy in the BPF program"
 )]
-pub(crate) fn is_vip_address(key: &FlowKey) -> bool {
+pub(crate) fn is_address(addr: [u8; 16], family: u8) -> bool {
     let addr = VipAddrKey {
-        addr: key.vip.addr,
-        family: key.vip.family,
+        addr,
+        family,
         _pad: [0; 3],
     };
     VIP_ADDRS.get_ptr(&addr).is_some()

@@ -6,7 +6,9 @@
 //! during one build above what was live before it (the builder's temporaries and the
 //! table), and the bytes the finished table keeps. Times are wall-clock medians over
 //! repeated builds; the paper's pseudocode (equal weights) runs in the same process as a
-//! yardstick, because this machine is shared and absolute times move with its load.
+//! yardstick, timed alternately with the builder (one build, one pseudocode run, and
+//! so on), because this machine is shared and absolute times move with its load; the
+//! ratio column is the median of the per-pair ratios.
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -73,17 +75,42 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// The median and the minimum of `runs` timings of `f`.
-fn time<R>(runs: usize, mut f: impl FnMut() -> R) -> (Duration, Duration) {
-    let mut times: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let started = Instant::now();
-            black_box(f());
-            started.elapsed()
-        })
-        .collect();
-    times.sort_unstable();
-    (times[runs / 2], times[0])
+/// One timing of `f`.
+fn once<R>(f: &mut impl FnMut() -> R) -> Duration {
+    let started = Instant::now();
+    black_box(f());
+    started.elapsed()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// `runs` timings of `build` and of `reference`, taken alternately (so the machine's
+/// speed changes affect both alike): the medians, the fastest build, and the median of
+/// the per-pair ratios build / reference.
+fn interleaved<A, B>(
+    runs: usize,
+    mut build: impl FnMut() -> A,
+    mut reference: impl FnMut() -> B,
+) -> (Duration, Duration, Duration, f64) {
+    let (mut builds, mut references, mut ratios) = (vec![], vec![], vec![]);
+    for _ in 0..runs {
+        let b = once(&mut build);
+        let r = once(&mut reference);
+        ratios.push(b.as_secs_f64() / r.as_secs_f64());
+        builds.push(b);
+        references.push(r);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let fastest = builds.iter().copied().min().unwrap_or_default();
+    (
+        median(builds),
+        fastest,
+        median(references),
+        ratios[runs / 2],
+    )
 }
 
 fn ms(d: Duration) -> String {
@@ -96,11 +123,16 @@ fn kib(bytes: usize) -> String {
 
 fn main() {
     println!(
-        "| M | N | weights | median build (ms) | fastest (ms) | paper pseudocode median (ms) | peak heap during build (KiB) | table keeps (KiB) |"
+        "Maglev build against the paper's pseudocode (equal weights, same (M, N), timed alternately in the same run): medians; ratio = median of the per-run ratios build / pseudocode (goal: 0.4 or less)."
     );
-    println!("|---:|---:|---|---:|---:|---:|---:|---:|");
+    println!();
+    println!(
+        "| M | N | weights | median build (ms) | fastest (ms) | paper pseudocode median (ms) | ratio build / pseudocode | peak heap during build (KiB) | table keeps (KiB) |"
+    );
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|");
     for (size, n) in common::CONFIGS {
         let runs = if size > 100_000 { 31 } else { 201 };
+        let permutations = common::permutations(&common::backends(n, false), size);
         for weighted in [false, true] {
             let backends = common::backends(n, weighted);
             let build = || MaglevTable::build(&backends, size, MAGLEV_SEED).expect("valid");
@@ -112,21 +144,14 @@ fn main() {
             let keeps = LIVE.load(Relaxed) - before;
             drop(table);
 
-            let (median, fastest) = time(runs, build);
-            let reference = if weighted {
-                "-".to_owned()
-            } else {
-                let permutations = common::permutations(&backends, size);
-                let (median, _) = time(runs.min(51), || {
-                    common::paper_reference(size, &permutations)
-                });
-                ms(median)
-            };
+            let (median, fastest, reference, ratio) =
+                interleaved(runs, build, || common::paper_reference(size, &permutations));
             println!(
-                "| {size} | {n} | {} | {} | {} | {reference} | {} | {} |",
+                "| {size} | {n} | {} | {} | {} | {} | {ratio:.2} | {} | {} |",
                 if weighted { "1..=10" } else { "equal" },
                 ms(median),
                 ms(fastest),
+                ms(reference),
                 kib(peak),
                 kib(keeps),
             );

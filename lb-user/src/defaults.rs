@@ -7,7 +7,7 @@
 //!
 //! A leaf module: it imports nothing of this crate, so every layer may use it.
 
-pub use lb_common::defaults::{CT_CAPACITY, CT_SYN_CAPACITY};
+pub use lb_common::defaults::{CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY};
 
 /// `control_socket`, and `--socket` of the operator verbs.
 pub const CONTROL_SOCKET: &str = "/run/lb/lb.sock";
@@ -71,6 +71,26 @@ pub const NEW_PIN_RATE: u32 = 50_000;
 /// How far (ms) a burst of new pins may run ahead of `conntrack.new_pin_rate` (not a
 /// configuration key).
 pub const NEW_PIN_BURST_MS: u32 = 100;
+/// `icmp.too_big`: a VIP packet too big for `mtu` once encapsulated, which may not be
+/// fragmented, is answered with ICMP "fragmentation needed" (IPv4 with DF) or ICMPv6
+/// "packet too big", so that path-MTU discovery shrinks the client's segments.
+pub const ICMP_TOO_BIG: bool = true;
+
+/// `icmp.echo`: echo requests to VIP addresses are answered (ping works on a VIP, as on
+/// an address of Katran's or IPVS's hosts).
+pub const ICMP_ECHO: bool = true;
+
+/// `icmp.rate_limit`: ICMP messages the data plane sends per second, per CPU and kind
+/// (too big, echo replies); Linux's own default for the ICMP it sends
+/// (`net.ipv4.icmp_msgs_per_sec`).
+pub const ICMP_RATE_LIMIT: u32 = 1_000;
+
+/// `icmp.burst`: messages a burst may send at once; Linux's `net.ipv4.icmp_msgs_burst`.
+pub const ICMP_BURST: u32 = 50;
+
+/// `encap.flow_label`: the outer IPv6 flow label is copied from an IPv6 inner packet
+/// (`inner`); `hash` sets it from the flow hash.
+pub const FLOW_LABEL: &str = "inner";
 
 /// `vip.table_size` and `lb table --size`: the Maglev table size `M`, a prime (the size
 /// the paper uses in its evaluation, section 5.3). Flows are spread in steps of

@@ -12,9 +12,9 @@
 //! - at the bottom: [`maglev`] (the table builder, pure), [`hashlab`] (the
 //!   consistent-hashing lab of `lb hash`, pure), [`health`] (the health-check engine:
 //!   probe settings, probers, states, scheduler, multi-failure policy), [`flow`] (flow
-//!   keys and slot prediction), [`routes`] (the kernel routing table of the VIP
-//!   announcements, through iproute2) and [`defaults`] (every default value), over
-//!   `lb_common`.
+//!   keys and slot prediction), [`prefix`] (IP prefixes), [`routes`] (the kernel
+//!   routing table of the VIP announcements, through iproute2) and [`defaults`] (every
+//!   default value), over `lb_common`.
 //!
 //! Feature `test-harness` (enabled only by the `lb-tests` crate) adds the test and
 //! benchmark access to the kernel data plane, and the benchmark harness programs to the
@@ -31,6 +31,7 @@ pub mod flow;
 pub mod hashlab;
 pub mod health;
 pub mod maglev;
+pub mod prefix;
 pub mod routes;
 
 /// What `lb --version` prints after the name: the workspace version and the commit the

@@ -164,6 +164,9 @@ pub struct DaemonConfig {
     pub backend_health: Vec<(String, u8, String)>,
     /// `conntrack.capacity`.
     pub ct_capacity: u32,
+    /// Keys added to the `[[vip]]` table of a VIP ([`vip_text`]), such as
+    /// `allowed_sources = [...]`.
+    pub vip_keys: Vec<(String, String)>,
 }
 
 impl DaemonConfig {
@@ -191,6 +194,7 @@ impl DaemonConfig {
             vip_health: Vec::new(),
             backend_health: Vec::new(),
             ct_capacity: CT_CAPACITY,
+            vip_keys: Vec::new(),
         }
     }
 
@@ -242,6 +246,9 @@ impl DaemonConfig {
                     self.table_size
                 );
                 let vip = vip_text(v6, tcp);
+                for (_, keys) in self.vip_keys.iter().filter(|(v, _)| *v == vip) {
+                    let _ = writeln!(out, "{keys}");
+                }
                 for (_, body) in self.vip_health.iter().filter(|(v, _)| *v == vip) {
                     let _ = write!(out, "[vip.health]\n{body}\n");
                 }
@@ -675,6 +682,19 @@ impl<'bed> Daemon<'bed> {
     pub fn stats(&self) -> anyhow::Result<Stats> {
         let text = self.cli(&["stats", "--json"])?;
         serde_json::from_str(&text).with_context(|| format!("parsing `lb stats --json`: {text}"))
+    }
+
+    /// The global verdict counter `name` of `lb stats` (0 when it is not listed).
+    ///
+    /// # Errors
+    /// As [`Self::stats`].
+    pub fn reason(&self, name: &str) -> anyhow::Result<u64> {
+        Ok(self
+            .stats()?
+            .reasons
+            .iter()
+            .find(|c| c.name == name)
+            .map_or(0, |c| c.value))
     }
 
     /// `lb backend ACTION --vip VIP --backend <backend k of the VIP's family>

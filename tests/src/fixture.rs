@@ -7,12 +7,13 @@ use std::net::IpAddr;
 use lb_common::{
     stats::{GlobalStats, Reason},
     types::{
-        BACKEND_ACTIVE, BackendEntry, CONFIG_VALID, FlowKey, LbConfig, NEXTHOP_GATEWAY, PROTO_TCP,
-        PROTO_UDP, VipKey,
+        BACKEND_ACTIVE, BackendEntry, CONFIG_ICMP_ECHO, CONFIG_ICMP_TOO_BIG, CONFIG_VALID, FlowKey,
+        LbConfig, NEXTHOP_GATEWAY, PROTO_TCP, PROTO_UDP, VipKey,
     },
 };
 use lb_user::{
     dataplane::{Dataplane, KernelDataplane, LoadOptions, TableImage, TestRunOutput},
+    defaults::FRAG_CAPACITY,
     flow::{addr_bytes, slot_of},
 };
 
@@ -32,9 +33,16 @@ pub const SEED: u32 = 0x5eed_1234;
 /// UDP idle timeout of the fixtures (ns).
 pub const UDP_TIMEOUT_NS: u64 = 30_000_000_000;
 
-/// The fixtures' configuration. New pins are not rate limited (`new_pin_interval_ns`
-/// 0): fixtures that make many flows quickly test the decision, the flood tests set
-/// the rate.
+/// ICMP rate limit of the fixtures: the daemon's default, 1,000 per second per CPU and
+/// kind, bursts of 50.
+pub const ICMP_INTERVAL_NS: u64 = 1_000_000;
+/// Burst allowance matching [`ICMP_INTERVAL_NS`]: 49 intervals ahead.
+pub const ICMP_BURST_NS: u64 = 49 * ICMP_INTERVAL_NS;
+
+/// The fixtures' configuration: gateway next hop, ICMP too-big answers and echo
+/// replies on (the daemon's defaults), no per-flow outer fields, no source lists. New
+/// pins are not rate limited (`new_pin_interval_ns` 0): fixtures that make many flows
+/// quickly test the decision, the flood tests set the rate.
 pub fn default_config() -> LbConfig {
     let (src_v6, _) = addr_bytes(packets::LB6.into());
     LbConfig {
@@ -45,11 +53,13 @@ pub fn default_config() -> LbConfig {
         mtu: 1500,
         nexthop_mode: NEXTHOP_GATEWAY,
         _pad: 0,
-        flags: CONFIG_VALID,
+        flags: CONFIG_VALID | CONFIG_ICMP_TOO_BIG | CONFIG_ICMP_ECHO,
         hash_seed: SEED,
         syn_cache_mask: 0,
         udp_timeout_ns: UDP_TIMEOUT_NS,
         nexthop_cache_ns: 0,
+        icmp_interval_ns: ICMP_INTERVAL_NS,
+        icmp_burst_ns: ICMP_BURST_NS,
         ..LbConfig::default()
     }
 }
@@ -150,17 +160,39 @@ impl Lb {
     /// # Panics
     /// When loading fails.
     pub fn with_ct(ct_capacity: u32, ct_syn_capacity: u32) -> Self {
+        Self::with_load(LoadOptions {
+            ct_capacity,
+            ct_syn_capacity,
+            frag_capacity: FRAG_CAPACITY,
+        })
+    }
+
+    /// Like [`Lb::new`] with the given map sizes (pins the thread as [`Lb::with_ct`]).
+    ///
+    /// # Panics
+    /// When loading fails.
+    pub fn with_load(options: LoadOptions) -> Self {
         assert!(crate::is_root(), "privileged test: run as root");
         // SAFETY: sched_getcpu has no preconditions.
         let cpu = unsafe { libc::sched_getcpu() };
         crate::pin_to_cpu(usize::try_from(cpu).unwrap_or(0)).expect("pin the test thread");
-        let mut dp = KernelDataplane::load(LoadOptions {
-            ct_capacity,
-            ct_syn_capacity,
-        })
-        .expect("load the XDP program");
+        Self::over(KernelDataplane::load(options).expect("load the XDP program"))
+    }
+
+    /// `dp` (a freshly loaded data plane) with [`default_config`] written.
+    ///
+    /// # Panics
+    /// When the configuration cannot be written.
+    pub fn over(mut dp: KernelDataplane) -> Self {
         dp.set_config(&default_config()).expect("config");
         Self { dp, generation: 0 }
+    }
+
+    /// Rewrites the configuration: [`default_config`] changed by `change`.
+    pub fn configure(&mut self, change: impl FnOnce(&mut LbConfig)) {
+        let mut cfg = default_config();
+        change(&mut cfg);
+        self.dp.set_config(&cfg).expect("config");
     }
 
     /// Writes backend `id` at `addr` in `state`.

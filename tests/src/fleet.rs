@@ -945,7 +945,11 @@ fn link_instance(router: &NetNs, ns: &NetNs, k: usize) -> anyhow::Result<()> {
                 mac(router_mac(k))
             ),
         ],
-    )
+    )?;
+    // A veth offers receive VLAN offload, and `lb run` refuses native XDP with it on.
+    ns.enter(|| offload::disable_rx_vlan(LB_IFACE))?
+        .with_context(|| format!("VLAN offload of instance {k}'s {LB_IFACE}"))?;
+    Ok(())
 }
 
 /// Backend `j`: its namespace on the router's bridge, addresses, VIPs, routes,

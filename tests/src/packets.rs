@@ -197,54 +197,102 @@ impl Flow {
 /// traffic class and flow label copied, source [`LB6`]) header, then every byte of the
 /// frame after its Ethernet header, unchanged.
 pub fn encapsulated(frame: &[u8], backend: IpAddr, dmac: [u8; 6], smac: [u8; 6]) -> Vec<u8> {
+    encapsulated_with(frame, backend, dmac, smac, &Outer::default())
+}
+
+/// What differs from the defaults in an outer header: its source (per-flow source
+/// prefixes) and its IPv6 flow label (from the flow hash).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Outer {
+    /// Outer source; default [`LB4`] / [`LB6`].
+    pub src: Option<IpAddr>,
+    /// IPv6 flow label; default copied from an IPv6 inner header (0 for IPv4 inside).
+    pub flow_label: Option<u32>,
+}
+
+/// [`encapsulated`] with the outer fields of `outer`. The inner packet's family is the
+/// frame's EtherType; an IPv4 packet to an IPv6 backend gets an IPv6 header with next
+/// header 4 (IPv4-in-IPv6) and the inner TOS as traffic class.
+pub fn encapsulated_with(
+    frame: &[u8],
+    backend: IpAddr,
+    dmac: [u8; 6],
+    smac: [u8; 6],
+    outer: &Outer,
+) -> Vec<u8> {
     let inner = &frame[Ethernet2Header::LEN..];
+    let inner_v4 = frame[12..14] == [0x08, 0x00];
     let mut out = Vec::new();
+    let eth = |ether_type| Ethernet2Header {
+        destination: dmac,
+        source: smac,
+        ether_type,
+    };
     match backend {
         IpAddr::V4(b) => {
             let h = Ipv4HeaderSlice::from_slice(inner)
                 .expect("inner IPv4")
                 .to_header();
-            let mut outer =
-                Ipv4Header::new(h.total_len, 64, IpNumber::IPV4, LB4.octets(), b.octets())
-                    .expect("outer header");
-            outer.dscp = h.dscp;
-            outer.ecn = h.ecn;
-            outer.identification = h.identification;
-            outer.dont_fragment = h.dont_fragment;
-            outer.header_checksum = outer.calc_header_checksum();
-            Ethernet2Header {
-                destination: dmac,
-                source: smac,
-                ether_type: EtherType::IPV4,
-            }
-            .write(&mut out)
-            .expect("write");
-            outer.write(&mut out).expect("write");
+            let src = match outer.src {
+                Some(IpAddr::V4(s)) => s,
+                _ => LB4,
+            };
+            let mut o = Ipv4Header::new(h.total_len, 64, IpNumber::IPV4, src.octets(), b.octets())
+                .expect("outer header");
+            o.dscp = h.dscp;
+            o.ecn = h.ecn;
+            o.identification = h.identification;
+            o.dont_fragment = h.dont_fragment;
+            o.header_checksum = o.calc_header_checksum();
+            eth(EtherType::IPV4).write(&mut out).expect("write");
+            o.write(&mut out).expect("write");
         }
         IpAddr::V6(b) => {
-            let h = Ipv6HeaderSlice::from_slice(inner)
-                .expect("inner IPv6")
-                .to_header();
-            let outer = Ipv6Header {
-                traffic_class: h.traffic_class,
-                flow_label: h.flow_label,
-                payload_length: h.payload_length + 40,
-                next_header: IpNumber::IPV6,
+            let (traffic_class, label, payload_length, next_header) = if inner_v4 {
+                let h = Ipv4HeaderSlice::from_slice(inner)
+                    .expect("inner IPv4")
+                    .to_header();
+                let tos = (h.dscp.value() << 2) | h.ecn.value();
+                (tos, 0, h.total_len, IpNumber::IPV4)
+            } else {
+                let h = Ipv6HeaderSlice::from_slice(inner)
+                    .expect("inner IPv6")
+                    .to_header();
+                (
+                    h.traffic_class,
+                    h.flow_label.value(),
+                    h.payload_length + 40,
+                    IpNumber::IPV6,
+                )
+            };
+            let src = match outer.src {
+                Some(IpAddr::V6(s)) => s,
+                _ => LB6,
+            };
+            let o = Ipv6Header {
+                traffic_class,
+                flow_label: etherparse::Ipv6FlowLabel::try_new(outer.flow_label.unwrap_or(label))
+                    .expect("20 bits"),
+                payload_length,
+                next_header,
                 hop_limit: 64,
-                source: LB6.octets(),
+                source: src.octets(),
                 destination: b.octets(),
             };
-            Ethernet2Header {
-                destination: dmac,
-                source: smac,
-                ether_type: EtherType::IPV6,
-            }
-            .write(&mut out)
-            .expect("write");
-            outer.write(&mut out).expect("write");
+            eth(EtherType::IPV6).write(&mut out).expect("write");
+            o.write(&mut out).expect("write");
         }
     }
     out.extend_from_slice(inner);
+    out
+}
+
+/// `frame` with an 802.1Q tag of TCI `tci` inserted after its MAC addresses.
+pub fn tagged(frame: &[u8], tci: u16) -> Vec<u8> {
+    let mut out = frame[..12].to_vec();
+    out.extend_from_slice(&[0x81, 0x00]);
+    out.extend_from_slice(&tci.to_be_bytes());
+    out.extend_from_slice(&frame[12..]);
     out
 }
 

@@ -46,6 +46,8 @@
 //! - Checksums: the client's `c0` has transmit checksum offload switched off (see
 //!   [`offload`]); a veth otherwise hands the LB TCP/UDP packets whose checksum is
 //!   only a pseudo-header sum, which XDP_TX forwards as is and the backend then drops.
+//!   The LB's `lb0` has receive VLAN offload switched off, which `lb run` requires for
+//!   native XDP.
 //! - Teardown runs on drop and on unwinding; a process killed outright (SIGKILL, a
 //!   timeout's SIGTERM) leaves its `tb-*-<pid>-*` namespaces behind, to be deleted by
 //!   hand (`ip netns delete`).
@@ -451,6 +453,9 @@ impl TestBed {
         client
             .enter(|| offload::disable_tx_checksum(CLIENT_IFACE))?
             .with_context(|| format!("checksum offload of {CLIENT_IFACE}"))?;
+        self.lb
+            .enter(|| offload::disable_rx_vlan(LB_IFACE))?
+            .with_context(|| format!("VLAN offload of {LB_IFACE}"))?;
         Ok(())
     }
 

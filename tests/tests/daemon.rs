@@ -132,6 +132,15 @@ fn config_text(dir: &Path, backends_80: &[(&str, u32)], size_80: u32) -> String 
 /// backends 198.51.100.x are on-link (the daemon has the kernel manage their neighbour
 /// entries).
 fn veth_namespace(prefix: &str) -> NetNs {
+    let ns = veth_namespace_with_vlan_offload(prefix);
+    ns.enter(|| lb_tests::testbed::offload::disable_rx_vlan("lb0"))
+        .expect("enter")
+        .expect("VLAN offload off: `lb run` refuses native XDP with it");
+    ns
+}
+
+/// [`veth_namespace`] with the veth's receive VLAN offload left on, as created.
+fn veth_namespace_with_vlan_offload(prefix: &str) -> NetNs {
     let ns = NetNs::create(prefix).expect("netns");
     ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])
         .expect("veth");
@@ -140,6 +149,17 @@ fn veth_namespace(prefix: &str) -> NetNs {
     ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "lb0"])
         .expect("addr");
     ns
+}
+
+/// Runs `lb run` in `ns` with `dir`'s configuration to its end (a failed start).
+fn run_to_exit(ns: &NetNs, dir: &Path) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(lb_binary())
+        .args(["run", "--config"])
+        .arg(dir.join("lb.toml"))
+        .output()
+        .expect("lb run")
 }
 
 fn start<'dir>(ns: &NetNs, dir: &'dir Path) -> Daemon<'dir> {
@@ -538,13 +558,7 @@ fn an_invalid_file_at_start_attaches_nothing() {
     let dir = tmp.path();
     let text = config_text(dir, &[("198.51.100.11", 1)], 65_536);
     std::fs::write(dir.join("lb.toml"), text).expect("config");
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns.name()])
-        .arg(lb_binary())
-        .args(["run", "--config"])
-        .arg(dir.join("lb.toml"))
-        .output()
-        .expect("lb run");
+    let out = run_to_exit(&ns, dir);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -554,6 +568,45 @@ fn an_invalid_file_at_start_attaches_nothing() {
         "{stderr}"
     );
     assert_eq!(attached_program(&ns, "lb0"), None);
+}
+
+/// Receive VLAN offload (on by default on a veth) hides 802.1Q tags from native XDP,
+/// which would send tagged frames back untagged (failure scenario BR-23): `native`
+/// refuses the interface, naming the fix; `auto` takes skb mode, where the kernel keeps
+/// the tag.
+#[test]
+fn native_xdp_is_refused_where_the_nic_strips_vlan_tags() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = veth_namespace_with_vlan_offload("lbt-rxvlan");
+    let tmp = TempDir::new("lbt-rxvlan-").expect("temp dir");
+    let dir = tmp.path();
+    let text = config_text(dir, &[("198.51.100.11", 1)], 65_537);
+    std::fs::write(
+        dir.join("lb.toml"),
+        text.replace(
+            "interface = \"lb0\"\n",
+            "interface = \"lb0\"\nxdp_mode = \"native\"\n",
+        ),
+    )
+    .expect("config");
+    let out = run_to_exit(&ns, dir);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("native XDP refused: interface lb0 has receive VLAN offload on")
+            && stderr.contains("ethtool -K lb0 rxvlan off"),
+        "{stderr}"
+    );
+    assert_eq!(attached_program(&ns, "lb0"), None);
+    // `auto`: skb mode, with the reason in the log.
+    std::fs::write(dir.join("lb.toml"), &text).expect("config");
+    let daemon = start(&ns, dir);
+    assert_eq!(status(&daemon).mode, "skb");
+    assert!(
+        daemon.log().contains("attaching in skb (generic) mode"),
+        "{}",
+        daemon.log()
+    );
 }
 
 #[test]

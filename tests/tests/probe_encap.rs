@@ -281,6 +281,7 @@ fn attached(mode: u8, backends: &[(u32, IpAddr, u8)]) -> (KernelDataplane, Owned
     let mut dp = KernelDataplane::load(LoadOptions {
         ct_capacity: 1024,
         ct_syn_capacity: 256,
+        ..LoadOptions::default()
     })
     .expect("load the object");
     dp.set_config(&config(mode)).expect("config");

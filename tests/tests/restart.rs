@@ -52,12 +52,7 @@ fn ct_hits(lb: &Daemon<'_>) -> u64 {
 
 /// A global verdict counter (`lb stats`).
 fn reason(lb: &Daemon<'_>, name: &str) -> u64 {
-    let stats = lb.stats().expect("lb stats");
-    stats
-        .reasons
-        .iter()
-        .find(|c| c.name == name)
-        .map_or(0, |c| c.value)
+    lb.reason(name).expect("lb stats")
 }
 
 #[test]

@@ -5,9 +5,13 @@
 //!    `lb-user/benches/common/mod.rs`, the paper's
 //!    pseudocode as a same-run yardstick, the fingerprint), then
 //!    `lb-user/benches/maglev_memory.rs` (median build time and peak heap memory as one
-//!    Markdown table).
-//! 2. As root, `lb-bench`: the control-plane benchmark (backend change to live table
-//!    through the controller and the kernel maps), the health-check benchmark (CPU of
+//!    Markdown table, with the builder's ratio to the pseudocode timed alternately in
+//!    the same run).
+//! 2. As root, `lb-bench`: the control-plane benchmarks (change to live: p50/p99 of 100
+//!    add/drain/remove changes through the controller and the kernel maps, at
+//!    M = 65,537 / N = 100 and M = 655,373 / N = 1,000; `lb run` at scale: start time,
+//!    private memory per VIP and restart to adopted with 1, 10, 100 and 500 VIPs of 100
+//!    backends, in namespaces it creates), the health-check benchmark (CPU of
 //!    probing 1,000 backends every second, transition to table live), the multi-instance
 //!    benchmark (an instance fails five ways: time until the router stops using it,
 //!    median of 5, against a route removed in the router's kernel), then the
@@ -49,8 +53,8 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
             "the Maglev benchmarks ran; the data-plane benchmarks load XDP programs: run as root"
         );
     }
-    // The multi-instance part of lb-bench and the restart benchmark start the release
-    // `lb` binary.
+    // The control-plane scale and multi-instance parts of lb-bench and the restart
+    // benchmark start the release `lb` binary.
     cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
     cmd::run(
         cmd::cargo()

@@ -13,18 +13,61 @@ pub const NEXTHOP_GATEWAY: u8 = 1;
 /// `LbConfig::flags`: the controller has written a complete configuration. Until it is
 /// set, VIP packets are dropped and counted (`drop_bad_config`).
 pub const CONFIG_VALID: u32 = 1;
+/// `LbConfig::flags`: answer a VIP packet that exceeds `mtu` once encapsulated and may
+/// not be fragmented (IPv4 with DF, any IPv6) with ICMP "fragmentation needed" (type 3
+/// code 4, RFC 1191) or ICMPv6 "packet too big" (type 2, RFC 4443, RFC 8201). Clear:
+/// drop it (`drop_too_big`).
+pub const CONFIG_ICMP_TOO_BIG: u32 = 1 << 1;
+/// `LbConfig::flags`: answer ICMP and ICMPv6 echo requests to VIP addresses.
+pub const CONFIG_ICMP_ECHO: u32 = 1 << 2;
+/// `LbConfig::flags`: at least one VIP has allowed source prefixes; every VIP packet is
+/// then checked against `SOURCE_FILTER` (and, where its bit is set, `SOURCE_RANGES`).
+pub const CONFIG_SOURCE_RANGES: u32 = 1 << 3;
+/// `LbConfig::flags`: the outer IPv4 source of a flow is `src_prefix_v4` with the host
+/// bits `src_host_mask_v4` taken from the flow hash.
+pub const CONFIG_SOURCE_PREFIX_V4: u32 = 1 << 4;
+/// `LbConfig::flags`: the outer IPv6 source of a flow is `src_prefix_v6` with the host
+/// bits `src_host_mask_v6` of its last word taken from the flow hash.
+pub const CONFIG_SOURCE_PREFIX_V6: u32 = 1 << 5;
+/// `LbConfig::flags`: the outer IPv6 flow label is the flow hash's low 20 bits
+/// (RFC 6438); clear: copied from an IPv6 inner header (an IPv4 inner packet, in
+/// IPv4-in-IPv6, always gets the hash's).
+pub const CONFIG_FLOW_LABEL_HASH: u32 = 1 << 6;
 
 /// `LbConfig::flags`: a trace client is connected (`lb trace`): VIP packets that match
 /// `TRACE_FILTER` are logged (`crate::trace`). The kernel data plane is its only
 /// writer: it keeps the bit across configuration writes, as it keeps `syn_cache_mask`.
-pub const CONFIG_TRACE: u32 = 2;
+pub const CONFIG_TRACE: u32 = 1 << 7;
+// Each flag has a bit of its own.
+const _: () = {
+    let flags = [
+        CONFIG_VALID,
+        CONFIG_ICMP_TOO_BIG,
+        CONFIG_ICMP_ECHO,
+        CONFIG_SOURCE_RANGES,
+        CONFIG_SOURCE_PREFIX_V4,
+        CONFIG_SOURCE_PREFIX_V6,
+        CONFIG_FLOW_LABEL_HASH,
+        CONFIG_TRACE,
+    ];
+    let mut seen = 0;
+    let mut i = 0;
+    while i < flags.len() {
+        assert!(flags[i].count_ones() == 1 && seen & flags[i] == 0);
+        seen |= flags[i];
+        i += 1;
+    }
+};
 
 /// The single element of the `CONFIG` array.
 ///
-/// Layout (80 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac` 20..26,
-/// `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `_pad` 35, `flags` 36..40,
-/// `hash_seed` 40..44, `syn_cache_mask` 44..48, `udp_timeout_ns` 48..56,
-/// `nexthop_cache_ns` 56..64, `new_pin_interval_ns` 64..72, `new_pin_burst_ns` 72..80.
+/// Layout (128 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac`
+/// 20..26, `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `_pad` 35, `flags`
+/// 36..40, `hash_seed` 40..44, `syn_cache_mask` 44..48, `udp_timeout_ns` 48..56,
+/// `nexthop_cache_ns` 56..64, `icmp_interval_ns` 64..72, `icmp_burst_ns` 72..80,
+/// `src_prefix_v6` 80..96, `src_prefix_v4` 96..100, `src_host_mask_v4` 100..104,
+/// `src_host_mask_v6` 104..108 (network order), `_pad2` 108..112,
+/// `new_pin_interval_ns` 112..120, `new_pin_burst_ns` 120..128.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LbConfig {
@@ -57,6 +100,26 @@ pub struct LbConfig {
     /// [`NEXTHOP_FIB`] mode: how long (ns) a CPU reuses a backend's `bpf_fib_lookup`
     /// result (`NEXTHOP_CACHE`); 0 looks the FIB up for every packet.
     pub nexthop_cache_ns: u64,
+    /// Rate limit of the ICMP messages the program sends (too big, echo replies), per
+    /// CPU and kind: the emission interval (ns, `1e9 / rate`) of the generic cell rate
+    /// algorithm (GCRA, ITU-T I.371). 0: no limit (the controller always writes one).
+    pub icmp_interval_ns: u64,
+    /// How far (ns) a burst may run ahead of the rate: `(burst - 1) * icmp_interval_ns`.
+    pub icmp_burst_ns: u64,
+    /// [`CONFIG_SOURCE_PREFIX_V6`]: the prefix of outer IPv6 sources, network order
+    /// (host bits zero).
+    pub src_prefix_v6: [u8; 16],
+    /// [`CONFIG_SOURCE_PREFIX_V4`]: the prefix of outer IPv4 sources, network order
+    /// (host bits zero).
+    pub src_prefix_v4: [u8; 4],
+    /// The host bits of the IPv4 source prefix, as a mask in network order (the flow
+    /// hash, in network order, is ANDed with it).
+    pub src_host_mask_v4: u32,
+    /// The host bits of the last 32-bit word of the IPv6 source prefix, as a mask in
+    /// network order; host bits above the last word stay zero.
+    pub src_host_mask_v6: u32,
+    /// Explicit padding, always zero.
+    pub _pad2: u32,
     /// The rate limit of new conntrack pins, per CPU: the emission interval (ns,
     /// `1e9 / rate`) of the generic cell rate algorithm (GCRA, ITU-T I.371) that a
     /// packet without a pin must pass to get one (a TCP mid-flow miss, a new UDP flow, a
@@ -68,6 +131,6 @@ pub struct LbConfig {
     /// (`(burst - 1) * new_pin_interval_ns`).
     pub new_pin_burst_ns: u64,
 }
-const _: () = assert!(size_of::<LbConfig>() == 80);
+const _: () = assert!(size_of::<LbConfig>() == 128);
 
 impl_pod!(LbConfig);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! Map keys and values shared by the XDP program and userspace, one file per map family:
 //! the VIP maps, the per-backend arrays, connection tracking (flow keys, conntrack
-//! entries, SYN cache slots), the configuration, and the benchmark harness's frame.
+//! entries, SYN cache slots), fragment tracking, allowed source prefixes, the
+//! configuration, and the benchmark harness's frame.
 //! Everything is re-exported here: a type's path is `lb_common::types::Name` whichever
 //! file defines it.
 //!
@@ -15,12 +16,16 @@ mod backend;
 mod bench;
 mod config;
 mod conntrack;
+mod fragment;
+mod source;
 mod vip;
 
 pub use backend::*;
 pub use bench::*;
 pub use config::*;
 pub use conntrack::*;
+pub use fragment::*;
+pub use source::*;
 pub use vip::*;
 
 /// `family` value of an IPv4 key or entry.
@@ -32,6 +37,10 @@ pub const FAMILY_V6: u8 = 6;
 pub const PROTO_TCP: u8 = 6;
 /// IP protocol number of UDP (IANA).
 pub const PROTO_UDP: u8 = 17;
+/// IP protocol number of ICMP (IANA).
+pub const PROTO_ICMP: u8 = 1;
+/// IP protocol number of ICMPv6 (IANA).
+pub const PROTO_ICMPV6: u8 = 58;
 
 #[cfg(test)]
 mod tests;

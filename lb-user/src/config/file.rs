@@ -53,6 +53,9 @@ pub struct FileConfig {
     /// Connection tracking sizes and timeouts.
     #[serde(default)]
     pub conntrack: ConntrackFile,
+    /// The ICMP messages the load balancer sends.
+    #[serde(default)]
+    pub icmp: IcmpFile,
     /// The metrics endpoint and the live-connection count.
     #[serde(default)]
     pub metrics: MetricsFile,
@@ -98,6 +101,15 @@ pub struct EncapFile {
     /// Outer source for IPv6-in-IPv6.
     #[serde(default)]
     pub source_v6: Option<String>,
+    /// Per-flow outer IPv4 sources: a prefix whose host bits come from the flow hash.
+    #[serde(default)]
+    pub source_prefix_v4: Option<String>,
+    /// Per-flow outer IPv6 sources.
+    #[serde(default)]
+    pub source_prefix_v6: Option<String>,
+    /// Outer IPv6 flow label: `inner` (copied) or `hash` (from the flow hash).
+    #[serde(default)]
+    pub flow_label: Option<String>,
 }
 
 /// `[nexthop]`.
@@ -131,6 +143,27 @@ pub struct ConntrackFile {
     /// New pins per second per CPU (0: no limit).
     #[serde(default)]
     pub new_pin_rate: Option<UInt<u32>>,
+    /// Datagrams whose first fragment was seen (fragment tracking entries).
+    #[serde(default)]
+    pub fragment_capacity: Option<UInt<u32>>,
+}
+
+/// `[icmp]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IcmpFile {
+    /// Answer packets too big once encapsulated with ICMP "too big".
+    #[serde(default)]
+    pub too_big: Option<bool>,
+    /// Answer echo requests to VIP addresses.
+    #[serde(default)]
+    pub echo: Option<bool>,
+    /// Messages per second, per CPU and kind.
+    #[serde(default)]
+    pub rate_limit: Option<UInt<u32>>,
+    /// Messages a burst may send at once.
+    #[serde(default)]
+    pub burst: Option<UInt<u32>>,
 }
 
 /// `[health]`: the health checker's own settings (the probes are per VIP).
@@ -158,6 +191,12 @@ pub struct VipFile {
     /// Maglev table size (a prime).
     #[serde(default)]
     pub table_size: Option<UInt<u32>>,
+    /// `ipv4` or `ipv6`: the backends' family (IPv6 for an IPv4 VIP: IPv4-in-IPv6).
+    #[serde(default)]
+    pub backend_family: Option<String>,
+    /// Client prefixes allowed to reach the VIP (absent: every client).
+    #[serde(default)]
+    pub allowed_sources: Option<Vec<String>>,
     /// Its health checks, multi-failure policy and flap damping (`[vip.health]`).
     #[serde(default)]
     pub health: Option<HealthFile>,

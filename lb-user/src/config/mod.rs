@@ -25,7 +25,7 @@ pub use announce::Announce;
 pub use health::{HealthChecker, VipProbes};
 pub use vip::{Protocol, Vip};
 
-use crate::maglev::BackendKey;
+use crate::{maglev::BackendKey, prefix::Prefix};
 
 /// How the XDP program is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -95,10 +95,41 @@ pub struct VipConfig {
     pub vip: Vip,
     /// Maglev table size (prime).
     pub table_size: u32,
+    /// The backends are IPv6 (for an IPv4 VIP: IPv4-in-IPv6); else of the VIP's family.
+    pub ipv6_backends: bool,
+    /// Client prefixes allowed to reach the VIP, sorted; empty: every client.
+    pub allowed_sources: Vec<Prefix>,
     /// Backends, in file order.
     pub backends: Vec<BackendConfig>,
     /// Health checks of its backends, its multi-failure policy.
     pub health: VipProbes,
+}
+
+/// The ICMP messages the data plane sends (`[icmp]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IcmpConfig {
+    /// Answer a VIP packet too big once encapsulated (and not to be fragmented) with
+    /// ICMP "fragmentation needed" / ICMPv6 "packet too big".
+    pub too_big: bool,
+    /// Answer echo requests to VIP addresses.
+    pub echo: bool,
+    /// Messages per second, per CPU and kind (too big, echo replies).
+    pub rate_limit: u32,
+    /// Messages a burst may send at once.
+    pub burst: u32,
+}
+
+/// Per-flow outer headers (`[encap]`'s optional keys).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OuterConfig {
+    /// Outer IPv4 sources: this prefix, host bits from the flow hash.
+    pub source_prefix_v4: Option<Prefix>,
+    /// Outer IPv6 sources: this prefix, host bits (at most the low 32) from the flow
+    /// hash.
+    pub source_prefix_v6: Option<Prefix>,
+    /// Outer IPv6 flow label from the flow hash (RFC 6438), not copied from the inner
+    /// packet.
+    pub flow_label_hash: bool,
 }
 
 /// A validated configuration.
@@ -141,6 +172,12 @@ pub struct Config {
     /// `fib` next hop: how long each CPU reuses a backend's FIB lookup (zero: every
     /// packet looks it up).
     pub nexthop_cache: Duration,
+    /// Fragment tracking entries (datagrams whose first fragment was seen).
+    pub frag_capacity: u32,
+    /// The ICMP messages the data plane sends.
+    pub icmp: IcmpConfig,
+    /// Per-flow outer headers.
+    pub outer: OuterConfig,
     /// The metrics endpoint and the live-connection count (`[metrics]`).
     pub metrics: MetricsConfig,
     /// The health checker's settings.

@@ -16,10 +16,12 @@
 //!
 //! One validator per section of the file: the top-level keys, `[encap]`, `[nexthop]`,
 //! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
-//! backends in [`vips`], `[health]` and the VIPs' health tables in [`health`],
-//! `[announce]` in [`announce`].
+//! backends in [`vips`], `[icmp]` and the per-flow outer headers of `[encap]` in
+//! [`datapath`], `[health]` and the VIPs' health tables in [`health`], `[announce]` in
+//! [`announce`].
 
 mod announce;
+mod datapath;
 mod health;
 mod metrics;
 mod vips;
@@ -42,6 +44,8 @@ const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
 /// `conntrack.new_pin_rate`: 0 (no limit) to 100 million pins per second per CPU.
 const NEW_PIN_RATE_RANGE: (u32, u32) = (0, 100_000_000);
+/// Fragment tracking entries: 256 to 1,048,576.
+const FRAG_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
 const MTU_RANGE: (u16, u16) = (576, 65_535);
@@ -374,7 +378,7 @@ fn nexthop(file: &NexthopFile, r: &mut Report) -> (Nexthop, Duration) {
 }
 
 /// `[conntrack]`: (capacity per family, SYN cache slots, UDP idle timeout, new pins per
-/// second per CPU).
+/// second per CPU); the fragment tracking entries are read by [`fragment_capacity`].
 fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration, u32) {
     let capacity = in_range(
         r,
@@ -419,6 +423,16 @@ fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration, u32) 
     )
 }
 
+/// `conntrack.fragment_capacity`.
+fn fragment_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
+    in_range(
+        r,
+        "conntrack.fragment_capacity",
+        uint(file.fragment_capacity, defaults::FRAG_CAPACITY),
+        FRAG_CAPACITY_RANGE,
+    )
+}
+
 /// Every section in turn; every problem collected.
 fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let mut r = Report::default();
@@ -427,6 +441,9 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let (nexthop, nexthop_cache) = nexthop(&file.nexthop, &mut r);
     let (ct_capacity, ct_syn_capacity, udp_timeout, new_pin_rate) =
         conntrack(&file.conntrack, &mut r);
+    let frag_capacity = fragment_capacity(&file.conntrack, &mut r);
+    let icmp = datapath::icmp(&file.icmp, &mut r);
+    let outer = datapath::outer(&file.encap, &mut r);
     let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let announce = announce::announce(&file.announce, &mut r);
@@ -455,6 +472,9 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
             udp_timeout,
             new_pin_rate,
             nexthop_cache,
+            frag_capacity,
+            icmp,
+            outer,
             metrics,
             health,
             announce,

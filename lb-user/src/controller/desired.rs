@@ -8,13 +8,18 @@ use std::{
     time::Duration,
 };
 
-use lb_common::types::{CONFIG_VALID, LbConfig, NEXTHOP_FIB, NEXTHOP_GATEWAY};
+use lb_common::types::{
+    CONFIG_FLOW_LABEL_HASH, CONFIG_ICMP_ECHO, CONFIG_ICMP_TOO_BIG, CONFIG_SOURCE_PREFIX_V4,
+    CONFIG_SOURCE_PREFIX_V6, CONFIG_SOURCE_RANGES, CONFIG_VALID, LbConfig, NEXTHOP_FIB,
+    NEXTHOP_GATEWAY,
+};
 
 use crate::{
-    config::{BackendState, Config, Nexthop, Vip},
+    config::{BackendState, Config, IcmpConfig, Nexthop, OuterConfig, Vip},
     flow::addr_bytes,
     health::policy::FailurePolicy,
     maglev::BackendKey,
+    prefix::Prefix,
 };
 
 /// Settings that apply to every VIP (the data plane's `CONFIG` element).
@@ -38,6 +43,13 @@ pub struct Globals {
     pub new_pin_rate: u32,
     /// How long each CPU reuses a backend's FIB lookup.
     pub nexthop_cache: Duration,
+    /// The ICMP messages the data plane sends.
+    pub icmp: IcmpConfig,
+    /// Per-flow outer headers.
+    pub outer: OuterConfig,
+    /// Whether some VIP has allowed source prefixes (the data plane checks them only
+    /// then).
+    pub source_ranges: bool,
 }
 
 impl Globals {
@@ -51,7 +63,7 @@ impl Globals {
             Nexthop::Fib => (NEXTHOP_FIB, [0; 6]),
             Nexthop::Gateway { mac } => (NEXTHOP_GATEWAY, mac),
         };
-        LbConfig {
+        let config = LbConfig {
             src_v6,
             src_v4: self.source_v4.map_or([0; 4], |a| a.octets()),
             if_mac: self.if_mac,
@@ -66,8 +78,45 @@ impl Globals {
             new_pin_interval_ns: new_pin_interval_ns(self.new_pin_rate),
             new_pin_burst_ns: u64::from(crate::defaults::NEW_PIN_BURST_MS) * 1_000_000,
             ..LbConfig::default()
+        };
+        with_options(config, self)
+    }
+}
+
+/// `config` with the flags and fields of the optional behaviour: ICMP, source lists,
+/// per-flow outer headers.
+fn with_options(mut config: LbConfig, g: &Globals) -> LbConfig {
+    let icmp = &g.icmp;
+    for (on, flag) in [
+        (icmp.too_big, CONFIG_ICMP_TOO_BIG),
+        (icmp.echo, CONFIG_ICMP_ECHO),
+        (g.source_ranges, CONFIG_SOURCE_RANGES),
+        (g.outer.flow_label_hash, CONFIG_FLOW_LABEL_HASH),
+    ] {
+        if on {
+            config.flags |= flag;
         }
     }
+    // GCRA: the emission interval and how far a burst runs ahead of it.
+    let interval = 1_000_000_000 / u64::from(icmp.rate_limit.max(1));
+    config.icmp_interval_ns = interval;
+    config.icmp_burst_ns = interval * u64::from(icmp.burst.max(1) - 1);
+    if let Some(p) = g.outer.source_prefix_v4 {
+        let (addr, _) = addr_bytes(p.addr());
+        let (mask, _) = addr_bytes(p.host_mask());
+        config.flags |= CONFIG_SOURCE_PREFIX_V4;
+        config.src_prefix_v4 = [addr[0], addr[1], addr[2], addr[3]];
+        config.src_host_mask_v4 = u32::from_ne_bytes([mask[0], mask[1], mask[2], mask[3]]);
+    }
+    if let Some(p) = g.outer.source_prefix_v6 {
+        let (addr, _) = addr_bytes(p.addr());
+        let (mask, _) = addr_bytes(p.host_mask());
+        config.flags |= CONFIG_SOURCE_PREFIX_V6;
+        config.src_prefix_v6 = addr;
+        // Only the last word's host bits vary; those above stay the prefix's (0).
+        config.src_host_mask_v6 = u32::from_ne_bytes([mask[12], mask[13], mask[14], mask[15]]);
+    }
+    config
 }
 
 /// The emission interval (ns) of `rate` new pins per second (0: no limit, and a rate
@@ -94,6 +143,10 @@ pub struct BackendSpec {
 pub struct VipSpec {
     /// Maglev table size.
     pub table_size: u32,
+    /// The backends are IPv6 (for an IPv4 VIP: IPv4-in-IPv6).
+    pub ipv6_backends: bool,
+    /// Allowed client prefixes, sorted; empty: every client.
+    pub allowed_sources: Vec<Prefix>,
     /// Backends by key.
     pub backends: BTreeMap<BackendKey, BackendSpec>,
     /// What the VIP does when its backends fail health checks (`[vip.health]`).
@@ -171,6 +224,8 @@ impl Desired {
                     v.vip,
                     VipSpec {
                         table_size: v.table_size,
+                        ipv6_backends: v.ipv6_backends,
+                        allowed_sources: v.allowed_sources.clone(),
                         backends,
                         policy: v.health.policy(),
                     },
@@ -188,6 +243,9 @@ impl Desired {
                 udp_timeout: config.udp_timeout,
                 new_pin_rate: config.new_pin_rate,
                 nexthop_cache: config.nexthop_cache,
+                icmp: config.icmp,
+                outer: config.outer,
+                source_ranges: config.vips.iter().any(|v| !v.allowed_sources.is_empty()),
             },
             maglev_seed: config.maglev_seed,
             max_table_memory: config.max_table_memory,
@@ -220,8 +278,16 @@ impl Desired {
                 "backend port not supported with IP-in-IP encapsulation",
             ));
         }
-        if backend.ip().is_ipv4() != vip.addr.is_ipv4() {
-            return Err(invalid("not of the VIP's address family"));
+        let ipv6_backends = self
+            .vips
+            .get(vip)
+            .map_or(vip.addr.is_ipv6(), |spec| spec.ipv6_backends);
+        if backend.ip().is_ipv6() != ipv6_backends {
+            return Err(invalid(if ipv6_backends == vip.addr.is_ipv6() {
+                "not of the VIP's address family"
+            } else {
+                "not an IPv6 address (the VIP's backends are IPv6)"
+            }));
         }
         let lb_addr = match backend.ip() {
             std::net::IpAddr::V4(_) => self.globals.source_v4.map(std::net::IpAddr::V4),

@@ -162,6 +162,8 @@ mod tests {
         let key = |k: u8| -> BackendKey { format!("198.51.100.{k}").parse().unwrap() };
         let spec = VipSpec {
             table_size: 7,
+            ipv6_backends: false,
+            allowed_sources: Vec::new(),
             policy: crate::health::policy::FailurePolicy::default(),
             backends: backends
                 .iter()
@@ -170,8 +172,10 @@ mod tests {
         };
         let applied = AppliedVip {
             id: 0,
-            table: std::sync::Arc::new(MaglevTable::build(&[], 7, 0).unwrap()),
-            slots: std::sync::Arc::new(vec![0; 7]),
+            table: std::sync::Arc::new(super::super::table::TableFacts::of(
+                &MaglevTable::build(&[], 7, 0).unwrap(),
+            )),
+            slots: vec![0; 7].into(),
             generation: 1,
             backend_ids: backends
                 .iter()

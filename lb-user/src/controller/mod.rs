@@ -22,8 +22,10 @@ mod history;
 mod ids;
 pub mod overrides;
 mod plan;
+mod prebuild;
 mod record;
 mod report;
+pub mod table;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
@@ -44,8 +46,9 @@ use crate::{
     control::{FlowReport, Pin},
     dataplane::{CtTable, Dataplane, DataplaneError},
     flow::{flow_key, slot_of},
-    maglev::{BackendKey, MaglevTable},
+    maglev::BackendKey,
 };
+use table::TableFacts;
 
 /// A VIP as applied to the data plane.
 #[derive(Clone)]
@@ -54,10 +57,11 @@ pub struct AppliedVip {
     pub id: u32,
     /// The spec it was built from.
     pub spec: VipSpec,
-    /// The Maglev table (backend indices, fingerprint).
-    pub table: Arc<MaglevTable>,
-    /// Backend id of every slot, as written to the data plane.
-    pub slots: Arc<Vec<u32>>,
+    /// The builder's facts about the table (backends, slot counts, fingerprint).
+    pub table: Arc<TableFacts>,
+    /// Backend id of every slot, as written to the data plane: the one copy of the
+    /// table the controller keeps (`u16` ids, see [`table`]).
+    pub slots: Arc<[u16]>,
     /// Generation of the installed table.
     pub generation: u32,
     /// Backend ids of the VIP's backends.
@@ -309,7 +313,10 @@ impl<D: Dataplane> Controller<D> {
                 .find(|(_, b)| **b == id)
                 .map(|(k, _)| k.to_string())
         };
-        let table_backend = applied.slots.get(slot as usize).and_then(|&id| by_id(id));
+        let table_backend = applied
+            .slots
+            .get(slot as usize)
+            .and_then(|&id| by_id(u32::from(id)));
         let pinned = self
             .dp
             .lookup_flow(&key)

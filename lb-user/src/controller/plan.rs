@@ -11,7 +11,8 @@
 //!    map update; then, for a new VIP, its `VIPS` entry (so no packet finds a VIP
 //!    without a table);
 //! 3. removed VIPs: the `VIPS` entry first (their packets become non-VIP traffic), then
-//!    the table;
+//!    the table and the allowed source prefixes (a new VIP's prefixes are written
+//!    before its entry, so its first packet is already checked);
 //! 4. last, after waiting until no packet still reads a replaced table
 //!    ([`Dataplane::quiesce`]), backend entries that become *less* usable
 //!    (active → draining → down).
@@ -30,13 +31,16 @@ use super::{
     AppliedVip, State,
     desired::{Desired, VipSpec},
     ids::IdError,
+    prebuild::{self, TableKey},
     report::{ApplyReport, TableChange, VipChange},
+    table::{self, TableFacts},
 };
 use crate::{
     config::{BackendState, Vip},
-    dataplane::{self, Dataplane, DataplaneError, TableImage},
+    dataplane::{self, CompactImage, Dataplane, DataplaneError},
     flow::addr_bytes,
     maglev::{Backend, BackendKey, MaglevError, MaglevTable},
+    prefix::Prefix,
 };
 
 /// One data-plane operation.
@@ -48,11 +52,12 @@ pub(super) enum Op {
     InstallTable {
         vip_id: u32,
         generation: u32,
-        slots: Arc<Vec<u32>>,
+        slots: Arc<[u16]>,
     },
     RemoveTable(u32),
     SetVip(VipKey, u32),
     RemoveVip(VipKey),
+    SetSources(VipKey, u32, Arc<Vec<Prefix>>),
     Quiesce,
 }
 
@@ -68,6 +73,12 @@ impl Op {
             Op::RemoveTable(id) => format!("removing the table of VIP id {id}"),
             Op::SetVip(_, vip_id) => format!("writing VIP id {vip_id}"),
             Op::RemoveVip(_) => "removing a VIP".to_owned(),
+            Op::SetSources(_, vip_id, p) => {
+                format!(
+                    "writing {} allowed source prefixes of VIP id {vip_id}",
+                    p.len()
+                )
+            }
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
     }
@@ -81,9 +92,9 @@ impl Op {
                 vip_id,
                 generation,
                 slots,
-            } => dp.install_table(
+            } => dp.install_compact(
                 *vip_id,
-                &TableImage {
+                &CompactImage {
                     generation: *generation,
                     slots,
                 },
@@ -91,6 +102,7 @@ impl Op {
             Op::RemoveTable(id) => dp.remove_table(*id),
             Op::SetVip(k, vip_id) => dp.set_vip(k, *vip_id),
             Op::RemoveVip(k) => dp.remove_vip(k),
+            Op::SetSources(k, vip_id, p) => dp.set_sources(k, *vip_id, p),
             Op::Quiesce => dp.quiesce(),
         }
     }
@@ -176,8 +188,12 @@ pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyErro
     let mut planner = Planner::new(current, desired);
     planner.globals();
     let mut vips = BTreeMap::new();
-    for (vip, spec) in &desired.vips {
-        vips.insert(*vip, planner.vip(*vip, spec)?);
+    let order: Vec<(&Vip, &VipSpec)> = desired.vips.iter().collect();
+    for chunk in order.chunks(prebuild::CHUNK) {
+        planner.prebuild(chunk);
+        for &(vip, spec) in chunk {
+            vips.insert(*vip, planner.vip(*vip, spec)?);
+        }
     }
     planner.removed_vips();
     check_memory(&vips, desired.max_table_memory)?;
@@ -216,9 +232,23 @@ struct Planner<'a> {
     tables: Vec<Op>,
     /// Rule 4: backend entries that become less usable.
     after_tables: Vec<Op>,
-    /// Tables built in this change, shared by VIPs with identical inputs: many services
-    /// on the same backends cost one build, not one each (BR-10).
-    built: HashMap<(Vec<Backend>, u32), Arc<MaglevTable>>,
+    /// Tables built in this change, kept for the other VIPs with identical inputs:
+    /// many services on the same backends cost one build, not one each (BR-10). An
+    /// entry goes once no other VIP of the change can use it, so a change of many
+    /// distinct VIPs keeps no builder tables beyond the one being converted.
+    built: HashMap<TableKey, SharedBuild>,
+    /// How many desired VIPs have each table's inputs.
+    wanted: HashMap<TableKey, usize>,
+    /// Tables built ahead for the VIPs of the chunk being planned ([`prebuild`]).
+    prebuilt: HashMap<TableKey, Result<prebuild::Built, MaglevError>>,
+}
+
+/// A build kept for the other VIPs that have its inputs.
+struct SharedBuild {
+    table: Arc<MaglevTable>,
+    facts: Arc<TableFacts>,
+    /// VIPs that may still take it.
+    uses: usize,
 }
 
 impl<'a> Planner<'a> {
@@ -234,6 +264,8 @@ impl<'a> Planner<'a> {
             tables: Vec::new(),
             after_tables: Vec::new(),
             built: HashMap::new(),
+            wanted: HashMap::new(),
+            prebuilt: HashMap::new(),
         }
     }
 
@@ -253,6 +285,14 @@ impl<'a> Planner<'a> {
         let vip_id = self.next.ids.vip(vip).map_err(ApplyError::Ids)?;
         let backend_ids = self.backends(vip, spec, old)?;
         let applied = self.table(vip, vip_id, spec, old, backend_ids)?;
+        let old_sources = old.map_or(&[][..], |o| &o.spec.allowed_sources[..]);
+        if old_sources != &spec.allowed_sources[..] {
+            self.tables.push(Op::SetSources(
+                vip.key(),
+                vip_id,
+                Arc::new(spec.allowed_sources.clone()),
+            ));
+        }
         if old.is_none() {
             self.tables.push(Op::SetVip(vip.key(), vip_id));
         }
@@ -322,37 +362,25 @@ impl<'a> Planner<'a> {
         old: Option<&AppliedVip>,
         backend_ids: BTreeMap<BackendKey, u32>,
     ) -> Result<AppliedVip, ApplyError> {
-        if let Some(o) = old
-            && o.spec.table_size == spec.table_size
-            && table_inputs(&o.spec) == table_inputs(spec)
-            && self.current.maglev_seed == self.desired.maglev_seed
-            && !o.unverified
-        {
+        if let Some(o) = old.filter(|o| self.keeps_table(o, spec)) {
             return Ok(AppliedVip {
                 spec: spec.clone(),
                 backend_ids,
                 ..o.clone()
             });
         }
-        let started = Instant::now();
-        let table = self
+        let (table, facts, build_ms) = self
             .build(spec)
             .map_err(|error| ApplyError::Table { vip, error })?;
-        let build_ms = started.elapsed().as_secs_f64() * 1e3;
-        let slots: Vec<u32> = if table.is_empty() {
-            vec![0; spec.table_size as usize]
-        } else {
-            let ids: Vec<u32> = table
-                .backends()
-                .iter()
-                .map(|b| backend_ids.get(&b.key).copied().unwrap_or(0))
-                .collect();
-            table.slots().iter().map(|&i| ids[i as usize]).collect()
-        };
+        let slots = table::slots_with_ids(&table, spec.table_size, &backend_ids);
         let generation = old.map_or(1, |o| o.generation.wrapping_add(1).max(1));
         let changed_slots = old.map(|o| {
             if o.slots.len() == slots.len() {
-                o.slots.iter().zip(&slots).filter(|(a, b)| a != b).count()
+                o.slots
+                    .iter()
+                    .zip(slots.iter())
+                    .filter(|(a, b)| a != b)
+                    .count()
             } else {
                 slots.len()
             }
@@ -365,17 +393,18 @@ impl<'a> Planner<'a> {
         self.report
             .warnings
             .extend(table.warnings().iter().map(|w| format!("VIP {vip}: {w}")));
+        // The builder's own slot array goes here (unless another VIP shares it).
+        drop(table);
         self.report.changes.push(VipChange::Table(TableChange {
             vip,
             backends: spec.backends.len(),
-            in_table: table.active_backends(),
+            in_table: facts.active_backends(),
             table_size: spec.table_size,
-            fingerprint: table.fingerprint(),
+            fingerprint: facts.fingerprint(),
             generation,
             build_ms,
             changed_slots,
         }));
-        let slots = Arc::new(slots);
         self.tables.push(Op::InstallTable {
             vip_id,
             generation,
@@ -384,7 +413,7 @@ impl<'a> Planner<'a> {
         Ok(AppliedVip {
             id: vip_id,
             spec: spec.clone(),
-            table,
+            table: facts,
             slots,
             generation,
             backend_ids,
@@ -392,20 +421,81 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// The table of `spec`, built once per distinct (inputs, size) in this change.
-    fn build(&mut self, spec: &VipSpec) -> Result<Arc<MaglevTable>, MaglevError> {
-        let key = (table_inputs(spec), spec.table_size);
-        if let Some(t) = self.built.get(&key) {
-            return Ok(Arc::clone(t));
+    /// Whether `old`'s table is the one `spec` builds (same inputs, size and seed).
+    fn keeps_table(&self, old: &AppliedVip, spec: &VipSpec) -> bool {
+        old.spec.table_size == spec.table_size
+            && table_inputs(&old.spec) == table_inputs(spec)
+            && self.current.maglev_seed == self.desired.maglev_seed
+            && !old.unverified
+    }
+
+    /// Builds, on several threads, the tables that the VIPs of `chunk` need and that
+    /// this change has not built yet.
+    fn prebuild(&mut self, chunk: &[(&Vip, &VipSpec)]) {
+        let mut keys: Vec<TableKey> = Vec::new();
+        for &(vip, spec) in chunk {
+            if self
+                .current
+                .vips
+                .get(vip)
+                .is_some_and(|o| self.keeps_table(o, spec))
+            {
+                continue;
+            }
+            let key = (table_inputs(spec), spec.table_size);
+            if !self.built.contains_key(&key) && !keys.contains(&key) {
+                keys.push(key);
+            }
         }
-        let table = Arc::new(MaglevTable::build(
-            &key.0,
-            spec.table_size,
-            self.desired.maglev_seed,
-        )?);
+        if keys.len() > 1 {
+            self.prebuilt = prebuild::build_all(keys, self.desired.maglev_seed);
+        }
+    }
+
+    /// The table of `spec`, its facts and how long the build took (ms; 0 when another
+    /// VIP's build is reused), built once per distinct (inputs, size) in this change.
+    fn build(
+        &mut self,
+        spec: &VipSpec,
+    ) -> Result<(Arc<MaglevTable>, Arc<TableFacts>, f64), MaglevError> {
+        let key = (table_inputs(spec), spec.table_size);
+        if let Some(shared) = self.built.get_mut(&key) {
+            let found = (Arc::clone(&shared.table), Arc::clone(&shared.facts), 0.0);
+            shared.uses -= 1;
+            if shared.uses == 0 {
+                self.built.remove(&key);
+            }
+            return Ok(found);
+        }
+        if self.wanted.is_empty() {
+            for spec in self.desired.vips.values() {
+                *self
+                    .wanted
+                    .entry((table_inputs(spec), spec.table_size))
+                    .or_default() += 1;
+            }
+        }
+        let prebuild::Built {
+            table,
+            facts,
+            build_ms,
+        } = match self.prebuilt.remove(&key) {
+            Some(built) => built?,
+            None => prebuild::build_one(&key, self.desired.maglev_seed)?,
+        };
         self.next.builds_total += 1;
-        self.built.insert(key, Arc::clone(&table));
-        Ok(table)
+        let others = self.wanted.get(&key).map_or(0, |n| n.saturating_sub(1));
+        if others > 0 {
+            self.built.insert(
+                key,
+                SharedBuild {
+                    table: Arc::clone(&table),
+                    facts: Arc::clone(&facts),
+                    uses: others,
+                },
+            );
+        }
+        Ok((table, facts, build_ms))
     }
 
     /// VIPs applied but no longer desired: entry, then table; their backends go down.
@@ -417,6 +507,10 @@ impl<'a> Planner<'a> {
             }
             self.tables.push(Op::RemoveVip(vip.key()));
             self.tables.push(Op::RemoveTable(old.id));
+            if !old.spec.allowed_sources.is_empty() {
+                self.tables
+                    .push(Op::SetSources(vip.key(), old.id, Arc::new(Vec::new())));
+            }
             self.next.ids.release_vip(vip);
             for (key, &id) in &old.backend_ids {
                 self.next.ids.release_backend(*vip, *key);
@@ -457,8 +551,10 @@ impl<'a> Planner<'a> {
 struct Shadow {
     config: Option<LbConfig>,
     entries: BTreeMap<u32, BackendEntry>,
-    tables: HashMap<u32, (u32, Arc<Vec<u32>>)>,
+    tables: HashMap<u32, (u32, Arc<[u16]>)>,
     vips: HashMap<VipKey, u32>,
+    /// Allowed source prefixes of VIPs that have them.
+    sources: HashMap<VipKey, (u32, Arc<Vec<Prefix>>)>,
 }
 
 impl Shadow {
@@ -475,6 +571,12 @@ impl Shadow {
                 .vips
                 .iter()
                 .map(|(vip, v)| (vip.key(), v.id))
+                .collect(),
+            sources: state
+                .vips
+                .iter()
+                .filter(|(_, v)| !v.spec.allowed_sources.is_empty())
+                .map(|(vip, v)| (vip.key(), (v.id, Arc::new(v.spec.allowed_sources.clone()))))
                 .collect(),
         }
     }
@@ -500,6 +602,10 @@ impl Shadow {
             Op::SetVip(key, _) | Op::RemoveVip(key) => match self.vips.get(key) {
                 Some(e) => Op::SetVip(*key, *e),
                 None => Op::RemoveVip(*key),
+            },
+            Op::SetSources(key, vip_id, _) => match self.sources.get(key) {
+                Some((id, prefixes)) => Op::SetSources(*key, *id, Arc::clone(prefixes)),
+                None => Op::SetSources(*key, *vip_id, Arc::new(Vec::new())),
             },
         })
     }
@@ -528,6 +634,13 @@ impl Shadow {
             Op::RemoveVip(k) => {
                 self.vips.remove(k);
             }
+            Op::SetSources(k, id, p) => {
+                if p.is_empty() {
+                    self.sources.remove(k);
+                } else {
+                    self.sources.insert(*k, (*id, Arc::clone(p)));
+                }
+            }
         }
     }
 }
@@ -539,6 +652,24 @@ pub(super) fn execute<D: Dataplane>(
     current: &State,
     ops: &[Op],
 ) -> Result<Vec<f64>, ApplyError> {
+    let new_tables: Vec<(u32, u32)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::InstallTable { vip_id, slots, .. } => {
+                Some((*vip_id, u32::try_from(slots.len()).unwrap_or(u32::MAX)))
+            }
+            _ => None,
+        })
+        .collect();
+    if !new_tables.is_empty() {
+        // Nothing live changes, so there is nothing to undo if it fails.
+        dp.prepare_tables(&new_tables)
+            .map_err(|error| ApplyError::Dataplane {
+                step: format!("preparing the buffers of {} tables", new_tables.len()),
+                error: Box::new(error),
+                undo: String::new(),
+            })?;
+    }
     let mut shadow = Shadow::of(current);
     let mut undo: Vec<Op> = Vec::with_capacity(ops.len());
     let mut swaps_ms = Vec::new();

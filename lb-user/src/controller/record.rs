@@ -32,6 +32,7 @@ use super::{
     AppliedVip, State,
     desired::{BackendSpec, VipSpec},
     ids::{Ids, IdsRecord},
+    table::{self, TableFacts},
 };
 use crate::{
     config::{BackendState, Protocol, Vip},
@@ -135,6 +136,15 @@ fn vip_of_key(key: &VipKey) -> Option<Vip> {
     Some(Vip::new(addr, u16::from_be(key.port), proto))
 }
 
+/// Whether the backends of `vip` are IPv6: those recovered say so, else the VIP's
+/// family does.
+fn ipv6_backends(vip: &Vip, backends: &BTreeMap<BackendKey, BackendSpec>) -> bool {
+    backends
+        .keys()
+        .next()
+        .map_or(vip.addr.is_ipv6(), |k| k.ip().is_ipv6())
+}
+
 /// A backend's state as a `BACKENDS` entry says.
 fn state_of(entry_state: u8) -> BackendState {
     match entry_state {
@@ -151,7 +161,7 @@ fn slots_of(
     spec: &VipSpec,
     seed: u64,
     ids: &Ids,
-) -> Option<(Arc<MaglevTable>, Vec<u32>)> {
+) -> Option<(Arc<TableFacts>, Arc<[u16]>)> {
     let inputs: Vec<Backend> = spec
         .backends
         .iter()
@@ -159,22 +169,17 @@ fn slots_of(
         .map(|(k, b)| Backend::new(*k, b.weight))
         .collect();
     let table = MaglevTable::build(&inputs, spec.table_size, seed).ok()?;
-    let slots = if table.is_empty() {
-        vec![0; spec.table_size as usize]
-    } else {
-        let by_index: Option<Vec<u32>> = table
-            .backends()
-            .iter()
-            .map(|b| ids.backend_id(vip, &b.key))
-            .collect();
-        let by_index = by_index?;
-        table
-            .slots()
-            .iter()
-            .map(|&i| by_index[i as usize])
-            .collect()
-    };
-    Some((Arc::new(table), slots))
+    let slots = table::compact_slots(&table, spec.table_size, |key| ids.backend_id(vip, key))?;
+    Some((Arc::new(TableFacts::of(&table)), slots))
+}
+
+/// Ids read back from a table, in the controller's compact form: an id beyond the
+/// `BACKENDS` map (which the data plane never writes) names no backend.
+fn compact(installed: &[u32]) -> Arc<[u16]> {
+    installed
+        .iter()
+        .map(|&id| u16::try_from(id).unwrap_or(0))
+        .collect()
 }
 
 /// The controller state of the data plane `dp` adopted (see the module
@@ -227,24 +232,41 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
         };
         state.ids.bind_vip(vip, *vip_id);
         applied.insert(vip);
-        used_ids.extend(installed.slots.iter().copied().filter(|id| *id != 0));
+        let in_table = table::distinct_ids(&installed.slots);
+        used_ids.extend(in_table.iter().copied());
         let recorded = record
             .as_ref()
             .and_then(|r| r.vips.iter().find(|v| v.vip == vip && v.id == *vip_id))
             .filter(|r| r.generation == installed.generation);
+        // The maps hold the source list the VIP has now: the next change is planned
+        // from it.
+        let allowed_sources = adopted
+            .sources
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, prefixes)| prefixes.clone())
+            .unwrap_or_default();
         let verified = recorded.and_then(|r| {
             // The policy is not recorded: it changes no table by itself (the plan
             // compares table inputs), and the next apply brings the configured one.
+            let backends: BTreeMap<BackendKey, BackendSpec> = r.backends.iter().copied().collect();
             let spec = VipSpec {
                 table_size: r.table_size,
-                backends: r.backends.iter().copied().collect(),
+                ipv6_backends: ipv6_backends(&vip, &backends),
+                allowed_sources: allowed_sources.clone(),
+                backends,
                 policy: FailurePolicy::default(),
             };
             let (table, slots) = slots_of(&vip, &spec, state.maglev_seed, &state.ids)?;
-            (slots == installed.slots).then_some((spec, table))
+            let same = slots.len() == installed.slots.len()
+                && slots
+                    .iter()
+                    .zip(&installed.slots)
+                    .all(|(&a, &b)| u32::from(a) == b);
+            same.then_some((spec, table, slots))
         });
         let applied_vip = match verified {
-            Some((spec, table)) => {
+            Some((spec, table, slots)) => {
                 let backend_ids: BTreeMap<BackendKey, u32> = spec
                     .backends
                     .keys()
@@ -259,7 +281,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
                     id: *vip_id,
                     spec,
                     table,
-                    slots: Arc::new(installed.slots),
+                    slots,
                     generation: installed.generation,
                     backend_ids,
                     unverified: false,
@@ -270,10 +292,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
                 // entry's address.
                 let mut backends = BTreeMap::new();
                 let mut backend_ids = BTreeMap::new();
-                for id in installed.slots.iter().copied().collect::<BTreeSet<_>>() {
-                    if id == 0 {
-                        continue;
-                    }
+                for id in in_table {
                     let entry = dp.backend(id)?;
                     let Some(addr) = ip_of_bytes(entry.addr, entry.family) else {
                         continue;
@@ -298,11 +317,13 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
                     id: *vip_id,
                     spec: VipSpec {
                         table_size: size,
+                        ipv6_backends: ipv6_backends(&vip, &backends),
+                        allowed_sources,
                         backends,
                         policy: FailurePolicy::default(),
                     },
-                    table: Arc::new(table),
-                    slots: Arc::new(installed.slots),
+                    table: Arc::new(TableFacts::of(&table)),
+                    slots: compact(&installed.slots),
                     generation: installed.generation,
                     backend_ids,
                     unverified: true,

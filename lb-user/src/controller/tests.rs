@@ -538,3 +538,124 @@ fn backends_lose_usability_only_after_the_data_plane_quiesced() {
     c.apply(&d).unwrap();
     assert!(!c.dataplane().ops[before..].contains(&FOp::Quiesce));
 }
+
+// ---- allowed source prefixes ----
+
+fn with_sources(sources: &str) -> Desired {
+    let vip = vip_toml(80, 1009, &[(11, 1, "active")]).replace(
+        "table_size = 1009\n",
+        &format!("table_size = 1009\nallowed_sources = [{sources}]\n"),
+    );
+    desired(&vip)
+}
+
+#[test]
+fn a_new_vips_source_list_is_written_before_its_entry_and_cleared_after_its_removal() {
+    let mut c = controller();
+    c.apply(&with_sources("\"192.0.2.0/24\"")).expect("apply");
+    let ops = &c.dataplane().ops;
+    let sources = pos(ops, |o| matches!(o, FOp::SetSources(_, _, 1)));
+    let vip = pos(ops, |o| matches!(o, FOp::SetVip(..)));
+    assert!(sources < vip, "{ops:#?}");
+    let key = vip80().key();
+    assert_eq!(c.dataplane().sources[&key].1.len(), 1);
+    let cfg = c.dataplane().config.expect("config");
+    assert_ne!(cfg.flags & lb_common::types::CONFIG_SOURCE_RANGES, 0);
+    // Narrowed / widened: written again; unchanged: not written.
+    c.apply(&with_sources("\"192.0.2.0/25\", \"198.18.0.0/15\""))
+        .expect("apply");
+    assert_eq!(c.dataplane().sources[&key].1.len(), 2);
+    let writes = |c: &Controller<FakeDataplane>| {
+        c.dataplane()
+            .ops
+            .iter()
+            .filter(|o| matches!(o, FOp::SetSources(..)))
+            .count()
+    };
+    let before = writes(&c);
+    c.apply(&with_sources("\"198.18.0.0/15\", \"192.0.2.0/25\""))
+        .expect("apply");
+    assert_eq!(
+        writes(&c),
+        before,
+        "the same list in another order is no change"
+    );
+    // Removed VIP: its entry first, then its list.
+    c.apply(&desired("")).expect("apply");
+    let ops = &c.dataplane().ops;
+    let removed = pos(ops, |o| matches!(o, FOp::RemoveVip(_)));
+    let cleared = ops.len()
+        - 1
+        - ops
+            .iter()
+            .rev()
+            .position(|o| matches!(o, FOp::SetSources(_, _, 0)))
+            .expect("cleared");
+    assert!(removed < cleared, "{ops:#?}");
+    assert!(c.dataplane().sources.is_empty());
+}
+
+#[test]
+fn an_adopted_source_list_is_the_one_the_next_change_starts_from() {
+    // The list in the maps, not an empty one, is what a restarted daemon changes: a
+    // list removed from the file while no daemon ran is cleared, a narrowed one
+    // written again; an unchanged one is left alone.
+    let mut c = controller();
+    c.apply(&with_sources("\"192.0.2.0/24\", \"198.18.0.0/15\""))
+        .expect("apply");
+    let restart = |c: &mut Controller<FakeDataplane>| {
+        let dp = std::mem::take(c.dataplane_mut()).restarted();
+        Controller::adopt(dp).expect("adopt").0
+    };
+    let key = vip80().key();
+    let mut c = restart(&mut c);
+    c.apply(&with_sources("\"198.18.0.0/15\", \"192.0.2.0/24\""))
+        .expect("apply");
+    assert!(
+        !c.dataplane()
+            .ops
+            .iter()
+            .any(|o| matches!(o, FOp::SetSources(..))),
+        "unchanged list: {:#?}",
+        c.dataplane().ops
+    );
+    let mut c = restart(&mut c);
+    c.apply(&with_sources("\"198.18.0.0/15\"")).expect("apply");
+    assert_eq!(c.dataplane().sources[&key].1.len(), 1);
+    let mut c = restart(&mut c);
+    c.apply(&desired(&vip_toml(80, 1009, &[(11, 1, "active")])))
+        .expect("apply");
+    assert!(c.dataplane().sources.is_empty(), "the list is lifted");
+}
+
+#[test]
+fn a_failed_change_puts_the_previous_source_list_back() {
+    let two = |sources: &str| {
+        desired(
+            &vip_toml(80, 1009, &[(11, 1, "active"), (12, 1, "active")]).replace(
+                "table_size = 1009\n",
+                &format!("table_size = 1009\nallowed_sources = [{sources}]\n"),
+            ),
+        )
+    };
+    let mut c = controller();
+    c.apply(&two("\"192.0.2.0/24\"")).expect("apply");
+    let before = c.dataplane().sources.clone();
+    // Removing backend 12 and changing the list: table, list, wait, backend 12 down.
+    // The last write fails: everything, the list included, is undone.
+    let change = with_sources("\"10.0.0.0/8\"");
+    let mut probe = controller();
+    probe.apply(&two("\"192.0.2.0/24\"")).expect("apply");
+    let (start, first_op) = (probe.dataplane().calls, probe.dataplane().ops.len());
+    probe.apply(&change).expect("apply");
+    let ops = &probe.dataplane().ops[first_op..];
+    let list = pos(ops, |o| matches!(o, FOp::SetSources(_, _, 1)));
+    assert!(
+        list + 1 < ops.len(),
+        "the list is not the last write: {ops:#?}"
+    );
+    let calls_in_change = probe.dataplane().calls - start;
+    c.dataplane_mut().fail_at_call = Some(c.dataplane().calls + calls_in_change - 1);
+    assert!(c.apply(&change).is_err());
+    assert_eq!(c.dataplane().sources, before);
+}

@@ -73,6 +73,7 @@ pub(super) fn open(config: &Config, options: &RunOptions) -> anyhow::Result<Open
         LoadOptions {
             ct_capacity: config.ct_capacity,
             ct_syn_capacity: config.ct_syn_capacity,
+            frag_capacity: config.frag_capacity,
         },
         Pinning { dir, lock, object },
     )

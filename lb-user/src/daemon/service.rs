@@ -74,6 +74,7 @@ struct StartOnly {
     state_dir: PathBuf,
     ct_capacity: u32,
     ct_syn_capacity: u32,
+    frag_capacity: u32,
     /// The flow hash places every flow in its table slot and SYN cache slot: changing
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
@@ -96,6 +97,7 @@ impl StartOnly {
             state_dir: c.state_dir.clone(),
             ct_capacity: c.ct_capacity,
             ct_syn_capacity: c.ct_syn_capacity,
+            frag_capacity: c.frag_capacity,
             hash_seed: c.hash_seed,
             health: c.health,
         }
@@ -116,6 +118,10 @@ impl StartOnly {
             (
                 "conntrack.syn_capacity",
                 self.ct_syn_capacity != other.ct_syn_capacity,
+            ),
+            (
+                "conntrack.fragment_capacity",
+                self.frag_capacity != other.frag_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
             ("metrics", self.metrics != other.metrics),

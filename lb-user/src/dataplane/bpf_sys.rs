@@ -28,6 +28,10 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// `BPF_LINK_DETACH` (Linux 5.9).
 const BPF_LINK_DETACH: libc::c_long = 34;
+/// `BPF_MAP_LOOKUP_BATCH` (Linux 5.6).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// `BPF_MAP_UPDATE_BATCH` (Linux 5.6).
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 
 /// `BPF_MAP_TYPE_ARRAY`.
 pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -71,6 +75,21 @@ struct InfoAttr {
     bpf_fd: u32,
     info_len: u32,
     info: u64,
+}
+
+/// `union bpf_attr` for the `BPF_MAP_*_BATCH` commands.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    /// In: elements given; out: elements processed.
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
 }
 
 /// `union bpf_attr` for `BPF_LINK_DETACH`.
@@ -149,6 +168,99 @@ pub(crate) fn update(fd: BorrowedFd<'_>, key: &[u8], value: &[u8]) -> io::Result
         flags: 0,
     };
     bpf(BPF_MAP_UPDATE_ELEM, &attr).map(|_| ())
+}
+
+/// Writes `values[i]` under `keys[i]` for every `i` in one `BPF_MAP_UPDATE_BATCH` of a
+/// map with `u32` keys and values (a map of maps takes inner map fds as values).
+/// Returns how many elements were written: all of them, or, with the error, those
+/// before the first that failed (`Err((written, error))`).
+///
+/// Why: an update of a map of maps waits for an RCU grace period before it returns
+/// (`maybe_wait_bpf_programs()` in `kernel/bpf/syscall.c`); a batch waits once for all
+/// its elements (Linux 6.8 and later; older kernels wait once per element, as single
+/// updates do).
+pub(crate) fn update_batch_u32(
+    fd: BorrowedFd<'_>,
+    keys: &[u32],
+    values: &[u32],
+) -> Result<usize, (usize, io::Error)> {
+    assert_eq!(keys.len(), values.len(), "one value per key");
+    let invalid = || (0, io::Error::from(io::ErrorKind::InvalidInput));
+    let mut attr = BatchAttr {
+        keys: keys.as_ptr() as u64,
+        values: values.as_ptr() as u64,
+        count: u32::try_from(keys.len()).map_err(|_| invalid())?,
+        map_fd: raw(fd).map_err(|_| invalid())?,
+        ..BatchAttr::default()
+    };
+    // SAFETY: attr is a valid BPF_MAP_UPDATE_BATCH attribute whose key and value
+    // pointers refer to `count` u32s each, alive for the call; the kernel writes only
+    // `attr.count`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_BATCH,
+            &raw mut attr,
+            size_of::<BatchAttr>(),
+        )
+    };
+    let written = attr.count as usize;
+    if rc < 0 {
+        Err((written.min(keys.len()), io::Error::last_os_error()))
+    } else {
+        Ok(written)
+    }
+}
+
+/// One `BPF_MAP_LOOKUP_BATCH` call (Linux 5.6+): reads up to `count` entries of map
+/// `fd` into `keys` and `values` (byte buffers of `count` keys and values of the map's
+/// sizes), continuing after `token_in` (`None` for the first call) and writing the next
+/// token to `token_out`. Returns the entries read and whether the map is exhausted
+/// (`ENOENT`: the last entries are in this call's answer).
+///
+/// # Errors
+/// Any other errno of the call.
+///
+/// # Safety
+/// `keys` and `values` must point to writable buffers of `count` keys and `count`
+/// values of the map's key and value sizes.
+pub(crate) unsafe fn lookup_batch(
+    fd: BorrowedFd<'_>,
+    token_in: Option<&u64>,
+    token_out: &mut u64,
+    keys: *mut u8,
+    values: *mut u8,
+    count: u32,
+) -> io::Result<(usize, bool)> {
+    let mut attr = BatchAttr {
+        in_batch: token_in.map_or(0, |t| std::ptr::from_ref(t) as u64),
+        out_batch: std::ptr::from_mut(token_out) as u64,
+        keys: keys as u64,
+        values: values as u64,
+        count,
+        map_fd: raw(fd)?,
+        ..BatchAttr::default()
+    };
+    // SAFETY: the caller guarantees the buffers; the kernel writes at most `count`
+    // keys and values into them and one token into `token_out`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_LOOKUP_BATCH,
+            &raw mut attr,
+            size_of::<BatchAttr>(),
+        )
+    };
+    let read = (attr.count as usize).min(count as usize);
+    if rc >= 0 {
+        return Ok((read, false));
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::ENOENT) {
+        Ok((read, true))
+    } else {
+        Err(error)
+    }
 }
 
 /// Reads the value under `key` into `value` (exactly the map's value size); `false`

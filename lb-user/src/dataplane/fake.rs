@@ -12,6 +12,7 @@ use lb_common::{
 };
 
 use super::{Adopted, AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage};
+use crate::prefix::Prefix;
 
 /// One mutating call, as recorded in [`FakeDataplane::ops`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +47,8 @@ pub enum Op {
     RemoveVip(VipKey),
     /// `reset_backend_stats(id)`.
     ResetBackendStats(u32),
+    /// `set_sources(key, vip_id, prefixes)` with the number of prefixes.
+    SetSources(VipKey, u32, usize),
 }
 
 /// In-memory data plane. Fields are public so tests can inspect and seed state.
@@ -73,6 +76,8 @@ pub struct FakeDataplane {
     pub vip_counters: HashMap<u32, VipStats>,
     /// Per-backend counters (seeded by tests).
     pub backend_counters: HashMap<u32, BackendStats>,
+    /// Allowed source prefixes of the VIPs that have them.
+    pub sources: HashMap<VipKey, (u32, Vec<Prefix>)>,
     /// Every successful mutating call, in order.
     pub ops: Vec<Op>,
     /// Mutating calls attempted so far (successful or not).
@@ -239,6 +244,25 @@ impl Dataplane for FakeDataplane {
         Ok(())
     }
 
+    fn set_sources(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        prefixes: &[Prefix],
+    ) -> Result<(), DataplaneError> {
+        if vip_id >= MAX_VIPS {
+            return Err(DataplaneError::OutOfRange(format!("VIP id {vip_id}")));
+        }
+        self.mutate("set_sources")?;
+        if prefixes.is_empty() {
+            self.sources.remove(key);
+        } else {
+            self.sources.insert(*key, (vip_id, prefixes.to_vec()));
+        }
+        self.ops.push(Op::SetSources(*key, vip_id, prefixes.len()));
+        Ok(())
+    }
+
     fn global_stats(&self) -> Result<GlobalStats, DataplaneError> {
         Ok(self.global)
     }
@@ -272,6 +296,15 @@ impl Dataplane for FakeDataplane {
             record: self.record.clone(),
             config: self.config,
             vips,
+            sources: self
+                .sources
+                .iter()
+                .map(|(k, (_, prefixes))| {
+                    let mut prefixes = prefixes.clone();
+                    prefixes.sort();
+                    (*k, prefixes)
+                })
+                .collect(),
         }))
     }
 

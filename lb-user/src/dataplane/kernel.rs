@@ -4,6 +4,7 @@
 //! - `load`: loading the embedded object ([`LoadOptions`]) and the privileges it needs;
 //! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
+//! - `sources`: the VIPs' allowed source prefixes and the order they are written in;
 //! - `harness` (feature `test-harness`): `BPF_PROG_TEST_RUN` runs, the benchmark
 //!   harness, raw tables and a second table writer, for the privileged tests and
 //!   `lb-bench`;
@@ -21,6 +22,7 @@ mod load;
 mod pass;
 mod pinning;
 mod probe;
+mod sources;
 mod trace;
 mod walk;
 
@@ -49,9 +51,10 @@ pub use trace::{TraceReader, TraceRecord};
 pub use walk::{Census, ConnectionCounts, ConntrackWalker, WalkSettings};
 
 use super::{
-    Adopted, AttachMode, CtTable, Dataplane, DataplaneError, InstalledTable, TableImage,
-    absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
+    Adopted, AttachMode, CompactImage, CtTable, Dataplane, DataplaneError, InstalledTable,
+    TableImage, absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
 };
+use crate::prefix::Prefix;
 
 /// The pins of a pinned data plane (see `super::pinned`).
 #[derive(Debug)]
@@ -89,6 +92,8 @@ pub struct KernelDataplane {
     /// VIPs written (key → VIP id), to keep `VIP_ADDRS` counts and `VIP_FILTER` words
     /// exact.
     vip_keys: StdHashMap<VipKey, u32>,
+    /// The allowed source prefixes of the VIPs.
+    sources: sources::SourceMaps,
     /// `TRACE_FILTER`: which VIP packets `lb trace` records.
     trace_filter: trace::TraceFilterMap,
     /// Whether tracing is on: this data plane is the only writer of `CONFIG_TRACE`.
@@ -128,8 +133,13 @@ pub(super) fn lock(tables: &Mutex<TableSet>) -> MutexGuard<'_, TableSet> {
 }
 
 fn check_table(vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
+    check_size(vip_id, table.slots.len())
+}
+
+/// Checks a VIP id and a table size of `slots` slots.
+fn check_size(vip_id: u32, slots: usize) -> Result<(), DataplaneError> {
     check_vip_id(vip_id)?;
-    let size = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
+    let size = u32::try_from(slots).unwrap_or(u32::MAX);
     if size == 0 || size > MAX_TABLE_SIZE {
         return Err(DataplaneError::OutOfRange(format!(
             "table size {size} is outside 1..={MAX_TABLE_SIZE}"
@@ -275,6 +285,22 @@ impl Dataplane for KernelDataplane {
         lock(&self.tables).install(vip_id, table)
     }
 
+    fn install_compact(
+        &mut self,
+        vip_id: u32,
+        table: &CompactImage<'_>,
+    ) -> Result<(), DataplaneError> {
+        check_size(vip_id, table.slots.len())?;
+        lock(&self.tables).install_slots(vip_id, table.generation, table.slots)
+    }
+
+    fn prepare_tables(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        for &(vip_id, size) in tables {
+            check_size(vip_id, size as usize)?;
+        }
+        lock(&self.tables).prepare(tables)
+    }
+
     fn quiesce(&mut self) -> Result<(), DataplaneError> {
         lock(&self.tables).quiesce()
     }
@@ -322,6 +348,15 @@ impl Dataplane for KernelDataplane {
             self.release_address(&addr_key(key))?;
         }
         Ok(())
+    }
+
+    fn set_sources(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        prefixes: &[Prefix],
+    ) -> Result<(), DataplaneError> {
+        self.sources.set(key, vip_id, prefixes)
     }
 
     fn global_stats(&self) -> Result<GlobalStats, DataplaneError> {

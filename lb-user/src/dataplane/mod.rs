@@ -7,6 +7,8 @@
 //! - [`fake`]: an in-memory implementation with the same semantics and failure
 //!   injection, so controller logic is unit-tested without root;
 //! - [`inspect`]: read-only access to the maps of a program another process loaded;
+//! - [`offload`]: the interface's receive VLAN offload, which native XDP cannot see
+//!   through.
 //! - [`pinned`]: the pinned datapath in bpffs (directory, layout stamp, lock, removal),
 //!   which outlives the daemon and which a restarted one adopts.
 //!
@@ -18,11 +20,14 @@ mod bpf_sys;
 pub mod fake;
 pub mod inspect;
 pub mod kernel;
+pub mod offload;
 pub mod pinned;
 mod table_map;
 mod tables;
 
 use aya::maps::MapError;
+
+use crate::prefix::Prefix;
 use lb_common::{
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
@@ -167,6 +172,19 @@ pub struct TableImage<'a> {
     pub slots: &'a [u32],
 }
 
+/// One complete Maglev table in the controller's compact form: backend ids as `u16`,
+/// which holds every id (`lb_common::maps::MAX_BACKENDS` = 65,536), at half the memory
+/// of [`TableImage`]'s `u32`s.
+#[derive(Clone, Copy, Debug)]
+pub struct CompactImage<'a> {
+    /// As [`TableImage::generation`].
+    pub generation: u32,
+    /// Backend id of every slot (`0` = no backend), length M.
+    pub slots: &'a [u16],
+}
+
+const _: () = assert!(lb_common::maps::MAX_BACKENDS <= 1 << 16);
+
 /// A table as read back from the data plane.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstalledTable {
@@ -195,6 +213,9 @@ pub struct Adopted {
     pub config: Option<LbConfig>,
     /// The `VIPS` entries: key and VIP id.
     pub vips: Vec<(VipKey, u32)>,
+    /// The allowed source prefixes written, by VIP (sorted; VIPs without a list are
+    /// absent).
+    pub sources: Vec<(VipKey, Vec<Prefix>)>,
 }
 
 /// Operations the controller performs on the data plane.
@@ -233,6 +254,39 @@ pub trait Dataplane {
     /// then stays in force).
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError>;
 
+    /// [`Self::install_table`] of a table in the controller's compact form (`u16` backend
+    /// ids). The default widens it into a temporary `u32` copy; the kernel data plane
+    /// writes it into the table buffer directly.
+    ///
+    /// # Errors
+    /// As [`Self::install_table`].
+    fn install_compact(
+        &mut self,
+        vip_id: u32,
+        table: &CompactImage<'_>,
+    ) -> Result<(), DataplaneError> {
+        let slots: Vec<u32> = table.slots.iter().map(|&id| u32::from(id)).collect();
+        self.install_table(
+            vip_id,
+            &TableImage {
+                generation: table.generation,
+                slots: &slots,
+            },
+        )
+    }
+
+    /// Gets ready for installs of `tables` ((VIP id, table size) pairs) that follow in
+    /// the same change: the kernel data plane creates the table buffers they need in one
+    /// batch, so that a change of many VIPs waits for one RCU grace period rather than
+    /// one per new buffer. Nothing becomes live. The default does nothing.
+    ///
+    /// # Errors
+    /// When a buffer cannot be created or inserted (nothing that was live changed).
+    fn prepare_tables(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        let _ = tables;
+        Ok(())
+    }
+
     /// Waits until no packet can still be using a table replaced by
     /// [`Self::install_table`] (an RCU grace period in the kernel). The controller calls
     /// it before changes that must come after every packet sees the new tables (marking
@@ -268,6 +322,23 @@ pub trait Dataplane {
     /// # Errors
     /// When a map update fails.
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError>;
+
+    /// Sets the client prefixes allowed to reach VIP `key` (id `vip_id`), all of the
+    /// VIP's family; empty: every client. The data plane checks them for every packet
+    /// of the VIP before any conntrack lookup, so a narrowed list stops the removed
+    /// prefixes' established flows too. While the list changes, a packet is checked
+    /// against the old list, the new one, or their union; never against neither.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map, too many prefixes in
+    /// all, or a prefix of another family; a failed map update (the previous list
+    /// is put back).
+    fn set_sources(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        prefixes: &[Prefix],
+    ) -> Result<(), DataplaneError>;
 
     /// Global counters summed over CPUs.
     ///

@@ -105,9 +105,14 @@ impl Mapping {
         self.cells().get(i).map(|cell| cell[0])
     }
 
-    /// Writes a table: header (size, generation) then the slots. The mapping must hold
-    /// exactly `slots.len() + TABLE_HEADER_LEN` entries.
-    pub(crate) fn write_table(&mut self, generation: u32, slots: &[u32]) -> io::Result<()> {
+    /// Writes a table: header (size, generation) then the slots (backend ids, `u32` or
+    /// the controller's compact `u16`). The mapping must hold exactly
+    /// `slots.len() + TABLE_HEADER_LEN` entries.
+    pub(crate) fn write_table<T: Copy + Into<u32>>(
+        &mut self,
+        generation: u32,
+        slots: &[T],
+    ) -> io::Result<()> {
         let size =
             u32::try_from(slots.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         if slots.len() + TABLE_HEADER_LEN as usize != self.entries {
@@ -141,12 +146,12 @@ impl Mapping {
     }
 
     /// Writes `values` into entries `start..start + values.len()`.
-    fn write(&mut self, start: usize, values: &[u32]) {
+    fn write<T: Copy + Into<u32>>(&mut self, start: usize, values: &[T]) {
         for (cell, value) in self.cells_mut()[start..start + values.len()]
             .iter_mut()
             .zip(values)
         {
-            cell[0] = *value;
+            cell[0] = (*value).into();
         }
     }
 }

@@ -25,7 +25,11 @@
 //! update wait in `synchronize_rcu()` (`maybe_wait_bpf_programs()` in
 //! `kernel/bpf/syscall.c`), and every XDP program runs inside an RCU read-side section.
 
-use std::{collections::HashMap as StdHashMap, os::fd::AsFd as _, path::PathBuf};
+use std::{
+    collections::HashMap as StdHashMap,
+    os::fd::{AsFd as _, AsRawFd as _},
+    path::PathBuf,
+};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 use lb_common::{
@@ -264,8 +268,18 @@ impl TableSet {
         vip_id: u32,
         table: &TableImage<'_>,
     ) -> Result<(), DataplaneError> {
-        let size = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
-        let entries = table.slots.len() + TABLE_HEADER_LEN as usize;
+        self.install_slots(vip_id, table.generation, table.slots)
+    }
+
+    /// [`Self::install`] of `slots` (backend ids of any width) at `generation`.
+    pub(crate) fn install_slots<T: Copy + Into<u32>>(
+        &mut self,
+        vip_id: u32,
+        generation: u32,
+        slots: &[T],
+    ) -> Result<(), DataplaneError> {
+        let size = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+        let entries = slots.len() + TABLE_HEADER_LEN as usize;
         let target = self
             .by_id
             .get(&vip_id)
@@ -279,7 +293,7 @@ impl TableSet {
             Some(buffer) if buffer.entries == entries => {
                 buffer
                     .mapping
-                    .write_table(table.generation, table.slots)
+                    .write_table(generation, slots)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
             }
             slot => {
@@ -289,7 +303,7 @@ impl TableSet {
                 let mut mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
                     .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
                 mapping
-                    .write_table(table.generation, table.slots)
+                    .write_table(generation, slots)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
                 let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
                 // Not live yet: the kernel's grace-period wait in this update is the
@@ -330,6 +344,85 @@ impl TableSet {
         let vip = self.by_id.entry(vip_id).or_default();
         if let Some(old) = previous.0 {
             vip.stale[old] = true;
+        }
+        Ok(())
+    }
+
+    /// Creates the buffers that the next installs of `tables` (VIP id, slots) will write
+    /// and that are missing (a VIP's first table, or a new size), and puts them into
+    /// `TABLES` in one batch update. Each such insert waits for an RCU grace period (see
+    /// the module documentation); a batch waits once for all of them, so a start with
+    /// 500 VIPs waits for one grace period instead of 500. A prepared buffer is not
+    /// live (no `VIPS` entry selects it) until its install switches to it. The batch's
+    /// grace period also ends the readers of every buffer replaced before it: none is
+    /// stale afterwards.
+    pub(crate) fn prepare(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        let mut created: Vec<(u32, usize, Buffer)> = Vec::new();
+        for &(vip_id, size) in tables {
+            let entries = size as usize + TABLE_HEADER_LEN as usize;
+            let vip = self.by_id.get(&vip_id);
+            let target = vip.and_then(|v| v.live).map_or(0, |live| 1 - live);
+            let ready = vip
+                .and_then(|v| v.buffers[target].as_ref())
+                .is_some_and(|b| b.entries == entries);
+            if ready || created.iter().any(|(id, _, _)| *id == vip_id) {
+                continue;
+            }
+            let fd = table_map::create(size).map_err(syscall_err(format!(
+                "creating a table map of {size} slots for VIP id {vip_id}"
+            )))?;
+            let mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
+                .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
+            let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
+            created.push((
+                vip_id,
+                target,
+                Buffer {
+                    map,
+                    mapping,
+                    entries,
+                },
+            ));
+        }
+        if created.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<u32> = created
+            .iter()
+            .map(|(vip_id, target, _)| index(*vip_id, *target))
+            .collect();
+        let fds: Vec<u32> = created
+            .iter()
+            .map(|(_, _, b)| u32::try_from(b.map.fd().as_fd().as_raw_fd()).unwrap_or(u32::MAX))
+            .collect();
+        let result = bpf_sys::update_batch_u32(self.outer_raw.fd().as_fd(), &keys, &fds);
+        let written = match &result {
+            Ok(n) | Err((n, _)) => *n,
+        };
+        let mut inserted = Vec::with_capacity(written);
+        for (vip_id, target, buffer) in created.into_iter().take(written) {
+            inserted.push(index(vip_id, target));
+            self.by_id.entry(vip_id).or_default().buffers[target] = Some(buffer);
+        }
+        if let Err((_, error)) = result {
+            return Err(syscall_err(format!(
+                "inserting {} new table buffers into {}",
+                keys.len(),
+                maps::TABLES
+            ))(error));
+        }
+        for v in self.by_id.values_mut() {
+            v.stale = [false; 2];
+        }
+        #[cfg(feature = "test-harness")]
+        {
+            self.grace_periods += 1;
+        }
+        for at in inserted {
+            let (vip_id, target) = (at / 2, (at % 2) as usize);
+            if let Some(Some(buffer)) = self.by_id.get(&vip_id).map(|v| &v.buffers[target]) {
+                self.pin_buffer(at, &buffer.map)?;
+            }
         }
         Ok(())
     }

@@ -18,10 +18,16 @@
 //!
 //! # Cost
 //! Permutation entries are computed on the fly (`next += skip; if next >= M { next -= M }`,
-//! compiled branch-free; no division in the probe loop), testing a bitmap of filled
-//! slots (`M / 8` bytes, so probes hit L1/L2 cache). Walking costs about `M ln M` probes
-//! in all, most of them at the end, when a turn passes about `M / empty` filled slots.
-//! Three measures keep this down, none of which changes the result:
+//! compiled branch-free; no multiplication or division in the probe loop), testing a
+//! bitmap of filled slots (`M / 8` bytes, so probes hit L1/L2 cache). Walking costs
+//! about `M ln M` probes in all, most of them at the end, when a turn passes about
+//! `M / empty` filled slots. These measures keep this down, none of which changes the
+//! result:
+//! - every turn claims exactly one slot, so the fill runs in three phases of known
+//!   length, each a loop of its own with no per-turn test of the phase (the eight-wide
+//!   one compiled for AVX2, so its walk inlines into the loop);
+//! - until the table is half full, walks test two entries per step and branch once per
+//!   pair, which takes most mispredicted loop exits away (module `walk`);
 //! - once the table is half full, walks test eight entries per step where the CPU has
 //!   AVX2 (module `walk`);
 //! - once at most 128 (256 without AVX2) slots are empty, a turn instead computes where
@@ -105,20 +111,18 @@ fn fill_using(size: u32, permutations: &[Permutation], quotas: &[u32], wide: Wid
             .filter(|&i| quotas[i] > 0)
             .map(index_u32)
             .collect();
-        for _ in 0..rounds - 1 {
-            for &i in &active {
-                filler.turn(i);
-            }
-        }
-        for &i in &active {
-            if quotas[i as usize] == rounds {
-                filler.turn(i);
-            }
-        }
+        let last: Vec<u32> = active
+            .iter()
+            .copied()
+            .filter(|&i| quotas[i as usize] == rounds)
+            .collect();
+        filler.run(
+            (0..rounds - 1)
+                .flat_map(|_| active.iter().copied())
+                .chain(last),
+        );
     } else {
-        for i in turn_order(quotas, rounds) {
-            filler.turn(i);
-        }
+        filler.run(turn_order(quotas, rounds).into_iter());
     }
     filler.slots
 }
@@ -248,23 +252,48 @@ impl Filler {
         }
     }
 
-    /// Backend `i` claims its next preferred empty slot. Precondition: a slot is empty.
-    #[inline]
-    fn turn(&mut self, i: u32) {
-        debug_assert!(self.empty > 0, "a turn needs an empty slot");
-        if self.empty <= self.tail_from {
-            self.tail_turn(i);
-        } else {
+    /// Takes the turns of `turns` (exactly `size` of them, in schedule order), each
+    /// phase of the fill in a loop of its own: scalar walks while more than `wide_from`
+    /// (and `tail_from`) slots are empty, then eight-wide walks (in a function compiled
+    /// for AVX2, so the walk inlines into the loop), then the tail computation. Every
+    /// turn claims one slot, so each phase's length is known before it starts: no
+    /// per-turn test of the phase.
+    fn run(&mut self, mut turns: impl Iterator<Item = u32>) {
+        let scalar_until = self.wide_from.max(self.tail_from);
+        let scalar = self.empty.saturating_sub(scalar_until);
+        for i in turns.by_ref().take(scalar as usize) {
             let cursor = self.cursors[i as usize];
-            let slot = if self.empty > self.wide_from {
-                walk::first_empty_scalar(&self.filled, self.size, cursor.next, cursor.skip)
-            } else {
-                let steps = &self.wide_steps[i as usize];
-                walk::first_empty_wide(self.wide, &self.filled, self.size, cursor.next, steps)
-            };
+            let slot = walk::first_empty_pairs(&self.filled, self.size, cursor.next, cursor.skip);
             self.claim(i, slot);
         }
-        self.empty -= 1;
+        self.empty -= scalar;
+        let wide = self.empty.saturating_sub(self.tail_from);
+        match self.wide {
+            Wide::None => debug_assert_eq!(wide, 0, "no wide phase without a wide walker"),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Wide::Avx2 is only produced by Wide::detect after the run-time
+            // check that the CPU supports AVX2.
+            Wide::Avx2 => unsafe { self.wide_phase_avx2(&mut turns, wide) },
+        }
+        for i in turns {
+            debug_assert!(self.empty > 0, "a turn needs an empty slot");
+            self.tail_turn(i);
+            self.empty -= 1;
+        }
+        debug_assert_eq!(self.empty, 0, "every slot is claimed");
+    }
+
+    /// The eight-wide phase of [`Self::run`]: `count` turns.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn wide_phase_avx2(&mut self, turns: &mut impl Iterator<Item = u32>, count: u32) {
+        for i in turns.by_ref().take(count as usize) {
+            let next = self.cursors[i as usize].next;
+            let steps = &self.wide_steps[i as usize];
+            let slot = walk::first_empty_avx2(&self.filled, self.size, next, steps);
+            self.claim(i, slot);
+        }
+        self.empty -= count;
     }
 
     /// Backend `i` takes `slot`; its walk continues after it.

@@ -42,9 +42,9 @@ impl MaglevTable {
     /// with weight 0 are kept in [`MaglevTable::backends`] with no slots.
     ///
     /// Time: O(N log N) to sort and apportion, then about `M ln(M / 128)` probes plus
-    /// O(128²) for the last slots (see [`fill`]): about 1 ms for `M = 65,537` on the
-    /// project's machines, under half the time of the paper's pseudocode measured in the
-    /// same run (`cargo xtask bench`).
+    /// O(128²) for the last slots (see [`fill`]): about 0.6 ms for `M = 65,537` on the
+    /// project's machines, about a third of the time of the paper's pseudocode measured
+    /// in the same run (`cargo xtask bench`).
     /// Memory: O(M + N), at most about 12 bytes per slot during the build (see
     /// [`MAX_TABLE_SIZE`](super::MAX_TABLE_SIZE)), 4 bytes per slot kept.
     ///

@@ -1,9 +1,12 @@
 //! Walking a backend's permutation to its next empty slot: the probe loop of the fill
 //! ([`fill`](super::fill)), over a bitmap of filled slots.
 //!
-//! Two walkers find the same slot, the first empty entry of the walk
+//! The walkers find the same slot, the first empty entry of the walk
 //! `start, start + skip, start + 2 skip, ... (mod M)`:
-//! - [`first_empty_scalar`]: one entry per step, the paper's loop;
+//! - `first_empty_scalar`: one entry per step, the paper's loop (the tests'
+//!   reference);
+//! - [`first_empty_pairs`]: two entries per step, one branch per pair (the fill's
+//!   first half, and all of it without AVX2);
 //! - on x86-64 CPUs with AVX2 (detected at run time), eight entries per step: their
 //!   positions come from precomputed multiples of the skip, one gather reads their
 //!   bitmap words, and the first empty one is the lowest bit of a mask. It tests more
@@ -62,9 +65,10 @@ pub(crate) fn reduce(value: u32, size: u32) -> u32 {
 }
 
 /// The first empty slot of the walk from `start` with step `skip` (both `< size`), one
-/// entry at a time. Precondition: the bitmap covers `size` slots and one of them is
-/// empty (then the walk, a permutation since `size` is prime, reaches it).
-#[inline]
+/// entry at a time (the reference the other walkers are tested against). Precondition:
+/// the bitmap covers `size` slots and one of them is empty (then the walk, a
+/// permutation since `size` is prime, reaches it).
+#[cfg(test)]
 pub(crate) fn first_empty_scalar(bitmap: &Bitmap, size: u32, start: u32, skip: u32) -> u32 {
     debug_assert!(start < size && skip < size);
     debug_assert_eq!(bitmap.words.len(), (size as usize).div_ceil(32));
@@ -77,6 +81,33 @@ pub(crate) fn first_empty_scalar(bitmap: &Bitmap, size: u32, start: u32, skip: u
             return slot;
         }
         slot = reduce(slot + skip, size);
+    }
+}
+
+/// [`first_empty_scalar`], two entries per step: both are tested, and the loop
+/// branches once per pair (the first empty one of the pair is picked without a
+/// branch). While the table is less than half full most walks end within two entries,
+/// and the exit branch of the one-entry loop is mispredicted about once per filled
+/// entry met; here only when both are filled. Same preconditions and result.
+#[inline]
+pub(crate) fn first_empty_pairs(bitmap: &Bitmap, size: u32, start: u32, skip: u32) -> u32 {
+    debug_assert!(start < size && skip < size);
+    debug_assert_eq!(bitmap.words.len(), (size as usize).div_ceil(32));
+    let filled = |slot: u32| {
+        // SAFETY: slot < size (start < size, and reduce keeps the walk in 0..size), so
+        // slot / 32 < ceil(size / 32) = words.len().
+        let word = unsafe { *bitmap.words.get_unchecked((slot >> 5) as usize) };
+        word >> (slot & 31) & 1
+    };
+    let mut first = start;
+    loop {
+        let second = reduce(first + skip, size);
+        let (a, b) = (filled(first), filled(second));
+        if a & b == 0 {
+            // a = 1 (first filled): take the second; a = 0: the first.
+            return first ^ ((first ^ second) & a.wrapping_neg());
+        }
+        first = reduce(second + skip, size);
     }
 }
 
@@ -116,7 +147,7 @@ pub(crate) fn wide_steps(skip: u32, size: u32) -> [u32; 9] {
 /// The first empty slot of the walk from `start` whose eight-wide steps are `steps`
 /// (from [`wide_steps`]), with the walker `wide`; the same slot as
 /// [`first_empty_scalar`]. Same preconditions.
-#[inline]
+#[cfg(test)]
 pub(crate) fn first_empty_wide(
     wide: Wide,
     bitmap: &Bitmap,
@@ -135,10 +166,11 @@ pub(crate) fn first_empty_wide(
     }
 }
 
-/// AVX2 body of [`first_empty_wide`].
+/// AVX2 body of [`first_empty_wide`] (inlined into the fill's AVX2 phase).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn first_empty_avx2(bitmap: &Bitmap, size: u32, start: u32, steps: &[u32; 9]) -> u32 {
+#[inline]
+pub(crate) fn first_empty_avx2(bitmap: &Bitmap, size: u32, start: u32, steps: &[u32; 9]) -> u32 {
     use std::arch::x86_64::{
         _mm256_add_epi32, _mm256_and_si256, _mm256_castsi256_ps, _mm256_cmpeq_epi32,
         _mm256_i32gather_epi32, _mm256_loadu_si256, _mm256_min_epu32, _mm256_movemask_ps,
@@ -214,6 +246,30 @@ mod tests {
             }
         }
         assert_eq!(bitmap.empty_slots(size).len(), 1);
+    }
+
+    #[test]
+    fn pairs_walker_agrees_with_the_scalar_one() {
+        let size = 4_001;
+        let mut bitmap = Bitmap::new(size);
+        let mut state = 17_u64;
+        let mut random = |below: u32| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) % u64::from(below)) as u32
+        };
+        for _ in 0..size - 1 {
+            let (start, skip) = (random(size), 1 + random(size - 1));
+            let scalar = first_empty_scalar(&bitmap, size, start, skip);
+            assert_eq!(first_empty_pairs(&bitmap, size, start, skip), scalar);
+            bitmap.set(scalar);
+        }
+        // One empty slot left: found in either position of a pair.
+        let last = bitmap.empty_slots(size)[0];
+        for start in [last, (last + 1) % size, (last + size - 1) % size] {
+            assert_eq!(first_empty_pairs(&bitmap, size, start, 1), last);
+        }
     }
 
     #[test]

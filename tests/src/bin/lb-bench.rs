@@ -15,10 +15,14 @@
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
 // file were lb-bench/main.rs.
+#[path = "lb-bench/change.rs"]
+mod change;
 #[path = "lb-bench/fleet.rs"]
 mod fleet;
 #[path = "lb-bench/health.rs"]
 mod health;
+#[path = "lb-bench/scale.rs"]
+mod scale;
 #[path = "lb-bench/traffic.rs"]
 mod traffic;
 
@@ -27,7 +31,7 @@ use std::net::Ipv4Addr;
 use anyhow::{Context as _, bail, ensure};
 use lb_common::{
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
-    maps::{UNTRACED_PROGRAM, XDP_PROGRAM},
+    maps::{RARE_PROGRAM, UNTRACED_PROGRAM, XDP_PROGRAM},
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
@@ -36,9 +40,8 @@ use lb_tests::{
 };
 use lb_user::{
     config::Config,
-    controller::{Controller, Desired},
+    controller::Controller,
     dataplane::{BenchTarget, Dataplane as _, KernelDataplane, LoadOptions},
-    maglev::{Backend, BackendKey, MaglevTable},
 };
 
 /// One benchmarked packet.
@@ -221,77 +224,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Control-plane timings of one configuration (medians, ms).
-struct ChangeTiming {
-    /// Adding a backend: build + write the idle buffer + switch (the change is live
-    /// when `apply` returns).
-    add: f64,
-    /// Removing it again: the same, then a grace period before the backend is marked
-    /// down (the table is live before the wait).
-    remove: f64,
-    /// The Maglev build alone.
-    build: f64,
-}
-
-/// Control plane: time from a backend change to the new table being live, through the
-/// controller and the kernel data plane, for `n` backends and a table of `size` slots.
-fn change_to_live(size: u32, n: u32, runs: usize) -> anyhow::Result<ChangeTiming> {
-    let dp = KernelDataplane::load(LoadOptions {
-        ct_capacity: 65_536,
-        ct_syn_capacity: 16_384,
-    })?;
-    let mut controller = Controller::new(dp);
-    let mut vips = format!(
-        "interface = \"lo\"\nmax_table_memory_mib = 64\n[encap]\nsource_v4 = \"192.0.2.1\"\n[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {size}\n"
-    );
-    for i in 0..n {
-        vips.push_str(&format!(
-            "[[vip.backend]]\naddress = \"10.{}.{}.{}\"\n",
-            i >> 16,
-            (i >> 8) & 0xff,
-            i & 0xff
-        ));
-    }
-    let loaded = Config::from_toml(&vips).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let base = Desired::from_config(&loaded.config, [2, 0, 0, 0, 0, 1]);
-    controller
-        .apply(&base)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let vip = *base.vips.keys().next().context("one VIP")?;
-    let extra: BackendKey = "10.255.255.254".parse()?;
-    let mut with_extra = base.clone();
-    with_extra
-        .add_backend(&vip, extra, 1)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (mut add, mut remove, mut build) = (vec![], vec![], vec![]);
-    for _ in 0..runs {
-        for (target, into) in [(&with_extra, &mut add), (&base, &mut remove)] {
-            let started = std::time::Instant::now();
-            controller
-                .apply(target)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            into.push(started.elapsed().as_secs_f64() * 1e3);
-        }
-        let inputs: Vec<Backend> = with_extra.vips[&vip]
-            .backends
-            .iter()
-            .map(|(k, b)| Backend::new(*k, b.weight))
-            .collect();
-        let started = std::time::Instant::now();
-        MaglevTable::build(&inputs, size, with_extra.maglev_seed)?;
-        build.push(started.elapsed().as_secs_f64() * 1e3);
-    }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Ok(ChangeTiming {
-        add: median(add),
-        remove: median(remove),
-        build: median(build),
-    })
-}
-
 /// Command-line options. The defaults are the README's method ("Performance"): 5 runs
 /// of 1,000,000 repetitions, CPU 1, the daemon's default conntrack sizes.
 #[derive(Clone, clap::Parser)]
@@ -303,6 +235,9 @@ struct Options {
     /// Only the health-check part.
     #[arg(long)]
     health_only: bool,
+    /// Only the control-plane part (change to live, daemon start and memory at scale).
+    #[arg(long)]
+    control_only: bool,
     /// Only the multi-instance part (failover to router converged, per failure mode).
     #[arg(long)]
     fleet_only: bool,
@@ -330,6 +265,10 @@ struct Options {
     /// CPU the benchmark thread is pinned to.
     #[arg(long, env = "LB_BENCH_CPU", default_value_t = 1)]
     cpu: usize,
+    /// Benchmark this build of the eBPF object (with the `test-harness` programs)
+    /// instead of the embedded one: for quick comparisons of changes to lb-ebpf.
+    #[arg(long)]
+    object: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -340,6 +279,9 @@ fn main() -> anyhow::Result<()> {
     if opts.health_only {
         health::cpu_cost()?;
         return health::detection_to_live();
+    }
+    if opts.control_only {
+        return control_plane();
     }
     if opts.fleet_only {
         return fleet::failover_times();
@@ -381,6 +323,7 @@ fn observability(opts: &Options) -> anyhow::Result<()> {
     let dp = KernelDataplane::load(LoadOptions {
         ct_capacity: 65_536,
         ct_syn_capacity: 16_384,
+        ..LoadOptions::default()
     })?;
     let (mut service, _, _) = Service::start(
         Controller::new(dp),
@@ -469,23 +412,8 @@ fn conntrack_walk(opts: &Options) -> anyhow::Result<()> {
 }
 
 fn control_plane() -> anyhow::Result<()> {
-    println!(
-        "control plane: backend change -> new table live (Maglev build + write the idle table buffer + switch the VIP entry), median of 21"
-    );
-    println!();
-    println!(
-        "| table size M | backends N | add: change to live (ms) | remove: live, grace period, marked down (ms) | Maglev build alone (ms) |"
-    );
-    println!("|---:|---:|---:|---:|---:|");
-    for (size, n) in [(65_537, 100), (655_373, 1_000)] {
-        let t = change_to_live(size, n, 21)?;
-        println!(
-            "| {size} | {n} | {:.3} | {:.3} | {:.3} |",
-            t.add, t.remove, t.build
-        );
-    }
-    println!();
-    Ok(())
+    change::change_to_live()?;
+    scale::daemon_scale()
 }
 
 /// Whether the traffic section `name` runs: no `--case`, or one that `name` contains.
@@ -494,7 +422,19 @@ fn wants(opts: &Options, name: &str) -> bool {
 }
 
 fn data_plane(opts: &Options) -> anyhow::Result<()> {
-    let mut lb = Lb::with_ct(opts.ct, opts.syn);
+    let mut lb = match &opts.object {
+        None => Lb::with_ct(opts.ct, opts.syn),
+        Some(path) => {
+            let object =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let options = LoadOptions {
+                ct_capacity: opts.ct,
+                ct_syn_capacity: opts.syn,
+                ..LoadOptions::default()
+            };
+            Lb::over(KernelDataplane::load_object_bytes(options, &object)?)
+        }
+    };
     setup(&mut lb);
     let ns = fib_namespace("lbbench").context("benchmark namespace")?;
     println!(
@@ -508,6 +448,10 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
         "lb_xdp: {} instructions processed by the verifier ({} built without tracing)",
         count(verified),
         count(untraced)
+    );
+    println!(
+        "{RARE_PROGRAM}: {} instructions processed by the verifier",
+        count(lb.dp.verified_instructions(RARE_PROGRAM)?)
     );
     println!();
     println!(

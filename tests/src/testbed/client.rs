@@ -263,3 +263,47 @@ pub fn udp_exchange(
     let reply = String::from_utf8_lossy(&buf[..n]);
     Ok(reply.trim_end_matches('\n').to_owned())
 }
+
+/// Sends the Ethernet frame `frame` as it is out of `iface` (an interface of the
+/// calling thread's network namespace), through a raw packet socket: for frames no
+/// socket of the client's would send, such as a router's ICMP errors.
+///
+/// # Errors
+/// When the socket cannot be opened or bound, or the send fails.
+pub fn send_frame(iface: &str, frame: &[u8]) -> io::Result<()> {
+    let name = std::ffi::CString::new(iface)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
+    // SAFETY: name is a valid NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: plain socket(2) call; the result is checked before use. Protocol 0: the
+    // socket only sends.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    check(raw)?;
+    // SAFETY: socket(2) returned a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid start.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = u16::try_from(libc::AF_PACKET).unwrap_or(17);
+    addr.sll_ifindex = i32::try_from(index).unwrap_or(0);
+    addr.sll_halen = 6;
+    addr.sll_addr[..6].copy_from_slice(&frame[..6.min(frame.len())]);
+    let len = libc::socklen_t::try_from(size_of::<libc::sockaddr_ll>()).unwrap_or(20);
+    // SAFETY: buf/len describe `frame`; addr/len a live sockaddr_ll.
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&raw const addr).cast(),
+            len,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -18,16 +18,22 @@
 //! | an IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
 //! | `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
 //! | a SYN retransmitted after a backend was added completes on its first backend | [`handshake::a_retransmitted_syn_after_a_backend_is_added_completes_on_its_first_backend`] |
+//! | a 1 MB upload over a full-size path completes with the LB's ICMP answers, stalls without (issue 16) | [`pmtu::a_megabyte_upload_completes_thanks_to_the_generated_icmp_and_stalls_without`] |
+//! | a router's "fragmentation needed" reaches the backend owning the flow (issue 16) | [`pmtu::a_routers_frag_needed_reaches_the_backend_that_owns_the_flow`] |
+//! | fragments and ICMP errors reach the owner with no daemon and after a restart that adopts the datapath (issue 16 with 18) | [`adoption::the_rare_paths_run_without_a_daemon_and_after_an_adopting_restart`] |
+//! | a source list narrowed or removed while no daemon ran is enforced by the adopting start | [`adoption::a_source_list_changed_while_no_daemon_runs_is_enforced_by_the_adopting_start`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
+mod adoption;
 mod distribution;
 mod handshake;
 mod harness;
 mod health;
 mod ipv6;
+mod pmtu;
 mod removal;
 mod stats;
 mod stickiness;

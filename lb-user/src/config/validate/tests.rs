@@ -6,7 +6,8 @@ use crate::{
     health::{damping::Damping, policy::FailurePolicy, settings::StatusRanges, state::Thresholds},
 };
 
-const BASE: &str = r#"
+/// The smallest file without VIPs (also the data-plane keys' tests).
+pub(super) const BASE: &str = r#"
 interface = "eth0"
 [encap]
 source_v4 = "192.0.2.1"
@@ -126,6 +127,15 @@ fn the_example_file_states_exactly_the_defaults() {
         ),
         ("conntrack.new_pin_rate", int(defaults::NEW_PIN_RATE.into())),
         (
+            "conntrack.fragment_capacity",
+            int(defaults::FRAG_CAPACITY.into()),
+        ),
+        ("encap.flow_label", string(defaults::FLOW_LABEL)),
+        ("icmp.too_big", toml::Value::Boolean(defaults::ICMP_TOO_BIG)),
+        ("icmp.echo", toml::Value::Boolean(defaults::ICMP_ECHO)),
+        ("icmp.rate_limit", int(defaults::ICMP_RATE_LIMIT.into())),
+        ("icmp.burst", int(defaults::ICMP_BURST.into())),
+        (
             "metrics.enabled",
             toml::Value::Boolean(defaults::METRICS_ENABLED),
         ),
@@ -230,7 +240,7 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `metrics`, `health`, `announce`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `metrics`, `health`, `announce`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),

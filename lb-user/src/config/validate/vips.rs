@@ -1,12 +1,12 @@
 //! The `[[vip]]` tables and their `[[vip.backend]]` tables, and the limits on all of them
-//! together (VIP and backend counts, table memory).
+//! together (VIP and backend counts, allowed source prefixes, table memory).
 
 use std::{
     collections::{BTreeMap, HashMap},
     net::IpAddr,
 };
 
-use lb_common::maps::{MAX_BACKENDS, MAX_VIPS};
+use lb_common::maps::{MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS};
 
 use super::{Encap, Report, health, uint};
 use crate::{
@@ -16,6 +16,7 @@ use crate::{
     },
     dataplane, defaults,
     maglev::{self, BackendKey},
+    prefix::Prefix,
 };
 
 /// IPv6 links carry at least 1,280 bytes (RFC 8200 section 5).
@@ -37,6 +38,16 @@ pub(super) fn vips(files: &[VipFile], encap: &Encap, mtu: u16, r: &mut Report) -
     let mut vips = Vec::with_capacity(files.len());
     for (i, v) in files.iter().enumerate() {
         vips.extend(vip(i, v, encap, mtu, &mut seen, r));
+    }
+    let sources: usize = vips.iter().map(|v| v.allowed_sources.len()).sum();
+    if sources > MAX_SOURCE_RANGES as usize {
+        r.error(
+            "vip",
+            format!(
+                "{sources} allowed source prefixes in all exceed the data plane's maximum of \
+                 {MAX_SOURCE_RANGES}"
+            ),
+        );
     }
     let backends: usize = vips.iter().map(|v| v.backends.len()).sum();
     if backends >= MAX_BACKENDS as usize {
@@ -86,7 +97,9 @@ fn vip(
     if let Some(first) = seen.insert(vip, i) {
         r.error(&path, format!("duplicate VIP {vip} (also vip[{first}])"));
     }
-    let lb_source = lb_source(&path, vip, encap, mtu, r);
+    let ipv6_backends = backend_family(&path, v, vip, r);
+    let allowed_sources = allowed_sources(&path, v, vip, r);
+    let lb_source = lb_source(&path, vip, ipv6_backends, encap, mtu, r);
     let table_size = uint(v.table_size, defaults::TABLE_SIZE);
     if let Err(e) = maglev::validate_table_size(table_size) {
         r.error(format!("{path}.table_size"), e.to_string());
@@ -95,7 +108,12 @@ fn vip(
     let mut keys: BTreeMap<BackendKey, usize> = BTreeMap::new();
     for (j, b) in v.backends.iter().enumerate() {
         let bpath = format!("{path}.backend[{j}]");
-        backends.extend(backend(&bpath, j, b, vip, lb_source, &mut keys, r));
+        let family = Family {
+            vip,
+            ipv6_backends,
+            given: v.backend_family.is_some(),
+        };
+        backends.extend(backend(&bpath, j, b, &family, lb_source, &mut keys, r));
     }
     let in_table = backends
         .iter()
@@ -116,40 +134,112 @@ fn vip(
     Some(VipConfig {
         vip,
         table_size,
+        ipv6_backends,
+        allowed_sources,
         backends,
         health,
     })
 }
 
-/// The LB's own address in `vip`'s family (the outer source), which the family
-/// requires; an IPv6 VIP also requires an MTU of at least [`IPV6_MIN_MTU`].
-fn lb_source(path: &str, vip: Vip, encap: &Encap, mtu: u16, r: &mut Report) -> Option<IpAddr> {
-    match vip.addr {
-        IpAddr::V4(_) => {
-            if encap.source_v4.is_none() && !encap.v4_given {
-                r.error(
-                    "encap.source_v4",
-                    format!("required by {path} ({vip}): the outer IPv4 source address"),
-                );
-            }
-            encap.source_v4.map(IpAddr::V4)
+/// `vip[i].backend_family`: whether the VIP's backends are IPv6 (for an IPv4 VIP:
+/// IPv4-in-IPv6). IPv6 VIPs have IPv6 backends only (no IPv6-in-IPv4).
+fn backend_family(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> bool {
+    let own = vip.addr.is_ipv6();
+    match v.backend_family.as_deref() {
+        None => own,
+        Some("ipv6") => true,
+        Some("ipv4") if !own => false,
+        Some("ipv4") => {
+            r.error(
+                format!("{path}.backend_family"),
+                format!("IPv6 VIP {vip} cannot have IPv4 backends (IPv6-in-IPv4 is not supported)"),
+            );
+            true
         }
-        IpAddr::V6(_) => {
-            if encap.source_v6.is_none() && !encap.v6_given {
-                r.error(
-                    "encap.source_v6",
-                    format!("required by {path} ({vip}): the outer IPv6 source address"),
-                );
-            }
-            if mtu < IPV6_MIN_MTU {
-                r.error(
-                    "mtu",
-                    format!("IPv6 VIP {vip} needs at least {IPV6_MIN_MTU}, got {mtu}"),
-                );
-            }
-            encap.source_v6.map(IpAddr::V6)
+        Some(other) => {
+            r.error(
+                format!("{path}.backend_family"),
+                format!("expected \"ipv4\" or \"ipv6\", got {other:?}"),
+            );
+            own
         }
     }
+}
+
+/// `vip[i].allowed_sources`: prefixes of the VIP's family, sorted, each once.
+fn allowed_sources(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> Vec<Prefix> {
+    let Some(texts) = &v.allowed_sources else {
+        return Vec::new();
+    };
+    if texts.is_empty() {
+        r.error(
+            format!("{path}.allowed_sources"),
+            "an empty list would refuse every client; leave the key out to allow all",
+        );
+    }
+    let mut prefixes: Vec<Prefix> = Vec::with_capacity(texts.len());
+    for (j, text) in texts.iter().enumerate() {
+        let spath = format!("{path}.allowed_sources[{j}]");
+        match text.parse::<Prefix>() {
+            Ok(p) if p.is_ipv4() != vip.addr.is_ipv4() => r.error(
+                spath,
+                format!("{p} is not of the address family of VIP {vip} (its clients)"),
+            ),
+            Ok(p) if prefixes.contains(&p) => r.error(spath, format!("duplicate prefix {p}")),
+            Ok(p) => prefixes.push(p),
+            Err(e) => r.error(spath, e.to_string()),
+        }
+    }
+    prefixes.sort();
+    prefixes
+}
+
+/// The address family a VIP's backends must have, for [`backend`].
+struct Family {
+    vip: Vip,
+    ipv6_backends: bool,
+    /// Whether `backend_family` was given (the error names it then).
+    given: bool,
+}
+
+/// The LB's own address in the family of `vip`'s backends (the outer source), which
+/// that family requires; IPv6 backends also require an MTU of at least
+/// [`IPV6_MIN_MTU`].
+fn lb_source(
+    path: &str,
+    vip: Vip,
+    ipv6_backends: bool,
+    encap: &Encap,
+    mtu: u16,
+    r: &mut Report,
+) -> Option<IpAddr> {
+    if !ipv6_backends {
+        if encap.source_v4.is_none() && !encap.v4_given {
+            r.error(
+                "encap.source_v4",
+                format!("required by {path} ({vip}): the outer IPv4 source address"),
+            );
+        }
+        return encap.source_v4.map(IpAddr::V4);
+    }
+    if encap.source_v6.is_none() && !encap.v6_given {
+        r.error(
+            "encap.source_v6",
+            format!("required by {path} ({vip}): the outer IPv6 source address"),
+        );
+    }
+    if mtu < IPV6_MIN_MTU {
+        let what = if vip.addr.is_ipv6() {
+            "IPv6 VIP"
+        } else {
+            "VIP with IPv6 backends"
+        };
+        r.error(
+            "mtu",
+            format!("{what} {vip} needs at least {IPV6_MIN_MTU}, got {mtu}"),
+        );
+    }
+    encap.source_v6.map(IpAddr::V6)
 }
 
 /// Backend `j` of `vip` at `bpath`, given the VIP's LB address `lb_source` and the
@@ -158,7 +248,7 @@ fn backend(
     bpath: &str,
     j: usize,
     b: &BackendFile,
-    vip: Vip,
+    family: &Family,
     lb_source: Option<IpAddr>,
     seen: &mut BTreeMap<BackendKey, usize>,
     r: &mut Report,
@@ -180,11 +270,15 @@ fn backend(
             ),
         );
     }
-    if key.ip().is_ipv4() != vip.addr.is_ipv4() {
-        r.error(
-            format!("{bpath}.address"),
-            format!("backend {key} is not of the same address family as VIP {vip}"),
-        );
+    let vip = family.vip;
+    if key.ip().is_ipv6() != family.ipv6_backends {
+        let message = if family.given {
+            let want = if family.ipv6_backends { "ipv6" } else { "ipv4" };
+            format!("backend {key} is not of the VIP's backend_family (\"{want}\")")
+        } else {
+            format!("backend {key} is not of the same address family as VIP {vip}")
+        };
+        r.error(format!("{bpath}.address"), message);
     }
     if key.ip() == vip.addr || Some(key.ip()) == lb_source {
         r.error(

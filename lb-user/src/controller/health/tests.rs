@@ -228,7 +228,7 @@ fn br09_t1_two_of_four_down_leave_only_the_other_two() {
             .into();
         let flow = flow_key(client, vip_addr, 6).unwrap();
         let slot = slot_of(&flow, seed, 65_537).unwrap();
-        let backend = applied.slots[slot as usize];
+        let backend = u32::from(applied.slots[slot as usize]);
         assert!(
             backend != id2 && backend != id3,
             "flow {client} to a failed backend"

@@ -9,7 +9,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Map, MapData, MapError},
+    maps::{Map, MapData, MapError, ProgramArray},
     sys::SyscallError,
 };
 use lb_common::{
@@ -17,7 +17,7 @@ use lb_common::{
     types::{CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
 
-use super::{KernelDataplane, Pinned, prog_err, xdp};
+use super::{KernelDataplane, Pinned, prog_err, sources::SourceMaps, xdp};
 use crate::dataplane::{
     DataplaneError, map_err,
     pinned::{Layout, Meta, MetaMap, PinDir, PinLock, SizeOverride, layout},
@@ -66,6 +66,8 @@ pub struct LoadOptions {
     pub ct_capacity: u32,
     /// Slots of the SYN cache (`SYN_CACHE`); a power of two.
     pub ct_syn_capacity: u32,
+    /// Entries of fragment tracking (`FRAGMENTS`).
+    pub frag_capacity: u32,
 }
 
 impl Default for LoadOptions {
@@ -73,6 +75,7 @@ impl Default for LoadOptions {
         Self {
             ct_capacity: defaults::CT_CAPACITY,
             ct_syn_capacity: defaults::CT_SYN_CAPACITY,
+            frag_capacity: defaults::FRAG_CAPACITY,
         }
     }
 }
@@ -86,6 +89,32 @@ where
         .take_map(name)
         .ok_or(DataplaneError::MissingMap(name))?;
     T::try_from(map).map_err(map_err(name, "open"))
+}
+
+/// Loads the rare paths' program and puts it in `RARE_PROGS`, which the load balancer
+/// tail-calls (`lb_common::maps::RARE_PROGS`), replacing the entry an adopted datapath's
+/// earlier program left there. The kernel empties a program array when its last user
+/// reference goes: the map's pin holds one (the rare paths keep running while no daemon
+/// runs), the open descriptor in `ebpf` another (an unpinned data plane, as in the
+/// tests).
+fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    let prog = xdp(ebpf, maps::RARE_PROGRAM)?;
+    prog.load().map_err(prog_err(maps::RARE_PROGRAM))?;
+    let fd = prog
+        .fd()
+        .map_err(prog_err(maps::RARE_PROGRAM))?
+        .try_clone()
+        .map_err(|error| DataplaneError::Syscall {
+            op: format!("dup fd of {}", maps::RARE_PROGRAM),
+            error,
+        })?;
+    let progs = ebpf
+        .map_mut(maps::RARE_PROGS)
+        .ok_or(DataplaneError::MissingMap(maps::RARE_PROGS))?;
+    ProgramArray::<&mut MapData>::try_from(progs)
+        .map_err(map_err(maps::RARE_PROGS, "open"))?
+        .set(0, &fd, 0)
+        .map_err(map_err(maps::RARE_PROGS, "update"))
 }
 
 /// A duplicate of the file descriptor of map `name`, for a second handle that does not
@@ -133,7 +162,7 @@ pub enum Opened {
 }
 
 /// The start-time sizes that the pinned maps must have.
-pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 3] {
+pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 4] {
     [
         SizeOverride {
             map: maps::CONNTRACK_V4,
@@ -149,6 +178,11 @@ pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 3] {
             map: maps::SYN_CACHE,
             key: "conntrack.syn_capacity",
             entries: options.ct_syn_capacity,
+        },
+        SizeOverride {
+            map: maps::FRAGMENTS,
+            key: "conntrack.fragment_capacity",
+            entries: options.frag_capacity,
         },
     ]
 }
@@ -250,9 +284,10 @@ impl KernelDataplane {
     }
 
     /// Reads back what the adopted maps hold that this handle tracks: the table
-    /// buffers, the VIPs (for `VIP_FILTER` and `VIP_ADDRS` bookkeeping) and the
-    /// configuration last written, whose trace bit (`CONFIG_TRACE`, set when the last
-    /// daemon stopped during an `lb trace`) is cleared.
+    /// buffers, the VIPs (for `VIP_FILTER` and `VIP_ADDRS` bookkeeping), the allowed
+    /// source prefixes, and the configuration last written, whose trace bit
+    /// (`CONFIG_TRACE`, set when the last daemon stopped during an `lb trace`) is
+    /// cleared.
     fn adopt_maps(&mut self) -> Result<(), DataplaneError> {
         let entries = {
             let mut tables = super::lock(&self.tables);
@@ -260,6 +295,7 @@ impl KernelDataplane {
             tables.vip_entries()?
         };
         self.vip_keys = entries.iter().map(|(k, e)| (*k, e.vip_id)).collect();
+        self.sources.adopt(&self.vip_keys)?;
         let config: LbConfig = self
             .config
             .get(&0, 0)
@@ -281,7 +317,8 @@ impl KernelDataplane {
     }
 
     /// Loads the embedded object ([`crate::EBPF_OBJECT`]) with the conntrack sizes of
-    /// `options` and verifies the load balancer program.
+    /// `options`, verifies the load balancer program and its rare paths' program, and
+    /// links the second to the first.
     ///
     /// # Errors
     /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
@@ -291,8 +328,20 @@ impl KernelDataplane {
         Self::from_ebpf(ebpf, options, None)
     }
 
-    /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`, and
-    /// verifies the load balancer program.
+    /// [`Self::load`] of another build of the object (`cargo xtask bench`'s
+    /// comparisons of two builds of the program).
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    #[cfg(feature = "test-harness")]
+    pub fn load_object_bytes(options: LoadOptions, object: &[u8]) -> Result<Self, DataplaneError> {
+        let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), object)?;
+        Self::from_ebpf(ebpf, options, None)
+    }
+
+    /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
+    /// verifies the load balancer program and its rare paths' program, and links the
+    /// second to the first (`RARE_PROGS`, pinned or not).
     fn load_object(
         options: &LoadOptions,
         loader: &mut EbpfLoader<'_>,
@@ -308,11 +357,13 @@ impl KernelDataplane {
             .map_max_entries(maps::CONNTRACK_V4, options.ct_capacity)
             .map_max_entries(maps::CONNTRACK_V6, options.ct_capacity)
             .map_max_entries(maps::SYN_CACHE, options.ct_syn_capacity)
+            .map_max_entries(maps::FRAGMENTS, options.frag_capacity)
             .load(object)
             .map_err(DataplaneError::Load)?;
         xdp(&mut ebpf, maps::XDP_PROGRAM)?
             .load()
             .map_err(prog_err(maps::XDP_PROGRAM))?;
+        install_rare_paths(&mut ebpf)?;
         super::trace::load_trace_program(&mut ebpf)?;
         Ok(ebpf)
     }
@@ -340,6 +391,11 @@ impl KernelDataplane {
             take(&mut ebpf, maps::VIP_INFO)?,
             pins,
         );
+        let sources = SourceMaps::new(
+            take(&mut ebpf, maps::SOURCE_RANGES)?,
+            take(&mut ebpf, maps::SOURCE_FILTER)?,
+            take(&mut ebpf, maps::SOURCE_RESTRICTED)?,
+        );
         let trace_reader = Some(super::TraceReader::new(&mut ebpf)?);
         Ok(Self {
             walker: Some(walker),
@@ -363,6 +419,7 @@ impl KernelDataplane {
             link: None,
             probe_link: None,
             vip_keys: StdHashMap::new(),
+            sources,
             pinned: None,
         })
     }

@@ -195,6 +195,7 @@ impl KernelDataplane {
             record,
             config: self.written_config,
             vips,
+            sources: self.sources.lists(),
         }))
     }
 

@@ -19,7 +19,7 @@
 
 use std::{
     collections::HashMap,
-    os::fd::{AsRawFd as _, OwnedFd},
+    os::fd::{AsFd as _, OwnedFd},
     time::{Duration, Instant},
 };
 
@@ -28,10 +28,8 @@ use lb_common::{
     types::{CT_OPEN, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4, PROTO_UDP, SynEntry},
 };
 
-use crate::dataplane::DataplaneError;
+use crate::dataplane::{DataplaneError, bpf_sys};
 
-/// `BPF_MAP_LOOKUP_BATCH` (`enum bpf_cmd`, include/uapi/linux/bpf.h).
-const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 /// Entries asked for per system call. A hash map's batch returns whole buckets, so a
 /// call fails with `ENOSPC` only if one bucket held more entries than this.
 const BATCH: u32 = 8_192;
@@ -123,20 +121,6 @@ pub(crate) fn conntrack_now_ns() -> u64 {
     u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
 }
 
-/// `union bpf_attr`'s `batch` member (include/uapi/linux/bpf.h).
-#[repr(C)]
-#[derive(Default)]
-struct BatchAttr {
-    in_batch: u64,
-    out_batch: u64,
-    keys: u64,
-    values: u64,
-    count: u32,
-    map_fd: u32,
-    elem_flags: u64,
-    flags: u64,
-}
-
 /// Reads every entry of map `fd` (keys of `K`, values of `V`) with batch lookups,
 /// calling `each` per entry.
 fn for_each<K: Copy + Default, V: Copy + Default>(
@@ -150,43 +134,22 @@ fn for_each<K: Copy + Default, V: Copy + Default>(
     let (mut token_in, mut token_out) = (0u64, 0u64);
     let mut first = true;
     loop {
-        let mut attr = BatchAttr {
-            in_batch: if first {
-                0
-            } else {
-                (&raw const token_in) as u64
-            },
-            out_batch: (&raw mut token_out) as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
-            count: BATCH,
-            map_fd: u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX),
-            ..BatchAttr::default()
-        };
-        // SAFETY: BPF_MAP_LOOKUP_BATCH writes at most `count` keys and values of the
-        // map's sizes (those of K and V, checked by the caller against the map's
-        // definition) into the buffers, and one token into `token_out`.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &raw mut attr,
-                size_of::<BatchAttr>(),
+        // SAFETY: the buffers hold BATCH keys of K and values of V, the map's sizes
+        // (checked by the caller against the map's definition).
+        let (n, done) = unsafe {
+            bpf_sys::lookup_batch(
+                fd.as_fd(),
+                (!first).then_some(&token_in),
+                &mut token_out,
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                BATCH,
             )
-        };
-        let done = if ret < 0 {
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() != Some(libc::ENOENT) {
-                return Err(DataplaneError::Syscall {
-                    op: format!("BPF_MAP_LOOKUP_BATCH on map {name}"),
-                    error,
-                });
-            }
-            true
-        } else {
-            false
-        };
-        let n = (attr.count as usize).min(keys.len());
+        }
+        .map_err(|error| DataplaneError::Syscall {
+            op: format!("BPF_MAP_LOOKUP_BATCH on map {name}"),
+            error,
+        })?;
         for (k, v) in keys[..n].iter().zip(&values[..n]) {
             each(k, v);
         }

@@ -99,9 +99,7 @@ fn round_robin_shortcut_equals_the_general_schedule() {
         assert_eq!(quotas.iter().sum::<u32>(), 101);
         let rounds = *quotas.iter().max().unwrap();
         let mut general = Filler::new(101, &permutations, Wide::detect());
-        for i in turn_order(&quotas, rounds) {
-            general.turn(i);
-        }
+        general.run(turn_order(&quotas, rounds).into_iter());
         assert_eq!(fill_with_quotas(101, &permutations, &quotas), general.slots);
     }
 }

@@ -274,6 +274,7 @@ pub(crate) fn detection_to_live() -> anyhow::Result<()> {
     let dp = KernelDataplane::load(LoadOptions {
         ct_capacity: 65_536,
         ct_syn_capacity: 16_384,
+        ..LoadOptions::default()
     })?;
     let (mut service, _, _) = Service::start(
         Controller::new(dp),

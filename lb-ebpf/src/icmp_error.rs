@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//! ICMP errors about VIP flows, sent to the VIP by a router on the path (destination
+//! unreachable, fragmentation needed among them, and time exceeded; ICMPv6 destination
+//! unreachable, packet too big and time exceeded), are encapsulated to the backend that
+//! owns the flow, so that path-MTU discovery reaches the host whose TCP sends the large
+//! segments (with direct server return, the backend sends from the VIP, and the router
+//! answers the VIP).
+//!
+//! The error quotes the packet that failed (RFC 792; RFC 4443 section 2.4): an IP header
+//! from the VIP to the client and at least 8 bytes of its TCP/UDP header (the ports; a
+//! quote of only 8 bytes is enough). Reversed, that is the client-to-VIP flow: its
+//! backend is the flow's conntrack pin when it has one (and the backend keeps flows),
+//! otherwise the one the VIP's table gives the flow (what its next packet would get).
+//! No state is written. The error is forwarded unchanged, with the flow's hash (its
+//! outer source and flow label are the flow's).
+//!
+//! Dropped (`drop_icmp_malformed`): a quote shorter than an IP header and 8 bytes, of
+//! another IP version, or whose source is not the address the error came to. Passed
+//! (`pass_icmp_unmatched`): a quote of a protocol other than TCP/UDP, behind IPv6
+//! extension headers, or of no VIP (another port).
+
+use aya_ebpf::programs::XdpContext;
+use lb_common::{
+    hash::flow_hash,
+    stats::Reason,
+    types::{
+        CONFIG_SOURCE_RANGES, FAMILY_V4, FAMILY_V6, FlowKey, LbConfig, PROTO_TCP, PROTO_UDP,
+        VipEntry,
+    },
+};
+
+use crate::{
+    backend::{self, Choice},
+    conntrack,
+    forward::{self, Sent},
+    headers::{Ipv4Hdr, Ipv6Hdr, Ports, addr_words},
+    packet::{frame_len, ptr_at},
+    parse::{ETH_LEN, ICMP_HDR_LEN, IcmpAt, MAX_L4_OFFSET, Parsed, flow_key},
+    source::{self, Source},
+    stats, table, vip,
+};
+
+/// Bytes of the quoted TCP/UDP header an error must carry (RFC 792: 64 bits).
+const QUOTED_L4: usize = 8;
+
+#[inline(always)]
+fn verdict(reason: Reason) -> (u32, Reason) {
+    (reason.action(), reason)
+}
+
+/// Forwards the ICMP error `at` (to a VIP address) to the backend of the flow it
+/// quotes; returns the verdict.
+#[inline(always)]
+pub(crate) fn forward(ctx: &XdpContext, at: &IcmpAt, cfg: &LbConfig) -> (u32, Reason) {
+    let mut p = Parsed {
+        key: at.key,
+        l3_len: at.l3_len,
+        tcp_flags: 0,
+        tcp_seq: 0,
+    };
+    if let Err(reason) = quoted_flow(ctx, at, &mut p.key) {
+        return verdict(reason);
+    }
+    let Some(vip) = vip::find_vip(&p.key.vip) else {
+        return verdict(Reason::PassIcmpUnmatched);
+    };
+    if cfg.flags & CONFIG_SOURCE_RANGES != 0 && source::check_in_line(&p.key) == Source::Refused {
+        return verdict(Reason::DropSourceRefused);
+    }
+    let Some(vip_stats) = stats::vip(vip.vip_id) else {
+        return verdict(Reason::DropBadConfig);
+    };
+    let bytes = frame_len(ctx) as u64;
+    vip_stats.packets += 1;
+    vip_stats.bytes += bytes;
+    let choice = match owner(&p.key, &vip, cfg) {
+        Ok(choice) => choice,
+        Err(reason) => {
+            vip_stats.drops += 1;
+            return verdict(reason);
+        }
+    };
+    match forward::encapsulate(ctx, &p, choice.id, choice.backend, cfg, None) {
+        Ok(sent) => {
+            stats::backend(choice.id, bytes, false);
+            (
+                sent.action,
+                Sent::relabel(&sent, Reason::TxIcmpForward, Reason::RedirectIcmpForward),
+            )
+        }
+        Err(reason) => {
+            vip_stats.drops += 1;
+            verdict(reason)
+        }
+    }
+}
+
+/// The backend of flow `key` of `vip`: its pin, else its table slot.
+#[inline(always)]
+fn owner(key: &FlowKey, vip: &VipEntry, cfg: &LbConfig) -> Result<Choice, Reason> {
+    // SAFETY: the pointer comes from a successful lookup; the ids are copied.
+    let pinned = conntrack::lookup_flow(key).map(|e| unsafe { ((*e).vip_id, (*e).backend_id) });
+    if let Some((vip_id, backend_id)) = pinned
+        && vip_id == vip.vip_id
+        && let Some(choice) = backend::keeps_flows(backend_id)
+    {
+        return Ok(choice);
+    }
+    table::pick(vip, flow_hash(key, cfg.hash_seed))
+}
+
+/// Writes into `key` the client-to-VIP flow of the packet the error `at` quotes.
+#[inline(always)]
+fn quoted_flow(ctx: &XdpContext, at: &IcmpAt, key: &mut FlowKey) -> Result<(), Reason> {
+    // Parsing bounded the offset; the bound is checked again for the verifier, which
+    // does not see the value through the call.
+    let l4 = at.l4 as usize;
+    if l4 > MAX_L4_OFFSET {
+        return Err(Reason::DropIcmpMalformed);
+    }
+    let inner = l4 + ICMP_HDR_LEN;
+    let end = ETH_LEN + at.l3_len as usize;
+    // The quoted packet went from the VIP (its source) to the client (its destination).
+    let (vip_side, client, proto, ports_at) = if at.key.vip.family == FAMILY_V4 {
+        let ip = ptr_at::<Ipv4Hdr>(ctx, inner).ok_or(Reason::DropIcmpMalformed)?;
+        // SAFETY: ptr_at checked the 20 bytes.
+        let ip = unsafe { &*ip };
+        let hdr_len = usize::from(ip.vihl & 0x0f) * 4;
+        let vip_addr = addr_words(&at.key.vip.addr)[0];
+        if ip.vihl >> 4 != 4 || hdr_len < size_of::<Ipv4Hdr>() || ip.src != vip_addr {
+            return Err(Reason::DropIcmpMalformed);
+        }
+        (
+            [ip.src, 0, 0, 0],
+            [ip.dst, 0, 0, 0],
+            ip.proto,
+            inner + hdr_len,
+        )
+    } else {
+        let ip = ptr_at::<Ipv6Hdr>(ctx, inner).ok_or(Reason::DropIcmpMalformed)?;
+        // SAFETY: ptr_at checked the 40 bytes.
+        let ip = unsafe { &*ip };
+        let vip_addr = addr_words(&at.key.vip.addr);
+        let same = (ip.src[0] ^ vip_addr[0])
+            | (ip.src[1] ^ vip_addr[1])
+            | (ip.src[2] ^ vip_addr[2])
+            | (ip.src[3] ^ vip_addr[3])
+            == 0;
+        if u32::from_be(ip.vtcfl) >> 28 != 6 || !same {
+            return Err(Reason::DropIcmpMalformed);
+        }
+        (ip.src, ip.dst, ip.next, inner + size_of::<Ipv6Hdr>())
+    };
+    let ports = ptr_at::<[u8; QUOTED_L4]>(ctx, ports_at).ok_or(Reason::DropIcmpMalformed)?;
+    if ports_at + QUOTED_L4 > end {
+        return Err(Reason::DropIcmpMalformed);
+    }
+    if proto != PROTO_TCP && proto != PROTO_UDP {
+        return Err(Reason::PassIcmpUnmatched);
+    }
+    // SAFETY: ptr_at checked the 8 bytes; the ports are the first four.
+    let ports = unsafe { *ports.cast::<Ports>() };
+    let family = if at.key.vip.family == FAMILY_V4 {
+        FAMILY_V4
+    } else {
+        FAMILY_V6
+    };
+    // Reversed: the flow goes from the client to the VIP.
+    *key = flow_key(vip_side, client, proto, family);
+    key.vip.port = ports.src;
+    key.sport = ports.dst;
+    Ok(())
+}

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//! The rare paths' program, `lb_xdp_rare`, which `lb_xdp` reaches by tail call: later IP
+//! fragments ([`frag`](crate::frag)), ICMP to VIP addresses ([`icmp`](crate::icmp)) and
+//! the "too big" answers ([`too_big`](crate::too_big)).
+//!
+//! Why a program of its own: the verifier allows 512 bytes of stack for a whole chain of
+//! BPF function calls, and the fast path's frame already takes about 400, so these
+//! paths, which need a few hundred bytes of their own, cannot be functions called from
+//! it. A tail call replaces the frame instead. `lb_xdp` notes the work in `RARE_WORK`
+//! (per CPU: the tail call runs at once on the same CPU) and tail-calls `RARE_PROGS[0]`,
+//! which userspace fills when it loads the object; the fast path pays nothing for it.
+//! `lb_xdp_rare` parses the frame again (parsing is pure), does the work, puts the VLAN
+//! tag back and counts the verdict, as `lb_xdp` would have. If the tail call fails (an
+//! object loaded without filling `RARE_PROGS`), `lb_xdp` gives the fallback verdict the
+//! work names: what the program did before these paths existed.
+
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use lb_common::{
+    stats::{REASON_COUNT, Reason},
+    types::CONFIG_VALID,
+};
+
+use crate::{
+    frag, icmp,
+    maps::{CONFIG, RARE_PROGS, RARE_WORK},
+    parse::{self, Parse},
+    stats, too_big,
+    vlan::{self, Tag},
+};
+
+/// The action `lb_xdp`'s processing returns for work handed over (not an XDP action).
+pub(crate) const HAND_OVER: u32 = 0x100;
+
+/// What `lb_xdp_rare` is to do.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct RareWork {
+    /// [`WORK_FRAGMENT`], [`WORK_ICMP`] or [`WORK_TOO_BIG`].
+    kind: u32,
+    /// The stripped VLAN tag: 0 for none, else `TAG_PRESENT | TCI` (TCI in wire order).
+    tag: u32,
+    /// [`WORK_TOO_BIG`]: the packet's family is IPv4.
+    v4: u32,
+    /// [`WORK_TOO_BIG`]: bytes of the outer header its backend needs.
+    overhead: u32,
+    /// [`WORK_TOO_BIG`]: length of its IP packet.
+    l3_len: u32,
+}
+
+/// A later IP fragment.
+const WORK_FRAGMENT: u32 = 1;
+/// An ICMP message.
+const WORK_ICMP: u32 = 2;
+/// A VIP packet too big for the MTU once encapsulated.
+const WORK_TOO_BIG: u32 = 3;
+/// [`RareWork::tag`]: a tag was stripped.
+const TAG_PRESENT: u32 = 1 << 16;
+
+#[inline(always)]
+fn note(work: RareWork, fallback: Reason) -> (u32, Reason) {
+    if let Some(slot) = RARE_WORK.get_ptr_mut(0) {
+        // SAFETY: per-CPU array element, used only by this CPU during this packet.
+        unsafe { *slot = work };
+    }
+    (HAND_OVER, fallback)
+}
+
+/// Hands a later fragment over; without the rare program it is dropped as before.
+#[inline(always)]
+pub(crate) fn fragment() -> (u32, Reason) {
+    note(
+        RareWork {
+            kind: WORK_FRAGMENT,
+            ..RareWork::default()
+        },
+        Reason::DropFragment,
+    )
+}
+
+/// Hands an ICMP message over; without the rare program it passes as before.
+#[inline(always)]
+pub(crate) fn icmp() -> (u32, Reason) {
+    note(
+        RareWork {
+            kind: WORK_ICMP,
+            ..RareWork::default()
+        },
+        Reason::PassNonVip,
+    )
+}
+
+/// Hands a packet too big over (family, outer header, IP length); without the rare
+/// program it is dropped as before.
+#[inline(always)]
+pub(crate) fn too_big(v4: bool, overhead: u32, l3_len: u32) -> (u32, Reason) {
+    note(
+        RareWork {
+            kind: WORK_TOO_BIG,
+            tag: 0,
+            v4: u32::from(v4),
+            overhead,
+            l3_len,
+        },
+        Reason::DropTooBig,
+    )
+}
+
+/// Tail-calls the rare program with the frame's VLAN tag; returns the fallback verdict
+/// if that fails.
+#[inline(always)]
+pub(crate) fn hand_over(ctx: &XdpContext, tag: Tag, fallback: Reason) -> (u32, Reason) {
+    if let Some(slot) = RARE_WORK.get_ptr_mut(0) {
+        // SAFETY: as in `note`.
+        unsafe {
+            (*slot).tag = match tag {
+                Tag::Single(tci) => TAG_PRESENT | u32::from(tci),
+                Tag::None | Tag::Unsupported => 0,
+            };
+        }
+        // SAFETY: the context is this program's; a successful tail call does not
+        // return.
+        unsafe { RARE_PROGS.tail_call(ctx, 0) };
+    }
+    (fallback.action(), fallback)
+}
+
+/// The rare paths.
+#[xdp]
+fn lb_xdp_rare(ctx: XdpContext) -> u32 {
+    // SAFETY: per-CPU array element written by `lb_xdp` just before the tail call.
+    let work = RARE_WORK
+        .get_ptr(0)
+        .map(|w| unsafe { *w })
+        .unwrap_or_default();
+    let verdict = run(&ctx, &work);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the low 16 bits hold the TCI"
+    )]
+    let tag = if work.tag & TAG_PRESENT != 0 {
+        Tag::Single(work.tag as u16)
+    } else {
+        Tag::None
+    };
+    let (action, reason) = vlan::restore(&ctx, tag, verdict);
+    stats::count_index(reason as u32);
+    action
+}
+
+/// A later fragment, parsed again, in a BPF function of its own (each kind of work has
+/// the stack to itself).
+#[inline(never)]
+fn fragment_work(ctx: &XdpContext) -> u32 {
+    let (_, reason) = match parse::parse(ctx) {
+        Parse::Fragment(at) => frag::follow(ctx, &at),
+        _ => (xdp_action::XDP_DROP, Reason::DropBadConfig),
+    };
+    reason as u32
+}
+
+/// An ICMP message, parsed again, in a BPF function of its own.
+#[inline(never)]
+fn icmp_work(ctx: &XdpContext) -> u32 {
+    let (_, reason) = match parse::parse(ctx) {
+        Parse::Icmp(at) => icmp::process(ctx, &at),
+        _ => (xdp_action::XDP_DROP, Reason::DropBadConfig),
+    };
+    reason as u32
+}
+
+/// The too-big answer, in a BPF function of its own (its stack is not the other
+/// paths').
+#[inline(never)]
+fn too_big_answer(ctx: &XdpContext, work: &RareWork) -> u32 {
+    let Some(cfg) = CONFIG.get(0).filter(|cfg| cfg.flags & CONFIG_VALID != 0) else {
+        return Reason::DropBadConfig as u32;
+    };
+    let (_, reason) = too_big::answer(ctx, cfg, work.v4 != 0, work.overhead, work.l3_len);
+    reason as u32
+}
+
+#[inline(always)]
+fn run(ctx: &XdpContext, work: &RareWork) -> (u32, Reason) {
+    let reason = match work.kind {
+        WORK_FRAGMENT => fragment_work(ctx),
+        WORK_ICMP => icmp_work(ctx),
+        WORK_TOO_BIG => too_big_answer(ctx, work),
+        _ => Reason::DropBadConfig as u32,
+    };
+    let reason = reason_of(reason);
+    (reason.action(), reason)
+}
+
+/// The reason a BPF function returned as its index.
+///
+/// The functions below return a `u32`, not a verdict pair: a pair is returned through
+/// the caller's stack, and the verifier refuses a function whose return register holds
+/// a stack pointer. The action follows from the reason ([`Reason::action`]; for a
+/// redirect `bpf_redirect` with flags 0 answers `XDP_REDIRECT`, the same).
+#[inline(always)]
+fn reason_of(index: u32) -> Reason {
+    if index as usize >= REASON_COUNT {
+        return Reason::DropBadConfig;
+    }
+    // SAFETY: `Reason` is `repr(u32)` with the discriminants 0..REASON_COUNT, and the
+    // index is below REASON_COUNT.
+    unsafe { core::mem::transmute::<u32, Reason>(index) }
+}

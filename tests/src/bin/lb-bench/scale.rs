@@ -1,0 +1,283 @@
+//! Control-plane scale: `lb run` with many VIPs (100 backends each, M = 65,537, skb
+//! mode, gateway next hop) in a namespace this benchmark creates, for 1 (the
+//! reference), 10, 100 and 500 VIPs:
+//! - start: from the process's start (`ip netns exec ... lb run`) until it sends
+//!   `READY=1` on `$NOTIFY_SOCKET` (every table built and written, program attached);
+//! - the daemon's private memory once it is ready (and after one stats sample period):
+//!   heap and anonymous mappings, the sum of the `Anonymous:` lines of
+//!   `/proc/<pid>/smaps` over every mapping but the BPF maps' own (`anon_inode:bpf-map`,
+//!   the mmapped table buffers, reported apart as "buffers resident"), divided by the
+//!   VIPs, and the growth per VIP over the reference;
+//! - restart to adopted: SIGTERM, then a new `lb run` that adopts the pinned datapath
+//!   (program replaced in the link, tables checked against the record), and its memory.
+//!
+//! Each configuration runs [`RUNS`] times, each in a fresh namespace (a first start
+//! creates the datapath); the table gives medians.
+
+use std::{
+    os::unix::net::UnixDatagram,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use lb_tests::{daemon::lb_binary, netns::NetNs};
+
+/// Runs per configuration.
+const RUNS: usize = 3;
+
+/// Backends per VIP.
+const BACKENDS: usize = 100;
+
+/// The daemon's configuration: `vips` VIPs of [`BACKENDS`] backends, 65,537-slot tables.
+fn config(dir: &Path, vips: usize) -> String {
+    let mut s = format!(
+        "interface = \"lb0\"\nxdp_mode = \"skb\"\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n\
+         max_table_memory_mib = 4096\n\
+         [encap]\nsource_v4 = \"192.0.2.1\"\n[nexthop]\nmode = \"gateway\"\ngateway_mac = \"02:00:00:00:00:fe\"\n\
+         [conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
+        dir.join("lb.sock").display(),
+        dir.join("state").display()
+    );
+    for v in 0..vips {
+        s.push_str(&format!(
+            "[[vip]]\naddress = \"203.0.{}.{}\"\nport = 80\nprotocol = \"tcp\"\ntable_size = 65537\n",
+            113 + v / 250,
+            1 + v % 250
+        ));
+        // Distinct backends per VIP: no two VIPs share a table build.
+        for b in 0..BACKENDS {
+            let a = 1 + v * BACKENDS + b;
+            s.push_str(&format!(
+                "[[vip.backend]]\naddress = \"10.{}.{}.{}\"\n",
+                a >> 16,
+                (a >> 8) & 0xff,
+                a & 0xff
+            ));
+        }
+    }
+    s
+}
+
+/// A running `lb run` and the time it took to become ready.
+struct Started {
+    child: Child,
+    took: Duration,
+    /// CPU time the daemon used until then (user + system).
+    cpu: Duration,
+}
+
+/// The CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command (which may contain spaces) and its closing parenthesis:
+    // state is field 3, utime 14 and stime 15 (proc(5)).
+    let rest = stat.rsplit_once(')').context("a /proc stat line")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
+    Ok(Duration::from_millis(ticks * 1_000 / hz.max(1)))
+}
+
+/// Starts `lb run` in `ns` and returns once READY=1 arrived, checking that its status
+/// says the datapath was `how` (`created` or `adopted`).
+fn start(ns: &NetNs, dir: &Path, notify: &UnixDatagram, how: &str) -> anyhow::Result<Started> {
+    let begun = Instant::now();
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(lb_binary())
+        .args(["run", "--config"])
+        .arg(dir.join("lb.toml"))
+        .env("NOTIFY_SOCKET", dir.join("notify.sock"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("lb run")?;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = notify.recv(&mut buf).context("waiting for READY=1")?;
+        let message = String::from_utf8_lossy(&buf[..n]);
+        if message.lines().any(|l| l == "READY=1") {
+            let expected = format!("datapath {how}");
+            if !message.contains(&expected) {
+                bail!("lb run became ready without \"{expected}\": {message:?}");
+            }
+            let took = begun.elapsed();
+            let cpu = cpu_time(child.id())?;
+            return Ok(Started { child, took, cpu });
+        }
+    }
+}
+
+fn stop(mut child: Child) -> anyhow::Result<()> {
+    let pid = libc::pid_t::try_from(child.id())?;
+    // SAFETY: kill(2) with the pid of our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    if !child.wait()?.success() {
+        bail!("lb run exited unsuccessfully");
+    }
+    Ok(())
+}
+
+/// A process's memory, KiB (from `/proc/<pid>/smaps`).
+#[derive(Clone, Copy, Default)]
+struct Memory {
+    /// Anonymous pages outside the BPF maps' mappings: heap, anonymous mappings,
+    /// stacks.
+    private: u64,
+    /// Resident pages of the mmapped BPF maps (the table buffers).
+    buffers: u64,
+}
+
+/// Reads `pid`'s memory. `ip netns exec` execs the command, so the child is `lb` itself.
+fn memory(pid: u32) -> anyhow::Result<Memory> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))?;
+    if comm.trim() != "lb" {
+        bail!("process {pid} is {:?}, not lb", comm.trim());
+    }
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut memory = Memory::default();
+    let mut bpf = false;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if !first.ends_with(':') {
+            // A mapping's header: range, perms, offset, dev, inode, [path].
+            bpf = line.contains("bpf-map");
+            continue;
+        }
+        let mut kib = || {
+            fields
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        match (first, bpf) {
+            ("Anonymous:", false) => memory.private += kib(),
+            ("Rss:", true) => memory.buffers += kib(),
+            _ => {}
+        }
+    }
+    Ok(memory)
+}
+
+/// One run of one configuration.
+struct Run {
+    first: Duration,
+    first_cpu: Duration,
+    first_memory: Memory,
+    restart: Duration,
+    restart_memory: Memory,
+}
+
+/// Memory once the daemon has run one stats sample period after READY=1.
+fn settled_memory(pid: u32) -> anyhow::Result<Memory> {
+    std::thread::sleep(Duration::from_millis(1_200));
+    memory(pid)
+}
+
+fn run(vips: usize) -> anyhow::Result<Run> {
+    let ns = NetNs::create("lbb-scale-")?;
+    ns.ip(&["link", "add", "lb0", "type", "veth", "peer", "name", "lb1"])?;
+    ns.ip(&["link", "set", "lb0", "up"])?;
+    ns.ip(&["link", "set", "lb1", "up"])?;
+    let tmp = lb_tests::daemon::TempDir::new("lbb-scale-")?;
+    let dir = tmp.path();
+    std::fs::write(dir.join("lb.toml"), config(dir, vips))?;
+    let notify = UnixDatagram::bind(dir.join("notify.sock"))?;
+    notify.set_read_timeout(Some(Duration::from_secs(300)))?;
+    let first = start(&ns, dir, &notify, "created")?;
+    let first_memory = settled_memory(first.child.id());
+    stop(first.child)?;
+    let restart = start(&ns, dir, &notify, "adopted")?;
+    let restart_memory = settled_memory(restart.child.id());
+    stop(restart.child)?;
+    // The namespace's drop removes the pins.
+    Ok(Run {
+        first: first.took,
+        first_cpu: first.cpu,
+        first_memory: first_memory?,
+        restart: restart.took,
+        restart_memory: restart_memory?,
+    })
+}
+
+fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
+
+/// The median of each figure over [`RUNS`] runs.
+#[derive(Clone, Copy)]
+struct Figures {
+    first_ms: f64,
+    first_cpu_ms: f64,
+    first: Memory,
+    restart_ms: f64,
+    restart: Memory,
+}
+
+fn figures(vips: usize) -> anyhow::Result<Figures> {
+    let runs = (0..RUNS)
+        .map(|_| run(vips))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let ms =
+        |f: fn(&Run) -> Duration| median(runs.iter().map(|r| f(r).as_secs_f64() * 1e3).collect());
+    let kib = |f: fn(&Run) -> u64| median(runs.iter().map(f).collect());
+    Ok(Figures {
+        first_ms: ms(|r| r.first),
+        first_cpu_ms: ms(|r| r.first_cpu),
+        first: Memory {
+            private: kib(|r| r.first_memory.private),
+            buffers: kib(|r| r.first_memory.buffers),
+        },
+        restart_ms: ms(|r| r.restart),
+        restart: Memory {
+            private: kib(|r| r.restart_memory.private),
+            buffers: kib(|r| r.restart_memory.buffers),
+        },
+    })
+}
+
+/// Prints the scale table.
+pub(crate) fn daemon_scale() -> anyhow::Result<()> {
+    println!(
+        "control plane at scale: lb run, {BACKENDS} backends per VIP, M = 65,537, skb mode, gateway next hop; medians of {RUNS} runs, each in a fresh namespace. Start: until READY=1 (tables built and written, program attached), and the CPU time the daemon used for it (user + system: what a shared machine's load does not stretch). Private memory: anonymous pages outside the BPF map mappings, {:.1} s after READY=1; per VIP over the 1-VIP reference. Restart: SIGTERM, then a start that adopts the pinned datapath.",
+        1.2
+    );
+    println!();
+    println!(
+        "| VIPs | first start (ms) | its CPU time (ms) | private (KiB) | private per VIP over 1 VIP (KiB) | buffers resident (KiB) | restart to adopted (ms) | private after restart (KiB) | per VIP over 1 VIP (KiB) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let reference = figures(1)?;
+    for vips in [1, 10, 100, 500] {
+        let f = if vips == 1 { reference } else { figures(vips)? };
+        let per_vip = |now: u64, base: u64| {
+            if vips == 1 {
+                "-".to_owned()
+            } else {
+                format!(
+                    "{:.0}",
+                    (now.saturating_sub(base)) as f64 / (vips - 1) as f64
+                )
+            }
+        };
+        println!(
+            "| {vips} | {:.0} | {:.0} | {} | {} | {} | {:.0} | {} | {} |",
+            f.first_ms,
+            f.first_cpu_ms,
+            f.first.private,
+            per_vip(f.first.private, reference.first.private),
+            f.first.buffers,
+            f.restart_ms,
+            f.restart.private,
+            per_vip(f.restart.private, reference.restart.private),
+        );
+    }
+    println!();
+    Ok(())
+}
