@@ -62,6 +62,7 @@ use crate::{
     controller::{ApplyReport, Controller},
     dataplane::{
         AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader, WalkSettings,
+        offload,
     },
 };
 use metrics::{Recorder, ReloadResult};
@@ -118,6 +119,19 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
     service.watch_nexthops();
 }
 
+/// Gives the heap pages freed by the start back to the system: parsing the file and
+/// building every table leave free chunks inside the heap that the allocator keeps
+/// resident (about a third of the heap with 500 VIPs). glibc's `malloc_trim(3)`
+/// releases them (`MADV_DONTNEED` on whole free pages), which keeps the daemon's
+/// resident memory to what it holds.
+fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only returns free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn log_report(report: &ApplyReport) {
     for line in report.lines() {
         info!("{line}");
@@ -129,11 +143,23 @@ fn log_report(report: &ApplyReport) {
 
 /// Attaches in the configured mode; `auto` falls back from native to skb with a
 /// warning. A pinned link is reused in the mode it has.
+///
+/// Native mode on an interface with receive VLAN offload would send tagged frames back
+/// untagged (`dataplane::offload`): `native` refuses it, `auto` takes skb mode.
 fn attach(dp: &mut KernelDataplane, iface: &str, mode: XdpMode) -> anyhow::Result<AttachMode> {
-    let wanted = match mode {
-        XdpMode::Native => AttachMode::Native,
-        XdpMode::Skb => AttachMode::Skb,
-        XdpMode::Auto => match dp.attach(iface, AttachMode::Native) {
+    let vlan_problem = match mode {
+        XdpMode::Skb => None,
+        XdpMode::Native | XdpMode::Auto => offload::native_vlan_problem(iface),
+    };
+    let wanted = match (mode, vlan_problem) {
+        (XdpMode::Native, Some(problem)) => bail!("native XDP refused: {problem}"),
+        (XdpMode::Auto, Some(problem)) => {
+            warn!("{problem}; attaching in skb (generic) mode");
+            AttachMode::Skb
+        }
+        (XdpMode::Native, None) => AttachMode::Native,
+        (XdpMode::Skb, _) => AttachMode::Skb,
+        (XdpMode::Auto, None) => match dp.attach(iface, AttachMode::Native) {
             Ok(()) => return Ok(dp.attached_mode().unwrap_or(AttachMode::Native)),
             Err(e) => {
                 warn!("native XDP on {iface} failed ({e}); falling back to skb (generic) mode");
@@ -213,6 +239,19 @@ impl Drop for SocketFile {
     fn drop(&mut self) {
         self.remove();
     }
+}
+
+/// The first step of a stop, taken as the signal arrives: unless the datapath goes
+/// with the daemon (`detach_on_exit`), the lock's owner record says it is exiting, so
+/// that a daemon started meanwhile (`systemctl restart`, a supervisor that does not
+/// wait) waits for the lock instead of refusing. The rest of the stop (announcements,
+/// probes, the runtime's tasks) follows the event loop.
+fn stopping(service: &Shared) -> anyhow::Result<()> {
+    let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    if !service.detach_on_exit() {
+        service.controller_mut().dataplane_mut().mark_exiting();
+    }
+    Ok(())
 }
 
 /// What the event loop's tasks share besides the service.
@@ -431,6 +470,8 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
         tracer: trace::Tracer::default(),
     };
     context.report(&report);
+    drop(report);
+    release_free_heap();
     manage_neighbours(&service);
     let dp = service.controller_mut().dataplane_mut();
     let tasks = Tasks {
@@ -515,10 +556,6 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     // daemon: it goes whether or not the datapath stays.
     health::detach_probe_program(&mut service, &config.interface);
     let dp = service.controller_mut().dataplane_mut();
-    if !detach_on_exit {
-        // A daemon starting meanwhile waits for the lock instead of refusing.
-        dp.mark_exiting();
-    }
     notify::stopping("stopping");
     socket_file.remove();
     if detach_on_exit {
@@ -659,8 +696,8 @@ async fn event_loop(
             Some(batch) = batches.recv() => {
                 health::apply_batch(&service, &batch, &mut |report| context.report(report));
             }
-            _ = interrupt.recv() => { info!("SIGINT: shutting down"); return Ok(()); }
-            _ = terminate.recv() => { info!("SIGTERM: shutting down"); return Ok(()); }
+            _ = interrupt.recv() => { info!("SIGINT: shutting down"); return stopping(&service); }
+            _ = terminate.recv() => { info!("SIGTERM: shutting down"); return stopping(&service); }
         }
         service
             .lock()
