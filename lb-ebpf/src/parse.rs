@@ -315,6 +315,11 @@ fn parse_v6(ctx: &XdpContext) -> Parse {
     let mut key = flow_key(ip.dst, ip.src, 0, FAMILY_V6);
     let mut next = ip.next;
     let mut off = ETH_LEN + IPV6_LEN;
+    // The fast path: TCP or UDP right after the fixed header, no walk.
+    if next == PROTO_TCP || next == PROTO_UDP {
+        key.vip.proto = next;
+        return parse_l4(ctx, key, off, ETH_LEN + l3_len, l3_len);
+    }
     let mut walked = 0;
     let mut fragment: Option<FragTag> = None;
     loop {
