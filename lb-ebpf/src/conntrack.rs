@@ -40,11 +40,12 @@ pub(crate) fn now_coarse_ns() -> u64 {
 }
 
 /// Notes packet `p` in its flow's pin, for the live connection counts: the tick it was
-/// seen in (written only when the tick changed, about once a second for a busy flow)
-/// and, for a FIN or RST from the client, that the connection is closing.
+/// seen in (`now_ns` on the conntrack clock; written only when the tick changed, about
+/// once a second for a busy flow) and, for a FIN or RST from the client, that the
+/// connection is closing.
 #[inline(always)]
-pub(crate) fn note_activity(entry: &mut CtEntry, p: &Parsed) {
-    let ticks = ct_ticks(now_coarse_ns());
+pub(crate) fn note_activity(entry: &mut CtEntry, p: &Parsed, now_ns: u64) {
+    let ticks = ct_ticks(now_ns);
     if entry.seen_ticks != ticks {
         entry.seen_ticks = ticks;
     }

@@ -41,15 +41,18 @@ use crate::{
     vip,
 };
 
-/// What the fast path's check of a pin reads: the clock and `BACKENDS`.
-struct Backends;
+/// What the fast path's check of a pin reads: `BACKENDS`, and the clock, read once per
+/// packet (a helper call) for both the UDP idle check and the pin's activity tick.
+struct Backends {
+    now_ns: u64,
+}
 
 impl PinLookups for Backends {
     type Backend = Choice;
 
     #[inline(always)]
     fn now_ns(&mut self) -> u64 {
-        now_coarse_ns()
+        self.now_ns
     }
 
     #[inline(always)]
@@ -70,12 +73,12 @@ impl PinLookups for Maps<'_> {
 
     #[inline(always)]
     fn now_ns(&mut self) -> u64 {
-        Backends.now_ns()
+        now_coarse_ns()
     }
 
     #[inline(always)]
     fn keeps_flows(&mut self, id: u32) -> Option<Choice> {
-        Backends.keeps_flows(id)
+        backend::keeps_flows(id)
     }
 }
 
@@ -105,8 +108,9 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     let entry = unsafe { &mut *ct? };
     let info = vip::live_info(entry.vip_id, &p.key.vip)?;
     let udp = p.key.vip.proto == PROTO_UDP;
+    let now_ns = now_coarse_ns();
     match pin_state(
-        &mut Backends,
+        &mut Backends { now_ns },
         entry,
         entry.vip_id,
         info.epoch,
@@ -115,7 +119,7 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     ) {
         PinState::Holds { backend, touch } => {
             touch.apply(entry);
-            conntrack::note_activity(entry, p);
+            conntrack::note_activity(entry, p, now_ns);
             Some((entry.vip_id, backend))
         }
         PinState::OlderTable(_) | PinState::Expired | PinState::Stale => None,
@@ -196,7 +200,7 @@ pub(crate) fn pick_backend(
             traced.set(Path::CtPin, 0);
             if let Some(entry) = entry {
                 touch.apply(entry);
-                conntrack::note_activity(entry, p);
+                conntrack::note_activity(entry, p, now_coarse_ns());
             }
             Ok(backend)
         }
