@@ -140,6 +140,12 @@ pub const RARE_WORK: &str = "RARE_WORK";
 /// there rather than on the stack of the functions the load balancer calls, which the
 /// verifier's 512 bytes for a chain of calls leave no room for.
 pub const SCRATCH: &str = "SCRATCH";
+/// `BPF_MAP_TYPE_ARRAY` of one `u32`: the current tick of the conntrack clock
+/// ([`crate::types::ct_ticks`] of CLOCK_MONOTONIC_COARSE), written by the daemon about
+/// once a second. An established flow's packet copies it into its pin
+/// (`CtEntry::seen_ticks`) instead of reading the clock, a helper call on every packet;
+/// 0 (no daemon has written it yet) makes the program read the clock itself.
+pub const ACTIVITY_TICK: &str = "ACTIVITY_TICK";
 /// Per-CPU array of one [`crate::stats::GlobalStats`].
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Per-CPU array: VIP id → [`crate::stats::VipStats`].

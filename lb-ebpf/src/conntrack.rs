@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The conntrack maps (`CONNTRACK_V4`, `CONNTRACK_V6`): looking a flow up and pinning
-//! it to a backend, and the clock their entries are stamped with.
+//! it to a backend, and the clock their entries are stamped with (and the daemon's tick
+//! of it, `ACTIVITY_TICK`, for the activity of established flows).
 //!
 //! An entry maps a flow's 5-tuple to its backend (`lb_common::types::CtEntry`). IPv4
 //! flows have their own map with a 16-byte key, because the kernel hashes the whole key
@@ -17,7 +18,7 @@ use lb_common::types::{CT_OPEN, CtEntry, FAMILY_V4, FlowKey, ct_ticks};
 
 use crate::{
     backend::{self, Choice},
-    maps::{CONNTRACK_V4, CONNTRACK_V6},
+    maps::{ACTIVITY_TICK, CONNTRACK_V4, CONNTRACK_V6},
     parse::Parsed,
 };
 
@@ -40,12 +41,17 @@ pub(crate) fn now_coarse_ns() -> u64 {
 }
 
 /// Notes packet `p` in its flow's pin, for the live connection counts: the tick it was
-/// seen in (`now_ns` on the conntrack clock; written only when the tick changed, about
-/// once a second for a busy flow) and, for a FIN or RST from the client, that the
-/// connection is closing.
+/// seen in (written only when the tick changed, about once a second for a busy flow)
+/// and, for a FIN or RST from the client, that the connection is closing. The tick is
+/// the daemon's (`ACTIVITY_TICK`), else that of `now_ns` on the conntrack clock when
+/// the caller read it (not 0), else the clock's.
 #[inline(always)]
 pub(crate) fn note_activity(entry: &mut CtEntry, p: &Parsed, now_ns: u64) {
-    let ticks = ct_ticks(now_ns);
+    let ticks = match ACTIVITY_TICK.get(0) {
+        Some(&tick) if tick != 0 => tick,
+        _ if now_ns != 0 => ct_ticks(now_ns),
+        _ => ct_ticks(now_coarse_ns()),
+    };
     if entry.seen_ticks != ticks {
         entry.seen_ticks = ticks;
     }

@@ -139,6 +139,10 @@ pub(crate) static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
 #[btf_map]
 pub(crate) static RARE_WORK: PerCpuArray<crate::rare::RareWork, 1> = PerCpuArray::new();
 
+/// The current tick of the conntrack clock, written by the daemon (`conntrack`).
+#[btf_map]
+pub(crate) static ACTIVITY_TICK: Array<u32, 1> = Array::new();
+
 /// Per CPU, one packet counter per verdict reason.
 #[btf_map]
 pub(crate) static GLOBAL_STATS: PerCpuArray<GlobalStats, 1> = PerCpuArray::new();

@@ -41,8 +41,8 @@ use crate::{
     vip,
 };
 
-/// What the fast path's check of a pin reads: `BACKENDS`, and the clock, read once per
-/// packet (a helper call) for both the UDP idle check and the pin's activity tick.
+/// What the fast path's check of a pin reads: `BACKENDS`, and the clock, which only a
+/// UDP pin's idle check needs (read once, a helper call; 0 for TCP).
 struct Backends {
     now_ns: u64,
 }
@@ -108,7 +108,7 @@ pub(crate) fn established(p: &Parsed, ct: CtHit, cfg: &LbConfig) -> Option<(u32,
     let entry = unsafe { &mut *ct? };
     let info = vip::live_info(entry.vip_id, &p.key.vip)?;
     let udp = p.key.vip.proto == PROTO_UDP;
-    let now_ns = now_coarse_ns();
+    let now_ns = if udp { now_coarse_ns() } else { 0 };
     match pin_state(
         &mut Backends { now_ns },
         entry,
@@ -200,7 +200,7 @@ pub(crate) fn pick_backend(
             traced.set(Path::CtPin, 0);
             if let Some(entry) = entry {
                 touch.apply(entry);
-                conntrack::note_activity(entry, p, now_coarse_ns());
+                conntrack::note_activity(entry, p, 0);
             }
             Ok(backend)
         }

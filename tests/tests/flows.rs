@@ -808,3 +808,44 @@ fn the_reported_state_is_the_one_the_next_packet_follows() {
     assert_eq!(reported(&lb, &udp, PROTO_UDP), None);
     assert_eq!(lb.send(&udp.frame(L4::Udp, b"q")), (XDP_TX, b4(3)));
 }
+
+/// An established flow's packets stamp its pin with the daemon's activity tick while
+/// one is written, and with the clock's own tick while the map holds 0 (no daemon has
+/// written it): the live connection counts read that stamp as the flow's last packet.
+#[test]
+fn an_established_flows_packet_stamps_its_pin_with_the_activity_tick() {
+    let mut lb = Lb::standard();
+    let mut clock = lb.dp.take_activity_clock().expect("activity clock");
+    for (flow, proto) in [
+        (Flow::new(CLIENT4, 44500, VIP4, 80), PROTO_TCP),
+        (Flow::new(CLIENT4, 44501, VIP4, 53), PROTO_UDP),
+    ] {
+        let l4 = |flags| {
+            if proto == PROTO_TCP {
+                L4::Tcp(flags)
+            } else {
+                L4::Udp
+            }
+        };
+        let key = flow_key(&flow, proto);
+        if proto == PROTO_TCP {
+            establish(&mut lb, &flow);
+        } else {
+            lb.send(&flow.frame(L4::Udp, &[]));
+        }
+        clock.set(0x00ab_cdef).expect("tick");
+        assert_eq!(lb.send(&flow.frame(l4(ACK), b"x")).0, XDP_TX);
+        let (_, entry) = lb.dp.lookup_flow(&key).expect("lookup").expect("pinned");
+        assert_eq!(entry.seen_ticks, 0x00ab_cdef, "the daemon's tick ({proto})");
+        clock.set(0).expect("tick");
+        let before = lb_common::types::ct_ticks(lb_user::dataplane::conntrack_now_ns());
+        assert_eq!(lb.send(&flow.frame(l4(ACK), b"y")).0, XDP_TX);
+        let (_, entry) = lb.dp.lookup_flow(&key).expect("lookup").expect("pinned");
+        let after = lb_common::types::ct_ticks(lb_user::dataplane::conntrack_now_ns());
+        assert!(
+            (before..=after).contains(&entry.seen_ticks),
+            "the clock's tick without one ({proto}): {} not in {before}..={after}",
+            entry.seen_ticks
+        );
+    }
+}

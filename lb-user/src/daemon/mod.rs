@@ -61,8 +61,8 @@ use crate::{
     },
     controller::{ApplyReport, Controller},
     dataplane::{
-        AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader, WalkSettings,
-        offload,
+        ActivityClock, AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader,
+        WalkSettings, offload,
     },
 };
 use metrics::{Recorder, ReloadResult};
@@ -477,6 +477,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     let tasks = Tasks {
         trace_reader: dp.take_trace_reader(),
         walker: dp.take_conntrack_walker(),
+        activity: dp.take_activity_clock(),
         walk: WalkSettings {
             udp_timeout: config.udp_timeout,
             idle: config.metrics.idle,
@@ -593,6 +594,7 @@ fn leave_announcements(service: &mut Service<KernelDataplane>, detaching: bool) 
 struct Tasks {
     trace_reader: Option<TraceReader>,
     walker: Option<ConntrackWalker>,
+    activity: Option<ActivityClock>,
     walk: WalkSettings,
     metrics_listener: Option<std::net::TcpListener>,
 }
@@ -610,6 +612,17 @@ struct Loop {
 }
 
 /// Starts the trace reader, the conntrack walk and the metrics endpoint.
+/// Refreshes the data plane's activity tick every [`SAMPLE_PERIOD`], from the start.
+async fn keep_activity_tick(mut clock: ActivityClock) {
+    let mut ticker = tokio::time::interval(SAMPLE_PERIOD);
+    loop {
+        ticker.tick().await;
+        if let Err(e) = clock.refresh() {
+            warn!("activity tick: {e}");
+        }
+    }
+}
+
 fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Context) {
     if let Some(reader) = tasks.trace_reader {
         tokio::spawn(trace::read_records(
@@ -617,6 +630,9 @@ fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Contex
             Arc::clone(service),
             context.tracer.clone(),
         ));
+    }
+    if let Some(clock) = tasks.activity {
+        tokio::spawn(keep_activity_tick(clock));
     }
     if let Some(walker) = tasks.walker {
         tokio::spawn(walk_conntrack(

@@ -14,6 +14,7 @@
 //! Without the feature neither the code nor the programs and maps it drives are in the
 //! `lb` binary (the eBPF object is built without them, see `lb-user/build.rs`).
 
+mod activity;
 mod conntrack;
 #[cfg(feature = "test-harness")]
 mod harness;
@@ -31,6 +32,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
+pub use activity::ActivityClock;
 use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues},
@@ -48,7 +50,7 @@ pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp};
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
 pub use trace::{TraceReader, TraceRecord};
-pub use walk::{Census, ConnectionCounts, ConntrackWalker, WalkSettings};
+pub use walk::{Census, ConnectionCounts, ConntrackWalker, WalkSettings, conntrack_now_ns};
 
 use super::{
     Adopted, AttachMode, CompactImage, CtTable, Dataplane, DataplaneError, InstalledTable,
@@ -102,6 +104,8 @@ pub struct KernelDataplane {
     trace_reader: Option<TraceReader>,
     /// The walker of the conntrack maps, until the daemon takes it.
     walker: Option<ConntrackWalker>,
+    /// The writer of the activity tick, until the daemon takes it.
+    activity: Option<ActivityClock>,
     /// The pins, for a data plane opened with [`KernelDataplane::load_pinned`].
     pinned: Option<Pinned>,
 }
@@ -194,6 +198,11 @@ impl KernelDataplane {
     /// taken.
     pub fn take_conntrack_walker(&mut self) -> Option<ConntrackWalker> {
         self.walker.take()
+    }
+
+    /// The writer of the activity tick ([`ActivityClock`]); `None` once taken.
+    pub fn take_activity_clock(&mut self) -> Option<ActivityClock> {
+        self.activity.take()
     }
 
     /// Whether the program is attached by this handle.

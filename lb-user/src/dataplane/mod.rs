@@ -36,12 +36,12 @@ use lb_common::{
 
 pub use fake::FakeDataplane;
 pub use inspect::Inspector;
+pub use kernel::{
+    ActivityClock, Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened,
+    Pinning, TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root, may_load_xdp,
+};
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};
-pub use kernel::{
-    Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened, Pinning,
-    TraceReader, TraceRecord, WalkSettings, is_root, may_load_xdp,
-};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)
 /// and the operation that failed.

@@ -157,6 +157,10 @@ fn run_case(
 }
 
 fn setup(lb: &mut Lb) {
+    // As the daemon does every second: established flows copy this tick into their pins.
+    if let Some(mut clock) = lb.dp.take_activity_clock() {
+        clock.refresh().expect("activity tick");
+    }
     for k in 1..=100u32 {
         let last = u8::try_from(k).expect("small");
         lb.backend(k, Ipv4Addr::new(198, 51, 100, last), BACKEND_ACTIVE);

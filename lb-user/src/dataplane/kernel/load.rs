@@ -397,8 +397,10 @@ impl KernelDataplane {
             take(&mut ebpf, maps::SOURCE_RESTRICTED)?,
         );
         let trace_reader = Some(super::TraceReader::new(&mut ebpf)?);
+        let activity = super::ActivityClock::new(take(&mut ebpf, maps::ACTIVITY_TICK)?);
         Ok(Self {
             walker: Some(walker),
+            activity: Some(activity),
             trace_filter: take(&mut ebpf, maps::TRACE_FILTER)?,
             tracing: false,
             trace_reader,

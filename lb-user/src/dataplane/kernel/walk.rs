@@ -110,7 +110,7 @@ pub(crate) fn classify(entry: &CtEntry, proto: u8, now_ns: u64, settings: &WalkS
 }
 
 /// The time on the conntrack clock (`bpf_ktime_get_coarse_ns`: CLOCK_MONOTONIC_COARSE).
-pub(crate) fn conntrack_now_ns() -> u64 {
+pub fn conntrack_now_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
