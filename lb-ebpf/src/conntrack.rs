@@ -43,14 +43,17 @@ pub(crate) fn now_coarse_ns() -> u64 {
 /// Notes packet `p` in its flow's pin, for the live connection counts: the tick it was
 /// seen in (written only when the tick changed, about once a second for a busy flow)
 /// and, for a FIN or RST from the client, that the connection is closing. The tick is
-/// the daemon's (`ACTIVITY_TICK`), else that of `now_ns` on the conntrack clock when
-/// the caller read it (not 0), else the clock's.
+/// that of `now_ns` on the conntrack clock when the caller read it (not 0: a UDP pin's
+/// idle check does), else the daemon's (`ACTIVITY_TICK`), else the clock's.
 #[inline(always)]
 pub(crate) fn note_activity(entry: &mut CtEntry, p: &Parsed, now_ns: u64) {
-    let ticks = match ACTIVITY_TICK.get(0) {
-        Some(&tick) if tick != 0 => tick,
-        _ if now_ns != 0 => ct_ticks(now_ns),
-        _ => ct_ticks(now_coarse_ns()),
+    let ticks = if now_ns != 0 {
+        ct_ticks(now_ns)
+    } else {
+        match ACTIVITY_TICK.get(0) {
+            Some(&tick) if tick != 0 => tick,
+            _ => ct_ticks(now_coarse_ns()),
+        }
     };
     if entry.seen_ticks != ticks {
         entry.seen_ticks = ticks;
