@@ -15,6 +15,15 @@ pub const XDP_PROGRAM: &str = "lb_xdp";
 /// The load balancer's rare paths (later fragments, ICMP, "too big" answers): an XDP
 /// program [`XDP_PROGRAM`] tail-calls through [`RARE_PROGS`], never attached itself.
 pub const RARE_PROGRAM: &str = "lb_xdp_rare";
+/// The load balancer's program for VLAN-tagged frames and first fragments, which
+/// [`XDP_PROGRAM`] reaches by tail call ([`RARE_PROGS`] slot [`FULL_SLOT`]): the same
+/// processing, with the tag stripped and put back and the fragment recorded, so that
+/// the untagged unfragmented packets of `lb_xdp` carry neither.
+pub const FULL_PROGRAM: &str = "lb_xdp_full";
+/// [`RARE_PROGS`] slot of [`RARE_PROGRAM`].
+pub const RARE_SLOT: u32 = 0;
+/// [`RARE_PROGS`] slot of [`FULL_PROGRAM`].
+pub const FULL_SLOT: u32 = 1;
 /// An XDP program that returns `XDP_PASS` and does nothing else: the reference for
 /// benchmarks ("ns over an empty program").
 pub const EMPTY_PROGRAM: &str = "lb_empty";
@@ -125,11 +134,12 @@ pub const SOURCE_RESTRICTED: &str = "SOURCE_RESTRICTED";
 /// program sends (index 0: too big; 1: echo replies), each the theoretical arrival time
 /// (ns) of the generic cell rate algorithm. Per CPU: no atomics on the packet path.
 pub const ICMP_RATE: &str = "ICMP_RATE";
-/// `BPF_MAP_TYPE_PROG_ARRAY` of one program: [`RARE_PROGRAM`], which userspace puts in
-/// slot 0 when it loads the object. A tail call gives the rare paths a stack of their
-/// own (the verifier allows 512 bytes for a whole chain of calls, and the fast path
-/// takes most of it). The kernel empties a program array when its last file descriptor
-/// closes, so the loader keeps one.
+/// `BPF_MAP_TYPE_PROG_ARRAY` of two programs: [`RARE_PROGRAM`] in slot [`RARE_SLOT`] and
+/// [`FULL_PROGRAM`] in slot [`FULL_SLOT`], which userspace puts there when it loads the
+/// object. A tail call gives the rare paths a stack of their own (the verifier allows
+/// 512 bytes for a whole chain of calls, and the fast path takes most of it), and each
+/// program its own verifier budget. The kernel empties a program array when its last
+/// file descriptor closes, so the loader keeps one.
 pub const RARE_PROGS: &str = "RARE_PROGS";
 /// Per-CPU array of one work note (kernel-only layout): what [`XDP_PROGRAM`] hands to
 /// [`RARE_PROGRAM`] for the packet it tail-calls it with (the kind of work, the VLAN

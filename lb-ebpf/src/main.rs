@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The XDP program of the load balancer.
 //!
-//! `lb_xdp` per packet:
-//! 1. strip a single 802.1Q tag ([`vlan`]; put back on the way out), parse the headers
-//!    ([`parse`]); a packet not for a VIP ([`vip`]) gets `XDP_PASS`, untouched;
+//! `lb_xdp` per packet (a VLAN-tagged frame or a first fragment goes to `lb_xdp_full`
+//! by tail call, [`full`], which does the same with the tag and the fragment):
+//! 1. strip a single 802.1Q tag (`lb_xdp_full` only: [`vlan`]; put back on the way
+//!    out), parse the headers ([`parse`]); a packet not for a VIP ([`vip`]) gets
+//!    `XDP_PASS`, untouched;
 //! 2. refuse clients outside the VIP's allowed source prefixes, if the configuration
 //!    has any ([`source`]);
 //! 3. choose the backend ([`select`]): an established flow whose VIP still exists (for
@@ -16,7 +18,8 @@
 //!    beyond the CPU's rate of new pins goes to the same backend without it
 //!    ([`flood`]);
 //! 4. encapsulate it in IP-in-IP and send it ([`forward`]); a packet too big once
-//!    encapsulated is answered with ICMP ([`too_big`]).
+//!    encapsulated is answered with ICMP ([`too_big`]); a first fragment's backend is
+//!    recorded (`lb_xdp_full` only: [`frag`]).
 //!
 //! The rare paths run in a second program, `lb_xdp_rare`, reached by tail call
 //! ([`rare`]): ICMP to VIP addresses (echo replies, errors forwarded to the flow's
@@ -47,6 +50,7 @@ mod csum;
 mod flood;
 mod forward;
 mod frag;
+mod full;
 mod headers;
 mod icmp;
 mod icmp_error;
@@ -87,6 +91,13 @@ fn lb_xdp(ctx: XdpContext) -> u32 {
     action
 }
 
+/// The load balancer for VLAN-tagged frames and first fragments, which `lb_xdp` hands
+/// over by tail call (`full`).
+#[xdp]
+fn lb_xdp_full(ctx: XdpContext) -> u32 {
+    run_full::<true>(&ctx)
+}
+
 /// The load balancer built without packet tracing: the benchmark's reference for what
 /// tracing costs while it is off (`test-harness` builds only).
 #[cfg(feature = "test-harness")]
@@ -95,17 +106,42 @@ fn lb_xdp_untraced(ctx: XdpContext) -> u32 {
     run::<false>(&ctx)
 }
 
-/// One packet: strips a VLAN tag, processes the packet, hands rare work over, puts the
-/// tag back and counts the reason; returns the action.
+/// One packet of `lb_xdp`: an untagged frame that is not a first fragment is processed
+/// here, with no VLAN tag and no fragment to carry; a tagged frame or a first fragment
+/// goes to `lb_xdp_full` (which counts it). Counts the reason; returns the action.
 #[inline(always)]
 fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
+    let (action, reason) = if vlan::is_tagged(ctx) {
+        // Without the full program: passed, as before tags were handled.
+        full::hand_over(ctx, Reason::PassVlan)
+    } else {
+        match process::<TRACE, false>(ctx, vlan::Tag::None) {
+            Processed::Pending(verdict) if verdict.0 == rare::HAND_OVER => {
+                rare::hand_over(ctx, vlan::Tag::None, verdict.1)
+            }
+            Processed::Pending(verdict) | Processed::Done(verdict) => verdict,
+            // Without the full program: dropped, as before fragments were tracked.
+            Processed::Full => full::hand_over(ctx, Reason::DropFragment),
+        }
+    };
+    stats::count(reason);
+    action
+}
+
+/// One packet of `lb_xdp_full`: strips a VLAN tag, processes the packet, records a
+/// first fragment, hands rare work over, puts the tag back and counts the reason;
+/// returns the action.
+#[inline(always)]
+fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     let tag = vlan::strip(ctx);
     let (action, reason) = if tag == vlan::Tag::Unsupported {
         verdict(Reason::PassVlan)
     } else {
-        match process::<TRACE>(ctx, tag) {
+        match process::<TRACE, true>(ctx, tag) {
             Processed::Pending(verdict) => finish(ctx, tag, verdict),
             Processed::Done(verdict) => verdict,
+            // Not returned with `FULL`.
+            Processed::Full => verdict(Reason::DropBadConfig),
         }
     };
     stats::count(reason);
@@ -119,6 +155,8 @@ enum Processed {
     /// The verdict of a frame that is complete (its tag is back): a traced packet
     /// whose tail call to `lb_trace` failed.
     Done((u32, Reason)),
+    /// A first fragment, which `lb_xdp` leaves to `lb_xdp_full` (not with `FULL`).
+    Full,
 }
 
 /// Hands work for the rare paths over (`rare`), else puts the VLAN tag back.
@@ -151,13 +189,15 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 /// and ICMP to the rare paths, and the rest to [`vip_packet`]; with `TRACE`, a VIP
 /// packet is logged while `CONFIG_TRACE` is set ([`trace`]): its frame is completed
 /// (`tag` put back) before `lb_trace` takes over, which counts it and returns its
-/// action. Work handed to the rare paths is not traced.
+/// action. Work handed to the rare paths is not traced. Without `FULL` (in `lb_xdp`) a
+/// first fragment is left to `lb_xdp_full` ([`Processed::Full`]).
 #[inline(always)]
-fn process<const TRACE: bool>(ctx: &XdpContext, tag: vlan::Tag) -> Processed {
+fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext, tag: vlan::Tag) -> Processed {
     let pending = |v| Processed::Pending(v);
     let (parsed, first_fragment) = match parse::parse(ctx) {
         Parse::Packet(parsed) => (parsed, None),
-        Parse::FirstFragment(parsed, frag) => (parsed, Some(frag)),
+        Parse::FirstFragment(parsed, frag) if FULL => (parsed, Some(frag)),
+        Parse::FirstFragment(..) => return Processed::Full,
         Parse::Verdict(reason) => return pending(verdict(reason)),
         Parse::Fragment(_) => return pending(rare::fragment()),
         Parse::Icmp(_) => return pending(rare::icmp()),

@@ -116,9 +116,10 @@ pub(crate) static SOURCE_RESTRICTED: Array<u32, VIPS_MAX> = Array::new();
 #[btf_map]
 pub(crate) static ICMP_RATE: PerCpuArray<u64, { ICMP_RATE_KINDS as usize }> = PerCpuArray::new();
 
-/// The rare paths' program (`lb_xdp_rare`), reached by tail call.
+/// The rare paths' program (`lb_xdp_rare`) and the full one (`lb_xdp_full`), reached by
+/// tail call.
 #[btf_map]
-pub(crate) static RARE_PROGS: ProgramArray<1> = ProgramArray::new();
+pub(crate) static RARE_PROGS: ProgramArray<2> = ProgramArray::new();
 
 /// Map keys and values built off the stack by the functions the load balancer calls.
 #[repr(C)]

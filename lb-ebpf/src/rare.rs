@@ -16,6 +16,7 @@
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
+    maps::RARE_SLOT,
     stats::{REASON_COUNT, Reason},
     types::CONFIG_VALID,
 };
@@ -119,7 +120,7 @@ pub(crate) fn hand_over(ctx: &XdpContext, tag: Tag, fallback: Reason) -> (u32, R
         }
         // SAFETY: the context is this program's; a successful tail call does not
         // return.
-        unsafe { RARE_PROGS.tail_call(ctx, 0) };
+        unsafe { RARE_PROGS.tail_call(ctx, RARE_SLOT) };
     }
     (fallback.action(), fallback)
 }

@@ -31,7 +31,7 @@ use std::net::Ipv4Addr;
 use anyhow::{Context as _, bail, ensure};
 use lb_common::{
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
-    maps::{RARE_PROGRAM, UNTRACED_PROGRAM, XDP_PROGRAM},
+    maps::{FULL_PROGRAM, RARE_PROGRAM, UNTRACED_PROGRAM, XDP_PROGRAM},
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
@@ -456,6 +456,10 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
     println!(
         "{RARE_PROGRAM}: {} instructions processed by the verifier",
         count(lb.dp.verified_instructions(RARE_PROGRAM)?)
+    );
+    println!(
+        "{FULL_PROGRAM}: {} instructions processed by the verifier",
+        count(lb.dp.verified_instructions(FULL_PROGRAM)?)
     );
     println!();
     println!(

@@ -91,30 +91,37 @@ where
     T::try_from(map).map_err(map_err(name, "open"))
 }
 
-/// Loads the rare paths' program and puts it in `RARE_PROGS`, which the load balancer
-/// tail-calls (`lb_common::maps::RARE_PROGS`), replacing the entry an adopted datapath's
-/// earlier program left there. The kernel empties a program array when its last user
-/// reference goes: the map's pin holds one (the rare paths keep running while no daemon
+/// Loads the programs the load balancer tail-calls, the rare paths' and the full one
+/// (VLAN tags, first fragments), and puts them in their `RARE_PROGS` slots
+/// (`lb_common::maps::RARE_PROGS`), replacing the entries an adopted datapath's earlier
+/// programs left there. The kernel empties a program array when its last user
+/// reference goes: the map's pin holds one (these programs keep running while no daemon
 /// runs), the open descriptor in `ebpf` another (an unpinned data plane, as in the
 /// tests).
 fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    let prog = xdp(ebpf, maps::RARE_PROGRAM)?;
-    prog.load().map_err(prog_err(maps::RARE_PROGRAM))?;
-    let fd = prog
-        .fd()
-        .map_err(prog_err(maps::RARE_PROGRAM))?
-        .try_clone()
-        .map_err(|error| DataplaneError::Syscall {
-            op: format!("dup fd of {}", maps::RARE_PROGRAM),
-            error,
-        })?;
-    let progs = ebpf
-        .map_mut(maps::RARE_PROGS)
-        .ok_or(DataplaneError::MissingMap(maps::RARE_PROGS))?;
-    ProgramArray::<&mut MapData>::try_from(progs)
-        .map_err(map_err(maps::RARE_PROGS, "open"))?
-        .set(0, &fd, 0)
-        .map_err(map_err(maps::RARE_PROGS, "update"))
+    for (program, slot) in [
+        (maps::RARE_PROGRAM, maps::RARE_SLOT),
+        (maps::FULL_PROGRAM, maps::FULL_SLOT),
+    ] {
+        let prog = xdp(ebpf, program)?;
+        prog.load().map_err(prog_err(program))?;
+        let fd = prog
+            .fd()
+            .map_err(prog_err(program))?
+            .try_clone()
+            .map_err(|error| DataplaneError::Syscall {
+                op: format!("dup fd of {program}"),
+                error,
+            })?;
+        let progs = ebpf
+            .map_mut(maps::RARE_PROGS)
+            .ok_or(DataplaneError::MissingMap(maps::RARE_PROGS))?;
+        ProgramArray::<&mut MapData>::try_from(progs)
+            .map_err(map_err(maps::RARE_PROGS, "open"))?
+            .set(slot, &fd, 0)
+            .map_err(map_err(maps::RARE_PROGS, "update"))?;
+    }
+    Ok(())
 }
 
 /// A duplicate of the file descriptor of map `name`, for a second handle that does not
@@ -317,8 +324,8 @@ impl KernelDataplane {
     }
 
     /// Loads the embedded object ([`crate::EBPF_OBJECT`]) with the conntrack sizes of
-    /// `options`, verifies the load balancer program and its rare paths' program, and
-    /// links the second to the first.
+    /// `options`, verifies the load balancer program and the programs it tail-calls (the
+    /// rare paths, the full program), and links them to it.
     ///
     /// # Errors
     /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
@@ -340,8 +347,8 @@ impl KernelDataplane {
     }
 
     /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
-    /// verifies the load balancer program and its rare paths' program, and links the
-    /// second to the first (`RARE_PROGS`, pinned or not).
+    /// verifies the load balancer program and the programs it tail-calls, and links
+    /// them to it (`RARE_PROGS`, pinned or not).
     fn load_object(
         options: &LoadOptions,
         loader: &mut EbpfLoader<'_>,
