@@ -123,6 +123,34 @@ fn xdp<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp, Datapl
     prog.try_into().map_err(prog_err(name))
 }
 
+/// Loads the XDP program `program` of the object and puts it in slot `slot` of the
+/// program array `array`, replacing what an adopted (pinned) array held there: the
+/// programs the load balancer tail-calls.
+fn install_tail_call(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    array: &'static str,
+    slot: u32,
+) -> Result<(), DataplaneError> {
+    let prog = xdp(ebpf, program)?;
+    prog.load().map_err(prog_err(program))?;
+    let fd = prog
+        .fd()
+        .map_err(prog_err(program))?
+        .try_clone()
+        .map_err(|error| DataplaneError::Syscall {
+            op: format!("dup fd of {program}"),
+            error,
+        })?;
+    let progs = ebpf
+        .map_mut(array)
+        .ok_or(DataplaneError::MissingMap(array))?;
+    aya::maps::ProgramArray::<&mut MapData>::try_from(progs)
+        .map_err(map_err(array, "open"))?
+        .set(slot, &fd, 0)
+        .map_err(map_err(array, "update"))
+}
+
 /// The address key counted in `VIP_ADDRS` for a VIP.
 fn addr_key(key: &VipKey) -> VipAddrKey {
     VipAddrKey {

@@ -9,7 +9,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Map, MapData, MapError, ProgramArray},
+    maps::{Map, MapData, MapError},
     sys::SyscallError,
 };
 use lb_common::{
@@ -17,7 +17,7 @@ use lb_common::{
     types::{CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
 
-use super::{KernelDataplane, Pinned, prog_err, sources::SourceMaps, xdp};
+use super::{KernelDataplane, Pinned, install_tail_call, prog_err, sources::SourceMaps, xdp};
 use crate::dataplane::{
     DataplaneError, map_err,
     pinned::{Layout, Meta, MetaMap, PinDir, PinLock, SizeOverride, layout},
@@ -99,29 +99,8 @@ where
 /// runs), the open descriptor in `ebpf` another (an unpinned data plane, as in the
 /// tests).
 fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    for (program, slot) in [
-        (maps::RARE_PROGRAM, maps::RARE_SLOT),
-        (maps::FULL_PROGRAM, maps::FULL_SLOT),
-    ] {
-        let prog = xdp(ebpf, program)?;
-        prog.load().map_err(prog_err(program))?;
-        let fd = prog
-            .fd()
-            .map_err(prog_err(program))?
-            .try_clone()
-            .map_err(|error| DataplaneError::Syscall {
-                op: format!("dup fd of {program}"),
-                error,
-            })?;
-        let progs = ebpf
-            .map_mut(maps::RARE_PROGS)
-            .ok_or(DataplaneError::MissingMap(maps::RARE_PROGS))?;
-        ProgramArray::<&mut MapData>::try_from(progs)
-            .map_err(map_err(maps::RARE_PROGS, "open"))?
-            .set(slot, &fd, 0)
-            .map_err(map_err(maps::RARE_PROGS, "update"))?;
-    }
-    Ok(())
+    install_tail_call(ebpf, maps::RARE_PROGRAM, maps::RARE_PROGS, maps::RARE_SLOT)?;
+    install_tail_call(ebpf, maps::FULL_PROGRAM, maps::RARE_PROGS, maps::FULL_SLOT)
 }
 
 /// A duplicate of the file descriptor of map `name`, for a second handle that does not

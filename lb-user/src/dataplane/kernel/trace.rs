@@ -14,10 +14,7 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use aya::{
-    Ebpf,
-    maps::{MapData, ProgramArray},
-};
+use aya::{Ebpf, maps::MapData};
 use aya_log::EbpfLogger;
 use lb_common::{
     maps,
@@ -26,7 +23,7 @@ use lb_common::{
     types::CONFIG_TRACE,
 };
 
-use super::{KernelDataplane, prog_err, xdp};
+use super::{KernelDataplane, install_tail_call};
 use crate::dataplane::{Dataplane as _, DataplaneError, map_err};
 
 /// The `log::Log` that aya-log's reader writes to: it keeps each record's text.
@@ -183,23 +180,7 @@ impl KernelDataplane {
 /// datapath) still holds the last daemon's `lb_trace`: this replaces it, so the array
 /// never keeps the program of an earlier build.
 pub(super) fn load_trace_program(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    let prog = xdp(ebpf, maps::TRACE_PROGRAM)?;
-    prog.load().map_err(prog_err(maps::TRACE_PROGRAM))?;
-    let fd = prog
-        .fd()
-        .map_err(prog_err(maps::TRACE_PROGRAM))?
-        .try_clone()
-        .map_err(|error| DataplaneError::Syscall {
-            op: format!("dup fd of {}", maps::TRACE_PROGRAM),
-            error,
-        })?;
-    let progs = ebpf
-        .map_mut(maps::TRACE_PROGS)
-        .ok_or(DataplaneError::MissingMap(maps::TRACE_PROGS))?;
-    ProgramArray::<&mut MapData>::try_from(progs)
-        .map_err(map_err(maps::TRACE_PROGS, "open"))?
-        .set(0, &fd, 0)
-        .map_err(map_err(maps::TRACE_PROGS, "update"))
+    install_tail_call(ebpf, maps::TRACE_PROGRAM, maps::TRACE_PROGS, 0)
 }
 
 /// The map type of `TRACE_FILTER`.
