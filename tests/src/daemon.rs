@@ -827,3 +827,84 @@ impl Drop for Daemon<'_> {
         }
     }
 }
+
+/// The configuration the control-plane benchmarks start `lb run` with: `lb0` in skb
+/// mode, gateway next hop, small conntrack maps, and `vips` TCP VIPs on port 80
+/// (203.0.113.1 onwards, 250 per /24) of `table_size` slots with `backends` backends
+/// each, backend `b` of VIP `v` at `10.` followed by the three octets `backend(v, b)`.
+pub fn scale_config(
+    dir: &Path,
+    vips: usize,
+    backends: usize,
+    table_size: u32,
+    backend: impl Fn(usize, usize) -> [usize; 3],
+) -> String {
+    let mut s = format!(
+        "interface = \"lb0\"\nxdp_mode = \"skb\"\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n\
+         max_table_memory_mib = 4096\n\
+         [encap]\nsource_v4 = \"192.0.2.1\"\n[nexthop]\nmode = \"gateway\"\ngateway_mac = \"02:00:00:00:00:fe\"\n\
+         [conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
+        dir.join("lb.sock").display(),
+        dir.join("state").display()
+    );
+    for v in 0..vips {
+        let _ = write!(
+            s,
+            "[[vip]]\naddress = \"203.0.{}.{}\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {table_size}\n",
+            113 + v / 250,
+            1 + v % 250
+        );
+        for b in 0..backends {
+            let [x, y, z] = backend(v, b);
+            let _ = write!(s, "[[vip.backend]]\naddress = \"10.{x}.{y}.{z}\"\n");
+        }
+    }
+    s
+}
+
+/// Starts a benchmark's `lb run` with `dir/lb.toml` in `ns` and returns it once it sent
+/// `READY=1` on `notify` (bound at `dir/notify.sock`): the child, that message, and the
+/// time from the start.
+///
+/// # Errors
+/// The process cannot start, or `notify` times out.
+pub fn start_until_ready(
+    ns: &NetNs,
+    dir: &Path,
+    notify: &std::os::unix::net::UnixDatagram,
+) -> anyhow::Result<(Child, String, Duration)> {
+    let begun = Instant::now();
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(lb_binary())
+        .args(["run", "--config"])
+        .arg(dir.join("lb.toml"))
+        .env("NOTIFY_SOCKET", dir.join("notify.sock"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("lb run")?;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = notify.recv(&mut buf).context("waiting for READY=1")?;
+        let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if message.lines().any(|l| l == "READY=1") {
+            return Ok((child, message, begun.elapsed()));
+        }
+    }
+}
+
+/// Stops a benchmark's `lb run` with SIGTERM and waits for it.
+///
+/// # Errors
+/// It exited unsuccessfully.
+pub fn stop_gracefully(mut child: Child) -> anyhow::Result<()> {
+    let pid = libc::pid_t::try_from(child.id())?;
+    // SAFETY: kill(2) with the pid of our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    if !child.wait()?.success() {
+        bail!("lb run exited unsuccessfully");
+    }
+    Ok(())
+}

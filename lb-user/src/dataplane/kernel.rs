@@ -123,9 +123,9 @@ fn xdp<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp, Datapl
     prog.try_into().map_err(prog_err(name))
 }
 
-/// Loads the XDP program `program` of the object and puts it in slot `slot` of the
-/// program array `array`, replacing what an adopted (pinned) array held there: the
-/// programs the load balancer tail-calls.
+/// Loads the XDP program `program` of the object (unless it is loaded) and puts it in
+/// slot `slot` of the program array `array`, replacing what an adopted (pinned) array
+/// held there: the programs the load balancer and the bench harness tail-call.
 fn install_tail_call(
     ebpf: &mut Ebpf,
     program: &'static str,
@@ -133,7 +133,9 @@ fn install_tail_call(
     slot: u32,
 ) -> Result<(), DataplaneError> {
     let prog = xdp(ebpf, program)?;
-    prog.load().map_err(prog_err(program))?;
+    if prog.fd().is_err() {
+        prog.load().map_err(prog_err(program))?;
+    }
     let fd = prog
         .fd()
         .map_err(prog_err(program))?

@@ -15,12 +15,15 @@ use std::{
     io::Write as _,
     os::unix::net::UnixDatagram,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::Child,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
-use lb_tests::{daemon::lb_binary, netns::NetNs};
+use lb_tests::{
+    daemon::{scale_config, start_until_ready, stop_gracefully},
+    netns::NetNs,
+};
 use lb_user::{
     config::BackendState,
     controller::{BackendSpec, Override, Overrides},
@@ -31,66 +34,15 @@ use lb_user::{
 const RESTARTS: usize = 5;
 
 fn config(dir: &Path, vips: usize, backends: usize, table_size: u32) -> String {
-    let mut s = format!(
-        "interface = \"lb0\"\nxdp_mode = \"skb\"\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n\
-         max_table_memory_mib = 4096\n\
-         [encap]\nsource_v4 = \"192.0.2.1\"\n[nexthop]\nmode = \"gateway\"\ngateway_mac = \"02:00:00:00:00:fe\"\n\
-         [conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
-        dir.join("lb.sock").display(),
-        dir.join("state").display()
-    );
-    for v in 0..vips {
-        s.push_str(&format!(
-            "[[vip]]\naddress = \"203.0.{}.{}\"\nport = 80\nprotocol = \"tcp\"\ntable_size = {table_size}\n",
-            113 + v / 250,
-            1 + v % 250
-        ));
-        for b in 0..backends {
-            s.push_str(&format!(
-                "[[vip.backend]]\naddress = \"10.{}.{}.{}\"\n",
-                v % 250,
-                b / 250,
-                1 + b % 250
-            ));
-        }
-    }
-    s
+    scale_config(dir, vips, backends, table_size, |v, b| {
+        [v % 250, b / 250, 1 + b % 250]
+    })
 }
 
 /// Starts `lb run` in `ns` and returns it once READY=1 arrived, with the time it took.
 fn start(ns: &NetNs, dir: &Path, notify: &UnixDatagram) -> anyhow::Result<(Child, Duration)> {
-    let begun = Instant::now();
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns.name()])
-        .arg(lb_binary())
-        .args(["run", "--config"])
-        .arg(dir.join("lb.toml"))
-        .env("NOTIFY_SOCKET", dir.join("notify.sock"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .context("lb run")?;
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = notify.recv(&mut buf).context("waiting for READY=1")?;
-        if String::from_utf8_lossy(&buf[..n])
-            .lines()
-            .any(|l| l == "READY=1")
-        {
-            return Ok((child, begun.elapsed()));
-        }
-    }
-}
-
-fn stop(mut child: Child) -> anyhow::Result<()> {
-    let pid = libc::pid_t::try_from(child.id())?;
-    // SAFETY: kill(2) with the pid of our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    if !child.wait()?.success() {
-        bail!("lb run exited unsuccessfully");
-    }
-    Ok(())
+    let (child, _, took) = start_until_ready(ns, dir, notify)?;
+    Ok((child, took))
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -116,12 +68,12 @@ fn case(vips: usize, backends: usize, table_size: u32) -> anyhow::Result<(Durati
     let (mut child, first) = start(&ns, dir, &notify)?;
     let mut restarts = Vec::new();
     for _ in 0..RESTARTS {
-        stop(child)?;
+        stop_gracefully(child)?;
         let (next, took) = start(&ns, dir, &notify)?;
         restarts.push(took);
         child = next;
     }
-    stop(child)?;
+    stop_gracefully(child)?;
     // The namespace's drop removes the pins.
     Ok((first, median(restarts)))
 }

@@ -157,16 +157,7 @@ impl conntrack::PinLookups for MapReads<'_> {
     type Backend = u32;
 
     fn now_ns(&mut self) -> u64 {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec through a valid pointer; with a
-        // clock every Linux kernel has, it cannot fail.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut now) };
-        // The program's clock (bpf_ktime_get_coarse_ns) is CLOCK_MONOTONIC_COARSE.
-        u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
-            + u64::try_from(now.tv_nsec).unwrap_or(0)
+        super::walk::conntrack_now_ns()
     }
 
     fn keeps_flows(&mut self, id: u32) -> Option<u32> {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData, ProgramArray},
+    maps::{Array, MapData},
     programs::{TestRun as _, TestRunAttrs, TestRunOptions},
 };
 use lb_common::{
@@ -16,7 +16,7 @@ use lb_common::{
     types::{BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
 };
 
-use super::{KernelDataplane, check_table, check_vip_id, lock, prog_err, xdp};
+use super::{KernelDataplane, check_table, check_vip_id, install_tail_call, lock, prog_err, xdp};
 use crate::dataplane::{DataplaneError, TableImage, map_err, tables::TableSet};
 
 /// Result of one `BPF_PROG_TEST_RUN` invocation.
@@ -236,29 +236,11 @@ impl KernelDataplane {
                 )));
             }
         };
-        let target_name = target.program();
-        for name in [target_name, maps::BENCH_PROGRAM] {
-            let prog = xdp(&mut self.ebpf, name)?;
-            if prog.fd().is_err() {
-                prog.load().map_err(prog_err(name))?;
-            }
+        let bench = xdp(&mut self.ebpf, maps::BENCH_PROGRAM)?;
+        if bench.fd().is_err() {
+            bench.load().map_err(prog_err(maps::BENCH_PROGRAM))?;
         }
-        let fd = xdp(&mut self.ebpf, target_name)?
-            .fd()
-            .map_err(prog_err(target_name))?
-            .try_clone()
-            .map_err(|error| DataplaneError::Syscall {
-                op: format!("dup fd of {target_name}"),
-                error,
-            })?;
-        let progs = self
-            .ebpf
-            .map_mut(maps::BENCH_PROGS)
-            .ok_or(DataplaneError::MissingMap(maps::BENCH_PROGS))?;
-        ProgramArray::<&mut MapData>::try_from(progs)
-            .map_err(map_err(maps::BENCH_PROGS, "open"))?
-            .set(0, &fd, 0)
-            .map_err(map_err(maps::BENCH_PROGS, "update"))?;
+        install_tail_call(&mut self.ebpf, target.program(), maps::BENCH_PROGS, 0)?;
         let frames = self
             .ebpf
             .map_mut(maps::BENCH_FRAME)

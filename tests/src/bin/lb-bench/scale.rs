@@ -14,15 +14,13 @@
 //! Each configuration runs [`RUNS`] times, each in a fresh namespace (a first start
 //! creates the datapath); the table gives medians.
 
-use std::{
-    os::unix::net::UnixDatagram,
-    path::Path,
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::{os::unix::net::UnixDatagram, path::Path, process::Child, time::Duration};
 
 use anyhow::{Context as _, bail};
-use lb_tests::{daemon::lb_binary, netns::NetNs};
+use lb_tests::{
+    daemon::{scale_config, start_until_ready, stop_gracefully},
+    netns::NetNs,
+};
 
 /// Runs per configuration.
 const RUNS: usize = 3;
@@ -31,33 +29,12 @@ const RUNS: usize = 3;
 const BACKENDS: usize = 100;
 
 /// The daemon's configuration: `vips` VIPs of [`BACKENDS`] backends, 65,537-slot tables.
+/// Distinct backends per VIP: no two VIPs share a table build.
 fn config(dir: &Path, vips: usize) -> String {
-    let mut s = format!(
-        "interface = \"lb0\"\nxdp_mode = \"skb\"\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n\
-         max_table_memory_mib = 4096\n\
-         [encap]\nsource_v4 = \"192.0.2.1\"\n[nexthop]\nmode = \"gateway\"\ngateway_mac = \"02:00:00:00:00:fe\"\n\
-         [conntrack]\ncapacity = 65536\nsyn_capacity = 4096\n",
-        dir.join("lb.sock").display(),
-        dir.join("state").display()
-    );
-    for v in 0..vips {
-        s.push_str(&format!(
-            "[[vip]]\naddress = \"203.0.{}.{}\"\nport = 80\nprotocol = \"tcp\"\ntable_size = 65537\n",
-            113 + v / 250,
-            1 + v % 250
-        ));
-        // Distinct backends per VIP: no two VIPs share a table build.
-        for b in 0..BACKENDS {
-            let a = 1 + v * BACKENDS + b;
-            s.push_str(&format!(
-                "[[vip.backend]]\naddress = \"10.{}.{}.{}\"\n",
-                a >> 16,
-                (a >> 8) & 0xff,
-                a & 0xff
-            ));
-        }
-    }
-    s
+    scale_config(dir, vips, BACKENDS, 65_537, |v, b| {
+        let a = 1 + v * BACKENDS + b;
+        [a >> 16, (a >> 8) & 0xff, a & 0xff]
+    })
 }
 
 /// A running `lb run` and the time it took to become ready.
@@ -84,42 +61,13 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
 /// Starts `lb run` in `ns` and returns once READY=1 arrived, checking that its status
 /// says the datapath was `how` (`created` or `adopted`).
 fn start(ns: &NetNs, dir: &Path, notify: &UnixDatagram, how: &str) -> anyhow::Result<Started> {
-    let begun = Instant::now();
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns.name()])
-        .arg(lb_binary())
-        .args(["run", "--config"])
-        .arg(dir.join("lb.toml"))
-        .env("NOTIFY_SOCKET", dir.join("notify.sock"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .context("lb run")?;
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = notify.recv(&mut buf).context("waiting for READY=1")?;
-        let message = String::from_utf8_lossy(&buf[..n]);
-        if message.lines().any(|l| l == "READY=1") {
-            let expected = format!("datapath {how}");
-            if !message.contains(&expected) {
-                bail!("lb run became ready without \"{expected}\": {message:?}");
-            }
-            let took = begun.elapsed();
-            let cpu = cpu_time(child.id())?;
-            return Ok(Started { child, took, cpu });
-        }
+    let (child, message, took) = start_until_ready(ns, dir, notify)?;
+    let expected = format!("datapath {how}");
+    if !message.contains(&expected) {
+        bail!("lb run became ready without \"{expected}\": {message:?}");
     }
-}
-
-fn stop(mut child: Child) -> anyhow::Result<()> {
-    let pid = libc::pid_t::try_from(child.id())?;
-    // SAFETY: kill(2) with the pid of our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    if !child.wait()?.success() {
-        bail!("lb run exited unsuccessfully");
-    }
-    Ok(())
+    let cpu = cpu_time(child.id())?;
+    Ok(Started { child, took, cpu })
 }
 
 /// A process's memory, KiB (from `/proc/<pid>/smaps`).
@@ -191,10 +139,10 @@ fn run(vips: usize) -> anyhow::Result<Run> {
     notify.set_read_timeout(Some(Duration::from_secs(300)))?;
     let first = start(&ns, dir, &notify, "created")?;
     let first_memory = settled_memory(first.child.id());
-    stop(first.child)?;
+    stop_gracefully(first.child)?;
     let restart = start(&ns, dir, &notify, "adopted")?;
     let restart_memory = settled_memory(restart.child.id());
-    stop(restart.child)?;
+    stop_gracefully(restart.child)?;
     // The namespace's drop removes the pins.
     Ok(Run {
         first: first.took,
