@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use lb_tests::{
     daemon::{scale_config, start_until_ready, stop_gracefully},
     netns::NetNs,
