@@ -476,11 +476,18 @@ fn panic_threshold_and_all_down_open_and_closed() {
 
     // Panic.
     fail(&mut listeners, &[1]);
-    let status = wait(&lb, "panic on the IPv4 VIP", |s| {
-        s.vips
-            .iter()
-            .any(|v| v.vip == vip4 && v.policy.as_ref().is_some_and(|p| p.mode == "panic"))
-    });
+    // The labels change when the prober decides; the tables follow in the next health
+    // batch, which may hold one VIP's transition and not the other's: wait for both.
+    let status = wait(
+        &lb,
+        "panic on the IPv4 VIP, b1 out of the IPv6 table",
+        |s| {
+            s.vips
+                .iter()
+                .any(|v| v.vip == vip4 && v.policy.as_ref().is_some_and(|p| p.mode == "panic"))
+                && backend(s, &vip6, 1).slots == 0
+        },
+    );
     assert!(
         (1..=4).all(|k| backend(&status, &vip4, k).slots > 0),
         "panic: everyone has slots"
