@@ -1,15 +1,30 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! The hand-over from `lb_xdp` to `lb_xdp_full` (`RARE_PROGS` slot `FULL_SLOT`): VLAN
-//! tagged frames and first fragments, the traffic whose tag or datagram must be carried
-//! through the whole processing. In a program of their own they cost the untagged,
-//! unfragmented packets nothing (no tag to restore, no fragment to record on the way
-//! out), and each program has its own verifier budget. The frame is handed over as it
-//! came: `lb_xdp_full` strips the tag, parses again, and counts the verdict.
+//! `lb_xdp_full`, the program for VLAN-tagged frames and first fragments: the hand-over
+//! from `lb_xdp` (`RARE_PROGS` slot `FULL_SLOT`) and what the program carries from its
+//! start to its end.
+//!
+//! These frames must carry something through the whole processing: a tag to put back
+//! on the way out, a datagram to record once its backend is known. In a program of
+//! their own they cost the untagged, unfragmented packets nothing (no tag to restore, no
+//! fragment to record), and each program has its own verifier budget. The frame is
+//! handed over as it came: `lb_xdp_full` strips the tag, parses again, and counts the
+//! verdict.
+//!
+//! What it carries lives in the per-CPU `CARRIED` record ([`Carried`]), not in
+//! registers: the verifier tracks a register's known value along each path, so a tag
+//! held from the start to the end makes it walk the whole processing once per kind of
+//! tag and of fragment (about 741,000 instructions, 4.7 times `lb_xdp`); a value loaded
+//! from a map is unknown to it, and the paths merge. The record is per CPU and an XDP
+//! program runs to its end on one CPU, so no other packet writes it meanwhile.
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{maps::FULL_SLOT, stats::Reason};
 
-use crate::maps::RARE_PROGS;
+use crate::{
+    maps::{CARRIED, RARE_PROGS},
+    parse::FragTag,
+    vlan::Tag,
+};
 
 /// Tail-calls `lb_xdp_full`; returns the verdict of `fallback` if that fails (an object
 /// loaded without filling `RARE_PROGS`).
@@ -18,4 +33,70 @@ pub(crate) fn hand_over(ctx: &XdpContext, fallback: Reason) -> (u32, Reason) {
     // SAFETY: the context is this program's; a successful tail call does not return.
     unsafe { RARE_PROGS.tail_call(ctx, FULL_SLOT) };
     (fallback.action(), fallback)
+}
+
+/// What `lb_xdp_full` carries through one packet (16 bytes).
+#[repr(C)]
+pub(crate) struct Carried {
+    /// The stripped VLAN tag, as [`Tag::to_word`] encodes it.
+    tag: u32,
+    /// 1 while the packet is a first fragment, else 0.
+    first_fragment: u32,
+    /// The first fragment's identification ([`FragTag::id`]).
+    frag_id: u32,
+    /// Its protocol ([`FragTag::proto`]), widened.
+    frag_proto: u32,
+}
+
+const _: () = assert!(size_of::<Carried>() == 16);
+
+/// Starts a packet: carries `tag`, and no fragment yet.
+#[inline(always)]
+pub(crate) fn begin(tag: Tag) {
+    if let Some(carried) = CARRIED.get_ptr_mut(0) {
+        // SAFETY: per-CPU array element, used only by this CPU during this packet.
+        unsafe {
+            (*carried).tag = tag.to_word();
+            (*carried).first_fragment = 0;
+        }
+    }
+}
+
+/// The tag carried since [`begin`] ([`Tag::None`] if the record cannot be read).
+#[inline(always)]
+pub(crate) fn tag() -> Tag {
+    CARRIED.get_ptr(0).map_or(Tag::None, |carried| {
+        // SAFETY: per-CPU array element, written by `begin` for this packet.
+        Tag::from_word(unsafe { (*carried).tag })
+    })
+}
+
+/// Carries the packet's datagram: it is a first fragment.
+#[inline(always)]
+pub(crate) fn note_first_fragment(frag: &FragTag) {
+    if let Some(carried) = CARRIED.get_ptr_mut(0) {
+        // SAFETY: per-CPU array element, used only by this CPU during this packet.
+        unsafe {
+            (*carried).first_fragment = 1;
+            (*carried).frag_id = frag.id;
+            (*carried).frag_proto = u32::from(frag.proto);
+        }
+    }
+}
+
+/// The datagram of a first fragment, noted by [`note_first_fragment`]; `None` for any
+/// other packet.
+#[inline(always)]
+pub(crate) fn first_fragment() -> Option<FragTag> {
+    let carried = CARRIED.get_ptr(0)?;
+    // SAFETY: per-CPU array element, written for this packet.
+    let carried = unsafe { &*carried };
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "widened from a u8 by note_first_fragment"
+    )]
+    (carried.first_fragment != 0).then_some(FragTag {
+        id: carried.frag_id,
+        proto: carried.frag_proto as u8,
+    })
 }

@@ -77,7 +77,7 @@ use lb_common::{
     trace::Path,
     types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
-use parse::{FragTag, Parse, Parsed};
+use parse::{Parse, Parsed};
 use source::Source;
 
 /// The load balancer.
@@ -115,7 +115,7 @@ fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
         // Without the full program: passed, as before tags were handled.
         full::hand_over(ctx, Reason::PassVlan)
     } else {
-        match process::<TRACE, false>(ctx, vlan::Tag::None) {
+        match process::<TRACE, false>(ctx) {
             Processed::Pending(verdict) if verdict.0 == rare::HAND_OVER => {
                 rare::hand_over(ctx, vlan::Tag::None, verdict.1)
             }
@@ -130,15 +130,17 @@ fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
 
 /// One packet of `lb_xdp_full`: strips a VLAN tag, processes the packet, records a
 /// first fragment, hands rare work over, puts the tag back and counts the reason;
-/// returns the action.
+/// returns the action. The tag and the fragment are carried in `full`'s per-CPU
+/// record, out of the verifier's sight.
 #[inline(always)]
 fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     let tag = vlan::strip(ctx);
     let (action, reason) = if tag == vlan::Tag::Unsupported {
         verdict(Reason::PassVlan)
     } else {
-        match process::<TRACE, true>(ctx, tag) {
-            Processed::Pending(verdict) => finish(ctx, tag, verdict),
+        full::begin(tag);
+        match process::<TRACE, true>(ctx) {
+            Processed::Pending(verdict) => finish(ctx, full::tag(), verdict),
             Processed::Done(verdict) => verdict,
             // Not returned with `FULL`.
             Processed::Full => verdict(Reason::DropBadConfig),
@@ -188,15 +190,19 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 /// Parses the packet (untagged by now), passes what is not for a VIP, hands fragments
 /// and ICMP to the rare paths, and the rest to [`vip_packet`]; with `TRACE`, a VIP
 /// packet is logged while `CONFIG_TRACE` is set ([`trace`]): its frame is completed
-/// (`tag` put back) before `lb_trace` takes over, which counts it and returns its
-/// action. Work handed to the rare paths is not traced. Without `FULL` (in `lb_xdp`) a
-/// first fragment is left to `lb_xdp_full` ([`Processed::Full`]).
+/// (the carried tag put back) before `lb_trace` takes over, which counts it and
+/// returns its action. Work handed to the rare paths is not traced. Without `FULL` (in
+/// `lb_xdp`) a first fragment is left to `lb_xdp_full` ([`Processed::Full`]); with it,
+/// the fragment's datagram is carried ([`full::note_first_fragment`]).
 #[inline(always)]
-fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext, tag: vlan::Tag) -> Processed {
+fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
     let pending = |v| Processed::Pending(v);
-    let (parsed, first_fragment) = match parse::parse(ctx) {
-        Parse::Packet(parsed) => (parsed, None),
-        Parse::FirstFragment(parsed, frag) if FULL => (parsed, Some(frag)),
+    let parsed = match parse::parse(ctx) {
+        Parse::Packet(parsed) => parsed,
+        Parse::FirstFragment(parsed, frag) if FULL => {
+            full::note_first_fragment(&frag);
+            parsed
+        }
         Parse::FirstFragment(..) => return Processed::Full,
         Parse::Verdict(reason) => return pending(verdict(reason)),
         Parse::Fragment(_) => return pending(rare::fragment()),
@@ -223,12 +229,13 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext, tag: vlan::Tag
         }
     }
     let mut traced = trace::Decision::none();
-    let v = vip_packet(ctx, &parsed, cfg, &mut traced, first_fragment);
+    let v = vip_packet::<FULL>(ctx, &parsed, cfg, &mut traced);
     if TRACE
         && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0)
         && v.1 != Reason::PassNonVip
         && v.0 != rare::HAND_OVER
     {
+        let tag = if FULL { full::tag() } else { vlan::Tag::None };
         let (action, reason) = vlan::restore(ctx, tag, v);
         trace::hand_over(ctx, &parsed, &traced, action, reason);
         return Processed::Done((action, reason));
@@ -237,14 +244,13 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext, tag: vlan::Tag
 }
 
 /// Chooses the backend of a packet that may be for a VIP and forwards it; `traced`
-/// receives the decision; a first fragment's datagram (`first_fragment`) is recorded.
+/// receives the decision; with `FULL`, a first fragment's datagram is recorded.
 #[inline(always)]
-fn vip_packet(
+fn vip_packet<const FULL: bool>(
     ctx: &XdpContext,
     parsed: &Parsed,
     cfg: Option<&LbConfig>,
     traced: &mut trace::Decision,
-    first_fragment: Option<FragTag>,
 ) -> (u32, Reason) {
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN looks conntrack up only shortly after its VIP's table changed (see `select`).
@@ -267,7 +273,7 @@ fn vip_packet(
             vip_id,
             bytes,
             new_flow: false,
-            first_fragment,
+            full: FULL,
         };
         return send(ctx, parsed, choice, cfg, vip_stats, &sending);
     }
@@ -296,7 +302,7 @@ fn vip_packet(
                 vip_id: vip.vip_id,
                 bytes,
                 new_flow: traced.new_flow,
-                first_fragment,
+                full: FULL,
             };
             let (action, reason) = send(ctx, parsed, choice, cfg, vip_stats, &sending);
             (
@@ -323,8 +329,8 @@ struct Sending {
     bytes: u64,
     /// The table gave the flow its backend (counted per backend).
     new_flow: bool,
-    /// Its datagram, when it is a first fragment.
-    first_fragment: Option<FragTag>,
+    /// In `lb_xdp_full`, which records a first fragment's datagram.
+    full: bool,
 }
 
 /// Encapsulates and sends a VIP packet to `choice`, counting it (and a new flow of the
@@ -343,9 +349,11 @@ fn send(
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
             stats::backend(id, sending.bytes, sending.new_flow);
-            if let Some(tag) = &sending.first_fragment {
+            if sending.full
+                && let Some(tag) = full::first_fragment()
+            {
                 let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
-                frag::record(&parsed.key, tag, id, sending.vip_id, hash);
+                frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
             }
             (sent.action, sent.reason)
         }

@@ -136,6 +136,10 @@ pub(crate) struct Scratch {
 #[btf_map]
 pub(crate) static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
 
+/// Per CPU, what `lb_xdp_full` carries through a packet (`full`).
+#[btf_map]
+pub(crate) static CARRIED: PerCpuArray<crate::full::Carried, 1> = PerCpuArray::new();
+
 /// Per CPU, the work `lb_xdp` hands to `lb_xdp_rare`.
 #[btf_map]
 pub(crate) static RARE_WORK: PerCpuArray<crate::rare::RareWork, 1> = PerCpuArray::new();

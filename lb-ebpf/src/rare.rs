@@ -38,7 +38,7 @@ pub(crate) const HAND_OVER: u32 = 0x100;
 pub(crate) struct RareWork {
     /// [`WORK_FRAGMENT`], [`WORK_ICMP`] or [`WORK_TOO_BIG`].
     kind: u32,
-    /// The stripped VLAN tag: 0 for none, else `TAG_PRESENT | TCI` (TCI in wire order).
+    /// The stripped VLAN tag, as [`Tag::to_word`] encodes it.
     tag: u32,
     /// [`WORK_TOO_BIG`]: the packet's family is IPv4.
     v4: u32,
@@ -54,8 +54,6 @@ const WORK_FRAGMENT: u32 = 1;
 const WORK_ICMP: u32 = 2;
 /// A VIP packet too big for the MTU once encapsulated.
 const WORK_TOO_BIG: u32 = 3;
-/// [`RareWork::tag`]: a tag was stripped.
-const TAG_PRESENT: u32 = 1 << 16;
 
 #[inline(always)]
 fn note(work: RareWork, fallback: Reason) -> (u32, Reason) {
@@ -113,10 +111,7 @@ pub(crate) fn hand_over(ctx: &XdpContext, tag: Tag, fallback: Reason) -> (u32, R
     if let Some(slot) = RARE_WORK.get_ptr_mut(0) {
         // SAFETY: as in `note`.
         unsafe {
-            (*slot).tag = match tag {
-                Tag::Single(tci) => TAG_PRESENT | u32::from(tci),
-                Tag::None | Tag::Unsupported => 0,
-            };
+            (*slot).tag = tag.to_word();
         }
         // SAFETY: the context is this program's; a successful tail call does not
         // return.
@@ -134,16 +129,7 @@ fn lb_xdp_rare(ctx: XdpContext) -> u32 {
         .map(|w| unsafe { *w })
         .unwrap_or_default();
     let verdict = run(&ctx, &work);
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "the low 16 bits hold the TCI"
-    )]
-    let tag = if work.tag & TAG_PRESENT != 0 {
-        Tag::Single(work.tag as u16)
-    } else {
-        Tag::None
-    };
-    let (action, reason) = vlan::restore(&ctx, tag, verdict);
+    let (action, reason) = vlan::restore(&ctx, Tag::from_word(work.tag), verdict);
     stats::count_index(reason as u32);
     action
 }

@@ -39,6 +39,36 @@ pub(crate) enum Tag {
     Unsupported,
 }
 
+/// [`Tag::to_word`]: a tag was stripped (its TCI is in the low 16 bits).
+const TAG_PRESENT: u32 = 1 << 16;
+
+impl Tag {
+    /// The tag as one word, to keep in a map: 0 for none, else `TAG_PRESENT | TCI` (TCI
+    /// in wire order). [`Tag::Unsupported`] frames are never kept (they pass at once):
+    /// it is 0 too.
+    #[inline(always)]
+    pub(crate) fn to_word(self) -> u32 {
+        match self {
+            Tag::Single(tci) => TAG_PRESENT | u32::from(tci),
+            Tag::None | Tag::Unsupported => 0,
+        }
+    }
+
+    /// The tag of a word made by [`Tag::to_word`].
+    #[inline(always)]
+    pub(crate) fn from_word(word: u32) -> Tag {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "the low 16 bits hold the TCI"
+        )]
+        if word & TAG_PRESENT != 0 {
+            Tag::Single(word as u16)
+        } else {
+            Tag::None
+        }
+    }
+}
+
 /// The Ethernet header with one VLAN tag: MACs, TPID, TCI, inner EtherType (18 bytes),
 /// as 2-byte words.
 #[repr(C)]

@@ -15,12 +15,12 @@ use lb_common::{
     types::{PROTO_TCP, PROTO_UDP},
 };
 use lb_tests::{
-    fixture::{Lb, XDP_DROP, XDP_PASS},
-    packets::{CLIENT_MAC, CLIENT4, Flow, L4, LB_MAC, SYN, VIP4},
+    fixture::{Lb, XDP_DROP, XDP_PASS, XDP_TX},
+    packets::{CLIENT_MAC, CLIENT4, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, encapsulated, tagged},
 };
 use lb_user::dataplane::{Dataplane as _, LoadOptions};
 
-use super::{expect, expect_forwarded, flow4, flow6};
+use super::{backend_ip, expect, expect_forwarded, flow4, flow6};
 
 /// An Ethernet header from the client to the LB.
 fn eth(ether_type: EtherType) -> Vec<u8> {
@@ -92,6 +92,29 @@ fn fragments_in_order_all_go_to_the_first_fragments_backend() {
     expect_forwarded(&mut lb, &f3, id, Reason::TxFragment);
     let vip = lb.dp.vip_stats(1).expect("stats");
     assert_eq!((vip.packets, vip.drops), (3, 0));
+}
+
+#[test]
+fn tagged_fragments_follow_their_first_and_keep_their_tag() {
+    // A datagram on VLAN 300 between the fragments of an untagged one: the tagged first
+    // fragment records its datagram, and every fragment of each leaves encapsulated to
+    // its first fragment's backend, the tagged ones with their tag.
+    let mut lb = lb_with_room();
+    let untagged = udp_fragments(50010, 0x4343, VIP4);
+    let untagged_id = lb.predict(1, &flow4(50010, 53), PROTO_UDP);
+    expect_forwarded(&mut lb, &untagged[0], untagged_id, Reason::TxEncap);
+    let [f1, f2, f3] = udp_fragments(50011, 0x4444, VIP4);
+    let id = lb.predict(1, &flow4(50011, 53), PROTO_UDP);
+    for (frame, reason) in [
+        (&f1, Reason::TxEncap),
+        (&f2, Reason::TxFragment),
+        (&f3, Reason::TxFragment),
+    ] {
+        let out = expect(&mut lb, &tagged(frame, 300), XDP_TX, reason);
+        let want = tagged(&encapsulated(frame, backend_ip(id), GW_MAC, LB_MAC), 300);
+        assert_eq!(out, want, "tagged fragment to backend {id}");
+    }
+    expect_forwarded(&mut lb, &untagged[1], untagged_id, Reason::TxFragment);
 }
 
 #[test]
