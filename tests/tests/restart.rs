@@ -65,6 +65,13 @@ fn restarts_crashes_and_upgrades_keep_every_connection_and_the_program_attached(
     })
     .expect("bed");
     let mut lb = Daemon::start(&bed, &DaemonConfig::equal(1..=3)).expect("lb run");
+    // A first start finds nothing pinned (the empty directories it creates for its pins
+    // are not leftovers of an earlier one).
+    let log = lb.log();
+    assert!(
+        log.contains("created the datapath") && !log.contains("earlier start"),
+        "first start:\n{log}"
+    );
     let host = HostStackCounter::install(bed.lb_ns()).expect("nft counter");
     let variant = lb.dir().join("lb-ebpf-variant.o");
     std::fs::write(&variant, lb_user::UPGRADE_VARIANT_OBJECT).expect("variant object");

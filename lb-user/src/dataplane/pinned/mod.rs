@@ -164,10 +164,12 @@ impl PinDir {
         self.path().join("owner")
     }
 
-    /// Whether anything is pinned here.
+    /// Whether anything is pinned here: a pin other than the owner note, in the
+    /// directory or in its `maps/` and `tables/` (which [`PinDir::lock`] creates empty).
     pub fn exists(&self) -> bool {
-        std::fs::read_dir(self.path())
-            .is_ok_and(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != "owner")))
+        std::fs::read_dir(self.path()).is_ok_and(|mut d| {
+            d.any(|e| e.is_ok_and(|e| e.file_name() != "owner" && pins_under(&e.path()) > 0))
+        })
     }
 
     /// Creates the directory (and `maps/`, `tables/`) and takes its lock for `owner`.
@@ -320,13 +322,13 @@ impl PinDir {
                 continue;
             }
             let path = entry.path();
+            gone.pins += pins_under(&path);
             let removed = if path.is_dir() {
                 std::fs::remove_dir_all(&path)
             } else {
                 std::fs::remove_file(&path)
             };
             removed.map_err(io_err("removing", &self.shown().join(entry.file_name())))?;
-            gone.pins += 1;
         }
         if remove_dir {
             let _ = std::fs::remove_dir(&dir);
@@ -343,6 +345,14 @@ impl PinDir {
     }
 }
 
+/// The pins at `path`: 1 for a file, the pins inside for a directory (0 when empty).
+fn pins_under(path: &Path) -> u64 {
+    match std::fs::read_dir(path) {
+        Ok(entries) => entries.flatten().map(|e| pins_under(&e.path())).sum(),
+        Err(_) => 1,
+    }
+}
+
 /// What [`PinDir::discard`] removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Discarded {
@@ -352,7 +362,8 @@ pub struct Discarded {
     pub vips: u64,
     /// Whether an attached XDP link was detached.
     pub detached: bool,
-    /// Entries removed from the directory.
+    /// Pins removed: the files of the directory and of its subdirectories (the owner
+    /// note aside when the directory stays).
     pub pins: u64,
 }
 
