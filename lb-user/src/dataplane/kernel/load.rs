@@ -10,6 +10,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Map, MapData, MapError},
+    programs::{ProgramError, Xdp},
     sys::SyscallError,
 };
 use lb_common::{
@@ -17,7 +18,7 @@ use lb_common::{
     types::{CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
 
-use super::{KernelDataplane, Pinned, install_tail_call, prog_err, sources::SourceMaps, xdp};
+use super::{KernelDataplane, Pinned, install_tail_call, prog_err, sources::SourceMaps};
 use crate::dataplane::{
     DataplaneError, map_err,
     pinned::{Layout, Meta, MetaMap, PinDir, PinLock, SizeOverride, layout},
@@ -101,6 +102,40 @@ where
 fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     install_tail_call(ebpf, maps::RARE_PROGRAM, maps::RARE_PROGS, maps::RARE_SLOT)?;
     install_tail_call(ebpf, maps::FULL_PROGRAM, maps::RARE_PROGS, maps::FULL_SLOT)
+}
+
+/// Loads the XDP programs `names` of the object, each on a thread of its own. The
+/// kernel verifies a program on the thread that loads it, and the verification of the
+/// load balancer's programs is most of the time a start takes with few VIPs (about
+/// 0.8 s one after another on a 2-vCPU VM, of which `lb_xdp_full` and `lb_xdp` take
+/// most); side by side it takes about the longest one's.
+fn verify_at_once(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<(), DataplaneError> {
+    let mut programs: Vec<(&'static str, &mut Xdp)> = Vec::with_capacity(names.len());
+    for (found, program) in ebpf.programs_mut() {
+        if let Some(name) = names.iter().copied().find(|n| *n == found) {
+            programs.push((name, program.try_into().map_err(prog_err(name))?));
+        }
+    }
+    if let Some(missing) = names
+        .iter()
+        .copied()
+        .find(|n| !programs.iter().any(|(name, _)| name == n))
+    {
+        return Err(DataplaneError::Program {
+            program: missing,
+            error: ProgramError::NotLoaded,
+        });
+    }
+    std::thread::scope(|scope| {
+        let loads: Vec<_> = programs
+            .into_iter()
+            .map(|(name, program)| scope.spawn(move || program.load().map_err(prog_err(name))))
+            .collect();
+        loads.into_iter().try_for_each(|load| {
+            load.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    })
 }
 
 /// A duplicate of the file descriptor of map `name`, for a second handle that does not
@@ -346,9 +381,15 @@ impl KernelDataplane {
             .map_max_entries(maps::FRAGMENTS, options.frag_capacity)
             .load(object)
             .map_err(DataplaneError::Load)?;
-        xdp(&mut ebpf, maps::XDP_PROGRAM)?
-            .load()
-            .map_err(prog_err(maps::XDP_PROGRAM))?;
+        verify_at_once(
+            &mut ebpf,
+            &[
+                maps::XDP_PROGRAM,
+                maps::FULL_PROGRAM,
+                maps::RARE_PROGRAM,
+                maps::TRACE_PROGRAM,
+            ],
+        )?;
         install_rare_paths(&mut ebpf)?;
         super::trace::load_trace_program(&mut ebpf)?;
         Ok(ebpf)
