@@ -111,18 +111,12 @@ fn lb_xdp_untraced(ctx: XdpContext) -> u32 {
 /// goes to `lb_xdp_full` (which counts it). Counts the reason; returns the action.
 #[inline(always)]
 fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
-    let (action, reason) = if vlan::is_tagged(ctx) {
-        // Without the full program: passed, as before tags were handled.
-        full::hand_over(ctx, Reason::PassVlan)
-    } else {
-        match process::<TRACE, false>(ctx) {
-            Processed::Pending(verdict) if verdict.0 == rare::HAND_OVER => {
-                rare::hand_over(ctx, vlan::Tag::None, verdict.1)
-            }
-            Processed::Pending(verdict) | Processed::Done(verdict) => verdict,
-            // Without the full program: dropped, as before fragments were tracked.
-            Processed::Full => full::hand_over(ctx, Reason::DropFragment),
+    let (action, reason) = match process::<TRACE, false>(ctx) {
+        Processed::Pending(verdict) if verdict.0 == rare::HAND_OVER => {
+            rare::hand_over(ctx, vlan::Tag::None, verdict.1)
         }
+        Processed::Pending(verdict) | Processed::Done(verdict) => verdict,
+        Processed::Full(fallback) => full::hand_over(ctx, fallback),
     };
     stats::count(reason);
     action
@@ -143,7 +137,7 @@ fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
             Processed::Pending(verdict) => finish(ctx, full::tag(), verdict),
             Processed::Done(verdict) => verdict,
             // Not returned with `FULL`.
-            Processed::Full => verdict(Reason::DropBadConfig),
+            Processed::Full(_) => verdict(Reason::DropBadConfig),
         }
     };
     stats::count(reason);
@@ -157,8 +151,10 @@ enum Processed {
     /// The verdict of a frame that is complete (its tag is back): a traced packet
     /// whose tail call to `lb_trace` failed.
     Done((u32, Reason)),
-    /// A first fragment, which `lb_xdp` leaves to `lb_xdp_full` (not with `FULL`).
-    Full,
+    /// A tagged frame or a first fragment, which `lb_xdp` leaves to `lb_xdp_full`
+    /// (not with `FULL`), with the reason to count if that program is missing: what
+    /// was done before tags and fragments were handled (`pass_vlan`, `drop_fragment`).
+    Full(Reason),
 }
 
 /// Hands work for the rare paths over (`rare`), else puts the VLAN tag back.
@@ -192,8 +188,10 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 /// packet is logged while `CONFIG_TRACE` is set ([`trace`]): its frame is completed
 /// (the carried tag put back) before `lb_trace` takes over, which counts it and
 /// returns its action. Work handed to the rare paths is not traced. Without `FULL` (in
-/// `lb_xdp`) a first fragment is left to `lb_xdp_full` ([`Processed::Full`]); with it,
-/// the fragment's datagram is carried ([`full::note_first_fragment`]).
+/// `lb_xdp`) a tagged frame (which parses as `pass_vlan`: the EtherType dispatch tests
+/// the tag only after IPv4 and IPv6) and a first fragment are left to `lb_xdp_full`
+/// ([`Processed::Full`]); with it, the fragment's datagram is carried
+/// ([`full::note_first_fragment`]).
 #[inline(always)]
 fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
     let pending = |v| Processed::Pending(v);
@@ -203,7 +201,8 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
             full::note_first_fragment(&frag);
             parsed
         }
-        Parse::FirstFragment(..) => return Processed::Full,
+        Parse::FirstFragment(..) => return Processed::Full(Reason::DropFragment),
+        Parse::Verdict(Reason::PassVlan) if !FULL => return Processed::Full(Reason::PassVlan),
         Parse::Verdict(reason) => return pending(verdict(reason)),
         Parse::Fragment(_) => return pending(rare::fragment()),
         Parse::Icmp(_) => return pending(rare::icmp()),

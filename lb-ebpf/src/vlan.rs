@@ -79,18 +79,6 @@ struct TaggedHdr {
     inner: u16,
 }
 
-/// Whether the frame carries a VLAN tag of either kind (802.1Q or 802.1ad): `lb_xdp`
-/// leaves such frames to `lb_xdp_full`, which calls [`strip`].
-#[inline(always)]
-pub(crate) fn is_tagged(ctx: &XdpContext) -> bool {
-    let Some(tpid) = ptr_at::<u16>(ctx, 12) else {
-        return false;
-    };
-    // SAFETY: ptr_at checked the two bytes.
-    let tpid = unsafe { *tpid };
-    tpid == ETH_P_8021Q || tpid == ETH_P_8021AD
-}
-
 /// Removes a single 802.1Q tag; says what the frame had.
 #[inline(always)]
 pub(crate) fn strip(ctx: &XdpContext) -> Tag {
