@@ -35,17 +35,16 @@ pub(crate) fn hand_over(ctx: &XdpContext, fallback: Reason) -> (u32, Reason) {
     (fallback.action(), fallback)
 }
 
-/// What `lb_xdp_full` carries through one packet (16 bytes).
+/// What `lb_xdp_full` carries through one packet (16 bytes: two words, the datagram's
+/// identification, its protocol and 3 bytes of padding).
 #[repr(C)]
 pub(crate) struct Carried {
     /// The stripped VLAN tag, as [`Tag::to_word`] encodes it.
     tag: u32,
     /// 1 while the packet is a first fragment, else 0.
     first_fragment: u32,
-    /// The first fragment's identification ([`FragTag::id`]).
-    frag_id: u32,
-    /// Its protocol ([`FragTag::proto`]), widened.
-    frag_proto: u32,
+    /// The first fragment's datagram (valid while `first_fragment` is 1).
+    frag: FragTag,
 }
 
 const _: () = assert!(size_of::<Carried>() == 16);
@@ -78,8 +77,7 @@ pub(crate) fn note_first_fragment(frag: &FragTag) {
         // SAFETY: per-CPU array element, used only by this CPU during this packet.
         unsafe {
             (*carried).first_fragment = 1;
-            (*carried).frag_id = frag.id;
-            (*carried).frag_proto = u32::from(frag.proto);
+            (*carried).frag = *frag;
         }
     }
 }
@@ -91,12 +89,5 @@ pub(crate) fn first_fragment() -> Option<FragTag> {
     let carried = CARRIED.get_ptr(0)?;
     // SAFETY: per-CPU array element, written for this packet.
     let carried = unsafe { &*carried };
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "widened from a u8 by note_first_fragment"
-    )]
-    (carried.first_fragment != 0).then_some(FragTag {
-        id: carried.frag_id,
-        proto: carried.frag_proto as u8,
-    })
+    (carried.first_fragment != 0).then_some(carried.frag)
 }

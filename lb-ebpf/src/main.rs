@@ -272,9 +272,8 @@ fn vip_packet<const FULL: bool>(
             vip_id,
             bytes,
             new_flow: false,
-            full: FULL,
         };
-        return send(ctx, parsed, choice, cfg, vip_stats, &sending);
+        return send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
     }
     let Some(vip) = vip::find_vip(&parsed.key.vip) else {
         return verdict(Reason::PassNonVip);
@@ -301,9 +300,8 @@ fn vip_packet<const FULL: bool>(
                 vip_id: vip.vip_id,
                 bytes,
                 new_flow: traced.new_flow,
-                full: FULL,
             };
-            let (action, reason) = send(ctx, parsed, choice, cfg, vip_stats, &sending);
+            let (action, reason) = send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
             (
                 action,
                 if unpinned {
@@ -328,15 +326,13 @@ struct Sending {
     bytes: u64,
     /// The table gave the flow its backend (counted per backend).
     new_flow: bool,
-    /// In `lb_xdp_full`, which records a first fragment's datagram.
-    full: bool,
 }
 
 /// Encapsulates and sends a VIP packet to `choice`, counting it (and a new flow of the
-/// backend); records a first fragment's backend; hands a packet too big for the MTU
-/// to the rare paths, which answer it.
+/// backend); with `FULL`, records a first fragment's backend; hands a packet too big
+/// for the MTU to the rare paths, which answer it.
 #[inline(always)]
-fn send(
+fn send<const FULL: bool>(
     ctx: &XdpContext,
     parsed: &Parsed,
     choice: backend::Choice,
@@ -348,9 +344,7 @@ fn send(
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
             stats::backend(id, sending.bytes, sending.new_flow);
-            if sending.full
-                && let Some(tag) = full::first_fragment()
-            {
+            if FULL && let Some(tag) = full::first_fragment() {
                 let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
                 frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
             }

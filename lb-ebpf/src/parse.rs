@@ -125,7 +125,9 @@ impl Parsed {
 
 /// The identification of a fragmented datagram, as its first fragment carries it: the
 /// rest of its [`FragKey`] (addresses, family) is the first fragment's flow key.
+/// `repr(C)`: `lb_xdp_full` keeps one in a map value (`full::Carried`).
 #[derive(Clone, Copy)]
+#[repr(C)]
 pub(crate) struct FragTag {
     /// Identification, wire bytes read as a native `u32` (IPv4: 16 bits).
     pub(crate) id: u32,
