@@ -48,8 +48,25 @@ fn object(options: &RunOptions) -> anyhow::Result<&'static [u8]> {
     }
 }
 
-/// Opens the datapath of `config.interface` (module documentation).
+/// Opens the datapath of `config.interface` (module documentation). When that fails
+/// and the process lacks one of the capabilities the kernel asks for the datapath, the
+/// error names them: root can lack them too (a bounding set, a container).
 pub(super) fn open(config: &Config, options: &RunOptions) -> anyhow::Result<OpenedDatapath> {
+    open_with_capabilities(config, options).map_err(|error| {
+        let missing = crate::dataplane::missing_capabilities();
+        if missing.is_empty() {
+            error
+        } else {
+            error.context(format!(
+                "this process lacks {}; the kernel asks CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN for the datapath, which lb.service grants",
+                missing.join(", ")
+            ))
+        }
+    })
+}
+
+/// [`open`] once the capabilities are there.
+fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Result<OpenedDatapath> {
     let object = object(options)?;
     let layout = Layout::of_object(object)?.stamp();
     let dir = PinDir::locate(&config.pin_dir, &config.interface, true)?;

@@ -46,7 +46,7 @@ use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey, VipKey},
 };
-pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp};
+pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp, missing_capabilities};
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
 pub use trace::{TraceReader, TraceRecord};
@@ -112,6 +112,39 @@ pub struct KernelDataplane {
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
     move |error| DataplaneError::Program { program, error }
+}
+
+/// Lines of a verifier log that [`DataplaneError::Rejected`] keeps: the verifier ends
+/// with the instruction it rejected, its reason, and its counts (time, stack depth,
+/// instructions processed), which take 4 lines.
+const VERIFIER_TAIL_LINES: usize = 6;
+
+/// The error of loading (verifying) program `program`: [`DataplaneError::Rejected`]
+/// with the end of the verifier's log when the `BPF_PROG_LOAD` system call failed, the
+/// whole log at debug level; [`DataplaneError::Program`] otherwise.
+fn load_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
+    move |error| match error {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = verifier_log.to_string();
+            tracing::debug!("the verifier's log of {program}:\n{log}");
+            DataplaneError::Rejected {
+                program,
+                error: io_error,
+                reason: log_tail(&log),
+            }
+        }
+        error => DataplaneError::Program { program, error },
+    }
+}
+
+/// The last [`VERIFIER_TAIL_LINES`] non-empty lines of the verifier's `log`, joined
+/// by ` / `.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(VERIFIER_TAIL_LINES)..].join(" / ")
 }
 
 /// The XDP program `name` of the object.
@@ -459,5 +492,27 @@ impl Dataplane for KernelDataplane {
 
     fn store_record(&mut self, record: &[u8]) -> Result<(), DataplaneError> {
         self.write_record(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{VERIFIER_TAIL_LINES, log_tail};
+
+    #[test]
+    fn a_verifier_log_keeps_its_reason_and_counts() {
+        let mut log: String = (0..5_000).map(|i| format!("{i}: (b7) r0 = 0\n")).collect();
+        log.push_str("R0 tried to add from different maps, paths or scalars\n\n");
+        log.push_str("verification time 1246 usec\nstack depth 0+80\n");
+        log.push_str("processed 50 insns (limit 1000000) max_states_per_insn 1\n");
+        let tail = log_tail(&log);
+        assert_eq!(tail.split(" / ").count(), VERIFIER_TAIL_LINES);
+        assert!(
+            tail.starts_with("4998: (b7) r0 = 0 / 4999: (b7) r0 = 0 / R0 tried"),
+            "{tail}"
+        );
+        assert!(tail.ends_with("max_states_per_insn 1"), "{tail}");
+        assert_eq!(log_tail(""), "");
+        assert_eq!(log_tail("one line\n"), "one line");
     }
 }

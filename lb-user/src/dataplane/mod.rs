@@ -39,6 +39,7 @@ pub use inspect::Inspector;
 pub use kernel::{
     ActivityClock, Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened,
     Pinning, TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root, may_load_xdp,
+    missing_capabilities,
 };
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};
@@ -57,6 +58,23 @@ pub enum DataplaneError {
         program: &'static str,
         /// What aya reported.
         error: aya::programs::ProgramError,
+    },
+    /// The kernel refused to load a program: the verifier rejected it or the process
+    /// lacks a capability the kernel asks of it (`CAP_BPF`, `CAP_PERFMON`,
+    /// `CAP_NET_ADMIN` for XDP). The verifier's whole log, which can run to many
+    /// kilobytes, is logged at debug level; the error keeps its last lines, where the
+    /// verifier states the reason and its counts.
+    #[error(
+        "program {program}: the kernel refused to load it ({error}); the verifier's last lines: {reason}"
+    )]
+    Rejected {
+        /// Program name in the object.
+        program: &'static str,
+        /// The `BPF_PROG_LOAD` system call's error (`EACCES`, `EPERM`, `EINVAL`, ...).
+        error: std::io::Error,
+        /// The log's last non-empty lines, joined by ` / `; empty when the kernel wrote
+        /// no log.
+        reason: String,
     },
     /// A map lookup or update failed.
     #[error("map {map}: {op}: {}", chain(.error))]

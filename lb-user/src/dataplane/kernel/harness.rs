@@ -16,7 +16,9 @@ use lb_common::{
     types::{BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
 };
 
-use super::{KernelDataplane, check_table, check_vip_id, install_tail_call, lock, prog_err, xdp};
+use super::{
+    KernelDataplane, check_table, check_vip_id, install_tail_call, load_err, lock, prog_err, xdp,
+};
 use crate::dataplane::{DataplaneError, TableImage, map_err, tables::TableSet};
 
 /// Result of one `BPF_PROG_TEST_RUN` invocation.
@@ -238,7 +240,7 @@ impl KernelDataplane {
         };
         let bench = xdp(&mut self.ebpf, maps::BENCH_PROGRAM)?;
         if bench.fd().is_err() {
-            bench.load().map_err(prog_err(maps::BENCH_PROGRAM))?;
+            bench.load().map_err(load_err(maps::BENCH_PROGRAM))?;
         }
         install_tail_call(&mut self.ebpf, target.program(), maps::BENCH_PROGS, 0)?;
         let frames = self
@@ -322,7 +324,7 @@ impl KernelDataplane {
     ) -> Result<Option<u32>, DataplaneError> {
         let prog = xdp(&mut self.ebpf, name)?;
         if prog.fd().is_err() {
-            prog.load().map_err(prog_err(name))?;
+            prog.load().map_err(load_err(name))?;
         }
         let info = prog.info().map_err(prog_err(name))?;
         Ok(info.verified_instruction_count())

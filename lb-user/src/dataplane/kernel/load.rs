@@ -18,7 +18,7 @@ use lb_common::{
     types::{CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
 
-use super::{KernelDataplane, Pinned, install_tail_call, prog_err, sources::SourceMaps};
+use super::{KernelDataplane, Pinned, install_tail_call, load_err, prog_err, sources::SourceMaps};
 use crate::dataplane::{
     DataplaneError, map_err,
     pinned::{Layout, Meta, MetaMap, PinDir, PinLock, SizeOverride, layout},
@@ -43,21 +43,32 @@ pub fn is_root() -> bool {
 /// capabilities `CAP_BPF`, `CAP_PERFMON` and `CAP_NET_ADMIN` (`CapEff` in
 /// `/proc/self/status`).
 pub fn may_load_xdp() -> bool {
-    if is_root() {
-        return true;
-    }
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| {
-            [CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN]
-                .iter()
-                .all(|cap| caps & (1 << cap) != 0)
+    is_root() || missing_capabilities().is_empty()
+}
+
+/// The names of the capabilities `CAP_BPF`, `CAP_PERFMON` and `CAP_NET_ADMIN` that
+/// the process's effective set (`CapEff` in `/proc/self/status`) lacks, in that order;
+/// all three when the set cannot be read. Root can lack them too (a bounding set, a
+/// container), and then the kernel refuses the programs' loads or attachment.
+pub fn missing_capabilities() -> Vec<&'static str> {
+    let effective = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         })
+        .unwrap_or(0);
+    [
+        (CAP_BPF, "CAP_BPF"),
+        (CAP_PERFMON, "CAP_PERFMON"),
+        (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
+    ]
+    .into_iter()
+    .filter(|(cap, _)| effective & (1 << cap) == 0)
+    .map(|(_, name)| name)
+    .collect()
 }
 
 /// Sizes chosen at load time.
@@ -116,6 +127,9 @@ fn verify_at_once(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<(), Datapla
             programs.push((name, program.try_into().map_err(prog_err(name))?));
         }
     }
+    // The object's programs come in hash order; the error reported is the first of
+    // `names` that failed, the same on every start.
+    programs.sort_by_key(|(name, _)| names.iter().position(|n| n == name));
     if let Some(missing) = names
         .iter()
         .copied()
@@ -129,7 +143,7 @@ fn verify_at_once(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<(), Datapla
     std::thread::scope(|scope| {
         let loads: Vec<_> = programs
             .into_iter()
-            .map(|(name, program)| scope.spawn(move || program.load().map_err(prog_err(name))))
+            .map(|(name, program)| scope.spawn(move || program.load().map_err(load_err(name))))
             .collect();
         loads.into_iter().try_for_each(|load| {
             load.join()
@@ -343,7 +357,7 @@ impl KernelDataplane {
     ///
     /// # Errors
     /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
-    /// without `CAP_BPF`), [`DataplaneError::Program`] when the verifier rejects it.
+    /// without `CAP_BPF`), [`DataplaneError::Rejected`] when the kernel refuses a program.
     pub fn load(options: LoadOptions) -> Result<Self, DataplaneError> {
         let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), crate::EBPF_OBJECT)?;
         Self::from_ebpf(ebpf, options, None)

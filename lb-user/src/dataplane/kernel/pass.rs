@@ -7,7 +7,7 @@ use aya::{
 };
 use lb_common::maps;
 
-use super::{prog_err, xdp};
+use super::{load_err, prog_err, xdp};
 use crate::dataplane::DataplaneError;
 
 /// Entries of each conntrack map and SYN cache slots when only `lb_empty` is loaded.
@@ -52,7 +52,7 @@ impl PassProgram {
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
         let prog = xdp(&mut ebpf, name)?;
-        prog.load().map_err(prog_err(name))?;
+        prog.load().map_err(load_err(name))?;
         let link = prog
             .attach(iface, XdpMode::Driver)
             .map_err(prog_err(name))?;

@@ -12,7 +12,7 @@ use aya::{
 };
 use lb_common::{maps, probe::ProbeStats};
 
-use super::{KernelDataplane, prog_err};
+use super::{KernelDataplane, load_err, prog_err};
 use crate::dataplane::{DataplaneError, map_err};
 
 impl KernelDataplane {
@@ -20,15 +20,16 @@ impl KernelDataplane {
     /// `iface`. Attaching again while attached does nothing.
     ///
     /// # Errors
-    /// [`DataplaneError::Program`] when the verifier refuses the program or the kernel
-    /// refuses the attachment (no TC support, no `CAP_NET_ADMIN`).
+    /// [`DataplaneError::Rejected`] when the kernel refuses the program,
+    /// [`DataplaneError::Program`] when it refuses the attachment (no TC support, no
+    /// `CAP_NET_ADMIN`).
     pub fn attach_probe_encap(&mut self, iface: &str) -> Result<(), DataplaneError> {
         if self.probe_link.is_some() {
             return Ok(());
         }
         let prog = classifier(&mut self.ebpf)?;
         if prog.fd().is_err() {
-            prog.load().map_err(prog_err(maps::PROBE_PROGRAM))?;
+            prog.load().map_err(load_err(maps::PROBE_PROGRAM))?;
         }
         let link = match prog.attach(iface, TcAttachType::Egress) {
             Ok(link) => link,
