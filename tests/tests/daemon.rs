@@ -734,6 +734,14 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("setpriv lb run");
+        // Read stderr while the daemon runs: an error longer than the pipe's buffer
+        // would otherwise block the daemon's write, and the daemon would never exit.
+        let mut pipe = child.stderr.take().expect("stderr piped");
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+            text
+        });
         let deadline = Instant::now() + Duration::from_secs(20);
         let status = loop {
             if let Some(status) = child.try_wait().expect("wait") {
@@ -746,15 +754,12 @@ fn the_units_capabilities_are_enough_and_each_one_is_needed() {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut stderr = String::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-        }
-        assert_eq!(
-            status.code(),
-            Some(1),
-            "without CAP_{}: {stderr}",
-            missing.to_uppercase()
+        let stderr = reader.join().expect("stderr reader");
+        let name = format!("CAP_{}", missing.to_uppercase());
+        assert_eq!(status.code(), Some(1), "without {name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("this process lacks {name}")),
+            "the error names the missing {name}: {stderr}"
         );
         assert_eq!(attached_program(&ns, "lb0"), None, "without CAP_{missing}");
     }
