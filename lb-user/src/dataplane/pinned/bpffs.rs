@@ -13,7 +13,9 @@
 //! 2. else, when our mount namespace is not the host's: through `/proc/<pid>/root` of a
 //!    process in the host's mount namespace — PID 1 when we may look at it, else the
 //!    nearest ancestor process in another mount namespace (the one `ip netns exec`
-//!    left, when PID 1 is out of reach as on this project's machines);
+//!    left, when PID 1 is out of reach as on this project's machines); a daemon whose
+//!    parent is PID 1 then cannot tell whether its namespace is the host's, and the
+//!    start fails with that reason rather than pin into a namespace that dies with it;
 //! 3. else, when no bpffs is mounted there at all and the path is under `/sys/fs/bpf`:
 //!    a bpffs is mounted at `/sys/fs/bpf` in that host mount namespace (by a forked
 //!    child that enters it with `setns`, as Cilium mounts one when missing), and logged.
@@ -151,20 +153,50 @@ fn parent_of(pid: u32) -> Option<u32> {
 /// when ours differs from PID 1's or PID 1's cannot be read.
 fn host_process() -> Result<Option<u32>, String> {
     let ours = mount_ns("self").ok_or("cannot read /proc/self/ns/mnt")?;
-    if let Some(init) = mount_ns("1") {
+    let ancestors = std::iter::successors(parent_of(std::process::id()), |&p| {
+        (p > 1).then(|| parent_of(p)).flatten()
+    })
+    .map(|p| (p, mount_ns(&p.to_string())));
+    host_among(&ours, mount_ns("1"), ancestors)
+}
+
+/// [`host_process`] over our mount namespace `ours`, PID 1's (`None`: unreadable) and
+/// our ancestors from the parent up, each with its mount namespace (`None`:
+/// unreadable), ending at PID 1.
+///
+/// With PID 1's unreadable, a chain of ancestors in our namespace up to PID 1 means we
+/// are in the host's (a shell's child). A parent that is PID 1 itself proves nothing:
+/// a daemon whose starter exited (`ip netns exec ... &` from a subshell) is re-parented
+/// to PID 1 but keeps the private mount namespace `ip netns exec` gave it, and a bpffs
+/// mounted there would take the pins with it when the daemon exits.
+fn host_among(
+    ours: &Path,
+    init: Option<PathBuf>,
+    ancestors: impl Iterator<Item = (u32, Option<PathBuf>)>,
+) -> Result<Option<u32>, String> {
+    if let Some(init) = init {
         return Ok((init != ours).then_some(1));
     }
-    let mut pid = std::process::id();
-    while let Some(parent) = parent_of(pid).filter(|p| *p > 1) {
-        match mount_ns(&parent.to_string()) {
-            Some(ns) if ns != ours => return Ok(Some(parent)),
-            Some(_) => pid = parent,
+    let mut same = 0;
+    for (pid, ns) in ancestors {
+        if pid <= 1 {
+            break;
+        }
+        match ns {
+            Some(ns) if ns != ours => return Ok(Some(pid)),
+            Some(_) => same += 1,
             None => {
                 return Err(format!(
-                    "the mount namespace of PID 1 and of ancestor {parent} cannot be read"
+                    "the mount namespace of PID 1 and of ancestor {pid} cannot be read"
                 ));
             }
         }
+    }
+    if same == 0 {
+        return Err(
+            "the mount namespace of PID 1 cannot be read and this process's parent is PID 1, so whether this mount namespace is the host's cannot be told"
+                .to_owned(),
+        );
     }
     Ok(None)
 }
@@ -346,6 +378,28 @@ mod tests {
                 .starts_with("pin_dir /proc/lb-no-such-dir: no BPF file system (bpffs) holds it"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_host_namespace_is_found_or_its_absence_proved() {
+        let ours = Path::new("mnt:[2]");
+        let host = || Some(PathBuf::from("mnt:[1]"));
+        let same = || Some(PathBuf::from("mnt:[2]"));
+        // PID 1 readable: it decides.
+        assert_eq!(host_among(ours, host(), std::iter::empty()), Ok(Some(1)));
+        assert_eq!(host_among(ours, same(), std::iter::empty()), Ok(None));
+        // PID 1 unreadable: the nearest ancestor in another namespace...
+        let chain = [(40, same()), (30, host()), (1, None)];
+        assert_eq!(host_among(ours, None, chain.into_iter()), Ok(Some(30)));
+        // ...or a chain of ancestors in ours up to PID 1: ours is the host's.
+        let chain = [(40, same()), (30, same()), (1, None)];
+        assert_eq!(host_among(ours, None, chain.into_iter()), Ok(None));
+        // An unreadable ancestor, or a parent that is PID 1 (a re-parented daemon that
+        // may sit in a private namespace): no answer, and no bpffs is mounted here.
+        let chain = [(40, same()), (30, None), (1, None)];
+        assert!(host_among(ours, None, chain.into_iter()).is_err());
+        let e = host_among(ours, None, [(1, None)].into_iter()).unwrap_err();
+        assert!(e.contains("parent is PID 1"), "{e}");
     }
 
     #[test]
