@@ -256,6 +256,50 @@ fn a_flow_keeps_its_backend_on_another_cpu() {
 }
 
 #[test]
+fn batched_counter_reads_equal_one_read_per_id_summed_over_cpus() {
+    // The daemon's stats sample reads the per-CPU counter arrays in batches over the
+    // range its ids span: each element summed over the CPUs, as one lookup per id sums
+    // it, whatever the ids' order, gaps and span (more than one batch).
+    let mut lb = Lb::standard();
+    // VIP id 1 (VIP4:53/udp) on backends 1 and 600: 600 lies beyond the first batch
+    // of a read from id 1.
+    lb.backend(600, packets::backend4(6), BACKEND_ACTIVE);
+    lb.table(1, &round_robin(65_537, &[1, 600]));
+    let cpus = if two_cpus() { 2 } else { 1 };
+    let mut sent = 0;
+    for cpu in 0..cpus {
+        on_cpu(cpu, || {
+            for port in 0..30u16 {
+                let flow = Flow::new(CLIENT4, 51_000 + port, VIP4, 53);
+                assert_eq!(lb.send(&flow.frame(L4::Udp, b"q")).0, XDP_TX);
+            }
+        });
+        sent += 30;
+    }
+    let ids = [600, 1, 2, 7, 13, 2_000, 1];
+    let batched = lb.dp.backend_stats_of(&ids).expect("batched");
+    let single: Vec<_> = ids
+        .iter()
+        .map(|&id| lb.dp.backend_stats(id).expect("one"))
+        .collect();
+    assert_eq!(batched, single);
+    assert_eq!(batched[0].packets + batched[1].packets, sent);
+    assert!(
+        batched[0].packets > 0 && batched[1].packets > 0,
+        "{batched:?}"
+    );
+    let vips = [1, 0, 3];
+    let batched = lb.dp.vip_stats_of(&vips).expect("batched");
+    let single: Vec<_> = vips
+        .iter()
+        .map(|&id| lb.dp.vip_stats(id).expect("one"))
+        .collect();
+    assert_eq!(batched, single);
+    assert_eq!(batched.iter().map(|s| s.packets).sum::<u64>(), sent);
+    assert!(lb.dp.backend_stats_of(&[]).expect("none").is_empty());
+}
+
+#[test]
 fn syn_flood_does_not_evict_established_flows() {
     // 500 established flows, a conntrack map of 4,096 entries and a SYN cache of 1,024
     // slots; 100,000 spoofed SYNs; then the table moves and every established flow

@@ -242,11 +242,12 @@ impl Snapshot {
         let status = service.status();
         let controller = service.controller();
         let dp = controller.dataplane();
+        let vip_ids: Vec<u32> = status.vips.iter().map(|v| v.id).collect();
         let mut vips = Vec::new();
-        for v in &status.vips {
+        for (v, stats) in status.vips.iter().zip(dp.vip_stats_of(&vip_ids)?) {
             vips.push(VipSample {
                 vip: v.vip.clone(),
-                stats: dp.vip_stats(v.id)?,
+                stats,
                 policy_mode: v.policy.as_ref().map(|p| p.mode.clone()),
                 announced: status
                     .announce
@@ -272,15 +273,20 @@ impl Snapshot {
                 })
             })
             .collect();
+        let shown: Vec<_> = controller
+            .history()
+            .records()
+            .filter_map(|((vip, key), record)| {
+                let pair = (vip.to_string(), key.to_string());
+                let now_in = configured.get(&pair);
+                (record.state == REMOVED || now_in.is_some()).then_some((pair, now_in, record))
+            })
+            .collect();
+        let ids: Vec<u32> = shown.iter().map(|(_, _, record)| record.id).collect();
         let mut backends = Vec::new();
-        for ((vip, key), record) in controller.history().records() {
-            let pair = (vip.to_string(), key.to_string());
-            let now_in = configured.get(&pair);
-            if record.state != REMOVED && now_in.is_none() {
-                continue;
-            }
+        for ((pair, now_in, record), stats) in shown.into_iter().zip(dp.backend_stats_of(&ids)?) {
             backends.push(BackendSample {
-                stats: dp.backend_stats(record.id)?,
+                stats,
                 state: record.state.clone(),
                 weight: now_in.map(|b| b.weight),
                 slots: now_in.map(|b| b.slots),

@@ -25,19 +25,22 @@ impl Sample {
     /// Reads every counter of the VIPs and backends `controller` applied.
     pub(super) fn take<D: Dataplane>(controller: &Controller<D>) -> Result<Self, DataplaneError> {
         let dp = controller.dataplane();
-        let mut vips = Vec::new();
-        let mut backends = Vec::new();
-        for applied in controller.vips().values() {
-            vips.push((applied.id, dp.vip_stats(applied.id)?));
-            for &id in applied.backend_ids.values() {
-                backends.push((id, dp.backend_stats(id)?));
-            }
-        }
+        let vip_ids: Vec<u32> = controller.vips().values().map(|a| a.id).collect();
+        let backend_ids: Vec<u32> = controller
+            .vips()
+            .values()
+            .flat_map(|a| a.backend_ids.values().copied())
+            .collect();
+        let vips = vip_ids.iter().copied().zip(dp.vip_stats_of(&vip_ids)?);
+        let backends = backend_ids
+            .iter()
+            .copied()
+            .zip(dp.backend_stats_of(&backend_ids)?);
         Ok(Self {
             at: Instant::now(),
             global: dp.global_stats()?,
-            vips,
-            backends,
+            vips: vips.collect(),
+            backends: backends.collect(),
         })
     }
 

@@ -376,6 +376,24 @@ pub trait Dataplane {
     /// When the map cannot be read.
     fn backend_stats(&self, id: u32) -> Result<BackendStats, DataplaneError>;
 
+    /// [`Self::vip_stats`] of every VIP id of `ids`, in their order. The kernel data
+    /// plane reads the range the ids span in batches, not one system call per id.
+    ///
+    /// # Errors
+    /// When the map cannot be read.
+    fn vip_stats_of(&self, ids: &[u32]) -> Result<Vec<VipStats>, DataplaneError> {
+        ids.iter().map(|&id| self.vip_stats(id)).collect()
+    }
+
+    /// [`Self::backend_stats`] of every backend id of `ids`, in their order, read as
+    /// [`Self::vip_stats_of`] reads.
+    ///
+    /// # Errors
+    /// When the map cannot be read.
+    fn backend_stats_of(&self, ids: &[u32]) -> Result<Vec<BackendStats>, DataplaneError> {
+        ids.iter().map(|&id| self.backend_stats(id)).collect()
+    }
+
     /// Clears the counters of a backend id before it is given to a new backend.
     ///
     /// # Errors
