@@ -1,7 +1,7 @@
 //! `lb stats`: the data plane's counters sampled every second, and the rates between
 //! two samples.
 
-use std::time::Instant;
+use std::{collections::HashMap, time::Instant};
 
 use lb_common::stats::{BackendStats, GlobalStats, Reason, VipStats};
 
@@ -17,8 +17,10 @@ use crate::{
 pub(super) struct Sample {
     at: Instant,
     global: GlobalStats,
-    vips: Vec<(u32, VipStats)>,
-    backends: Vec<(u32, BackendStats)>,
+    /// By VIP id.
+    vips: HashMap<u32, VipStats>,
+    /// By backend id (a report looks up every backend: 50,000 at 500 VIPs of 100).
+    backends: HashMap<u32, BackendStats>,
 }
 
 impl Sample {
@@ -45,14 +47,11 @@ impl Sample {
     }
 
     fn vip(&self, id: u32) -> Option<VipStats> {
-        self.vips.iter().find(|(i, _)| *i == id).map(|(_, v)| *v)
+        self.vips.get(&id).copied()
     }
 
     fn backend(&self, id: u32) -> Option<BackendStats> {
-        self.backends
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map(|(_, v)| *v)
+        self.backends.get(&id).copied()
     }
 }
 
