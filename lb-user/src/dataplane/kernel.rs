@@ -261,7 +261,12 @@ fn sum_per_cpu_many<T: aya::Pod + Default>(
     name: &'static str,
     accumulate: fn(&mut T, &T),
 ) -> Result<Vec<T>, DataplaneError> {
-    const { assert!(size_of::<T>().is_multiple_of(8), "per-CPU values are 8-byte aligned") };
+    const {
+        assert!(
+            size_of::<T>().is_multiple_of(8),
+            "per-CPU values are 8-byte aligned"
+        );
+    }
     let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
         return Ok(Vec::new());
     };
