@@ -9,7 +9,9 @@
 //!   the mmapped table buffers, reported apart as "buffers resident"), divided by the
 //!   VIPs, and the growth per VIP over the reference;
 //! - restart to adopted: SIGTERM, then a new `lb run` that adopts the pinned datapath
-//!   (program replaced in the link, tables checked against the record), and its memory.
+//!   (program replaced in the link, tables checked against the record), and its memory;
+//! - idle CPU: the adopted daemon's CPU time over [`IDLE`] without traffic or changes,
+//!   as a share of one CPU (what a daemon of that size costs its host at rest).
 //!
 //! Each configuration runs [`RUNS`] times, each in a fresh namespace (a first start
 //! creates the datapath); the table gives medians.
@@ -119,6 +121,20 @@ struct Run {
     first_memory: Memory,
     restart: Duration,
     restart_memory: Memory,
+    /// CPU time of the adopted daemon over [`IDLE`], without traffic or changes, as a
+    /// share of one CPU.
+    idle_cpu: f64,
+}
+
+/// How long the idle daemon's CPU time is measured: three stats sample periods.
+const IDLE: Duration = Duration::from_secs(3);
+
+/// The share of one CPU process `pid` uses over [`IDLE`].
+fn idle_cpu(pid: u32) -> anyhow::Result<f64> {
+    let before = cpu_time(pid)?;
+    std::thread::sleep(IDLE);
+    let used = cpu_time(pid)?.saturating_sub(before);
+    Ok(used.as_secs_f64() / IDLE.as_secs_f64())
 }
 
 /// Memory once the daemon has run one stats sample period after READY=1.
@@ -142,6 +158,7 @@ fn run(vips: usize) -> anyhow::Result<Run> {
     stop_gracefully(first.child)?;
     let restart = start(&ns, dir, &notify, "adopted")?;
     let restart_memory = settled_memory(restart.child.id());
+    let idle = idle_cpu(restart.child.id());
     stop_gracefully(restart.child)?;
     // The namespace's drop removes the pins.
     Ok(Run {
@@ -150,6 +167,7 @@ fn run(vips: usize) -> anyhow::Result<Run> {
         first_memory: first_memory?,
         restart: restart.took,
         restart_memory: restart_memory?,
+        idle_cpu: idle?,
     })
 }
 
@@ -166,6 +184,7 @@ struct Figures {
     first: Memory,
     restart_ms: f64,
     restart: Memory,
+    idle_cpu: f64,
 }
 
 fn figures(vips: usize) -> anyhow::Result<Figures> {
@@ -187,20 +206,22 @@ fn figures(vips: usize) -> anyhow::Result<Figures> {
             private: kib(|r| r.restart_memory.private),
             buffers: kib(|r| r.restart_memory.buffers),
         },
+        idle_cpu: median(runs.iter().map(|r| r.idle_cpu).collect()),
     })
 }
 
 /// Prints the scale table.
 pub(crate) fn daemon_scale() -> anyhow::Result<()> {
     println!(
-        "control plane at scale: lb run, {BACKENDS} backends per VIP, M = 65,537, skb mode, gateway next hop; medians of {RUNS} runs, each in a fresh namespace. Start: until READY=1 (tables built and written, program attached), and the CPU time the daemon used for it (user + system: what a shared machine's load does not stretch). Private memory: anonymous pages outside the BPF map mappings, {:.1} s after READY=1; per VIP over the 1-VIP reference. Restart: SIGTERM, then a start that adopts the pinned datapath.",
-        1.2
+        "control plane at scale: lb run, {BACKENDS} backends per VIP, M = 65,537, skb mode, gateway next hop; medians of {RUNS} runs, each in a fresh namespace. Start: until READY=1 (tables built and written, program attached), and the CPU time the daemon used for it (user + system: what a shared machine's load does not stretch). Private memory: anonymous pages outside the BPF map mappings, {:.1} s after READY=1; per VIP over the 1-VIP reference. Restart: SIGTERM, then a start that adopts the pinned datapath. Idle CPU: the adopted daemon's CPU time over the next {} s, without traffic or changes (its stats samples, metrics bookkeeping, conntrack walks), as a share of one CPU.",
+        1.2,
+        IDLE.as_secs()
     );
     println!();
     println!(
-        "| VIPs | first start (ms) | its CPU time (ms) | private (KiB) | private per VIP over 1 VIP (KiB) | buffers resident (KiB) | restart to adopted (ms) | private after restart (KiB) | per VIP over 1 VIP (KiB) |"
+        "| VIPs | first start (ms) | its CPU time (ms) | private (KiB) | private per VIP over 1 VIP (KiB) | buffers resident (KiB) | restart to adopted (ms) | private after restart (KiB) | per VIP over 1 VIP (KiB) | idle CPU (%) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let reference = figures(1)?;
     for vips in [1, 10, 100, 500] {
         let f = if vips == 1 { reference } else { figures(vips)? };
@@ -215,7 +236,7 @@ pub(crate) fn daemon_scale() -> anyhow::Result<()> {
             }
         };
         println!(
-            "| {vips} | {:.0} | {:.0} | {} | {} | {} | {:.0} | {} | {} |",
+            "| {vips} | {:.0} | {:.0} | {} | {} | {} | {:.0} | {} | {} | {:.1} |",
             f.first_ms,
             f.first_cpu_ms,
             f.first.private,
@@ -224,6 +245,7 @@ pub(crate) fn daemon_scale() -> anyhow::Result<()> {
             f.restart_ms,
             f.restart.private,
             per_vip(f.restart.private, reference.restart.private),
+            f.idle_cpu * 100.0,
         );
     }
     println!();
