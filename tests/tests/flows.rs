@@ -276,27 +276,33 @@ fn batched_counter_reads_equal_one_read_per_id_summed_over_cpus() {
         });
         sent += 30;
     }
-    let ids = [600, 1, 2, 7, 13, 2_000, 1];
-    let batched = lb.dp.backend_stats_of(&ids).expect("batched");
-    let single: Vec<_> = ids
-        .iter()
-        .map(|&id| lb.dp.backend_stats(id).expect("one"))
-        .collect();
-    assert_eq!(batched, single);
-    assert_eq!(batched[0].packets + batched[1].packets, sent);
+    let dp = &lb.dp;
+    let backends = batched_as_single(&[600, 1, 2, 7, 13, 2_000, 1], |ids| {
+        let single = ids.iter().map(|&id| dp.backend_stats(id).expect("one"));
+        (dp.backend_stats_of(ids).expect("batched"), single.collect())
+    });
+    assert_eq!(backends[0].packets + backends[1].packets, sent);
     assert!(
-        batched[0].packets > 0 && batched[1].packets > 0,
-        "{batched:?}"
+        backends[0].packets > 0 && backends[1].packets > 0,
+        "{backends:?}"
     );
-    let vips = [1, 0, 3];
-    let batched = lb.dp.vip_stats_of(&vips).expect("batched");
-    let single: Vec<_> = vips
-        .iter()
-        .map(|&id| lb.dp.vip_stats(id).expect("one"))
-        .collect();
-    assert_eq!(batched, single);
-    assert_eq!(batched.iter().map(|s| s.packets).sum::<u64>(), sent);
-    assert!(lb.dp.backend_stats_of(&[]).expect("none").is_empty());
+    let vips = batched_as_single(&[1, 0, 3], |ids| {
+        let single = ids.iter().map(|&id| dp.vip_stats(id).expect("one"));
+        (dp.vip_stats_of(ids).expect("batched"), single.collect())
+    });
+    assert_eq!(vips.iter().map(|s| s.packets).sum::<u64>(), sent);
+    assert!(dp.backend_stats_of(&[]).expect("none").is_empty());
+}
+
+/// The batched read of `ids` after checking that it equals the reads one by one;
+/// `read` gives both.
+fn batched_as_single<T: PartialEq + std::fmt::Debug>(
+    ids: &[u32],
+    read: impl Fn(&[u32]) -> (Vec<T>, Vec<T>),
+) -> Vec<T> {
+    let (batched, single) = read(ids);
+    assert_eq!(batched, single, "ids {ids:?}");
+    batched
 }
 
 #[test]
