@@ -1,7 +1,9 @@
 //! [`KernelDataplane`]: the XDP program loaded into the kernel with aya, and the
 //! [`Dataplane`] implementation over its maps.
 //!
-//! - `load`: loading the embedded object ([`LoadOptions`]) and the privileges it needs;
+//! - `load`: loading the embedded object ([`LoadOptions`]), the privileges it needs,
+//!   and the verifier's refusals as errors;
+//! - `counters`: the per-CPU counter arrays, summed over CPUs, read in batches;
 //! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
 //! - `sources`: the VIPs' allowed source prefixes and the order they are written in;
@@ -16,6 +18,7 @@
 
 mod activity;
 mod conntrack;
+mod counters;
 #[cfg(feature = "test-harness")]
 mod harness;
 mod load;
@@ -35,9 +38,10 @@ use std::{
 pub use activity::ActivityClock;
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues},
+    maps::{Array, HashMap, MapData, PerCpuArray},
     programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
+use counters::{on_every_cpu, sum_per_cpu, sum_per_cpu_many};
 #[cfg(feature = "test-harness")]
 pub use harness::{BenchSpec, BenchTarget, TableWriter, TestRunOutput};
 use lb_common::{
@@ -46,6 +50,7 @@ use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey, VipKey},
 };
+use load::load_err;
 pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp, missing_capabilities};
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
@@ -112,39 +117,6 @@ pub struct KernelDataplane {
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
     move |error| DataplaneError::Program { program, error }
-}
-
-/// Lines of a verifier log that [`DataplaneError::Rejected`] keeps: the verifier ends
-/// with the instruction it rejected, its reason, and its counts (time, stack depth,
-/// instructions processed), which take 4 lines.
-const VERIFIER_TAIL_LINES: usize = 6;
-
-/// The error of loading (verifying) program `program`: [`DataplaneError::Rejected`]
-/// with the end of the verifier's log when the `BPF_PROG_LOAD` system call failed, the
-/// whole log at debug level; [`DataplaneError::Program`] otherwise.
-fn load_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
-    move |error| match error {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
-            let log = verifier_log.to_string();
-            tracing::debug!("the verifier's log of {program}:\n{log}");
-            DataplaneError::Rejected {
-                program,
-                error: io_error,
-                reason: log_tail(&log),
-            }
-        }
-        error => DataplaneError::Program { program, error },
-    }
-}
-
-/// The last [`VERIFIER_TAIL_LINES`] non-empty lines of the verifier's `log`, joined
-/// by ` / `.
-fn log_tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(VERIFIER_TAIL_LINES)..].join(" / ")
 }
 
 /// The XDP program `name` of the object.
@@ -231,101 +203,6 @@ fn check_backend_id(id: u32) -> Result<(), DataplaneError> {
         )));
     }
     Ok(())
-}
-
-/// Element `index` of a per-CPU counter array, summed over the CPUs.
-fn sum_per_cpu<T: aya::Pod + Default>(
-    map: &PerCpuArray<MapData, T>,
-    index: u32,
-    name: &'static str,
-    accumulate: fn(&mut T, &T),
-) -> Result<T, DataplaneError> {
-    let per_cpu = map.get(&index, 0).map_err(map_err(name, "lookup"))?;
-    let mut total = T::default();
-    per_cpu.iter().for_each(|v| accumulate(&mut total, v));
-    Ok(total)
-}
-
-/// Elements of a per-CPU counter array that one `BPF_MAP_LOOKUP_BATCH` reads.
-const STATS_BATCH: usize = 512;
-
-/// Elements `ids` of per-CPU counter array `map`, each summed over the CPUs, in the
-/// order of `ids`. The range the ids span is read with one `BPF_MAP_LOOKUP_BATCH`
-/// (Linux 5.6) per [`STATS_BATCH`] elements: a lookup per element costs a system call
-/// each, 50,000 per stats sample for 500 VIPs of 100 backends. A batch's value of an
-/// element is its per-CPU values one after another, each rounded up to 8 bytes
-/// (`bpf_map_value_size` in `kernel/bpf/syscall.c`), which the counter types are.
-fn sum_per_cpu_many<T: aya::Pod + Default>(
-    map: &PerCpuArray<MapData, T>,
-    ids: &[u32],
-    name: &'static str,
-    accumulate: fn(&mut T, &T),
-) -> Result<Vec<T>, DataplaneError> {
-    const {
-        assert!(
-            size_of::<T>().is_multiple_of(8),
-            "per-CPU values are 8-byte aligned"
-        );
-    }
-    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
-        return Ok(Vec::new());
-    };
-    let cpus = aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
-        op: op.to_owned(),
-        error,
-    })?;
-    let fd = std::os::fd::AsFd::as_fd(aya::maps::IterableMap::map(map).fd());
-    let span = (hi - lo) as usize + 1;
-    let batch = STATS_BATCH.min(span);
-    let mut sums = vec![T::default(); span];
-    let mut keys = vec![0u32; batch];
-    let mut values = vec![T::default(); batch * cpus];
-    let mut next = lo;
-    while next <= hi {
-        let want = batch.min((hi - next) as usize + 1);
-        // The batch continues after the key its token names: the one before `next`.
-        let token_in = next.checked_sub(1).map(u64::from);
-        let mut token_out = 0u64;
-        // SAFETY: `keys` holds `batch` >= `want` u32 keys (the map's key size) and
-        // `values` `batch` elements of `cpus` values of T (the map's value size per
-        // element, T being a multiple of 8 bytes).
-        let (read, done) = unsafe {
-            super::bpf_sys::lookup_batch(
-                fd,
-                token_in.as_ref(),
-                &mut token_out,
-                keys.as_mut_ptr().cast(),
-                values.as_mut_ptr().cast(),
-                u32::try_from(want).unwrap_or(u32::MAX),
-            )
-        }
-        .map_err(|error| DataplaneError::Syscall {
-            op: format!("BPF_MAP_LOOKUP_BATCH on map {name}"),
-            error,
-        })?;
-        for (i, &key) in keys[..read].iter().enumerate() {
-            if let Some(sum) = key.checked_sub(lo).and_then(|k| sums.get_mut(k as usize)) {
-                values[i * cpus..(i + 1) * cpus]
-                    .iter()
-                    .for_each(|v| accumulate(sum, v));
-            }
-        }
-        match keys[..read].last() {
-            Some(&last) if !done => next = last + 1,
-            _ => break,
-        }
-    }
-    Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
-}
-
-/// `value` once for every possible CPU.
-fn on_every_cpu<T: aya::Pod + Clone>(value: T) -> Result<PerCpuValues<T>, DataplaneError> {
-    let syscall = |op: &str, error| DataplaneError::Syscall {
-        op: op.to_owned(),
-        error,
-    };
-    let cpus = aya::util::nr_cpus().map_err(|(op, error)| syscall(op, error))?;
-    PerCpuValues::try_from(vec![value; cpus]).map_err(|error| syscall("per-CPU values", error))
 }
 
 impl KernelDataplane {
@@ -579,27 +456,5 @@ impl Dataplane for KernelDataplane {
 
     fn store_record(&mut self, record: &[u8]) -> Result<(), DataplaneError> {
         self.write_record(record)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{VERIFIER_TAIL_LINES, log_tail};
-
-    #[test]
-    fn a_verifier_log_keeps_its_reason_and_counts() {
-        let mut log: String = (0..5_000).map(|i| format!("{i}: (b7) r0 = 0\n")).collect();
-        log.push_str("R0 tried to add from different maps, paths or scalars\n\n");
-        log.push_str("verification time 1246 usec\nstack depth 0+80\n");
-        log.push_str("processed 50 insns (limit 1000000) max_states_per_insn 1\n");
-        let tail = log_tail(&log);
-        assert_eq!(tail.split(" / ").count(), VERIFIER_TAIL_LINES);
-        assert!(
-            tail.starts_with("4998: (b7) r0 = 0 / 4999: (b7) r0 = 0 / R0 tried"),
-            "{tail}"
-        );
-        assert!(tail.ends_with("max_states_per_insn 1"), "{tail}");
-        assert_eq!(log_tail(""), "");
-        assert_eq!(log_tail("one line\n"), "one line");
     }
 }

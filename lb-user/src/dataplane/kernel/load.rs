@@ -1,5 +1,5 @@
 //! Loading the embedded eBPF object ([`crate::EBPF_OBJECT`]) with the sizes chosen at
-//! start, and the privileges that takes.
+//! start, the privileges that takes, and the errors of a program the kernel refuses.
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -18,7 +18,7 @@ use lb_common::{
     types::{CONFIG_TRACE, CONFIG_VALID, LbConfig},
 };
 
-use super::{KernelDataplane, Pinned, install_tail_call, load_err, prog_err, sources::SourceMaps};
+use super::{KernelDataplane, Pinned, install_tail_call, prog_err, sources::SourceMaps};
 use crate::dataplane::{
     DataplaneError, map_err,
     pinned::{Layout, Meta, MetaMap, PinDir, PinLock, SizeOverride, layout},
@@ -32,6 +32,39 @@ const CAP_NET_ADMIN: u32 = 12;
 const CAP_PERFMON: u32 = 38;
 /// `CAP_BPF` (load programs, create maps; Linux 5.8+).
 const CAP_BPF: u32 = 39;
+
+/// Lines of a verifier log that [`DataplaneError::Rejected`] keeps: the verifier ends
+/// with the instruction it rejected, its reason, and its counts (time, stack depth,
+/// instructions processed), which take 4 lines.
+const VERIFIER_TAIL_LINES: usize = 6;
+
+/// The error of loading (verifying) program `program`: [`DataplaneError::Rejected`]
+/// with the end of the verifier's log when the `BPF_PROG_LOAD` system call failed, the
+/// whole log at debug level; [`DataplaneError::Program`] otherwise.
+pub(super) fn load_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
+    move |error| match error {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = verifier_log.to_string();
+            tracing::debug!("the verifier's log of {program}:\n{log}");
+            DataplaneError::Rejected {
+                program,
+                error: io_error,
+                reason: log_tail(&log),
+            }
+        }
+        error => DataplaneError::Program { program, error },
+    }
+}
+
+/// The last [`VERIFIER_TAIL_LINES`] non-empty lines of the verifier's `log`, joined
+/// by ` / `.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(VERIFIER_TAIL_LINES)..].join(" / ")
+}
 
 /// Whether the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
@@ -465,5 +498,27 @@ impl KernelDataplane {
             sources,
             pinned: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{VERIFIER_TAIL_LINES, log_tail};
+
+    #[test]
+    fn a_verifier_log_keeps_its_reason_and_counts() {
+        let mut log: String = (0..5_000).map(|i| format!("{i}: (b7) r0 = 0\n")).collect();
+        log.push_str("R0 tried to add from different maps, paths or scalars\n\n");
+        log.push_str("verification time 1246 usec\nstack depth 0+80\n");
+        log.push_str("processed 50 insns (limit 1000000) max_states_per_insn 1\n");
+        let tail = log_tail(&log);
+        assert_eq!(tail.split(" / ").count(), VERIFIER_TAIL_LINES);
+        assert!(
+            tail.starts_with("4998: (b7) r0 = 0 / 4999: (b7) r0 = 0 / R0 tried"),
+            "{tail}"
+        );
+        assert!(tail.ends_with("max_states_per_insn 1"), "{tail}");
+        assert_eq!(log_tail(""), "");
+        assert_eq!(log_tail("one line\n"), "one line");
     }
 }

@@ -1,0 +1,104 @@
+//! The per-CPU counter arrays (`GLOBAL_STATS`, `VIP_STATS`, `BACKEND_STATS`) as the
+//! daemon reads and clears them: an element summed over the CPUs, many elements in
+//! batches, and a value for every CPU to write.
+
+use aya::maps::{MapData, PerCpuArray, PerCpuValues};
+
+use crate::dataplane::{DataplaneError, bpf_sys, map_err};
+
+/// Element `index` of a per-CPU counter array, summed over the CPUs.
+pub(super) fn sum_per_cpu<T: aya::Pod + Default>(
+    map: &PerCpuArray<MapData, T>,
+    index: u32,
+    name: &'static str,
+    accumulate: fn(&mut T, &T),
+) -> Result<T, DataplaneError> {
+    let per_cpu = map.get(&index, 0).map_err(map_err(name, "lookup"))?;
+    let mut total = T::default();
+    per_cpu.iter().for_each(|v| accumulate(&mut total, v));
+    Ok(total)
+}
+
+/// Elements of a per-CPU counter array that one `BPF_MAP_LOOKUP_BATCH` reads.
+const STATS_BATCH: usize = 512;
+
+/// Elements `ids` of per-CPU counter array `map`, each summed over the CPUs, in the
+/// order of `ids`. The range the ids span is read with one `BPF_MAP_LOOKUP_BATCH`
+/// (Linux 5.6) per [`STATS_BATCH`] elements: a lookup per element costs a system call
+/// each, 50,000 per stats sample for 500 VIPs of 100 backends. A batch's value of an
+/// element is its per-CPU values one after another, each rounded up to 8 bytes
+/// (`bpf_map_value_size` in `kernel/bpf/syscall.c`), which the counter types are.
+pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
+    map: &PerCpuArray<MapData, T>,
+    ids: &[u32],
+    name: &'static str,
+    accumulate: fn(&mut T, &T),
+) -> Result<Vec<T>, DataplaneError> {
+    const {
+        assert!(
+            size_of::<T>().is_multiple_of(8),
+            "per-CPU values are 8-byte aligned"
+        );
+    }
+    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
+        return Ok(Vec::new());
+    };
+    let cpus = aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
+        op: op.to_owned(),
+        error,
+    })?;
+    let fd = std::os::fd::AsFd::as_fd(aya::maps::IterableMap::map(map).fd());
+    let span = (hi - lo) as usize + 1;
+    let batch = STATS_BATCH.min(span);
+    let mut sums = vec![T::default(); span];
+    let mut keys = vec![0u32; batch];
+    let mut values = vec![T::default(); batch * cpus];
+    let mut next = lo;
+    while next <= hi {
+        let want = batch.min((hi - next) as usize + 1);
+        // The batch continues after the key its token names: the one before `next`.
+        let token_in = next.checked_sub(1).map(u64::from);
+        let mut token_out = 0u64;
+        // SAFETY: `keys` holds `batch` >= `want` u32 keys (the map's key size) and
+        // `values` `batch` elements of `cpus` values of T (the map's value size per
+        // element, T being a multiple of 8 bytes).
+        let (read, done) = unsafe {
+            bpf_sys::lookup_batch(
+                fd,
+                token_in.as_ref(),
+                &mut token_out,
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                u32::try_from(want).unwrap_or(u32::MAX),
+            )
+        }
+        .map_err(|error| DataplaneError::Syscall {
+            op: format!("BPF_MAP_LOOKUP_BATCH on map {name}"),
+            error,
+        })?;
+        for (i, &key) in keys[..read].iter().enumerate() {
+            if let Some(sum) = key.checked_sub(lo).and_then(|k| sums.get_mut(k as usize)) {
+                values[i * cpus..(i + 1) * cpus]
+                    .iter()
+                    .for_each(|v| accumulate(sum, v));
+            }
+        }
+        match keys[..read].last() {
+            Some(&last) if !done => next = last + 1,
+            _ => break,
+        }
+    }
+    Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
+}
+
+/// `value` once for every possible CPU.
+pub(super) fn on_every_cpu<T: aya::Pod + Clone>(
+    value: T,
+) -> Result<PerCpuValues<T>, DataplaneError> {
+    let syscall = |op: &str, error| DataplaneError::Syscall {
+        op: op.to_owned(),
+        error,
+    };
+    let cpus = aya::util::nr_cpus().map_err(|(op, error)| syscall(op, error))?;
+    PerCpuValues::try_from(vec![value; cpus]).map_err(|error| syscall("per-CPU values", error))
+}
