@@ -65,7 +65,7 @@ pub(super) fn open(config: &Config, options: &RunOptions) -> anyhow::Result<Open
     })
 }
 
-/// [`open`] once the capabilities are there.
+/// The work of [`open`], without its note on missing capabilities.
 fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Result<OpenedDatapath> {
     let object = object(options)?;
     let layout = Layout::of_object(object)?.stamp();
