@@ -43,10 +43,7 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
     let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
         return Ok(Vec::new());
     };
-    let cpus = aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
-        op: op.to_owned(),
-        error,
-    })?;
+    let cpus = possible_cpus()?;
     let fd = std::os::fd::AsFd::as_fd(aya::maps::IterableMap::map(map).fd());
     let span = (hi - lo) as usize + 1;
     let batch = STATS_BATCH.min(span);
@@ -95,10 +92,17 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
 pub(super) fn on_every_cpu<T: aya::Pod + Clone>(
     value: T,
 ) -> Result<PerCpuValues<T>, DataplaneError> {
-    let syscall = |op: &str, error| DataplaneError::Syscall {
+    PerCpuValues::try_from(vec![value; possible_cpus()?]).map_err(|error| DataplaneError::Syscall {
+        op: "per-CPU values".to_owned(),
+        error,
+    })
+}
+
+/// The number of possible CPUs (`/sys/devices/system/cpu/possible`): the per-CPU
+/// values of one element.
+fn possible_cpus() -> Result<usize, DataplaneError> {
+    aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
         op: op.to_owned(),
         error,
-    };
-    let cpus = aya::util::nr_cpus().map_err(|(op, error)| syscall(op, error))?;
-    PerCpuValues::try_from(vec![value; cpus]).map_err(|error| syscall("per-CPU values", error))
+    })
 }
