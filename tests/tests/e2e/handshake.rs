@@ -1,8 +1,9 @@
 //! A handshake whose first SYN-ACK is lost, with a backend added before the client
 //! retries: every backend drops its outgoing SYN-ACKs (an nftables rule on its output)
 //! while the clients connect, so each client retransmits its SYN (after about 1 s) and
-//! each backend its SYN-ACK; the table changes (`lb backend add`) before the clients'
-//! first retry, and the rules go only after that retry. Each retransmitted SYN must go
+//! each backend its SYN-ACK; the table changes (`lb backend add`) once every first SYN
+//! is half open on its backend and before the clients' first retry, and the rules go
+//! only after that retry. Each retransmitted SYN must go
 //! where its first SYN went, whose backend holds the half-open connection: every
 //! connection then completes there (no reset, no connection on the added backend).
 //! Had the retry followed the new table (the behaviour before SYNs consulted their
@@ -52,6 +53,33 @@ impl Drop for SynAckDrop<'_> {
     }
 }
 
+/// The connections half open (SYN-RECV) on backends `ks`, as `ss` lists them.
+fn half_open(bed: &TestBed, ks: std::ops::Range<u8>) -> usize {
+    ks.map(|k| {
+        bed.backend_ns(k)
+            .exec("ss", &["-Htn", "state", "syn-recv"])
+            .map_or(0, |out| {
+                String::from_utf8_lossy(&out.stdout).lines().count()
+            })
+    })
+    .sum()
+}
+
+/// Waits until backends `ks` hold `n` half-open connections; panics at `deadline`.
+fn wait_half_open(bed: &TestBed, ks: std::ops::Range<u8>, n: usize, deadline: Instant) {
+    loop {
+        let seen = half_open(bed, ks.clone());
+        if seen >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{seen} of {n} first SYNs reached the backends before their retry"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn a_retransmitted_syn_after_a_backend_is_added_completes_on_its_first_backend() {
     assert!(lb_tests::is_root(), "privileged test: run as root");
@@ -83,13 +111,19 @@ fn a_retransmitted_syn_after_a_backend_is_added_completes_on_its_first_backend()
                 })
             })
             .collect();
-        // The first SYNs are out; change the table before the clients retry.
-        std::thread::sleep(Duration::from_millis(200));
+        // Change the table once every first SYN has reached its backend, and before
+        // the clients retry: a SYN sent after the change would rightly go to the
+        // added backend.
+        wait_half_open(&bed, 1..added, CONNECTIONS, started + SYN_RTO);
         let out = lb
             .backend("add", &vip_text(false, true), added, None)
             .expect("lb backend add");
         let changed = started.elapsed();
         eprintln!("lb backend add after {changed:?}: {}", out.trim());
+        assert!(
+            changed < SYN_RTO,
+            "the table changed {changed:?} after the first SYNs, past their first retry"
+        );
         let b3 = backend_addr(added, false).to_string();
         let status = lb.status().expect("lb status");
         assert!(
