@@ -277,7 +277,15 @@ fn tunnel_mode_detects_broken_decapsulation_and_direct_mode_does_not() {
     let config = DaemonConfig::equal(1..=2)
         .with_health(&vip4, &tunnel(80))
         .with_health(&vip6, &tunnel(80))
-        .with_health(&direct, &tcp_probe(TCP_PROBE_PORT));
+        // The direct probe must pass every time: a timeout that a loaded machine
+        // cannot exceed.
+        .with_health(
+            &direct,
+            &tcp_probe(TCP_PROBE_PORT).replace(
+                "interval_ms = 200\ntimeout_ms = 100",
+                "interval_ms = 500\ntimeout_ms = 400",
+            ),
+        );
     let lb = daemon(&bed, &config);
     let every: Vec<(&str, u8)> = [vip4.as_str(), vip6.as_str(), direct.as_str()]
         .iter()
@@ -315,7 +323,7 @@ fn tunnel_mode_detects_broken_decapsulation_and_direct_mode_does_not() {
     let direct_b2 = backend(&status, &direct, 2).health.clone().unwrap();
     assert_eq!(direct_b2.state, "healthy");
     let probes_then = direct_b2.probes;
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(1_200));
     let status = lb.status().expect("lb status");
     let direct_b2 = backend(&status, &direct, 2).health.clone().unwrap();
     assert_eq!(
@@ -705,7 +713,15 @@ fn a_flapping_backend_is_held_unhealthy() {
     let probe = format!(
         "kind = \"tcp\"\nport = {TCP_PROBE_PORT}\ninterval_ms = 100\ntimeout_ms = 50\nrise = 1\nfall = 1\n"
     );
-    let lb = daemon(&bed, &DaemonConfig::equal(1..=2).with_health(&vip, &probe));
+    // Backend 1 stays up; its lenient probe keeps a slow answer on a loaded machine
+    // from changing its state (and the table) too.
+    let steady = format!(
+        "kind = \"tcp\"\nport = {TCP_PROBE_PORT}\ninterval_ms = 1000\ntimeout_ms = 900\nrise = 1\nfall = 3\n"
+    );
+    let config = DaemonConfig::equal(1..=2)
+        .with_health(&vip, &probe)
+        .with_backend_health(&vip, 1, &steady);
+    let lb = daemon(&bed, &config);
     let mut two = Some(PortListener::open(bed.backend_ns(2), TCP_PROBE_PORT).expect("listener"));
     wait_labels(&lb, &[(&vip, 1), (&vip, 2)], "healthy", WITHIN);
     let started = Instant::now();
@@ -731,6 +747,8 @@ fn a_flapping_backend_is_held_unhealthy() {
     );
     assert_eq!(h.holds, 1);
     assert!(h.transitions <= 5, "{h:?}");
+    let one = backend(&status, &vip, 1).health.clone().unwrap();
+    assert_eq!(one.transitions, 0, "backend 1 stayed up: {one:?}");
     assert!(
         status.health.table_changes <= h.transitions,
         "{:?}",
