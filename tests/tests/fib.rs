@@ -119,7 +119,9 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
     let mut lb = Lb::standard();
     let mut cfg = default_config();
     cfg.nexthop_mode = NEXTHOP_FIB;
-    cfg.nexthop_cache_ns = 300_000_000;
+    // Long enough that no stall of a loaded machine expires an entry early; the test
+    // shortens it when it wants entries to expire.
+    cfg.nexthop_cache_ns = 10_000_000_000;
     lb.dp.set_config(&cfg).expect("config");
     let backend = std::net::Ipv4Addr::new(198, 51, 101, 11);
     lb.backend(1, backend, BACKEND_ACTIVE);
@@ -150,6 +152,10 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
             out.data,
             encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
         );
+        // A shorter cache time applies to the entry already cached.
+        let mut cfg = cfg;
+        cfg.nexthop_cache_ns = 100_000_000;
+        lb.dp.set_config(&cfg).expect("config");
         std::thread::sleep(std::time::Duration::from_millis(350));
         let (out, frame) = send(&mut lb, 41003);
         assert_eq!(
@@ -157,7 +163,6 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
             encapsulated(&frame, backend.into(), new_mac, LB_MAC)
         );
         // Cache time 0: every packet asks the FIB.
-        let mut cfg = cfg;
         cfg.nexthop_cache_ns = 0;
         lb.dp.set_config(&cfg).expect("config");
         set_neighbour(&ns, "02:00:00:00:00:fe");
@@ -168,7 +173,7 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
         );
         // A backend id given another address does not reuse the old address's entry:
         // the new one's next hop has no neighbour, so the packet is dropped.
-        cfg.nexthop_cache_ns = 300_000_000;
+        cfg.nexthop_cache_ns = 10_000_000_000;
         lb.dp.set_config(&cfg).expect("config");
         assert_eq!(send(&mut lb, 41005).0.action, XDP_TX);
         ns.ip(&[
