@@ -135,10 +135,12 @@ fn without_the_rate_limit_a_smaller_flood_evicts_established_flows() {
 #[test]
 fn a_flow_refused_a_pin_goes_where_the_pin_would_have_pointed() {
     // The burst spent, a mid-flow ACK and a new UDP flow are forwarded without a pin to
-    // the table's backend; once the rate allows, the next packet pins them there.
+    // the table's backend; once the limit allows, the next packet pins them there.
     let mut lb = Lb::standard();
     let mut cfg = default_config();
-    cfg.new_pin_interval_ns = 200_000_000;
+    // One pin per 10 s while the refusals are checked (no stall of a loaded machine
+    // lets a second pin through), then no limit.
+    cfg.new_pin_interval_ns = 10_000_000_000;
     cfg.new_pin_burst_ns = 0;
     lb.dp.set_config(&cfg).expect("config");
     let first = Flow::new(CLIENT4, 45_000, VIP4, 80);
@@ -165,7 +167,10 @@ fn a_flow_refused_a_pin_goes_where_the_pin_would_have_pointed() {
             .expect("lookup")
             .is_none()
     );
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The limit lifted (GCRA keeps the 10 s theoretical arrival time of a shorter
+    // interval set later, so lowering it would not do).
+    cfg.new_pin_interval_ns = 0;
+    lb.dp.set_config(&cfg).expect("config");
     assert_eq!(
         lb.send(&tcp.frame(L4::Tcp(ACK), &[])),
         (XDP_TX, b4(owner_tcp))

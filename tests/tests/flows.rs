@@ -213,12 +213,13 @@ fn deleted_vip_stops_forwarding_its_old_flows() {
 
 #[test]
 fn udp_flows_expire_after_the_idle_timeout() {
-    // A UDP pin holds within the idle timeout (300 ms here) though the table moved the
-    // flow's slot; after the timeout the flow follows the current table and is pinned
-    // again (BR-13.T4).
+    // A UDP pin holds within the idle timeout though the table moved the flow's slot;
+    // after the timeout the flow follows the current table and is pinned again
+    // (BR-13.T4). The timeout is 10 s while the pin must hold (no stall of a loaded
+    // machine expires it), then 300 ms, which applies to the pin already made.
     let mut lb = Lb::standard();
     let mut cfg = default_config();
-    cfg.udp_timeout_ns = 300_000_000;
+    cfg.udp_timeout_ns = 10_000_000_000;
     lb.dp.set_config(&cfg).expect("config");
     lb.table(1, &[1; 65_537]);
     let flow = Flow::new(CLIENT4, 50000, VIP4, 53);
@@ -226,6 +227,8 @@ fn udp_flows_expire_after_the_idle_timeout() {
     assert_eq!(lb.send(&datagram), (XDP_TX, b4(1)));
     lb.table(1, &[3; 65_537]);
     assert_eq!(lb.send(&datagram), (XDP_TX, b4(1)), "within the timeout");
+    cfg.udp_timeout_ns = 300_000_000;
+    lb.dp.set_config(&cfg).expect("config");
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(lb.send(&datagram), (XDP_TX, b4(3)), "after the timeout");
     assert_eq!(lb.dp.vip_stats(1).expect("stats").ct_udp_expired, 1);
