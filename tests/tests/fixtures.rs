@@ -570,3 +570,39 @@ fn per_vip_and_per_backend_counters_follow_the_packets() {
         );
     }
 }
+
+#[test]
+fn clearing_a_backends_counters_clears_what_was_counted_and_nothing_else() {
+    // A created data plane skips the clearing of ids never written to `BACKENDS`
+    // (their counters are zero): an id that was written and counted must still be
+    // cleared, and a neighbour id left alone.
+    let mut lb = Lb::standard();
+    let mut sent_to = std::collections::HashMap::<u32, u64>::new();
+    for sport in 43_200..43_300 {
+        let flow = flow4(sport, 80);
+        let frame = flow.frame(L4::Tcp(SYN), &[]);
+        *sent_to
+            .entry(assert_forwarded(&mut lb, 0, &flow, PROTO_TCP, &frame))
+            .or_default() += 1;
+    }
+    let mut ids: Vec<u32> = sent_to.keys().copied().collect();
+    ids.sort_unstable();
+    let (cleared, kept) = (ids[0], ids[1]);
+    assert!(lb.dp.backend_stats(cleared).expect("stats").packets > 0);
+    lb.dp.reset_backend_stats(cleared).expect("reset");
+    assert_eq!(
+        lb.dp.backend_stats(cleared).expect("stats"),
+        lb_common::stats::BackendStats::default()
+    );
+    assert_eq!(
+        lb.dp.backend_stats(kept).expect("stats").packets,
+        sent_to[&kept]
+    );
+    // An id never written: zero before and after.
+    let unused = 60_000;
+    lb.dp.reset_backend_stats(unused).expect("reset");
+    assert_eq!(
+        lb.dp.backend_stats(unused).expect("stats"),
+        lb_common::stats::BackendStats::default()
+    );
+}

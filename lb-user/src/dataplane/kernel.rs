@@ -96,6 +96,8 @@ pub struct KernelDataplane {
     global_stats: PerCpuArray<MapData, GlobalStats>,
     vip_stats: PerCpuArray<MapData, VipStats>,
     backend_stats: PerCpuArray<MapData, BackendStats>,
+    /// The backend ids whose counters need no clearing.
+    zeroed: counters::ZeroedIds,
     /// VIPs written (key → VIP id), to keep `VIP_ADDRS` counts and `VIP_FILTER` words
     /// exact.
     vip_keys: StdHashMap<VipKey, u32>,
@@ -296,6 +298,7 @@ impl Dataplane for KernelDataplane {
 
     fn set_backend(&mut self, id: u32, entry: &BackendEntry) -> Result<(), DataplaneError> {
         check_backend_id(id)?;
+        self.zeroed.lose(id);
         self.backends
             .set(id, entry, 0)
             .map_err(map_err(maps::BACKENDS, "update"))
@@ -426,6 +429,9 @@ impl Dataplane for KernelDataplane {
 
     fn reset_backend_stats(&mut self, id: u32) -> Result<(), DataplaneError> {
         check_backend_id(id)?;
+        if self.zeroed.holds(id) {
+            return Ok(());
+        }
         let zeros = on_every_cpu(BackendStats::default())?;
         self.backend_stats
             .set(id, zeros, 0)

@@ -1,6 +1,7 @@
 //! The per-CPU counter arrays (`GLOBAL_STATS`, `VIP_STATS`, `BACKEND_STATS`) as the
 //! daemon reads and clears them: an element summed over the CPUs, many elements in
-//! batches, and a value for every CPU to write.
+//! batches, a value for every CPU to write, and the backend ids whose counters are
+//! known to be zero ([`ZeroedIds`]).
 
 use aya::maps::{MapData, PerCpuArray, PerCpuValues};
 
@@ -105,4 +106,56 @@ fn possible_cpus() -> Result<usize, DataplaneError> {
         op: op.to_owned(),
         error,
     })
+}
+
+/// The backend ids whose `BACKEND_STATS` counters are known to be zero, one bit per id
+/// below `lb_common::maps::MAX_BACKENDS`: on a data plane whose maps this process
+/// created, every id until it is first written to `BACKENDS`; on an adopted one, none.
+/// The kernel creates a per-CPU array zeroed, and the program counts for a backend
+/// only once a table, a pin or a held SYN names it, which that write precedes. Clearing
+/// such an id's counters writes nothing: a start of 500 VIPs of 100 backends makes
+/// 50,000 system calls fewer.
+pub(super) struct ZeroedIds(Vec<u64>);
+
+impl ZeroedIds {
+    /// Every id (a created data plane) or none (an adopted one).
+    pub(super) fn new(created: bool) -> Self {
+        let words = if created {
+            lb_common::maps::MAX_BACKENDS.div_ceil(64) as usize
+        } else {
+            0
+        };
+        Self(vec![u64::MAX; words])
+    }
+
+    /// Whether id `id`'s counters are known to be zero.
+    pub(super) fn holds(&self, id: u32) -> bool {
+        self.0
+            .get((id / 64) as usize)
+            .is_some_and(|word| word & (1 << (id % 64)) != 0)
+    }
+
+    /// Id `id` is about to be written to `BACKENDS`: the program may count for it.
+    pub(super) fn lose(&mut self, id: u32) {
+        if let Some(word) = self.0.get_mut((id / 64) as usize) {
+            *word &= !(1 << (id % 64));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ZeroedIds;
+
+    #[test]
+    fn a_created_data_planes_ids_are_zeroed_until_written_and_an_adopted_ones_never() {
+        let mut created = ZeroedIds::new(true);
+        assert!(created.holds(1) && created.holds(64) && created.holds(65_535));
+        created.lose(64);
+        assert!(!created.holds(64));
+        assert!(created.holds(63) && created.holds(65));
+        assert!(!created.holds(65_536), "beyond the array");
+        let adopted = ZeroedIds::new(false);
+        assert!(!adopted.holds(1) && !adopted.holds(65_535));
+    }
 }

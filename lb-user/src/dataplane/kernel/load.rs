@@ -338,7 +338,8 @@ impl KernelDataplane {
             dir: dir.path().join("tables"),
             meta,
         };
-        let mut dp = Self::from_ebpf(ebpf, options, Some(pins))?;
+        let created = opened != Opened::Adopted;
+        let mut dp = Self::from_ebpf(ebpf, options, Some(pins), created)?;
         if opened == Opened::Adopted {
             dp.adopt_maps()?;
         }
@@ -393,7 +394,7 @@ impl KernelDataplane {
     /// without `CAP_BPF`), [`DataplaneError::Rejected`] when the kernel refuses a program.
     pub fn load(options: LoadOptions) -> Result<Self, DataplaneError> {
         let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), crate::EBPF_OBJECT)?;
-        Self::from_ebpf(ebpf, options, None)
+        Self::from_ebpf(ebpf, options, None, true)
     }
 
     /// [`Self::load`] of another build of the object (`cargo xtask bench`'s
@@ -404,7 +405,7 @@ impl KernelDataplane {
     #[cfg(feature = "test-harness")]
     pub fn load_object_bytes(options: LoadOptions, object: &[u8]) -> Result<Self, DataplaneError> {
         let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), object)?;
-        Self::from_ebpf(ebpf, options, None)
+        Self::from_ebpf(ebpf, options, None, true)
     }
 
     /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
@@ -442,11 +443,13 @@ impl KernelDataplane {
         Ok(ebpf)
     }
 
-    /// The data plane over a loaded object.
+    /// The data plane over a loaded object; `created`: its maps were created by this
+    /// load, not adopted.
     fn from_ebpf(
         mut ebpf: Ebpf,
         options: LoadOptions,
         pins: Option<TablePins>,
+        created: bool,
     ) -> Result<Self, DataplaneError> {
         // A second handle on TABLES, from a duplicate of its fd: reopening it by id
         // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
@@ -491,6 +494,7 @@ impl KernelDataplane {
             global_stats: take(&mut ebpf, maps::GLOBAL_STATS)?,
             vip_stats: take(&mut ebpf, maps::VIP_STATS)?,
             backend_stats: take(&mut ebpf, maps::BACKEND_STATS)?,
+            zeroed: super::counters::ZeroedIds::new(created),
             ebpf,
             link: None,
             probe_link: None,
