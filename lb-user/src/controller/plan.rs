@@ -187,13 +187,10 @@ pub(super) struct Plan {
 pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyError> {
     let mut planner = Planner::new(current, desired);
     planner.globals();
+    planner.build_ahead();
     let mut vips = BTreeMap::new();
-    let order: Vec<(&Vip, &VipSpec)> = desired.vips.iter().collect();
-    for chunk in order.chunks(prebuild::CHUNK) {
-        planner.prebuild(chunk);
-        for &(vip, spec) in chunk {
-            vips.insert(*vip, planner.vip(*vip, spec)?);
-        }
+    for (vip, spec) in &desired.vips {
+        vips.insert(*vip, planner.vip(*vip, spec)?);
     }
     planner.removed_vips();
     check_memory(&vips, desired.max_table_memory)?;
@@ -239,8 +236,8 @@ struct Planner<'a> {
     built: HashMap<TableKey, SharedBuild>,
     /// How many desired VIPs have each table's inputs.
     wanted: HashMap<TableKey, usize>,
-    /// Tables built ahead for the VIPs of the chunk being planned ([`prebuild`]).
-    prebuilt: HashMap<TableKey, Result<prebuild::Built, MaglevError>>,
+    /// The change's builds, under way ahead of the planning ([`prebuild`]).
+    ahead: prebuild::Ahead,
 }
 
 /// A build kept for the other VIPs that have its inputs.
@@ -265,7 +262,7 @@ impl<'a> Planner<'a> {
             after_tables: Vec::new(),
             built: HashMap::new(),
             wanted: HashMap::new(),
-            prebuilt: HashMap::new(),
+            ahead: prebuild::Ahead::none(),
         }
     }
 
@@ -429,11 +426,12 @@ impl<'a> Planner<'a> {
             && !old.unverified
     }
 
-    /// Builds, on several threads, the tables that the VIPs of `chunk` need and that
-    /// this change has not built yet.
-    fn prebuild(&mut self, chunk: &[(&Vip, &VipSpec)]) {
+    /// Starts building, on worker threads, the tables that the desired VIPs need and
+    /// that no other VIP's build gives, in the order [`plan`] asks for them.
+    fn build_ahead(&mut self) {
         let mut keys: Vec<TableKey> = Vec::new();
-        for &(vip, spec) in chunk {
+        let mut seen = std::collections::HashSet::new();
+        for (vip, spec) in &self.desired.vips {
             if self
                 .current
                 .vips
@@ -443,13 +441,11 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let key = (table_inputs(spec), spec.table_size);
-            if !self.built.contains_key(&key) && !keys.contains(&key) {
+            if seen.insert(key.clone()) {
                 keys.push(key);
             }
         }
-        if keys.len() > 1 {
-            self.prebuilt = prebuild::build_all(keys, self.desired.maglev_seed);
-        }
+        self.ahead = prebuild::Ahead::start(keys, self.desired.maglev_seed);
     }
 
     /// The table of `spec`, its facts and how long the build took (ms; 0 when another
@@ -479,7 +475,7 @@ impl<'a> Planner<'a> {
             table,
             facts,
             build_ms,
-        } = match self.prebuilt.remove(&key) {
+        } = match self.ahead.take(&key) {
             Some(built) => built?,
             None => prebuild::build_one(&key, self.desired.maglev_seed)?,
         };

@@ -1,14 +1,25 @@
-//! Building the tables of a change ahead of its plan, on several threads: a start or
-//! a reload of many VIPs spends most of its time in the Maglev builds and the tables'
-//! fingerprints (about 1 ms per VIP at M = 65,537), which are pure and independent, so
-//! the planner hands a chunk of VIPs' builds to up to `available_parallelism` threads
-//! before it plans them in order (ids, entries and operations stay sequential and
-//! deterministic). A change of one table builds it on the calling thread.
+//! Building the tables of a change ahead of its plan, on worker threads: a start or a
+//! reload of many VIPs spends most of its time in the Maglev builds and the tables'
+//! fingerprints (about 1 ms per VIP at M = 65,537), which are pure and independent.
+//! [`Ahead`] hands the change's builds, in the order the planner will ask for them, to
+//! `available_parallelism` workers, which build while the planner plans the VIPs
+//! before them (ids, entries and operations stay sequential and deterministic). A
+//! change of one table builds it on the calling thread.
 //!
-//! Chunks bound the memory: at most [`CHUNK`] builder tables (4 bytes per slot) are
-//! alive at once before the planner converts them.
+//! Memory stays bounded: a worker takes the next build only once it has handed over
+//! its last one, and at most [`QUEUED`] finished builder tables (4 bytes per slot) wait
+//! for the planner.
 
-use std::{collections::HashMap, sync::Arc, time::Instant};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+        mpsc::{Receiver, SyncSender, sync_channel},
+    },
+    thread::JoinHandle,
+    time::Instant,
+};
 
 use super::table::TableFacts;
 use crate::maglev::{Backend, MaglevError, MaglevTable};
@@ -16,8 +27,8 @@ use crate::maglev::{Backend, MaglevError, MaglevTable};
 /// What a table is built from: the active backends with their weights, and the size.
 pub(super) type TableKey = (Vec<Backend>, u32);
 
-/// VIPs whose builds are started together.
-pub(super) const CHUNK: usize = 32;
+/// Finished builds that may wait for the planner.
+pub(super) const QUEUED: usize = 32;
 
 /// A built table, its facts (fingerprint included) and the build's time (ms).
 pub(super) struct Built {
@@ -25,6 +36,9 @@ pub(super) struct Built {
     pub(super) facts: Arc<TableFacts>,
     pub(super) build_ms: f64,
 }
+
+/// A build's outcome, as a worker hands it over: the index of its key.
+type Outcome = (usize, Result<Built, MaglevError>);
 
 /// Builds the table of `key` with `seed`, and its facts.
 pub(super) fn build_one(key: &TableKey, seed: u64) -> Result<Built, MaglevError> {
@@ -39,56 +53,113 @@ pub(super) fn build_one(key: &TableKey, seed: u64) -> Result<Built, MaglevError>
     })
 }
 
-/// Builds every table of `keys` (distinct), spread over the available threads.
-pub(super) fn build_all(
-    keys: Vec<TableKey>,
-    seed: u64,
-) -> HashMap<TableKey, Result<Built, MaglevError>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZero::get)
-        .min(keys.len());
-    if threads <= 1 {
-        return keys
-            .into_iter()
-            .map(|key| {
-                let built = build_one(&key, seed);
-                (key, built)
+/// The builds of a change, under way on worker threads in the order of their keys.
+/// Dropping it stops the workers (each finishes the build it is in) and waits for them.
+pub(super) struct Ahead {
+    /// The index of each key in the workers' order.
+    index: HashMap<TableKey, usize>,
+    /// `None` once dropped, which tells the workers to stop.
+    results: Option<Receiver<Outcome>>,
+    /// Builds handed over before the planner asked for them.
+    arrived: HashMap<usize, Result<Built, MaglevError>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Ahead {
+    /// Nothing built ahead: every table is built when the planner asks for it.
+    pub(super) fn none() -> Self {
+        Self {
+            index: HashMap::new(),
+            results: None,
+            arrived: HashMap::new(),
+            workers: Vec::new(),
+        }
+    }
+
+    /// Starts building every table of `keys` (distinct, in the order the planner will
+    /// ask for them) with `seed`, on up to `available_parallelism` threads. Two keys or
+    /// fewer are left to the planner's thread.
+    pub(super) fn start(keys: Vec<TableKey>, seed: u64) -> Self {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(keys.len());
+        if threads <= 1 || keys.len() <= 2 {
+            return Self::none();
+        }
+        let index = keys
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, k)| (k, i))
+            .collect();
+        let keys: Arc<[TableKey]> = keys.into();
+        let next = Arc::new(AtomicUsize::new(0));
+        let (sender, results) = sync_channel(QUEUED);
+        let workers = (0..threads)
+            .map(|_| {
+                let (keys, next, sender) = (Arc::clone(&keys), Arc::clone(&next), sender.clone());
+                std::thread::spawn(move || work(&keys, &next, &sender, seed))
             })
             .collect();
+        Self {
+            index,
+            results: Some(results),
+            arrived: HashMap::new(),
+            workers,
+        }
     }
-    let mut shares: Vec<Vec<TableKey>> = (0..threads).map(|_| Vec::new()).collect();
-    for (i, key) in keys.into_iter().enumerate() {
-        shares[i % threads].push(key);
+
+    /// The build of `key`: waits for it when it is under way; `None` when `key` was not
+    /// given to [`Self::start`] or its worker died (the caller then builds it).
+    pub(super) fn take(&mut self, key: &TableKey) -> Option<Result<Built, MaglevError>> {
+        let wanted = *self.index.get(key)?;
+        if let Some(built) = self.arrived.remove(&wanted) {
+            return Some(built);
+        }
+        let results = self.results.as_ref()?;
+        while let Ok((i, built)) = results.recv() {
+            if i == wanted {
+                return Some(built);
+            }
+            self.arrived.insert(i, built);
+        }
+        None
     }
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = shares
-            .into_iter()
-            .map(|share| {
-                scope.spawn(move || {
-                    share
-                        .into_iter()
-                        .map(|key| {
-                            let built = build_one(&key, seed);
-                            (key, built)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    })
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        self.results = None;
+        for worker in self.workers.drain(..) {
+            if let Err(panic) = worker.join()
+                && !std::thread::panicking()
+            {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+/// A worker: builds the next key not yet taken until none is left or the planner has
+/// gone.
+fn work(keys: &[TableKey], next: &AtomicUsize, results: &SyncSender<Outcome>, seed: u64) {
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(key) = keys.get(i) else {
+            return;
+        };
+        if results.send((i, build_one(key, seed))).is_err() {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn threads_build_what_one_builds() {
-        let keys: Vec<TableKey> = (1..=5_u8)
+    fn keys() -> Vec<TableKey> {
+        (1..=5_u8)
             .map(|n| {
                 let backends = (1..=n)
                     .map(|i| Backend::new(std::net::Ipv4Addr::new(198, 51, 100, i), 1))
@@ -96,18 +167,51 @@ mod tests {
                 (backends, 1_009)
             })
             .chain([(Vec::new(), 1_009), (Vec::new(), 8)])
-            .collect();
-        let built = build_all(keys.clone(), 7);
-        assert_eq!(built.len(), keys.len());
-        for key in &keys {
-            match (&built[key], build_one(key, 7)) {
-                (Ok(a), Ok(b)) => {
-                    assert_eq!(*a.table, *b.table);
-                    assert_eq!(a.facts, b.facts);
-                }
-                (Err(a), Err(b)) => assert_eq!(a, &b),
-                _ => panic!("threads and one build disagree for {key:?}"),
+            .collect()
+    }
+
+    fn assert_same(key: &TableKey, ahead: Result<Built, MaglevError>) {
+        match (ahead, build_one(key, 7)) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(*a.table, *b.table);
+                assert_eq!(a.facts, b.facts);
             }
+            (Err(a), Err(b)) => assert_eq!(a, b),
+            _ => panic!("the workers and one build disagree for {key:?}"),
         }
+    }
+
+    #[test]
+    fn workers_build_what_one_builds_whatever_order_the_planner_asks() {
+        let keys = keys();
+        let mut ahead = Ahead::start(keys.clone(), 7);
+        // Out of the workers' order: the last first, then the rest.
+        let (last, rest) = keys.split_last().expect("keys");
+        assert_same(last, ahead.take(last).expect("built ahead"));
+        for key in rest {
+            assert_same(key, ahead.take(key).expect("built ahead"));
+        }
+        assert!(ahead.take(last).is_none(), "a build is handed over once");
+        let other = (
+            vec![Backend::new(std::net::Ipv4Addr::new(192, 0, 2, 1), 1)],
+            13,
+        );
+        assert!(ahead.take(&other).is_none(), "a key not given is not built");
+    }
+
+    #[test]
+    fn dropping_stops_the_workers_with_builds_still_queued() {
+        let many: Vec<TableKey> = (1..=200_u8)
+            .map(|i| {
+                (
+                    vec![Backend::new(std::net::Ipv4Addr::new(198, 51, 100, i), 1)],
+                    1_009,
+                )
+            })
+            .collect();
+        let mut ahead = Ahead::start(many.clone(), 7);
+        assert_same(&many[0], ahead.take(&many[0]).expect("built ahead"));
+        // The queue fills up and the workers block; dropping must still end them.
+        drop(ahead);
     }
 }
