@@ -606,3 +606,33 @@ fn clearing_a_backends_counters_clears_what_was_counted_and_nothing_else() {
         lb_common::stats::BackendStats::default()
     );
 }
+
+#[test]
+fn backend_entries_written_in_one_batch_read_back_as_written() {
+    // The controller writes a change's backend entries in one BPF_MAP_UPDATE_BATCH.
+    let mut lb = Lb::standard();
+    let entries: Vec<(u32, lb_common::types::BackendEntry)> = (0..700_u32)
+        .map(|i| {
+            let id = 1_000 + i * 7;
+            let mut entry = lb.dp.backend(id).expect("backend");
+            entry.family = lb_common::types::FAMILY_V4;
+            entry.state = if i % 2 == 0 {
+                lb_common::types::BACKEND_ACTIVE
+            } else {
+                lb_common::types::BACKEND_DRAINING
+            };
+            entry.addr[..4].copy_from_slice(&(0xc633_6400 + i).to_be_bytes());
+            (id, entry)
+        })
+        .collect();
+    lb.dp.set_backends(&entries).expect("batch");
+    for (id, entry) in &entries {
+        assert_eq!(lb.dp.backend(*id).expect("backend"), *entry, "id {id}");
+    }
+    assert!(
+        lb.dp
+            .set_backends(&[(lb_common::maps::MAX_BACKENDS, entries[0].1)])
+            .is_err(),
+        "an id beyond the map is refused"
+    );
+}

@@ -523,7 +523,14 @@ impl<'a> Planner<'a> {
             .iter()
             .any(|o| matches!(o, Op::InstallTable { .. }));
         let mut ops = self.config;
-        ops.append(&mut self.before_tables);
+        // The counter resets first (each still before its id's entry), so the entries
+        // follow one another and are written in one batch ([`execute`]).
+        let (mut resets, mut entries): (Vec<Op>, Vec<Op>) = self
+            .before_tables
+            .into_iter()
+            .partition(|op| matches!(op, Op::ResetBackendStats(_)));
+        ops.append(&mut resets);
+        ops.append(&mut entries);
         ops.append(&mut self.tables);
         if swapped && !self.after_tables.is_empty() {
             // Backends lose usability only once no packet can still be reading a table
@@ -669,10 +676,35 @@ pub(super) fn execute<D: Dataplane>(
     let mut shadow = Shadow::of(current);
     let mut undo: Vec<Op> = Vec::with_capacity(ops.len());
     let mut swaps_ms = Vec::new();
-    for op in ops {
-        let reverse = shadow.undo_of(op);
+    let mut rest = ops;
+    while let Some(op) = rest.first() {
+        // A run of backend entries is written in one call. Its undo, every entry's old
+        // value, is logged before the call, as the batch may stop midway; a single
+        // operation's undo only once it succeeded.
+        let run = rest
+            .iter()
+            .take_while(|o| matches!(o, Op::SetBackend(..)))
+            .count()
+            .max(1);
+        let (now, later) = rest.split_at(run);
+        rest = later;
+        let mut reverse: Vec<Op> = now.iter().filter_map(|o| shadow.undo_of(o)).collect();
+        if run > 1 {
+            undo.append(&mut reverse);
+        }
         let started = Instant::now();
-        let ran = op.run(dp);
+        let ran = if run > 1 {
+            let entries: Vec<(u32, BackendEntry)> = now
+                .iter()
+                .filter_map(|o| match o {
+                    Op::SetBackend(id, e) => Some((*id, *e)),
+                    _ => None,
+                })
+                .collect();
+            dp.set_backends(&entries)
+        } else {
+            op.run(dp)
+        };
         if matches!(op, Op::InstallTable { .. }) && ran.is_ok() {
             swaps_ms.push(started.elapsed().as_secs_f64() * 1e3);
         }
@@ -684,7 +716,7 @@ pub(super) fn execute<D: Dataplane>(
                 }
             }
             return Err(ApplyError::Dataplane {
-                step: op.describe(),
+                step: describe_run(now),
                 error: Box::new(error),
                 undo: if failures.is_empty() {
                     String::new()
@@ -693,8 +725,19 @@ pub(super) fn execute<D: Dataplane>(
                 },
             });
         }
-        shadow.record(op);
-        undo.extend(reverse);
+        for o in now {
+            shadow.record(o);
+        }
+        undo.append(&mut reverse);
     }
     Ok(swaps_ms)
+}
+
+/// The step of a failed run of operations: the operation, or the batch of backend
+/// entries.
+fn describe_run(run: &[Op]) -> String {
+    match run {
+        [op] => op.describe(),
+        _ => format!("writing {} backend entries", run.len()),
+    }
 }

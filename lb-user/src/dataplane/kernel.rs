@@ -59,7 +59,7 @@ pub use walk::{Census, ConnectionCounts, ConntrackWalker, WalkSettings, conntrac
 
 use super::{
     Adopted, AttachMode, CompactImage, CtTable, Dataplane, DataplaneError, InstalledTable,
-    TableImage, absent_is_ok, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
+    TableImage, absent_is_ok, bpf_sys, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
 };
 use crate::prefix::Prefix;
 
@@ -302,6 +302,21 @@ impl Dataplane for KernelDataplane {
         self.backends
             .set(id, entry, 0)
             .map_err(map_err(maps::BACKENDS, "update"))
+    }
+
+    fn set_backends(&mut self, entries: &[(u32, BackendEntry)]) -> Result<(), DataplaneError> {
+        for (id, _) in entries {
+            check_backend_id(*id)?;
+            self.zeroed.lose(*id);
+        }
+        let (ids, values): (Vec<u32>, Vec<BackendEntry>) = entries.iter().copied().unzip();
+        let fd = std::os::fd::AsFd::as_fd(aya::maps::IterableMap::map(&self.backends).fd());
+        bpf_sys::update_batch(fd, &ids, &values)
+            .map(|_| ())
+            .map_err(|(_, error)| DataplaneError::Syscall {
+                op: format!("{}: update batch", maps::BACKENDS),
+                error,
+            })
     }
 
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {

@@ -263,6 +263,19 @@ pub trait Dataplane {
     /// [`DataplaneError::OutOfRange`] for id 0 or beyond the map; map update failures.
     fn set_backend(&mut self, id: u32, entry: &BackendEntry) -> Result<(), DataplaneError>;
 
+    /// Writes backends `entries` (id, entry) in order, as [`Self::set_backend`] one
+    /// after another; the kernel data plane writes them in one system call
+    /// (`BPF_MAP_UPDATE_BATCH`).
+    ///
+    /// # Errors
+    /// As [`Self::set_backend`], for the first entry that failed; the entries before it
+    /// may have been written.
+    fn set_backends(&mut self, entries: &[(u32, BackendEntry)]) -> Result<(), DataplaneError> {
+        entries
+            .iter()
+            .try_for_each(|(id, entry)| self.set_backend(*id, entry))
+    }
+
     /// Installs `table` as VIP `vip_id`'s Maglev table, replacing the previous one in a
     /// single map update.
     ///

@@ -395,7 +395,7 @@ impl TableSet {
             .iter()
             .map(|(_, _, b)| u32::try_from(b.map.fd().as_fd().as_raw_fd()).unwrap_or(u32::MAX))
             .collect();
-        let result = bpf_sys::update_batch_u32(self.outer_raw.fd().as_fd(), &keys, &fds);
+        let result = bpf_sys::update_batch(self.outer_raw.fd().as_fd(), &keys, &fds);
         let written = match &result {
             Ok(n) | Err((n, _)) => *n,
         };
