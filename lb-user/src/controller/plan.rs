@@ -7,9 +7,10 @@
 //! change (BR-12 in `docs/failure-scenarios.md`):
 //! 1. the global configuration first;
 //! 2. per VIP: backend entries that become *more* usable (new, or down → draining →
-//!    active) before the table that references them; then the table, swapped in one
-//!    map update; then, for a new VIP, its `VIPS` entry (so no packet finds a VIP
-//!    without a table);
+//!    active) before the table that references them (all of a change's such entries
+//!    together, after their counter resets, in one batch write); then the table,
+//!    swapped in one map update; then, for a new VIP, its `VIPS` entry (so no packet
+//!    finds a VIP without a table);
 //! 3. removed VIPs: the `VIPS` entry first (their packets become non-VIP traffic), then
 //!    the table and the allowed source prefixes (a new VIP's prefixes are written
 //!    before its entry, so its first packet is already checked);
@@ -649,7 +650,10 @@ impl Shadow {
 }
 
 /// Runs `ops` in order; on the first failure runs the undo of everything done, newest
-/// first, and reports the failure. Returns how long each table install took (ms).
+/// first, and reports the failure. Consecutive backend entries are written in one call
+/// ([`Dataplane::set_backends`]); when it fails, the undo also rewrites the entries of
+/// that batch it may not have reached, with their unchanged values. Returns how long
+/// each table install took (ms).
 pub(super) fn execute<D: Dataplane>(
     dp: &mut D,
     current: &State,
@@ -677,10 +681,7 @@ pub(super) fn execute<D: Dataplane>(
     let mut undo: Vec<Op> = Vec::with_capacity(ops.len());
     let mut swaps_ms = Vec::new();
     let mut rest = ops;
-    while let Some(op) = rest.first() {
-        // A run of backend entries is written in one call. Its undo, every entry's old
-        // value, is logged before the call, as the batch may stop midway; a single
-        // operation's undo only once it succeeded.
+    while !rest.is_empty() {
         let run = rest
             .iter()
             .take_while(|o| matches!(o, Op::SetBackend(..)))
@@ -688,42 +689,22 @@ pub(super) fn execute<D: Dataplane>(
             .max(1);
         let (now, later) = rest.split_at(run);
         rest = later;
+        // A batch's undo is logged before the call, as the batch may stop midway; a
+        // single operation's only once it succeeded.
         let mut reverse: Vec<Op> = now.iter().filter_map(|o| shadow.undo_of(o)).collect();
         if run > 1 {
             undo.append(&mut reverse);
         }
         let started = Instant::now();
-        let ran = if run > 1 {
-            let entries: Vec<(u32, BackendEntry)> = now
-                .iter()
-                .filter_map(|o| match o {
-                    Op::SetBackend(id, e) => Some((*id, *e)),
-                    _ => None,
-                })
-                .collect();
-            dp.set_backends(&entries)
-        } else {
-            op.run(dp)
-        };
-        if matches!(op, Op::InstallTable { .. }) && ran.is_ok() {
-            swaps_ms.push(started.elapsed().as_secs_f64() * 1e3);
-        }
-        if let Err(error) = ran {
-            let mut failures = Vec::new();
-            for u in undo.iter().rev() {
-                if let Err(e) = u.run(dp) {
-                    failures.push(format!("{}: {e}", u.describe()));
-                }
-            }
+        if let Err(error) = run_step(dp, now) {
             return Err(ApplyError::Dataplane {
                 step: describe_run(now),
                 error: Box::new(error),
-                undo: if failures.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (undoing also failed: {})", failures.join("; "))
-                },
+                undo: roll_back(dp, &undo),
             });
+        }
+        if matches!(now, [Op::InstallTable { .. }]) {
+            swaps_ms.push(started.elapsed().as_secs_f64() * 1e3);
         }
         for o in now {
             shadow.record(o);
@@ -731,6 +712,35 @@ pub(super) fn execute<D: Dataplane>(
         undo.append(&mut reverse);
     }
     Ok(swaps_ms)
+}
+
+/// Runs one operation, or a run of backend entries in one call.
+fn run_step<D: Dataplane>(dp: &mut D, run: &[Op]) -> Result<(), DataplaneError> {
+    if let [op] = run {
+        return op.run(dp);
+    }
+    let entries: Vec<(u32, BackendEntry)> = run
+        .iter()
+        .filter_map(|o| match o {
+            Op::SetBackend(id, e) => Some((*id, *e)),
+            _ => None,
+        })
+        .collect();
+    dp.set_backends(&entries)
+}
+
+/// Runs `undo` newest first; returns empty, or a note of the undos that failed too.
+fn roll_back<D: Dataplane>(dp: &mut D, undo: &[Op]) -> String {
+    let failures: Vec<String> = undo
+        .iter()
+        .rev()
+        .filter_map(|u| u.run(dp).err().map(|e| format!("{}: {e}", u.describe())))
+        .collect();
+    if failures.is_empty() {
+        String::new()
+    } else {
+        format!(" (undoing also failed: {})", failures.join("; "))
+    }
 }
 
 /// The step of a failed run of operations: the operation, or the batch of backend

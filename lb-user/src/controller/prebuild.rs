@@ -7,8 +7,11 @@
 //! change of one table builds it on the calling thread.
 //!
 //! Memory stays bounded: a worker takes the next build only once it has handed over
-//! its last one, and at most [`QUEUED`] finished builder tables (4 bytes per slot) wait
-//! for the planner.
+//! its last one, at most [`QUEUED`] finished builder tables (4 bytes per slot) wait in
+//! the queue, and the planner keeps aside only those that finished before an earlier
+//! one (builds of one change take about the same time, so few). A worker that panics
+//! hands over nothing more: the planner drains the queue, builds the missing table
+//! itself, and meets the same panic there.
 
 use std::{
     collections::HashMap,
@@ -62,6 +65,7 @@ pub(super) struct Ahead {
     results: Option<Receiver<Outcome>>,
     /// Builds handed over before the planner asked for them.
     arrived: HashMap<usize, Result<Built, MaglevError>>,
+    /// The worker threads, joined on drop.
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -77,13 +81,17 @@ impl Ahead {
     }
 
     /// Starts building every table of `keys` (distinct, in the order the planner will
-    /// ask for them) with `seed`, on up to `available_parallelism` threads. Two keys or
-    /// fewer are left to the planner's thread.
+    /// ask for them) with `seed`, on up to `available_parallelism` threads.
     pub(super) fn start(keys: Vec<TableKey>, seed: u64) -> Self {
-        let threads = std::thread::available_parallelism()
-            .map_or(1, std::num::NonZero::get)
-            .min(keys.len());
-        if threads <= 1 || keys.len() <= 2 {
+        let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        Self::start_on(keys, seed, threads)
+    }
+
+    /// [`Self::start`] on up to `threads` threads. One thread or one key: nothing is
+    /// built ahead, the planner's thread builds it.
+    fn start_on(keys: Vec<TableKey>, seed: u64, threads: usize) -> Self {
+        let threads = threads.min(keys.len());
+        if threads <= 1 {
             return Self::none();
         }
         let index = keys
@@ -184,7 +192,7 @@ mod tests {
     #[test]
     fn workers_build_what_one_builds_whatever_order_the_planner_asks() {
         let keys = keys();
-        let mut ahead = Ahead::start(keys.clone(), 7);
+        let mut ahead = Ahead::start_on(keys.clone(), 7, 3);
         // Out of the workers' order: the last first, then the rest.
         let (last, rest) = keys.split_last().expect("keys");
         assert_same(last, ahead.take(last).expect("built ahead"));
@@ -209,7 +217,7 @@ mod tests {
                 )
             })
             .collect();
-        let mut ahead = Ahead::start(many.clone(), 7);
+        let mut ahead = Ahead::start_on(many.clone(), 7, 3);
         assert_same(&many[0], ahead.take(&many[0]).expect("built ahead"));
         // The queue fills up and the workers block; dropping must still end them.
         drop(ahead);

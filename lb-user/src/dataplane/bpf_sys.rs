@@ -180,13 +180,21 @@ pub(crate) fn update(fd: BorrowedFd<'_>, key: &[u8], value: &[u8]) -> io::Result
 /// period before it returns (`maybe_wait_bpf_programs()` in `kernel/bpf/syscall.c`); a
 /// batch waits once for all its elements (Linux 6.8 and later; older kernels wait once
 /// per element, as single updates do).
-pub(crate) fn update_batch<V: Copy>(
+///
+/// Fails with `InvalidInput`, writing nothing, when the map's key is not 4 bytes or its
+/// value not `size_of::<V>()` bytes (the kernel reads `count` values of the map's size
+/// from `values`).
+pub(crate) fn update_batch<V: aya::Pod>(
     fd: BorrowedFd<'_>,
     keys: &[u32],
     values: &[V],
 ) -> Result<usize, (usize, io::Error)> {
     assert_eq!(keys.len(), values.len(), "one value per key");
     let invalid = || (0, io::Error::from(io::ErrorKind::InvalidInput));
+    let info = map_info(fd).map_err(|e| (0, e))?;
+    if info.key_size as usize != size_of::<u32>() || info.value_size as usize != size_of::<V>() {
+        return Err(invalid());
+    }
     let mut attr = BatchAttr {
         keys: keys.as_ptr() as u64,
         values: values.as_ptr() as u64,
@@ -196,7 +204,8 @@ pub(crate) fn update_batch<V: Copy>(
     };
     // SAFETY: attr is a valid BPF_MAP_UPDATE_BATCH attribute whose key and value
     // pointers refer to `count` u32 keys and `count` values of the map's value size
-    // (the caller's `V`), alive for the call; the kernel writes only `attr.count`.
+    // (checked above to be `V`'s), alive for the call; the kernel writes only
+    // `attr.count`.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,

@@ -32,13 +32,14 @@ mod walk;
 
 use std::{
     collections::HashMap as StdHashMap,
+    os::fd::AsFd as _,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 pub use activity::ActivityClock;
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, MapData, PerCpuArray},
+    maps::{Array, HashMap, IterableMap as _, MapData, PerCpuArray},
     programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
 use counters::{on_every_cpu, sum_per_cpu, sum_per_cpu_many};
@@ -310,7 +311,7 @@ impl Dataplane for KernelDataplane {
             self.zeroed.lose(*id);
         }
         let (ids, values): (Vec<u32>, Vec<BackendEntry>) = entries.iter().copied().unzip();
-        let fd = std::os::fd::AsFd::as_fd(aya::maps::IterableMap::map(&self.backends).fd());
+        let fd = self.backends.map().fd().as_fd();
         bpf_sys::update_batch(fd, &ids, &values)
             .map(|_| ())
             .map_err(|(_, error)| DataplaneError::Syscall {

@@ -268,8 +268,9 @@ pub trait Dataplane {
     /// (`BPF_MAP_UPDATE_BATCH`).
     ///
     /// # Errors
-    /// As [`Self::set_backend`], for the first entry that failed; the entries before it
-    /// may have been written.
+    /// [`DataplaneError::OutOfRange`] for an id 0 or beyond the map (nothing written by
+    /// the kernel data plane); a map update failure, after which any of the entries may
+    /// have been written.
     fn set_backends(&mut self, entries: &[(u32, BackendEntry)]) -> Result<(), DataplaneError> {
         entries
             .iter()
