@@ -629,6 +629,15 @@ fn backend_entries_written_in_one_batch_read_back_as_written() {
     for (id, entry) in &entries {
         assert_eq!(lb.dp.backend(*id).expect("backend"), *entry, "id {id}");
     }
+    // A batch-written id counts its packets, and clearing its counters clears them
+    // (the created data plane knows the id is no longer untouched).
+    let (id, _) = entries[0];
+    lb.table(0, &[id; 7]);
+    let frame = flow4(43_400, 80).frame(L4::Tcp(SYN), &[]);
+    assert_eq!(lb.send(&frame).0, XDP_TX);
+    assert_eq!(lb.dp.backend_stats(id).expect("stats").packets, 1);
+    lb.dp.reset_backend_stats(id).expect("reset");
+    assert_eq!(lb.dp.backend_stats(id).expect("stats").packets, 0);
     assert!(
         lb.dp
             .set_backends(&[(lb_common::maps::MAX_BACKENDS, entries[0].1)])

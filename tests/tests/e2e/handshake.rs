@@ -3,14 +3,14 @@
 //! while the clients connect, so each client retransmits its SYN (after about 1 s) and
 //! each backend its SYN-ACK; the table changes (`lb backend add`) once every first SYN
 //! is half open on its backend and before the clients' first retry, and the rules go
-//! only after that retry. Each retransmitted SYN must go
-//! where its first SYN went, whose backend holds the half-open connection: every
-//! connection then completes there (no reset, no connection on the added backend).
-//! Had the retry followed the new table (the behaviour before SYNs consulted their
-//! held SYN), the flows whose slot moved would have opened a second connection on the
-//! added backend: the client completes with whichever SYN-ACK arrives first, and the
-//! other backend's connection is left half-open, or reset by the client's ACK. With
-//! that behaviour this test sees about a third of the connections on the added backend.
+//! only after that retry. Each retransmitted SYN must go where its first SYN went,
+//! whose backend holds the half-open connection: every connection then completes there
+//! (no reset, no connection on the added backend). Had the retry followed the new
+//! table (the behaviour before SYNs consulted their held SYN), the flows whose slot
+//! moved would have opened a second connection on the added backend: the client
+//! completes with whichever SYN-ACK arrives first, and the other backend's connection
+//! is left half-open, or reset by the client's ACK. With that behaviour this test sees
+//! about a third of the connections on the added backend.
 
 use std::{
     net::SocketAddr,
@@ -60,15 +60,12 @@ fn half_open(bed: &TestBed, ks: std::ops::Range<u8>) -> usize {
     ks.map(|k| {
         bed.backend_ns(k)
             .enter(|| std::fs::read_to_string("/proc/thread-self/net/tcp"))
-            .ok()
-            .and_then(Result::ok)
-            .map_or(0, |table| {
-                table
-                    .lines()
-                    .skip(1)
-                    .filter(|l| l.split_whitespace().nth(3) == Some("03"))
-                    .count()
-            })
+            .expect("enter the backend's namespace")
+            .expect("read its /proc/net/tcp")
+            .lines()
+            .skip(1)
+            .filter(|l| l.split_whitespace().nth(3) == Some("03"))
+            .count()
     })
     .sum()
 }

@@ -35,9 +35,14 @@ const WITHIN: Duration = Duration::from_secs(3);
 
 /// The probe timing of the module documentation, for a TCP probe of `port`.
 fn tcp_probe(port: u16) -> String {
+    tcp_probe_every(port, 200, 100)
+}
+
+/// A TCP probe of `port` every `interval_ms`, timing out after `timeout_ms`.
+fn tcp_probe_every(port: u16, interval_ms: u32, timeout_ms: u32) -> String {
     format!(
-        "kind = \"tcp\"\nport = {port}\ninterval_ms = 200\ntimeout_ms = 100\nrise = 2\nfall = 3\n\
-         flap_transitions = 0\n"
+        "kind = \"tcp\"\nport = {port}\ninterval_ms = {interval_ms}\ntimeout_ms = {timeout_ms}\n\
+         rise = 2\nfall = 3\nflap_transitions = 0\n"
     )
 }
 
@@ -279,13 +284,7 @@ fn tunnel_mode_detects_broken_decapsulation_and_direct_mode_does_not() {
         .with_health(&vip6, &tunnel(80))
         // The direct probe must pass every time: a timeout that a loaded machine
         // cannot exceed.
-        .with_health(
-            &direct,
-            &tcp_probe(TCP_PROBE_PORT).replace(
-                "interval_ms = 200\ntimeout_ms = 100",
-                "interval_ms = 500\ntimeout_ms = 400",
-            ),
-        );
+        .with_health(&direct, &tcp_probe_every(TCP_PROBE_PORT, 500, 400));
     let lb = daemon(&bed, &config);
     let every: Vec<(&str, u8)> = [vip4.as_str(), vip6.as_str(), direct.as_str()]
         .iter()
