@@ -136,22 +136,23 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
             let out = lb.dp.test_run_with(&frame, Some(lb0), 1).expect("run");
             (out, frame)
         };
+        // The packet from `port` is forwarded to the gateway's MAC `mac`.
+        let forwards_via = |lb: &mut Lb, port: u16, mac: [u8; 6]| {
+            let (out, frame) = send(lb, port);
+            assert_eq!(
+                out.data,
+                encapsulated(&frame, backend.into(), mac, LB_MAC),
+                "port {port}"
+            );
+        };
         // No neighbour yet: dropped, and the failure is not remembered...
         assert_eq!(send(&mut lb, 41000).0.action, XDP_DROP);
         // ...so the next packet after the neighbour appears is forwarded.
         set_neighbour(&ns, "02:00:00:00:00:fe");
-        let (out, frame) = send(&mut lb, 41001);
-        assert_eq!(
-            out.data,
-            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
-        );
+        forwards_via(&mut lb, 41001, GW_MAC);
         // The neighbour's MAC changes: the cached result is used until it expires.
         set_neighbour(&ns, "02:00:00:00:00:fd");
-        let (out, frame) = send(&mut lb, 41002);
-        assert_eq!(
-            out.data,
-            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
-        );
+        forwards_via(&mut lb, 41002, GW_MAC);
         // With a cache time of 100 ms, an entry ages out: the next packet after it
         // asks the FIB again. (Lowering the time also shortens the entry already
         // cached, which another test shows; nothing here must stay cached.)
@@ -159,27 +160,15 @@ fn fib_results_are_reused_for_the_cache_time_and_failures_are_not() {
         cfg.nexthop_cache_ns = 100_000_000;
         lb.dp.set_config(&cfg).expect("config");
         set_neighbour(&ns, "02:00:00:00:00:fe");
-        let (out, frame) = send(&mut lb, 41010);
-        assert_eq!(
-            out.data,
-            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
-        );
+        forwards_via(&mut lb, 41010, GW_MAC);
         set_neighbour(&ns, "02:00:00:00:00:fd");
         std::thread::sleep(std::time::Duration::from_millis(350));
-        let (out, frame) = send(&mut lb, 41003);
-        assert_eq!(
-            out.data,
-            encapsulated(&frame, backend.into(), new_mac, LB_MAC)
-        );
+        forwards_via(&mut lb, 41003, new_mac);
         // Cache time 0: every packet asks the FIB.
         cfg.nexthop_cache_ns = 0;
         lb.dp.set_config(&cfg).expect("config");
         set_neighbour(&ns, "02:00:00:00:00:fe");
-        let (out, frame) = send(&mut lb, 41004);
-        assert_eq!(
-            out.data,
-            encapsulated(&frame, backend.into(), GW_MAC, LB_MAC)
-        );
+        forwards_via(&mut lb, 41004, GW_MAC);
         // A backend id given another address does not reuse the old address's entry:
         // the new one's next hop has no neighbour, so the packet is dropped.
         cfg.nexthop_cache_ns = 10_000_000_000;
