@@ -177,6 +177,11 @@ fn table_inputs(spec: &VipSpec) -> Vec<Backend> {
         .collect()
 }
 
+/// What `spec`'s table is built from: its inputs and its size.
+fn table_key(spec: &VipSpec) -> TableKey {
+    (table_inputs(spec), spec.table_size)
+}
+
 /// The plan of one change.
 pub(super) struct Plan {
     pub(super) next: State,
@@ -235,7 +240,7 @@ struct Planner<'a> {
     /// entry goes once no other VIP of the change can use it, so a change of many
     /// distinct VIPs keeps no builder tables beyond the one being converted.
     built: HashMap<TableKey, SharedBuild>,
-    /// How many desired VIPs have each table's inputs.
+    /// How many desired VIPs have each table's inputs ([`Planner::build_ahead`]).
     wanted: HashMap<TableKey, usize>,
     /// The change's builds, under way ahead of the planning ([`prebuild`]).
     ahead: prebuild::Ahead,
@@ -427,22 +432,21 @@ impl<'a> Planner<'a> {
             && !old.unverified
     }
 
-    /// Starts building, on worker threads, the tables that the desired VIPs need and
-    /// that no other VIP's build gives, in the order [`plan`] asks for them.
+    /// Counts the desired VIPs of each table key (`wanted`), and starts building, on
+    /// worker threads, the tables that the desired VIPs need and that no other VIP's
+    /// build gives, in the order [`plan`] asks for them.
     fn build_ahead(&mut self) {
         let mut keys: Vec<TableKey> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (vip, spec) in &self.desired.vips {
-            if self
+            let key = table_key(spec);
+            *self.wanted.entry(key.clone()).or_default() += 1;
+            let kept = self
                 .current
                 .vips
                 .get(vip)
-                .is_some_and(|o| self.keeps_table(o, spec))
-            {
-                continue;
-            }
-            let key = (table_inputs(spec), spec.table_size);
-            if seen.insert(key.clone()) {
+                .is_some_and(|o| self.keeps_table(o, spec));
+            if !kept && seen.insert(key.clone()) {
                 keys.push(key);
             }
         }
@@ -455,7 +459,7 @@ impl<'a> Planner<'a> {
         &mut self,
         spec: &VipSpec,
     ) -> Result<(Arc<MaglevTable>, Arc<TableFacts>, f64), MaglevError> {
-        let key = (table_inputs(spec), spec.table_size);
+        let key = table_key(spec);
         if let Some(shared) = self.built.get_mut(&key) {
             let found = (Arc::clone(&shared.table), Arc::clone(&shared.facts), 0.0);
             shared.uses -= 1;
@@ -463,14 +467,6 @@ impl<'a> Planner<'a> {
                 self.built.remove(&key);
             }
             return Ok(found);
-        }
-        if self.wanted.is_empty() {
-            for spec in self.desired.vips.values() {
-                *self
-                    .wanted
-                    .entry((table_inputs(spec), spec.table_size))
-                    .or_default() += 1;
-            }
         }
         let prebuild::Built {
             table,

@@ -3,7 +3,9 @@
 //! batches, a value for every CPU to write, and the backend ids whose counters are
 //! known to be zero ([`ZeroedIds`]).
 
-use aya::maps::{MapData, PerCpuArray, PerCpuValues};
+use std::os::fd::AsFd as _;
+
+use aya::maps::{IterableMap as _, MapData, PerCpuArray, PerCpuValues};
 
 use crate::dataplane::{DataplaneError, bpf_sys, map_err};
 
@@ -45,7 +47,7 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
         return Ok(Vec::new());
     };
     let cpus = possible_cpus()?;
-    let fd = std::os::fd::AsFd::as_fd(aya::maps::IterableMap::map(map).fd());
+    let fd = map.map().fd().as_fd();
     let span = (hi - lo) as usize + 1;
     let batch = STATS_BATCH.min(span);
     let mut sums = vec![T::default(); span];
