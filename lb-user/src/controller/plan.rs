@@ -178,7 +178,7 @@ fn table_inputs(spec: &VipSpec) -> Vec<Backend> {
 }
 
 /// What `spec`'s table is built from: its inputs and its size.
-fn table_key(spec: &VipSpec) -> TableKey {
+pub(super) fn table_key(spec: &VipSpec) -> TableKey {
     (table_inputs(spec), spec.table_size)
 }
 
@@ -235,23 +235,10 @@ struct Planner<'a> {
     tables: Vec<Op>,
     /// Rule 4: backend entries that become less usable.
     after_tables: Vec<Op>,
-    /// Tables built in this change, kept for the other VIPs with identical inputs:
-    /// many services on the same backends cost one build, not one each (BR-10). An
-    /// entry goes once no other VIP of the change can use it, so a change of many
-    /// distinct VIPs keeps no builder tables beyond the one being converted.
-    built: HashMap<TableKey, SharedBuild>,
-    /// How many desired VIPs have each table's inputs ([`Planner::build_ahead`]).
-    wanted: HashMap<TableKey, usize>,
-    /// The change's builds, under way ahead of the planning ([`prebuild`]).
-    ahead: prebuild::Ahead,
-}
-
-/// A build kept for the other VIPs that have its inputs.
-struct SharedBuild {
-    table: Arc<MaglevTable>,
-    facts: Arc<TableFacts>,
-    /// VIPs that may still take it.
-    uses: usize,
+    /// The change's builds, under way ahead of the planning and shared by the VIPs
+    /// with identical inputs ([`prebuild::Builds`], started by
+    /// [`Planner::build_ahead`]).
+    builds: prebuild::Builds,
 }
 
 impl<'a> Planner<'a> {
@@ -266,9 +253,7 @@ impl<'a> Planner<'a> {
             before_tables: Vec::new(),
             tables: Vec::new(),
             after_tables: Vec::new(),
-            built: HashMap::new(),
-            wanted: HashMap::new(),
-            ahead: prebuild::Ahead::none(),
+            builds: prebuild::Builds::none(desired.maglev_seed),
         }
     }
 
@@ -432,15 +417,16 @@ impl<'a> Planner<'a> {
             && !old.unverified
     }
 
-    /// Counts the desired VIPs of each table key (`wanted`), and starts building, on
-    /// worker threads, the tables that the desired VIPs need and that no other VIP's
-    /// build gives, in the order [`plan`] asks for them.
+    /// Counts the desired VIPs of each table key, and starts building, on worker
+    /// threads, the tables that the desired VIPs need and that no other VIP's build
+    /// gives, in the order [`plan`] asks for them.
     fn build_ahead(&mut self) {
         let mut keys: Vec<TableKey> = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut wanted: HashMap<TableKey, usize> = HashMap::new();
         for (vip, spec) in &self.desired.vips {
             let key = table_key(spec);
-            *self.wanted.entry(key.clone()).or_default() += 1;
+            *wanted.entry(key.clone()).or_default() += 1;
             let kept = self
                 .current
                 .vips
@@ -450,7 +436,7 @@ impl<'a> Planner<'a> {
                 keys.push(key);
             }
         }
-        self.ahead = prebuild::Ahead::start(keys, self.desired.maglev_seed);
+        self.builds = prebuild::Builds::start(keys, wanted, self.desired.maglev_seed);
     }
 
     /// The table of `spec`, its facts and how long the build took (ms; 0 when another
@@ -459,36 +445,11 @@ impl<'a> Planner<'a> {
         &mut self,
         spec: &VipSpec,
     ) -> Result<(Arc<MaglevTable>, Arc<TableFacts>, f64), MaglevError> {
-        let key = table_key(spec);
-        if let Some(shared) = self.built.get_mut(&key) {
-            let found = (Arc::clone(&shared.table), Arc::clone(&shared.facts), 0.0);
-            shared.uses -= 1;
-            if shared.uses == 0 {
-                self.built.remove(&key);
-            }
-            return Ok(found);
+        let taken = self.builds.take(&table_key(spec))?;
+        if taken.fresh {
+            self.next.builds_total += 1;
         }
-        let prebuild::Built {
-            table,
-            facts,
-            build_ms,
-        } = match self.ahead.take(&key) {
-            Some(built) => built?,
-            None => prebuild::build_one(&key, self.desired.maglev_seed)?,
-        };
-        self.next.builds_total += 1;
-        let others = self.wanted.get(&key).map_or(0, |n| n.saturating_sub(1));
-        if others > 0 {
-            self.built.insert(
-                key,
-                SharedBuild {
-                    table: Arc::clone(&table),
-                    facts: Arc::clone(&facts),
-                    uses: others,
-                },
-            );
-        }
-        Ok((table, facts, build_ms))
+        Ok((taken.table, taken.facts, taken.build_ms))
     }
 
     /// VIPs applied but no longer desired: entry, then table; their backends go down.

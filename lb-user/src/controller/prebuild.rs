@@ -6,6 +6,11 @@
 //! before them (ids, entries and operations stay sequential and deterministic). A
 //! change of one table builds it on the calling thread.
 //!
+//! [`Builds`] adds the sharing: a table built once is kept for the other VIPs of the
+//! change with the same inputs, until the last of them takes it. The planner and the
+//! recovery of an adopted data plane (which checks recorded tables it cannot recognise
+//! by their digest) both take their tables from it.
+//!
 //! Memory stays bounded: a worker takes the next build only once it has handed over
 //! its last one, at most [`QUEUED`] finished builder tables (4 bytes per slot) wait in
 //! the queue, and the planner keeps aside only those that finished before an earlier
@@ -148,6 +153,103 @@ impl Drop for Ahead {
     }
 }
 
+/// A table taken from [`Builds`].
+pub(super) struct Taken {
+    pub(super) table: Arc<MaglevTable>,
+    pub(super) facts: Arc<TableFacts>,
+    /// The build's time (ms); 0 for a table another VIP's build gave.
+    pub(super) build_ms: f64,
+    /// Whether this take built the table (it is not another VIP's build).
+    pub(super) fresh: bool,
+}
+
+/// A build kept for the other VIPs that have its inputs.
+struct Shared {
+    table: Arc<MaglevTable>,
+    facts: Arc<TableFacts>,
+    /// VIPs that may still take it.
+    uses: usize,
+}
+
+/// The table builds of a change: under way ahead on workers ([`Ahead`]), each built
+/// once per distinct key and kept for the other VIPs that want it (BR-10: many
+/// services on the same backends cost one build, not one each). A kept build goes once
+/// no other VIP can use it, so many distinct VIPs keep no builder table beyond the one
+/// being converted.
+pub(super) struct Builds {
+    ahead: Ahead,
+    /// How many VIPs want each key.
+    wanted: HashMap<TableKey, usize>,
+    shared: HashMap<TableKey, Shared>,
+    seed: u64,
+}
+
+impl Builds {
+    /// Starts building `ahead` (distinct keys, in the order they will be taken) with
+    /// `seed`; `wanted` counts the VIPs that will take each key (a key may be taken
+    /// without being built ahead, or wanted, and is then built when taken).
+    pub(super) fn start(ahead: Vec<TableKey>, wanted: HashMap<TableKey, usize>, seed: u64) -> Self {
+        Self {
+            ahead: Ahead::start(ahead, seed),
+            wanted,
+            shared: HashMap::new(),
+            seed,
+        }
+    }
+
+    /// No build ahead and none wanted: each take builds its table.
+    pub(super) fn none(seed: u64) -> Self {
+        Self::start(Vec::new(), HashMap::new(), seed)
+    }
+
+    /// The table of `key`: another VIP's build of it, the workers' build, or one made
+    /// now on the caller's thread.
+    ///
+    /// # Errors
+    /// The builder's error for `key`.
+    pub(super) fn take(&mut self, key: &TableKey) -> Result<Taken, MaglevError> {
+        if let Some(shared) = self.shared.get_mut(key) {
+            let found = Taken {
+                table: Arc::clone(&shared.table),
+                facts: Arc::clone(&shared.facts),
+                build_ms: 0.0,
+                fresh: false,
+            };
+            shared.uses -= 1;
+            if shared.uses == 0 {
+                self.shared.remove(key);
+            }
+            return Ok(found);
+        }
+        let Built {
+            table,
+            facts,
+            build_ms,
+        } = match self.ahead.take(key) {
+            Some(built) => built?,
+            None => build_one(key, self.seed)?,
+        };
+        let others = self.wanted.get(key).map_or(0, |n| n.saturating_sub(1));
+        if others > 0 {
+            self.wanted.insert(key.clone(), 0);
+            self.shared.insert(
+                key.clone(),
+                Shared {
+                    table: Arc::clone(&table),
+                    facts: Arc::clone(&facts),
+                    uses: others,
+                },
+            );
+        }
+        Ok(Taken {
+            table,
+            facts,
+            build_ms,
+            fresh: true,
+        })
+    }
+}
+
 /// A worker: builds the next key not yet taken until none is left or the planner has
 /// gone.
 fn work(keys: &[TableKey], next: &AtomicUsize, results: &SyncSender<Outcome>, seed: u64) {
@@ -205,6 +307,33 @@ mod tests {
             13,
         );
         assert!(ahead.take(&other).is_none(), "a key not given is not built");
+    }
+
+    #[test]
+    fn a_build_is_shared_by_the_vips_that_want_it_and_built_again_beyond_them() {
+        let keys = keys();
+        let wanted = HashMap::from([(keys[2].clone(), 2), (keys[3].clone(), 1)]);
+        let mut builds = Builds::start(vec![keys[2].clone(), keys[3].clone()], wanted, 7);
+        let first = builds.take(&keys[2]).expect("build");
+        let second = builds.take(&keys[2]).expect("build");
+        assert!(first.fresh && !second.fresh);
+        assert!(Arc::ptr_eq(&first.table, &second.table) && second.build_ms == 0.0);
+        // Wanted twice: a third take builds it once more, on this thread.
+        let third = builds.take(&keys[2]).expect("build");
+        assert!(third.fresh && !Arc::ptr_eq(&first.table, &third.table));
+        assert_eq!(*third.table, *first.table);
+        // A key neither built ahead nor wanted is built when taken.
+        let other = builds.take(&keys[0]).expect("build");
+        assert!(other.fresh);
+        assert_same(
+            &keys[0],
+            Ok(Built {
+                table: other.table,
+                facts: other.facts,
+                build_ms: 0.0,
+            }),
+        );
+        assert!(builds.take(&keys[3]).expect("build").fresh);
     }
 
     #[test]
