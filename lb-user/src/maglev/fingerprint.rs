@@ -70,11 +70,32 @@ impl Fingerprint {
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for byte in self.0 {
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
+        write_hex(f, &self.0)
     }
+}
+
+/// Writes the 32 bytes of a SHA-256 digest as 64 lowercase hexadecimal digits.
+///
+/// # Errors
+/// As the formatter's.
+pub(crate) fn write_hex(f: &mut fmt::Formatter<'_>, digest: &[u8; 32]) -> fmt::Result {
+    for byte in digest {
+        write!(f, "{byte:02x}")?;
+    }
+    Ok(())
+}
+
+/// The 32 bytes of a SHA-256 digest written as 64 hexadecimal digits (either case);
+/// `None` for any other text.
+pub(crate) fn parse_hex(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut bytes = [0; 32];
+    for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(bytes)
 }
 
 impl fmt::Debug for Fingerprint {
@@ -92,22 +113,23 @@ impl FromStr for Fingerprint {
     type Err = ParseFingerprintError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let invalid = || ParseFingerprintError(text.to_owned());
-        if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(invalid());
-        }
-        let mut bytes = [0; 32];
-        for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
-            let pair = std::str::from_utf8(pair).map_err(|_| invalid())?;
-            *byte = u8::from_str_radix(pair, 16).map_err(|_| invalid())?;
-        }
-        Ok(Self(bytes))
+        parse_hex(text)
+            .map(Self)
+            .ok_or_else(|| ParseFingerprintError(text.to_owned()))
     }
 }
 
 impl serde::Serialize for Fingerprint {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Fingerprint {
+    /// Deserialized from the text [`FromStr`] accepts.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -170,5 +192,8 @@ mod tests {
         assert!("g".repeat(64).parse::<Fingerprint>().is_err());
         assert!("+a".repeat(32).parse::<Fingerprint>().is_err());
         assert_eq!(serde_json::to_string(&f).unwrap(), format!("\"{text}\""));
+        let back: Fingerprint = serde_json::from_str(&format!("\"{text}\"")).unwrap();
+        assert_eq!(back, f);
+        assert!(serde_json::from_str::<Fingerprint>("\"ab\"").is_err());
     }
 }
