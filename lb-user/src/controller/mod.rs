@@ -98,6 +98,10 @@ pub struct Controller<D> {
     health_changes: u64,
     /// Tables installed by those changes.
     health_table_changes: u64,
+    /// The record the data plane holds lacks what this build records (the tables'
+    /// digests, see [`record`]): the next apply stores it even when it writes nothing
+    /// else.
+    record_outdated: bool,
 }
 
 impl<D: Dataplane> Controller<D> {
@@ -113,6 +117,7 @@ impl<D: Dataplane> Controller<D> {
             modes: BTreeMap::new(),
             health_changes: 0,
             health_table_changes: 0,
+            record_outdated: false,
         }
     }
 
@@ -135,6 +140,7 @@ impl<D: Dataplane> Controller<D> {
                 modes: BTreeMap::new(),
                 health_changes: 0,
                 health_table_changes: 0,
+                record_outdated: recovery.tables_built > 0,
             },
             recovery,
         ))
@@ -165,7 +171,7 @@ impl<D: Dataplane> Controller<D> {
         });
         let (effective, modes) = health::effective(desired, &self.unhealthy);
         let plan = plan::plan(&self.state, &effective)?;
-        if !plan.ops.is_empty() {
+        if !plan.ops.is_empty() || self.record_outdated {
             // The record of the next state goes first: it binds every id the maps are
             // about to use, whatever interrupts the change.
             self.dp
@@ -184,6 +190,7 @@ impl<D: Dataplane> Controller<D> {
             }
         };
         self.state = plan.next;
+        self.record_outdated = false;
         self.applied = Some(desired.clone());
         if !plan.ops.is_empty() {
             self.changes += 1;
