@@ -20,7 +20,9 @@ use aya_obj::Object;
 use sha2::{Digest as _, Sha256};
 
 /// Version of the pin directory's own layout (meta, owner, record, link, maps/,
-/// tables/) and of the meta and record formats.
+/// tables/) and of the meta and record formats. The `programs` pin came later without
+/// a new version: a build that does not know it leaves it alone, and the program ids
+/// it then names no longer run (see `dataplane::kernel::programs`).
 pub const FORMAT: u32 = 1;
 
 /// One map's definition.

@@ -10,6 +10,9 @@
 //!   to name the daemon in its refusal.
 //! - `record`: the controller's record (opaque bytes), replaced whole by one rename
 //!   (see [`store_record`]).
+//! - `programs`: one [`Programs`] element — which build's programs run, by the
+//!   kernel's program ids, so that a restart of the same build keeps them (see
+//!   `dataplane::kernel::programs`).
 //!
 //! Values are encoded field by field, little-endian, at the offsets documented on each
 //! type.
@@ -252,6 +255,84 @@ pub fn read_owner(path: &Path) -> io::Result<Option<Owner>> {
     }
 }
 
+/// `programs` element (48 bytes): `object` 0..32, the SHA-256 of the eBPF object the
+/// programs were loaded from; then the kernel ids of the programs that ran when it was
+/// written, little-endian: `link` 32..36 (the XDP link's), `rare` 36..40 and `full`
+/// 40..44 (`RARE_PROGS` slots 0 and 1), `trace` 44..48 (`TRACE_PROGS` slot 0). All
+/// zero: the programs are being replaced, and the element claims nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Programs {
+    /// SHA-256 of the object.
+    pub object: [u8; 32],
+    /// The ids of its programs.
+    pub ids: ProgramIds,
+}
+
+/// The kernel ids of the load balancer's programs where they run (0: none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProgramIds {
+    /// The program of the XDP link.
+    pub link: u32,
+    /// `RARE_PROGS` slot 0 (`lb_common::maps::RARE_SLOT`).
+    pub rare: u32,
+    /// `RARE_PROGS` slot 1 (`lb_common::maps::FULL_SLOT`).
+    pub full: u32,
+    /// `TRACE_PROGS` slot 0.
+    pub trace: u32,
+}
+
+const PROGRAMS_BYTES: usize = 48;
+
+impl Programs {
+    fn encode(&self) -> [u8; PROGRAMS_BYTES] {
+        let mut b = [0u8; PROGRAMS_BYTES];
+        b[0..32].copy_from_slice(&self.object);
+        let ids = [self.ids.link, self.ids.rare, self.ids.full, self.ids.trace];
+        for (chunk, id) in b[32..].chunks_exact_mut(4).zip(ids) {
+            chunk.copy_from_slice(&id.to_le_bytes());
+        }
+        b
+    }
+
+    fn decode(b: &[u8]) -> Self {
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut object = [0u8; 32];
+        object.copy_from_slice(&b[0..32]);
+        Self {
+            object,
+            ids: ProgramIds {
+                link: u32_at(32),
+                rare: u32_at(36),
+                full: u32_at(40),
+                trace: u32_at(44),
+            },
+        }
+    }
+}
+
+/// Writes `programs` into the `programs` map at `path`, creating it if missing.
+///
+/// # Errors
+/// System call failures, or a map at `path` of another shape.
+pub fn write_programs(path: &Path, programs: &Programs) -> io::Result<()> {
+    let map = match Element::open(path, PROGRAMS_BYTES)? {
+        Some(map) => map,
+        None => Element::create(path, "lb_programs", PROGRAMS_BYTES)?,
+    };
+    map.write(&programs.encode())
+}
+
+/// The programs recorded at `path`, if any.
+///
+/// # Errors
+/// System call failures, or a map at `path` of another shape.
+pub fn read_programs(path: &Path) -> io::Result<Option<Programs>> {
+    match Element::open(path, PROGRAMS_BYTES)? {
+        Some(map) => Ok(Some(Programs::decode(&map.read()?))),
+        None => Ok(None),
+    }
+}
+
 /// Bytes per element of a record map.
 const CHUNK: usize = 64 << 10;
 
@@ -339,5 +420,19 @@ mod tests {
             socket: "/run/lb/lb.sock".into(),
         };
         assert_eq!(Owner::decode(&owner.encode()), owner);
+        let programs = Programs {
+            object: [9; 32],
+            ids: ProgramIds {
+                link: 0x0102_0304,
+                rare: 5,
+                full: 6,
+                trace: 7,
+            },
+        };
+        let encoded = programs.encode();
+        assert_eq!(&encoded[32..36], &[4, 3, 2, 1], "little-endian at 32..36");
+        assert_eq!(&encoded[44..48], &[7, 0, 0, 0]);
+        assert_eq!(Programs::decode(&encoded), programs);
+        assert_eq!(Programs::decode(&[0; PROGRAMS_BYTES]), Programs::default());
     }
 }

@@ -9,6 +9,7 @@
 //!     meta            layout, instance id, table epoch, attach mode (meta.rs)
 //!     owner           pid and control socket of the daemon holding the lock
 //!     record          the controller's record: ids and applied state (opaque here)
+//!     programs        which build's programs run, by program id (meta.rs)
 //!     link            the XDP link (bpf_link): the program stays attached through it
 //!     maps/<NAME>     every map of the eBPF object, by its name in the object
 //!     tables/<index>  the Maglev table buffers (inner maps of TABLES, by their index)
@@ -40,7 +41,7 @@ use std::{
 pub use bpffs::{Bpffs, BpffsError};
 pub use detach::{DetachError, Detached, detach};
 pub use layout::{Layout, SizeOverride};
-pub use meta::{Meta, MetaMap, Owner};
+pub use meta::{Meta, MetaMap, Owner, ProgramIds, Programs};
 
 use super::bpf_sys;
 
@@ -158,6 +159,11 @@ impl PinDir {
     /// The pin of the controller's record.
     pub fn record(&self) -> PathBuf {
         self.path().join("record")
+    }
+
+    /// The pin of the `programs` map.
+    pub fn programs(&self) -> PathBuf {
+        self.path().join("programs")
     }
 
     fn owner(&self) -> PathBuf {
