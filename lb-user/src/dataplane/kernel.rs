@@ -4,6 +4,7 @@
 //! - `load`: loading the embedded object ([`LoadOptions`]), the privileges it needs,
 //!   and the verifier's refusals as errors;
 //! - `counters`: the per-CPU counter arrays, summed over CPUs, read in batches;
+//! - `programs`: keeping the running programs on a restart of the same build;
 //! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
 //! - `sources`: the VIPs' allowed source prefixes and the order they are written in;
@@ -26,6 +27,7 @@ mod load;
 mod pass;
 mod pinning;
 mod probe;
+mod programs;
 mod sources;
 mod trace;
 mod walk;
@@ -73,6 +75,11 @@ struct Pinned {
     adopted: bool,
     /// The XDP link, pinned at `dir.link()` while attached.
     link: Option<aya::programs::links::PinnedLink>,
+    /// SHA-256 of the eBPF object (`programs`).
+    object: [u8; 32],
+    /// Whether the adopted datapath's programs are kept (this object's, running): then
+    /// this handle loaded none.
+    kept_programs: bool,
 }
 
 /// The loaded XDP program and its maps.

@@ -148,6 +148,22 @@ fn install_rare_paths(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     install_tail_call(ebpf, maps::FULL_PROGRAM, maps::RARE_PROGS, maps::FULL_SLOT)
 }
 
+/// Verifies the load balancer program and the programs it tail-calls, and puts the
+/// latter in their program arrays (`RARE_PROGS`, `TRACE_PROGS`, pinned or not).
+pub(super) fn load_programs(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    verify_at_once(
+        ebpf,
+        &[
+            maps::XDP_PROGRAM,
+            maps::FULL_PROGRAM,
+            maps::RARE_PROGRAM,
+            maps::TRACE_PROGRAM,
+        ],
+    )?;
+    install_rare_paths(ebpf)?;
+    super::trace::load_trace_program(ebpf)
+}
+
 /// Loads the XDP programs `names` of the object, each on a thread of its own. The
 /// kernel verifies a program on the thread that loads it, and the verification of the
 /// load balancer's programs is most of the time a start takes with few VIPs (about
@@ -275,7 +291,8 @@ impl KernelDataplane {
     /// object's with `options`' sizes (the maps, conntrack and counters included, are
     /// reused; the table buffers and epoch counter resume), creates and pins it when
     /// nothing is pinned, and refuses otherwise, naming the differences and leaving
-    /// the pinned datapath untouched. The program is loaded either way; it reaches the
+    /// the pinned datapath untouched. The programs are loaded unless an adopted
+    /// datapath runs this object's already (see `super::programs`); they reach the
     /// interface through [`crate::dataplane::Dataplane::attach`], which replaces the
     /// program of a pinned link atomically.
     ///
@@ -299,13 +316,29 @@ impl KernelDataplane {
             };
             opened = Opened::Created { leftovers };
         }
+        let digest = super::programs::object_digest(object);
+        let keep_programs = match meta
+            .as_ref()
+            .map(|_| super::programs::why_not_kept(&dir, &digest))
+        {
+            Some(None) => true,
+            Some(Some(reason)) => {
+                tracing::info!("loading the programs, not keeping the running ones: {reason}");
+                super::programs::withdraw(&dir).map_err(|error| DataplaneError::Syscall {
+                    op: format!("clearing {}", dir.shown().join("programs").display()),
+                    error,
+                })?;
+                false
+            }
+            None => false,
+        };
         let names: Vec<String> = layout.maps.iter().map(|m| m.name.clone()).collect();
         let paths: Vec<std::path::PathBuf> = names.iter().map(|n| dir.map(n)).collect();
         let mut loader = EbpfLoader::new();
         for (name, path) in names.iter().zip(&paths) {
             loader.map_pin_path(name.as_str(), path.as_path());
         }
-        let ebpf = match Self::load_object(&options, &mut loader, object) {
+        let ebpf = match Self::load_object(&options, &mut loader, object, !keep_programs) {
             Ok(ebpf) => ebpf,
             Err(e) => {
                 // Maps this start created (and pinned) must not outlive the failure:
@@ -348,6 +381,8 @@ impl KernelDataplane {
             dir,
             lock,
             link: None,
+            object: digest,
+            kept_programs: keep_programs,
         });
         Ok((dp, opened))
     }
@@ -393,7 +428,7 @@ impl KernelDataplane {
     /// [`DataplaneError::Load`] when the object or a map cannot be created (for example
     /// without `CAP_BPF`), [`DataplaneError::Rejected`] when the kernel refuses a program.
     pub fn load(options: LoadOptions) -> Result<Self, DataplaneError> {
-        let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), crate::EBPF_OBJECT)?;
+        let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), crate::EBPF_OBJECT, true)?;
         Self::from_ebpf(ebpf, options, None, true)
     }
 
@@ -404,17 +439,17 @@ impl KernelDataplane {
     /// As [`Self::load`].
     #[cfg(feature = "test-harness")]
     pub fn load_object_bytes(options: LoadOptions, object: &[u8]) -> Result<Self, DataplaneError> {
-        let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), object)?;
+        let ebpf = Self::load_object(&options, &mut EbpfLoader::new(), object, true)?;
         Self::from_ebpf(ebpf, options, None, true)
     }
 
     /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
-    /// verifies the load balancer program and the programs it tail-calls, and links
-    /// them to it (`RARE_PROGS`, pinned or not).
+    /// and, with `programs`, its programs ([`load_programs`]).
     fn load_object(
         options: &LoadOptions,
         loader: &mut EbpfLoader<'_>,
         object: &[u8],
+        programs: bool,
     ) -> Result<Ebpf, DataplaneError> {
         if !options.ct_syn_capacity.is_power_of_two() {
             return Err(DataplaneError::OutOfRange(format!(
@@ -429,17 +464,9 @@ impl KernelDataplane {
             .map_max_entries(maps::FRAGMENTS, options.frag_capacity)
             .load(object)
             .map_err(DataplaneError::Load)?;
-        verify_at_once(
-            &mut ebpf,
-            &[
-                maps::XDP_PROGRAM,
-                maps::FULL_PROGRAM,
-                maps::RARE_PROGRAM,
-                maps::TRACE_PROGRAM,
-            ],
-        )?;
-        install_rare_paths(&mut ebpf)?;
-        super::trace::load_trace_program(&mut ebpf)?;
+        if programs {
+            load_programs(&mut ebpf)?;
+        }
         Ok(ebpf)
     }
 

@@ -60,15 +60,78 @@ impl KernelDataplane {
     }
 
     /// Attaches through the pin directory's link: when a link is pinned for this
-    /// interface, its program is replaced by this one in one `bpf_link_update` (no
-    /// instant without a program; the link keeps its mode); otherwise a new link is
-    /// created in `mode` and pinned. A pinned link of another interface index (the
-    /// interface was deleted and re-created) is replaced by a new one.
+    /// interface, it keeps running the programs a start of the same build kept (see
+    /// `super::programs`), or its program is replaced by this one in one
+    /// `bpf_link_update` (no instant without a program; the link keeps its mode);
+    /// otherwise a new link is created in `mode` and pinned. A pinned link of another
+    /// interface index (the interface was deleted and re-created) is replaced by a new
+    /// one. Programs put in place are claimed in the `programs` pin.
     pub(super) fn attach_pinned(
         &mut self,
         iface: &str,
         mode: AttachMode,
     ) -> Result<(), DataplaneError> {
+        if self.pinned.as_ref().is_some_and(|p| p.kept_programs) {
+            if let Some(program) = self.keep_link(iface)? {
+                info!(
+                    "kept the programs of the pinned XDP link on {iface}: the same build (program {program})"
+                );
+                return Ok(());
+            }
+            // The link went, or moved, since the start examined it: the programs must
+            // be loaded after all.
+            warn!("the pinned XDP link no longer runs on {iface}: loading the programs");
+            self.load_kept_programs()?;
+        }
+        self.attach_replacing(iface, mode)?;
+        if let Some(pinned) = &self.pinned
+            && let Err(e) = super::programs::claim(&pinned.dir, &pinned.object)
+        {
+            warn!("the running programs could not be recorded ({e}): the next start loads its own");
+        }
+        Ok(())
+    }
+
+    /// The program id of the pinned link when it is attached to `iface`, taken as this
+    /// data plane's link; `None` otherwise.
+    fn keep_link(&mut self, iface: &str) -> Result<Option<u32>, DataplaneError> {
+        let Some(pinned) = self.pinned.as_mut() else {
+            return Err(DataplaneError::NotAttached);
+        };
+        let path = pinned.dir.link();
+        let Some(fd) =
+            bpf_sys::open_pinned(&path).map_err(syscall_err("opening the pinned link".into()))?
+        else {
+            return Ok(None);
+        };
+        let c_iface = CString::new(iface).map_err(|_| {
+            DataplaneError::OutOfRange(format!("interface name {iface:?} contains a NUL byte"))
+        })?;
+        // SAFETY: if_nametoindex reads the NUL-terminated name.
+        let ifindex = unsafe { libc::if_nametoindex(c_iface.as_ptr()) };
+        match bpf_sys::xdp_link_info(fd.as_fd()) {
+            Ok(facts) if facts.ifindex == ifindex && ifindex != 0 => {
+                pinned.link =
+                    Some(PinnedLink::from_pin(&path).map_err(link_err("opening the pinned link"))?);
+                Ok(Some(facts.prog_id))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Loads this object's programs after a start kept the running ones, withdrawing
+    /// the claim first (see `super::programs`).
+    fn load_kept_programs(&mut self) -> Result<(), DataplaneError> {
+        if let Some(pinned) = self.pinned.as_mut() {
+            super::programs::withdraw(&pinned.dir)
+                .map_err(syscall_err("clearing the programs pin".into()))?;
+            pinned.kept_programs = false;
+        }
+        super::load::load_programs(&mut self.ebpf)
+    }
+
+    /// [`Self::attach_pinned`] with this data plane's own program.
+    fn attach_replacing(&mut self, iface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
         let Some(pinned) = self.pinned.as_mut() else {
             return Err(DataplaneError::NotAttached);
         };
