@@ -997,6 +997,76 @@ fn a_second_daemon_is_refused_by_name_and_a_restart_need_not_wait() {
     assert!(detach(&ns).status.success());
 }
 
+/// Stops `daemon` (SIGTERM), starts it again, and gives the program id on `lb0`.
+fn restart<'dir>(daemon: &mut Daemon<'dir>, ns: &NetNs, dir: &'dir Path) -> u32 {
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    *daemon = start(ns, dir);
+    attached_program(ns, "lb0").expect("attached")
+}
+
+/// A restart of the same build keeps the programs that run (no verification, the same
+/// program id on the interface); a start replaces them when the `programs` pin says
+/// the last start did not finish replacing them (all zero), and when any one of the
+/// four ids it names is not the program that runs there.
+#[test]
+fn a_restart_keeps_the_running_programs_of_its_own_build_only() {
+    use lb_user::dataplane::pinned::meta::{read_programs, write_programs};
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = veth_namespace("lbt-keep");
+    let tmp = TempDir::new("lbt-keep-").expect("temp dir");
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("lb.toml"),
+        config_text(dir, &[("198.51.100.11", 1)], 65_537),
+    )
+    .expect("config");
+    let pin = ns.pin_dir().expect("cookie").join("lb0").join("programs");
+    let mut daemon = start(&ns, dir);
+    let first = attached_program(&ns, "lb0").expect("attached");
+    let claimed = read_programs(&pin).expect("read").expect("programs pinned");
+    assert_eq!(claimed.ids.link, first);
+    assert_eq!(restart(&mut daemon, &ns, dir), first, "{}", daemon.log());
+    assert!(
+        daemon.log().contains(&format!(
+            "kept the programs of the pinned XDP link on lb0: the same build (program {first})"
+        )),
+        "{}",
+        daemon.log()
+    );
+    // A start that died while it replaced them.
+    assert!(daemon.stop().success());
+    write_programs(&pin, &Default::default()).expect("write");
+    daemon = start(&ns, dir);
+    let mut last = attached_program(&ns, "lb0").expect("attached");
+    assert_ne!(last, first, "{}", daemon.log());
+    assert!(
+        daemon.log().contains("did not finish replacing them"),
+        "{}",
+        daemon.log()
+    );
+    // This build's object, and one id that does not run.
+    for changed in 0..4 {
+        assert!(daemon.stop().success());
+        let mut claim = read_programs(&pin).expect("read").expect("programs pinned");
+        assert_eq!(claim.ids.link, last);
+        let id = match changed {
+            0 => &mut claim.ids.link,
+            1 => &mut claim.ids.rare,
+            2 => &mut claim.ids.full,
+            _ => &mut claim.ids.trace,
+        };
+        *id = id.wrapping_add(1_000_000);
+        write_programs(&pin, &claim).expect("write");
+        daemon = start(&ns, dir);
+        let now = attached_program(&ns, "lb0").expect("attached");
+        assert_ne!(now, last, "id {changed} changed:\n{}", daemon.log());
+        last = now;
+    }
+    assert_eq!(restart(&mut daemon, &ns, dir), last, "kept again");
+    drop(daemon);
+    assert!(detach(&ns).status.success());
+}
+
 /// The unit is Type=notify with a state directory and still passes
 /// `systemd-analyze verify` (on a copy naming the built binary: verify checks that
 /// `ExecStart`'s binary exists).

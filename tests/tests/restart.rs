@@ -8,6 +8,8 @@
 //!   upgrade to a build whose program differs: long-lived connections keep their
 //!   backend, new connections are answered throughout, no VIP packet reaches the LB's
 //!   own IP stack (the program never leaves the interface), conntrack hits keep rising;
+//!   the restarts of the same build keep its running program, the upgrade and the
+//!   start after it replace it;
 //! - a backend added to the file while the daemon is down: at start it takes new flows,
 //!   while established flows whose slots it took stay where they were;
 //! - the table size changes across a restart: the new size is installed whole, no
@@ -155,8 +157,12 @@ fn restarts_crashes_and_upgrades_keep_every_connection_and_the_program_attached(
     );
     let ids: Vec<u64> = programs.iter().map(|(id, _)| *id).collect();
     assert!(
-        ids.windows(2).all(|w| w[0] != w[1]),
-        "every start replaced the program: {programs:?}"
+        ids[1] == ids[0] && ids[2] == ids[0],
+        "the restart and the start after kill -9 keep the running program of their own build: {programs:?}"
+    );
+    assert!(
+        ids[3] != ids[2] && ids[4] != ids[3],
+        "the upgrade and the next start replace it: {programs:?}"
     );
     assert_ne!(programs[3].1, first_tag, "the upgrade runs the other build");
     assert_eq!(
@@ -179,7 +185,9 @@ fn restarts_crashes_and_upgrades_keep_every_connection_and_the_program_attached(
     }
     assert!(log.contains("adopting the datapath pinned at"), "{log}");
     assert!(
-        log.contains("replaced the program of the pinned XDP link"),
+        log.contains("replaced the program of the pinned XDP link")
+            && log.contains("kept the programs of the pinned XDP link on")
+            && log.contains("the same build (program"),
         "{log}"
     );
     eprintln!("phases: {tallies:#?}");
