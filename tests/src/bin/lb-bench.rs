@@ -242,6 +242,9 @@ struct Options {
     /// Only the control-plane part (change to live, daemon start and memory at scale).
     #[arg(long)]
     control_only: bool,
+    /// Only the daemon's start, restart and memory at scale (part of the control plane).
+    #[arg(long)]
+    scale_only: bool,
     /// Only the multi-instance part (failover to router converged, per failure mode).
     #[arg(long)]
     fleet_only: bool,
@@ -286,6 +289,9 @@ fn main() -> anyhow::Result<()> {
     }
     if opts.control_only {
         return control_plane();
+    }
+    if opts.scale_only {
+        return scale::daemon_scale();
     }
     if opts.fleet_only {
         return fleet::failover_times();
