@@ -350,8 +350,6 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
         };
         state.ids.bind_vip(vip, *vip_id);
         applied.insert(vip);
-        let in_table = table::distinct_ids(&installed.slots);
-        used_ids.extend(in_table.iter().copied());
         let recorded = record
             .as_ref()
             .and_then(|r| r.vips.iter().find(|v| v.vip == vip && v.id == *vip_id))
@@ -393,7 +391,9 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             }
             None => {
                 // What the installed table says: each id in it is a backend at its
-                // entry's address.
+                // entry's address. (A verified table uses only its backends' ids.)
+                let in_table = table::distinct_ids(&installed.slots);
+                used_ids.extend(in_table.iter().copied());
                 let mut backends = BTreeMap::new();
                 let mut backend_ids = BTreeMap::new();
                 for id in in_table {

@@ -163,6 +163,13 @@ impl OwnersHasher {
         }
     }
 
+    /// Owner indices already encoded (u16 little-endian each).
+    fn update(&mut self, encoded: &[u8]) {
+        self.hasher.update(&self.block);
+        self.block.clear();
+        self.hasher.update(encoded);
+    }
+
     fn finish(mut self) -> OwnersDigest {
         self.hasher.update(&self.block);
         OwnersDigest(self.hasher.finalize().into())
@@ -209,6 +216,7 @@ impl OwnerIndex {
 
     /// The slot counts of `owners` backends and the compact slots of `installed`,
     /// each slot's owner fed to `hasher`; `None` when a slot's id is bound to none.
+    /// One pass over the slots into a buffer of owner indices, hashed at once.
     fn count(
         &self,
         installed: &[u32],
@@ -216,14 +224,18 @@ impl OwnerIndex {
         hasher: &mut OwnersHasher,
     ) -> Option<(Vec<u32>, Vec<u16>)> {
         let mut slot_counts = vec![0_u32; owners];
-        let mut slots = Vec::with_capacity(installed.len());
-        for &id in installed {
-            let owner = u16::try_from(*self.0.get(id as usize)?).ok()?;
-            hasher.push(owner);
-            slot_counts[usize::from(owner)] += 1;
-            // A bound id is below MAX_BACKENDS (65,536).
-            slots.push(u16::try_from(id).ok()?);
+        let mut bytes = vec![0_u8; 2 * installed.len()];
+        for (pair, &id) in bytes.chunks_exact_mut(2).zip(installed) {
+            let owner = *self.0.get(id as usize)?;
+            *slot_counts.get_mut(owner as usize)? += 1;
+            pair.copy_from_slice(&u16::try_from(owner).ok()?.to_le_bytes());
         }
+        hasher.update(&bytes);
+        // Every id was found in the index: each is below MAX_BACKENDS (65,536).
+        let slots = installed
+            .iter()
+            .map(|&id| u16::try_from(id).unwrap_or(0))
+            .collect();
         Some((slot_counts, slots))
     }
 }
