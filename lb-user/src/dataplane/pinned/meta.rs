@@ -237,11 +237,7 @@ impl Owner {
 /// # Errors
 /// System call failures.
 pub fn write_owner(path: &Path, owner: &Owner) -> io::Result<()> {
-    let map = match Element::open(path, OWNER_BYTES)? {
-        Some(map) => map,
-        None => Element::create(path, "lb_owner", OWNER_BYTES)?,
-    };
-    map.write(&owner.encode())
+    write_element(path, "lb_owner", &owner.encode())
 }
 
 /// The owner recorded at `path`, if any.
@@ -249,10 +245,24 @@ pub fn write_owner(path: &Path, owner: &Owner) -> io::Result<()> {
 /// # Errors
 /// System call failures.
 pub fn read_owner(path: &Path) -> io::Result<Option<Owner>> {
-    match Element::open(path, OWNER_BYTES)? {
-        Some(map) => Ok(Some(Owner::decode(&map.read()?))),
-        None => Ok(None),
-    }
+    Ok(read_element(path, OWNER_BYTES)?.map(|b| Owner::decode(&b)))
+}
+
+/// Writes `value` into the one-element map at `path`, creating it (named `name`) if
+/// missing.
+fn write_element(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let map = match Element::open(path, value.len())? {
+        Some(map) => map,
+        None => Element::create(path, name, value.len())?,
+    };
+    map.write(value)
+}
+
+/// The value of the one-element map of `bytes`-byte values at `path`, if pinned.
+fn read_element(path: &Path, bytes: usize) -> io::Result<Option<Vec<u8>>> {
+    Element::open(path, bytes)?
+        .map(|map| map.read())
+        .transpose()
 }
 
 /// `programs` element (48 bytes): `object` 0..32, the SHA-256 of the eBPF object the
@@ -315,11 +325,7 @@ impl Programs {
 /// # Errors
 /// System call failures, or a map at `path` of another shape.
 pub fn write_programs(path: &Path, programs: &Programs) -> io::Result<()> {
-    let map = match Element::open(path, PROGRAMS_BYTES)? {
-        Some(map) => map,
-        None => Element::create(path, "lb_programs", PROGRAMS_BYTES)?,
-    };
-    map.write(&programs.encode())
+    write_element(path, "lb_programs", &programs.encode())
 }
 
 /// The programs recorded at `path`, if any.
@@ -327,10 +333,7 @@ pub fn write_programs(path: &Path, programs: &Programs) -> io::Result<()> {
 /// # Errors
 /// System call failures, or a map at `path` of another shape.
 pub fn read_programs(path: &Path) -> io::Result<Option<Programs>> {
-    match Element::open(path, PROGRAMS_BYTES)? {
-        Some(map) => Ok(Some(Programs::decode(&map.read()?))),
-        None => Ok(None),
-    }
+    Ok(read_element(path, PROGRAMS_BYTES)?.map(|b| Programs::decode(&b)))
 }
 
 /// Bytes per element of a record map.
