@@ -1006,8 +1006,8 @@ fn restart<'dir>(daemon: &mut Daemon<'dir>, ns: &NetNs, dir: &'dir Path) -> u32 
 
 /// A restart of the same build keeps the programs that run (no verification, the same
 /// program id on the interface); a start replaces them when the `programs` pin says
-/// the last start did not finish replacing them (all zero), and when any one of the
-/// four ids it names is not the program that runs there.
+/// the last start did not finish replacing them (all zero, or no pin), and when any
+/// one of the four ids it names is not the program that runs there.
 #[test]
 fn a_restart_keeps_the_running_programs_of_its_own_build_only() {
     use lb_user::dataplane::pinned::meta::{read_programs, write_programs};
@@ -1044,6 +1044,14 @@ fn a_restart_keeps_the_running_programs_of_its_own_build_only() {
         "{}",
         daemon.log()
     );
+    // No pin at all (one removed by a start that died before it claimed its programs).
+    assert!(daemon.stop().success());
+    std::fs::remove_file(&pin).expect("remove the pin");
+    daemon = start(&ns, dir);
+    let now = attached_program(&ns, "lb0").expect("attached");
+    assert_ne!(now, last, "{}", daemon.log());
+    assert!(daemon.log().contains("no build named its programs"));
+    last = now;
     // This build's object, and one id that does not run.
     for changed in 0..4 {
         assert!(daemon.stop().success());

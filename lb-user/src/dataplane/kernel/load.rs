@@ -325,7 +325,7 @@ impl KernelDataplane {
             Some(Some(reason)) => {
                 tracing::info!("loading the programs, not keeping the running ones: {reason}");
                 super::programs::withdraw(&dir).map_err(|error| DataplaneError::Syscall {
-                    op: format!("clearing {}", dir.shown().join("programs").display()),
+                    op: format!("removing {}", dir.shown().join("programs").display()),
                     error,
                 })?;
                 false

@@ -124,7 +124,7 @@ impl KernelDataplane {
     fn load_kept_programs(&mut self) -> Result<(), DataplaneError> {
         if let Some(pinned) = self.pinned.as_mut() {
             super::programs::withdraw(&pinned.dir)
-                .map_err(syscall_err("clearing the programs pin".into()))?;
+                .map_err(syscall_err("removing the programs pin".into()))?;
             pinned.kept_programs = false;
         }
         super::load::load_programs(&mut self.ebpf)

@@ -8,9 +8,10 @@
 //! object *and* exactly the programs that run now: the XDP link's (a link attached to
 //! this interface), `RARE_PROGS` slots 0 and 1 and `TRACE_PROGS` slot 0.
 //!
-//! The element is zeroed before the first program of a start that replaces them enters
-//! a pinned array or the link ([`withdraw`]), and written again once the link runs the
-//! new program ([`claim`]), so a daemon that dies while it swaps leaves no claim, and
+//! The element is removed before the first program of a start that replaces them
+//! enters a pinned array or the link ([`withdraw`]), and written again once the link
+//! runs the new program ([`claim`]), so a daemon that dies while it swaps leaves no
+//! claim (an element of zeros claims nothing either), and
 //! programs that another build put in place (one that does not know the element)
 //! never match: the kernel gives a program id again only after 2^31 loads.
 
@@ -108,16 +109,16 @@ pub(super) fn why_not_kept(dir: &PinDir, object: &[u8; 32]) -> Option<String> {
     }
 }
 
-/// Withdraws the claim of the `programs` element at `dir` (zeroes it), before a start
-/// replaces any running program.
+/// Withdraws the claim of the `programs` element at `dir` (removes its pin, whatever
+/// it holds), before a start replaces any running program.
 ///
 /// # Errors
-/// When the element exists and cannot be written.
+/// When the pin exists and cannot be removed.
 pub(super) fn withdraw(dir: &PinDir) -> io::Result<()> {
-    if meta::read_programs(&dir.programs())?.is_some() {
-        meta::write_programs(&dir.programs(), &Programs::default())?;
+    match std::fs::remove_file(dir.programs()) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Claims the running programs for the object of digest `object`: writes their ids
