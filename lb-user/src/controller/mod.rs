@@ -140,7 +140,7 @@ impl<D: Dataplane> Controller<D> {
                 modes: BTreeMap::new(),
                 health_changes: 0,
                 health_table_changes: 0,
-                record_outdated: recovery.tables_built > 0,
+                record_outdated: recovery.record_outdated,
             },
             recovery,
         ))

@@ -32,7 +32,7 @@ use super::{
     AppliedVip, State,
     desired::{Desired, VipSpec},
     ids::IdError,
-    prebuild::{self, TableKey},
+    prebuild::{self, TableKey, table_inputs, table_key},
     report::{ApplyReport, TableChange, VipChange},
     table::{self, TableFacts},
 };
@@ -40,7 +40,7 @@ use crate::{
     config::{BackendState, Vip},
     dataplane::{self, CompactImage, Dataplane, DataplaneError},
     flow::addr_bytes,
-    maglev::{Backend, BackendKey, MaglevError, MaglevTable},
+    maglev::{BackendKey, MaglevError, MaglevTable},
     prefix::Prefix,
 };
 
@@ -166,20 +166,6 @@ fn entry(key: &BackendKey, state: BackendState) -> BackendEntry {
         },
         _pad: [0; 2],
     }
-}
-
-/// Table-builder inputs: the backends with state active, with their weights.
-fn table_inputs(spec: &VipSpec) -> Vec<Backend> {
-    spec.backends
-        .iter()
-        .filter(|(_, b)| b.state == BackendState::Active)
-        .map(|(k, b)| Backend::new(*k, b.weight))
-        .collect()
-}
-
-/// What `spec`'s table is built from: its inputs and its size.
-pub(super) fn table_key(spec: &VipSpec) -> TableKey {
-    (table_inputs(spec), spec.table_size)
 }
 
 /// The plan of one change.

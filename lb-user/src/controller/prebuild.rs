@@ -29,11 +29,29 @@ use std::{
     time::Instant,
 };
 
-use super::table::TableFacts;
-use crate::maglev::{Backend, MaglevError, MaglevTable};
+use super::{desired::VipSpec, table::TableFacts};
+use crate::{
+    config::BackendState,
+    maglev::{Backend, MaglevError, MaglevTable},
+};
 
 /// What a table is built from: the active backends with their weights, and the size.
 pub(super) type TableKey = (Vec<Backend>, u32);
+
+/// Table-builder inputs: the backends with state active, with their weights, in key
+/// order.
+pub(super) fn table_inputs(spec: &VipSpec) -> Vec<Backend> {
+    spec.backends
+        .iter()
+        .filter(|(_, b)| b.state == BackendState::Active)
+        .map(|(k, b)| Backend::new(*k, b.weight))
+        .collect()
+}
+
+/// What `spec`'s table is built from: its inputs and its size.
+pub(super) fn table_key(spec: &VipSpec) -> TableKey {
+    (table_inputs(spec), spec.table_size)
+}
 
 /// Finished builds that may wait for the planner.
 pub(super) const QUEUED: usize = 32;

@@ -27,7 +27,7 @@
 //! change stores the digests.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
 };
 
@@ -41,9 +41,8 @@ use super::{
     AppliedVip, State,
     desired::{BackendSpec, VipSpec},
     ids::{Ids, IdsRecord},
-    plan::table_key,
-    prebuild::{self, TableKey},
-    table::{self, OwnerIndex, OwnersDigest, Recorded, TableFacts},
+    prebuild::{self, TableKey, table_key},
+    table::{self, OWNERS_VERSION, OwnerIndex, OwnersDigest, Recorded, TableFacts},
 };
 use crate::{
     config::{BackendState, Protocol, Vip},
@@ -51,6 +50,7 @@ use crate::{
     flow::ip_of_bytes,
     health::policy::FailurePolicy,
     maglev::{BackendKey, FINGERPRINT_VERSION, Fingerprint, MaglevTable},
+    prefix::Prefix,
 };
 
 /// Version of the record's format.
@@ -64,10 +64,38 @@ struct Record {
     maglev_seed: u64,
     ids: IdsRecord,
     vips: Vec<VipRecord>,
-    /// The [`FINGERPRINT_VERSION`] of the builder that made the recorded tables: their
-    /// digests are compared only under the same one.
+    /// The [`FINGERPRINT_VERSION`] of the builder that made the recorded tables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     table_version: Option<u32>,
+    /// The [`OWNERS_VERSION`] of the recorded owners' digests. Digests are compared
+    /// only under this build's two versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owners_version: Option<u32>,
+}
+
+impl Record {
+    /// Whether the recorded digests are of this build's table algorithm and encoding.
+    fn digests_comparable(&self) -> bool {
+        self.table_version == Some(FINGERPRINT_VERSION)
+            && self.owners_version == Some(OWNERS_VERSION)
+    }
+
+    /// Whether the record lacks what this build records: digests it can compare, for
+    /// every VIP.
+    fn outdated(&self) -> bool {
+        !self.digests_comparable() || self.vips.iter().any(|v| v.recorded(true).is_none())
+    }
+
+    /// The entry of `vip` under VIP id `id`, if recorded.
+    fn entry(&self, vip: &Vip, id: u32) -> Option<&VipRecord> {
+        self.vips.iter().find(|v| v.vip == *vip && v.id == id)
+    }
+
+    /// Every backend id the record binds.
+    fn ids_in_use(&self) -> Vec<u32> {
+        let ids = Ids::from_record(&self.ids);
+        (1..MAX_BACKENDS).filter(|id| ids.is_bound(*id)).collect()
+    }
 }
 
 /// One applied VIP.
@@ -89,12 +117,11 @@ struct VipRecord {
 
 impl VipRecord {
     /// What recovery may recognise this VIP's table by: the digests of the table its
-    /// spec built, when recorded under this build's table algorithm (`version`).
-    fn recorded(&self, version: Option<u32>) -> Option<Recorded> {
+    /// spec built, when `comparable` (see [`Record::digests_comparable`]). The
+    /// fingerprint is trusted as recorded: it was computed with the owners' digest.
+    fn recorded(&self, comparable: bool) -> Option<Recorded> {
         Some(Recorded {
-            owners: self
-                .owners
-                .filter(|_| version == Some(FINGERPRINT_VERSION))?,
+            owners: self.owners.filter(|_| comparable)?,
             fingerprint: self.fingerprint?,
         })
     }
@@ -102,7 +129,7 @@ impl VipRecord {
     /// The spec of `vip` this entry records, with `allowed_sources` (which the maps
     /// hold). The policy is not recorded: it changes no table by itself (the plan
     /// compares table inputs), and the next apply brings the configured one.
-    fn spec(&self, vip: &Vip, allowed_sources: Vec<crate::prefix::Prefix>) -> VipSpec {
+    fn spec(&self, vip: &Vip, allowed_sources: Vec<Prefix>) -> VipSpec {
         let backends: BTreeMap<BackendKey, BackendSpec> = self.backends.iter().copied().collect();
         VipSpec {
             table_size: self.table_size,
@@ -134,6 +161,7 @@ pub(super) fn encode(state: &State) -> Vec<u8> {
             })
             .collect(),
         table_version: Some(FINGERPRINT_VERSION),
+        owners_version: Some(OWNERS_VERSION),
     };
     serde_json::to_vec(&record).unwrap_or_default()
 }
@@ -151,6 +179,9 @@ pub struct Recovery {
     pub backend_ids: usize,
     /// Recorded tables built again to be checked (those the record has no digest of).
     pub tables_built: usize,
+    /// Whether the record lacks what this build records (digests): the next apply
+    /// stores it again, even when it writes nothing else.
+    pub record_outdated: bool,
     /// Why the record could not be used, if it could not.
     pub record_problem: Option<String>,
 }
@@ -215,8 +246,8 @@ fn state_of(entry_state: u8) -> BackendState {
 
 /// The check of each recorded table against the installed one.
 struct Checker {
-    /// The record's table algorithm version.
-    version: Option<u32>,
+    /// Whether the record's digests can be compared ([`Record::digests_comparable`]).
+    comparable: bool,
     /// The builds of the recorded tables without a usable digest, under way.
     builds: prebuild::Builds,
     index: OwnerIndex,
@@ -225,18 +256,21 @@ struct Checker {
 }
 
 impl Checker {
-    /// Starts building, on worker threads, the recorded tables that no digest
+    /// Starts building, on worker threads, the recorded tables of `vips` (the adopted
+    /// VIPs with their ids, in the order they will be checked) that no digest
     /// recognises.
-    fn start(record: Option<&Record>) -> Self {
-        let version = record.and_then(|r| r.table_version);
+    fn start(record: Option<&Record>, vips: &[(Vip, u32)]) -> Self {
+        let comparable = record.is_some_and(Record::digests_comparable);
         let mut keys: Vec<TableKey> = Vec::new();
-        let mut wanted: std::collections::HashMap<TableKey, usize> =
-            std::collections::HashMap::new();
-        for r in record.map_or(&[][..], |r| &r.vips[..]) {
-            if r.recorded(version).is_some() {
+        let mut wanted: HashMap<TableKey, usize> = HashMap::new();
+        for (vip, id) in vips {
+            let Some(r) = record.and_then(|r| r.entry(vip, *id)) else {
+                continue;
+            };
+            if r.recorded(comparable).is_some() {
                 continue;
             }
-            let key = table_key(&r.spec(&r.vip, Vec::new()));
+            let key = table_key(&r.spec(vip, Vec::new()));
             let count = wanted.entry(key.clone()).or_default();
             if *count == 0 {
                 keys.push(key);
@@ -245,7 +279,7 @@ impl Checker {
         }
         let seed = record.map_or(0, |r| r.maglev_seed);
         Self {
-            version,
+            comparable,
             builds: prebuild::Builds::start(keys, wanted, seed),
             index: OwnerIndex::new(),
             built: 0,
@@ -265,7 +299,7 @@ impl Checker {
     ) -> Option<(Arc<TableFacts>, Arc<[u16]>)> {
         let id_of = |key: &BackendKey| ids.backend_id(vip, key);
         let key = table_key(spec);
-        if let Some(recorded) = r.recorded(self.version) {
+        if let Some(recorded) = r.recorded(self.comparable) {
             // A digest that differs means another table: building the recorded spec
             // would give the recorded one again.
             let (facts, slots) = table::facts_of_installed(
@@ -340,7 +374,12 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             .unwrap_or_default(),
         ..State::default()
     };
-    let mut checker = Checker::start(record.as_ref());
+    let adopted_vips: Vec<(Vip, u32)> = adopted
+        .vips
+        .iter()
+        .filter_map(|(key, id)| Some((vip_of_key(key)?, *id)))
+        .collect();
+    let mut checker = Checker::start(record.as_ref(), &adopted_vips);
     let mut used_ids: BTreeSet<u32> = BTreeSet::new();
     let mut applied = BTreeSet::new();
     for (key, vip_id) in &adopted.vips {
@@ -352,7 +391,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
         applied.insert(vip);
         let recorded = record
             .as_ref()
-            .and_then(|r| r.vips.iter().find(|v| v.vip == vip && v.id == *vip_id))
+            .and_then(|r| r.entry(&vip, *vip_id))
             .filter(|r| r.generation == installed.generation);
         // The maps hold the source list the VIP has now: the next change is planned
         // from it.
@@ -457,15 +496,8 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
     }
     recovery.backend_ids = state.entries.len();
     recovery.tables_built = checker.built;
+    recovery.record_outdated = record.as_ref().is_some_and(Record::outdated);
     Ok((state, recovery))
-}
-
-impl Record {
-    /// Every backend id the record binds.
-    fn ids_in_use(&self) -> Vec<u32> {
-        let ids = Ids::from_record(&self.ids);
-        (1..MAX_BACKENDS).filter(|id| ids.is_bound(*id)).collect()
-    }
 }
 
 #[cfg(test)]

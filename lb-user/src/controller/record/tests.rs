@@ -109,7 +109,8 @@ fn edit_record(dp: &mut FakeDataplane, edit: impl FnOnce(&mut serde_json::Value)
 
 /// The record as an earlier build stored it: no table version, no digests.
 fn without_digests(record: &mut serde_json::Value) {
-    record.as_object_mut().unwrap().remove("table_version");
+    let top = record.as_object_mut().unwrap();
+    assert!(top.remove("table_version").is_some() && top.remove("owners_version").is_some());
     for v in record["vips"].as_array_mut().unwrap() {
         let v = v.as_object_mut().unwrap();
         assert!(v.remove("owners").is_some() && v.remove("fingerprint").is_some());
@@ -192,14 +193,51 @@ fn a_record_without_digests_has_its_tables_built_once_then_stored_with_them() {
 }
 
 #[test]
-fn a_digest_of_another_table_algorithm_is_not_trusted() {
+fn a_digest_of_another_table_algorithm_or_encoding_is_not_trusted() {
+    for field in ["table_version", "owners_version"] {
+        let mut dp = applied();
+        edit_record(&mut dp, |r| {
+            r[field] = (r[field].as_u64().unwrap() + 1).into();
+        });
+        let (_, recovery) = adopt(dp);
+        assert_eq!(recovery.tables_built, DISTINCT_TABLES, "{field}");
+        assert_eq!(recovery.verified.len(), 5, "{field}");
+        assert!(recovery.record_outdated, "{field}");
+    }
+    let (_, current) = adopt(applied());
+    assert!(!current.record_outdated);
+}
+
+#[test]
+fn an_owners_digest_without_its_fingerprint_is_checked_by_a_build() {
     let mut dp = applied();
     edit_record(&mut dp, |r| {
-        r["table_version"] = (FINGERPRINT_VERSION + 1).into();
+        r["vips"][0].as_object_mut().unwrap().remove("fingerprint");
     });
+    let (c, recovery) = adopt(dp);
+    assert_eq!((recovery.tables_built, recovery.verified.len()), (1, 5));
+    assert!(recovery.record_outdated);
+    assert_eq!(*c.state.vips[&vip(80)].table, built(&c, &vip(80)).0);
+}
+
+#[test]
+fn two_backends_ids_swapped_are_another_table() {
+    // The right ids, each in the other backend's slots: what a digest of owner indices
+    // must tell from the recorded table.
+    let mut dp = applied();
+    let id = dp.vips[&vip(80).key()];
+    let table = dp.tables.get_mut(&id).expect("installed");
+    let ids = table::distinct_ids(&table.slots);
+    let (a, b) = (ids[0], ids[1]);
+    for slot in &mut table.slots {
+        if *slot == a {
+            *slot = b;
+        } else if *slot == b {
+            *slot = a;
+        }
+    }
     let (_, recovery) = adopt(dp);
-    assert_eq!(recovery.tables_built, DISTINCT_TABLES);
-    assert_eq!(recovery.verified.len(), 5);
+    assert_eq!(recovery.unverified, [vip(80)], "{recovery:?}");
 }
 
 #[test]
