@@ -1005,9 +1005,9 @@ fn restart<'dir>(daemon: &mut Daemon<'dir>, ns: &NetNs, dir: &'dir Path) -> u32 
 }
 
 /// A restart of the same build keeps the programs that run (no verification, the same
-/// program id on the interface); a start replaces them when the `programs` pin says
-/// the last start did not finish replacing them (all zero, or no pin), and when any
-/// one of the four ids it names is not the program that runs there.
+/// program id on the interface); a start replaces them when no `programs` pin claims
+/// them (none, or one of zeros), and when any one of the four ids the pin names is not
+/// the program that runs there.
 #[test]
 fn a_restart_keeps_the_running_programs_of_its_own_build_only() {
     use lb_user::dataplane::pinned::meta::{read_programs, write_programs};
@@ -1033,24 +1033,24 @@ fn a_restart_keeps_the_running_programs_of_its_own_build_only() {
         "{}",
         daemon.log()
     );
-    // A start that died while it replaced them.
+    // An element of zeros (a start that died between creating and writing it).
     assert!(daemon.stop().success());
     write_programs(&pin, &Default::default()).expect("write");
     daemon = start(&ns, dir);
     let mut last = attached_program(&ns, "lb0").expect("attached");
     assert_ne!(last, first, "{}", daemon.log());
     assert!(
-        daemon.log().contains("did not finish replacing them"),
+        daemon.log().contains("the programs pin claims nothing"),
         "{}",
         daemon.log()
     );
-    // No pin at all (one removed by a start that died before it claimed its programs).
+    // No pin at all (a start that died after it removed the pin, before its claim).
     assert!(daemon.stop().success());
     std::fs::remove_file(&pin).expect("remove the pin");
     daemon = start(&ns, dir);
     let now = attached_program(&ns, "lb0").expect("attached");
     assert_ne!(now, last, "{}", daemon.log());
-    assert!(daemon.log().contains("no build named its programs"));
+    assert!(daemon.log().contains("no programs pin claims them"));
     last = now;
     // This build's object, and one id that does not run.
     for changed in 0..4 {

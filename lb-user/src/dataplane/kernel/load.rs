@@ -317,21 +317,19 @@ impl KernelDataplane {
             opened = Opened::Created { leftovers };
         }
         let digest = super::programs::object_digest(object);
-        let keep_programs = match meta
-            .as_ref()
-            .map(|_| super::programs::why_not_kept(&dir, &digest))
-        {
-            Some(None) => true,
-            Some(Some(reason)) => {
-                tracing::info!("loading the programs, not keeping the running ones: {reason}");
-                super::programs::withdraw(&dir).map_err(|error| DataplaneError::Syscall {
-                    op: format!("removing {}", dir.shown().join("programs").display()),
-                    error,
-                })?;
-                false
+        let mut keep_programs = false;
+        if meta.is_some() {
+            match super::programs::keeps(&dir, &digest) {
+                Ok(()) => keep_programs = true,
+                Err(reason) => {
+                    tracing::info!("loading the programs, not keeping the running ones: {reason}");
+                    super::programs::withdraw(&dir).map_err(|error| DataplaneError::Syscall {
+                        op: format!("removing {}", dir.shown().join("programs").display()),
+                        error,
+                    })?;
+                }
             }
-            None => false,
-        };
+        }
         let names: Vec<String> = layout.maps.iter().map(|m| m.name.clone()).collect();
         let paths: Vec<std::path::PathBuf> = names.iter().map(|n| dir.map(n)).collect();
         let mut loader = EbpfLoader::new();

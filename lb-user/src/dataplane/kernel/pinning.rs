@@ -104,11 +104,7 @@ impl KernelDataplane {
         else {
             return Ok(None);
         };
-        let c_iface = CString::new(iface).map_err(|_| {
-            DataplaneError::OutOfRange(format!("interface name {iface:?} contains a NUL byte"))
-        })?;
-        // SAFETY: if_nametoindex reads the NUL-terminated name.
-        let ifindex = unsafe { libc::if_nametoindex(c_iface.as_ptr()) };
+        let ifindex = super::programs::ifindex(iface);
         match bpf_sys::xdp_link_info(fd.as_fd()) {
             Ok(facts) if facts.ifindex == ifindex && ifindex != 0 => {
                 pinned.link =
@@ -122,12 +118,15 @@ impl KernelDataplane {
     /// Loads this object's programs after a start kept the running ones, withdrawing
     /// the claim first (see `super::programs`).
     fn load_kept_programs(&mut self) -> Result<(), DataplaneError> {
-        if let Some(pinned) = self.pinned.as_mut() {
+        if let Some(pinned) = &self.pinned {
             super::programs::withdraw(&pinned.dir)
                 .map_err(syscall_err("removing the programs pin".into()))?;
+        }
+        super::load::load_programs(&mut self.ebpf)?;
+        if let Some(pinned) = self.pinned.as_mut() {
             pinned.kept_programs = false;
         }
-        super::load::load_programs(&mut self.ebpf)
+        Ok(())
     }
 
     /// [`Self::attach_pinned`] with this data plane's own program.

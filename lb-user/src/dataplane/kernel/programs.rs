@@ -31,7 +31,7 @@ pub(super) fn object_digest(object: &[u8]) -> [u8; 32] {
 }
 
 /// The index of `interface`; 0 when there is none.
-fn ifindex(interface: &str) -> u32 {
+pub(super) fn ifindex(interface: &str) -> u32 {
     let Ok(name) = CString::new(interface) else {
         return 0;
     };
@@ -77,35 +77,35 @@ pub(super) fn running(dir: &PinDir) -> io::Result<ProgramIds> {
     })
 }
 
-/// Why a start cannot keep the running programs, or `None` when it can: the
-/// `programs` element at `dir` names `object` (its digest) and the ids that run now,
-/// none of them 0.
-pub(super) fn why_not_kept(dir: &PinDir, object: &[u8; 32]) -> Option<String> {
+/// Whether a start keeps the running programs: `Ok` when the `programs` element at
+/// `dir` names `object` (its digest) and the ids that run now, none of them 0; why
+/// not otherwise.
+///
+/// # Errors
+/// The reason the programs are not kept.
+pub(super) fn keeps(dir: &PinDir, object: &[u8; 32]) -> Result<(), String> {
     let claimed = match meta::read_programs(&dir.programs()) {
         Ok(Some(claimed)) => claimed,
-        Ok(None) => return Some("no build named its programs".into()),
-        Err(e) => return Some(format!("the programs pin is unreadable: {e}")),
+        Ok(None) => return Err("no programs pin claims them".into()),
+        Err(e) => return Err(format!("the programs pin is unreadable: {e}")),
     };
     if claimed == Programs::default() {
-        return Some("the last start did not finish replacing them".into());
+        return Err("the programs pin claims nothing".into());
     }
     if &claimed.object != object {
-        return Some("they are another build's".into());
+        return Err("they are another build's".into());
     }
-    match running(dir) {
-        Ok(ids)
-            if ids == claimed.ids
-                && [ids.link, ids.rare, ids.full, ids.trace]
-                    .iter()
-                    .all(|&id| id != 0) =>
-        {
-            None
-        }
-        Ok(ids) => Some(format!(
-            "the programs that run ({ids:?}) are not the ones its build named ({:?})",
+    let ids = running(dir).map_err(|e| format!("the running programs cannot be examined: {e}"))?;
+    let all_run = [ids.link, ids.rare, ids.full, ids.trace]
+        .iter()
+        .all(|&id| id != 0);
+    if ids == claimed.ids && all_run {
+        Ok(())
+    } else {
+        Err(format!(
+            "the programs that run ({ids:?}) are not the ones its build claimed ({:?})",
             claimed.ids
-        )),
-        Err(e) => Some(format!("the running programs cannot be examined: {e}")),
+        ))
     }
 }
 

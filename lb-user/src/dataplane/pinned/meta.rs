@@ -268,8 +268,9 @@ fn read_element(path: &Path, bytes: usize) -> io::Result<Option<Vec<u8>>> {
 /// `programs` element (48 bytes): `object` 0..32, the SHA-256 of the eBPF object the
 /// programs were loaded from; then the kernel ids of the programs that ran when it was
 /// written, little-endian: `link` 32..36 (the XDP link's), `rare` 36..40 and `full`
-/// 40..44 (`RARE_PROGS` slots 0 and 1), `trace` 44..48 (`TRACE_PROGS` slot 0). All
-/// zero: the programs are being replaced, and the element claims nothing.
+/// 40..44 (`RARE_PROGS` slots 0 and 1), `trace` 44..48 (`TRACE_PROGS` slot 0). An
+/// element of zeros (a start that died between creating it and writing it) claims
+/// nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Programs {
     /// SHA-256 of the object.
