@@ -2,8 +2,9 @@
 //! and how long writing the state file takes (part of `cargo xtask bench`; needs root).
 //!
 //! - Restart to adopted: from the new process's start (`ip netns exec ... lb run`)
-//!   until it sends `READY=1` on `$NOTIFY_SOCKET`, which it does once the new program
-//!   is in the pinned link and the tables are reconciled with the file. Measured for
+//!   until it sends `READY=1` on `$NOTIFY_SOCKET`, which it does once the pinned link
+//!   runs its build's program (kept when it runs already) and the tables are
+//!   reconciled with the file. Measured for
 //!   100 VIPs x 100 backends (65,537-slot tables) and for one VIP of 100 backends with
 //!   M = 655,373, the median of several restarts (SIGTERM, then start); the same run
 //!   measures the first start (which creates the datapath) as the reference.

@@ -9,7 +9,8 @@
 //!   the mmapped table buffers, reported apart as "buffers resident"), divided by the
 //!   VIPs, and the growth per VIP over the reference;
 //! - restart to adopted: SIGTERM, then a new `lb run` that adopts the pinned datapath
-//!   (program replaced in the link, tables checked against the record), and its memory;
+//!   (the same build's programs kept, tables recognised by the record's digests), and
+//!   its memory;
 //! - idle CPU: the adopted daemon's CPU time over [`IDLE`] without traffic or changes,
 //!   as a share of one CPU (what a daemon of that size costs its host at rest).
 //!
