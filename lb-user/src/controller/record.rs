@@ -86,9 +86,9 @@ impl Record {
         !self.digests_comparable() || self.vips.iter().any(|v| v.recorded(true).is_none())
     }
 
-    /// The entry of `vip` under VIP id `id`, if recorded.
-    fn entry(&self, vip: &Vip, id: u32) -> Option<&VipRecord> {
-        self.vips.iter().find(|v| v.vip == *vip && v.id == id)
+    /// The entries by VIP and VIP id.
+    fn entries(&self) -> HashMap<(Vip, u32), &VipRecord> {
+        self.vips.iter().map(|v| ((v.vip, v.id), v)).collect()
     }
 
     /// Every backend id the record binds.
@@ -256,21 +256,15 @@ struct Checker {
 }
 
 impl Checker {
-    /// Starts building, on worker threads, the recorded tables of `vips` (the adopted
-    /// VIPs with their ids, in the order they will be checked) that no digest
+    /// Starts building, on worker threads, the tables of `entries` (the record's
+    /// entries of the adopted VIPs, in the order they will be checked) that no digest
     /// recognises.
-    fn start(record: Option<&Record>, vips: &[(Vip, u32)]) -> Self {
+    fn start<'r>(record: Option<&Record>, entries: impl Iterator<Item = &'r VipRecord>) -> Self {
         let comparable = record.is_some_and(Record::digests_comparable);
         let mut keys: Vec<TableKey> = Vec::new();
         let mut wanted: HashMap<TableKey, usize> = HashMap::new();
-        for (vip, id) in vips {
-            let Some(r) = record.and_then(|r| r.entry(vip, *id)) else {
-                continue;
-            };
-            if r.recorded(comparable).is_some() {
-                continue;
-            }
-            let key = table_key(&r.spec(vip, Vec::new()));
+        for r in entries.filter(|r| r.recorded(comparable).is_none()) {
+            let key = table_key(&r.spec(&r.vip, Vec::new()));
             let count = wanted.entry(key.clone()).or_default();
             if *count == 0 {
                 keys.push(key);
@@ -374,12 +368,12 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             .unwrap_or_default(),
         ..State::default()
     };
-    let adopted_vips: Vec<(Vip, u32)> = adopted
-        .vips
-        .iter()
-        .filter_map(|(key, id)| Some((vip_of_key(key)?, *id)))
-        .collect();
-    let mut checker = Checker::start(record.as_ref(), &adopted_vips);
+    let entries = record.as_ref().map(Record::entries).unwrap_or_default();
+    let entry = |key: &VipKey, id: u32| Some(*entries.get(&(vip_of_key(key)?, id))?);
+    let mut checker = Checker::start(
+        record.as_ref(),
+        adopted.vips.iter().filter_map(|(key, id)| entry(key, *id)),
+    );
     let mut used_ids: BTreeSet<u32> = BTreeSet::new();
     let mut applied = BTreeSet::new();
     for (key, vip_id) in &adopted.vips {
@@ -389,10 +383,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
         };
         state.ids.bind_vip(vip, *vip_id);
         applied.insert(vip);
-        let recorded = record
-            .as_ref()
-            .and_then(|r| r.entry(&vip, *vip_id))
-            .filter(|r| r.generation == installed.generation);
+        let recorded = entry(key, *vip_id).filter(|r| r.generation == installed.generation);
         // The maps hold the source list the VIP has now: the next change is planned
         // from it.
         let allowed_sources = adopted

@@ -16,7 +16,8 @@ use crate::{
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
-fn desired(vips: &str) -> Desired {
+/// The desired state of a configuration with `vips` (TOML `[[vip]]` tables).
+pub(super) fn desired(vips: &str) -> Desired {
     let text = format!(
         "interface = \"eth0\"\n[encap]\nsource_v4 = \"192.0.2.1\"\nsource_v6 = \"2001:db8:c::1\"\n{vips}"
     );
@@ -24,7 +25,9 @@ fn desired(vips: &str) -> Desired {
     Desired::from_config(&loaded.config, MAC)
 }
 
-fn vip_toml(port: u16, size: u32, backends: &[(u8, u32, &str)]) -> String {
+/// A `[[vip]]` table: 203.0.113.10:`port`/tcp of `size` slots with backends
+/// 198.51.100.`last` of `(last, weight, state)`.
+pub(super) fn vip_toml(port: u16, size: u32, backends: &[(u8, u32, &str)]) -> String {
     let mut s = format!(
         "[[vip]]\naddress = \"203.0.113.10\"\nport = {port}\nprotocol = \"tcp\"\ntable_size = {size}\n"
     );

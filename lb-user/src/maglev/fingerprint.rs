@@ -33,8 +33,9 @@ const HEADER: &[u8] = b"lb-maglev-fingerprint-v1\n";
 
 /// A table's SHA-256 fingerprint (32 bytes). `Display` and serde give 64 lowercase
 /// hexadecimal digits; [`FromStr`] parses them back (either case).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint([u8; 32]);
+#[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Fingerprint(#[serde(with = "hex32")] [u8; 32]);
 
 impl Fingerprint {
     /// The fingerprint of a table whose slot `s` is owned by `keys[slots[s]]`.
@@ -119,17 +120,41 @@ impl FromStr for Fingerprint {
     }
 }
 
-impl serde::Serialize for Fingerprint {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
+/// Serde of a 32-byte digest as 64 hexadecimal digits (lowercase written, either case
+/// read), for `#[serde(with = "hex32")]`.
+pub(crate) mod hex32 {
+    use std::fmt;
 
-impl<'de> serde::Deserialize<'de> for Fingerprint {
-    /// Deserialized from the text [`FromStr`] accepts.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
+    /// Serializes `digest` as 64 lowercase hexadecimal digits.
+    ///
+    /// # Errors
+    /// As the serializer's.
+    pub(crate) fn serialize<S: serde::Serializer>(
+        digest: &[u8; 32],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        struct Hex<'a>(&'a [u8; 32]);
+        impl fmt::Display for Hex<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                super::write_hex(f, self.0)
+            }
+        }
+        serializer.collect_str(&Hex(digest))
+    }
+
+    /// Deserializes 64 hexadecimal digits.
+    ///
+    /// # Errors
+    /// Any other text.
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<[u8; 32], D::Error> {
+        let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+        super::parse_hex(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid digest {text:?}: expected 64 hexadecimal digits"
+            ))
+        })
     }
 }
 

@@ -5,90 +5,45 @@
 
 use super::*;
 use crate::{
-    config::Config,
-    controller::{Controller, desired::Desired},
+    controller::{
+        Controller,
+        desired::Desired,
+        tests::{self as controller_tests, vip_toml},
+    },
     dataplane::{FakeDataplane, fake::Op as FOp},
     maglev::Backend,
 };
 
-/// Five VIPs: weighted backends; a backend of weight 0 beside others; a drained one;
-/// no backend of weight > 0 (an empty table); and a VIP on the first VIP's backends.
-const VIPS: &str = r#"
-interface = "eth0"
-[encap]
-source_v4 = "192.0.2.1"
-source_v6 = "2001:db8:c::1"
-[[vip]]
-address = "203.0.113.10"
-port = 80
-protocol = "tcp"
-table_size = 1009
-[[vip.backend]]
-address = "198.51.100.11"
-weight = 1
-[[vip.backend]]
-address = "198.51.100.12"
-weight = 2
-[[vip.backend]]
-address = "198.51.100.13"
-weight = 3
-[[vip]]
-address = "203.0.113.10"
-port = 81
-protocol = "tcp"
-table_size = 1009
-[[vip.backend]]
-address = "198.51.100.11"
-weight = 0
-[[vip.backend]]
-address = "198.51.100.12"
-[[vip]]
-address = "203.0.113.10"
-port = 82
-protocol = "tcp"
-table_size = 1009
-[[vip.backend]]
-address = "198.51.100.11"
-state = "drain"
-[[vip.backend]]
-address = "198.51.100.12"
-[[vip]]
-address = "203.0.113.10"
-port = 83
-protocol = "tcp"
-table_size = 13
-[[vip.backend]]
-address = "198.51.100.11"
-weight = 0
-[[vip]]
-address = "203.0.113.10"
-port = 84
-protocol = "tcp"
-table_size = 1009
-[[vip.backend]]
-address = "198.51.100.12"
-weight = 2
-[[vip.backend]]
-address = "198.51.100.11"
-weight = 1
-[[vip.backend]]
-address = "198.51.100.13"
-weight = 3
-"#;
-
-/// Distinct table keys of [`VIPS`]: ports 80 and 84 share one.
+/// Distinct table keys of [`desired`]: ports 80 and 84 share one.
 const DISTINCT_TABLES: usize = 4;
 
+/// Five VIPs: weighted backends; a backend of weight 0 beside another; a drained one;
+/// no backend of weight > 0 (an empty table, 13 slots); and a VIP on the first VIP's
+/// backends, given in another order.
 fn desired() -> Desired {
-    let loaded = Config::from_toml(VIPS).expect("config");
-    Desired::from_config(&loaded.config, [2, 0, 0, 0, 0, 1])
+    let vips = [
+        vip_toml(
+            80,
+            1009,
+            &[(11, 1, "active"), (12, 2, "active"), (13, 3, "active")],
+        ),
+        vip_toml(81, 1009, &[(11, 0, "active"), (12, 1, "active")]),
+        vip_toml(82, 1009, &[(11, 1, "drain"), (12, 1, "active")]),
+        vip_toml(83, 13, &[(11, 0, "active")]),
+        vip_toml(
+            84,
+            1009,
+            &[(12, 2, "active"), (11, 1, "active"), (13, 3, "active")],
+        ),
+    ];
+    controller_tests::desired(&vips.concat())
 }
 
 fn vip(port: u16) -> Vip {
     format!("203.0.113.10:{port}/tcp").parse().unwrap()
 }
 
-/// A data plane with [`VIPS`] applied, as a restarted daemon finds it.
+/// A data plane with [`desired`] applied, as a restarted daemon finds it.
 fn applied() -> FakeDataplane {
     let mut c = Controller::new(FakeDataplane::new());
     c.apply(&desired()).expect("apply");

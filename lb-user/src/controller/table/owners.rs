@@ -9,7 +9,7 @@ use sha2::{Digest as _, Sha256};
 use super::TableFacts;
 use crate::maglev::{
     Backend, BackendKey, Fingerprint, MaglevTable,
-    fingerprint::{parse_hex, write_hex},
+    fingerprint::{hex32, write_hex},
 };
 
 /// Version of the [`OwnersDigest`] encoding; the record keeps it beside the digests,
@@ -32,8 +32,9 @@ pub(in crate::controller) const OWNERS_VERSION: u32 = 1;
 /// version ([`crate::maglev::FINGERPRINT_VERSION`]) and this encoding's
 /// ([`OWNERS_VERSION`]) beside it. `Display` and serde give
 /// 64 lowercase hexadecimal digits.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct OwnersDigest([u8; 32]);
+#[derive(Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct OwnersDigest(#[serde(with = "hex32")] [u8; 32]);
 
 /// The first bytes hashed.
 const OWNERS_HEADER: &[u8] = b"lb-table-owners-v1\n";
@@ -41,11 +42,21 @@ const OWNERS_HEADER: &[u8] = b"lb-table-owners-v1\n";
 impl OwnersDigest {
     /// The digest of `table`; `None` when an owner's index does not fit in `u16`.
     pub fn of(table: &MaglevTable) -> Option<Self> {
-        let mut hasher = OwnersHasher::new(table.size());
-        for &owner in table.slots() {
-            hasher.push(u16::try_from(owner).ok()?);
+        let mut encoded = vec![0_u8; 2 * table.slots().len()];
+        for (pair, &owner) in encoded.chunks_exact_mut(2).zip(table.slots()) {
+            pair.copy_from_slice(&u16::try_from(owner).ok()?.to_le_bytes());
         }
-        Some(hasher.finish())
+        Some(Self::of_encoded(table.size(), &encoded))
+    }
+
+    /// The digest of a table of `size` slots whose owners are `encoded` (u16
+    /// little-endian each; empty for an empty table).
+    fn of_encoded(size: u32, encoded: &[u8]) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(OWNERS_HEADER);
+        hasher.update(size.to_le_bytes());
+        hasher.update(encoded);
+        Self(hasher.finalize().into())
     }
 }
 
@@ -58,62 +69,6 @@ impl fmt::Display for OwnersDigest {
 impl fmt::Debug for OwnersDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "OwnersDigest({self})")
-    }
-}
-
-impl serde::Serialize for OwnersDigest {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for OwnersDigest {
-    /// Deserialized from 64 hexadecimal digits (either case).
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        parse_hex(&text)
-            .map(Self)
-            .ok_or_else(|| serde::de::Error::custom(format!("invalid owners digest {text:?}")))
-    }
-}
-
-/// [`OwnersDigest`]'s hasher, fed one owner index at a time in 64 KiB blocks.
-struct OwnersHasher {
-    hasher: Sha256,
-    block: Vec<u8>,
-}
-
-impl OwnersHasher {
-    const BLOCK: usize = 64 * 1024;
-
-    fn new(size: u32) -> Self {
-        let mut hasher = Sha256::new();
-        hasher.update(OWNERS_HEADER);
-        hasher.update(size.to_le_bytes());
-        Self {
-            hasher,
-            block: Vec::with_capacity(Self::BLOCK),
-        }
-    }
-
-    fn push(&mut self, owner: u16) {
-        self.block.extend_from_slice(&owner.to_le_bytes());
-        if self.block.len() >= Self::BLOCK {
-            self.hasher.update(&self.block);
-            self.block.clear();
-        }
-    }
-
-    /// Owner indices already encoded (u16 little-endian each).
-    fn update(&mut self, encoded: &[u8]) {
-        self.hasher.update(&self.block);
-        self.block.clear();
-        self.hasher.update(encoded);
-    }
-
-    fn finish(mut self) -> OwnersDigest {
-        self.hasher.update(&self.block);
-        OwnersDigest(self.hasher.finalize().into())
     }
 }
 
@@ -155,29 +110,23 @@ impl OwnerIndex {
         }
     }
 
-    /// The slot counts of `owners` backends and the compact slots of `installed`,
-    /// each slot's owner fed to `hasher`; `None` when a slot's id is bound to none.
-    /// One pass over the slots into a buffer of owner indices, hashed at once.
-    fn count(
-        &self,
-        installed: &[u32],
-        owners: usize,
-        hasher: &mut OwnersHasher,
-    ) -> Option<(Vec<u32>, Vec<u16>)> {
+    /// The slot counts of `owners` backends, the owners of `installed` encoded as
+    /// [`OwnersDigest`] hashes them, and its compact slots, in one pass; `None` when a
+    /// slot's id is bound to none.
+    fn count(&self, installed: &[u32], owners: usize) -> Option<(Vec<u32>, Vec<u8>, Vec<u16>)> {
         let mut slot_counts = vec![0_u32; owners];
-        let mut bytes = vec![0_u8; 2 * installed.len()];
-        for (pair, &id) in bytes.chunks_exact_mut(2).zip(installed) {
+        let mut encoded = vec![0_u8; 2 * installed.len()];
+        for (pair, &id) in encoded.chunks_exact_mut(2).zip(installed) {
             let owner = *self.0.get(id as usize)?;
             *slot_counts.get_mut(owner as usize)? += 1;
             pair.copy_from_slice(&u16::try_from(owner).ok()?.to_le_bytes());
         }
-        hasher.update(&bytes);
         // Every id was found in the index: each is below MAX_BACKENDS (65,536).
         let slots = installed
             .iter()
             .map(|&id| u16::try_from(id).unwrap_or(0))
             .collect();
-        Some((slot_counts, slots))
+        Some((slot_counts, encoded, slots))
     }
 }
 
@@ -206,24 +155,23 @@ pub(in crate::controller) fn facts_of_installed(
         return None;
     }
     let empty = inputs.iter().all(|b| b.weight == 0);
-    let mut hasher = OwnersHasher::new(size);
-    let (slot_counts, slots) = if empty {
+    let (slot_counts, encoded, slots) = if empty {
         // As `compact_slots`: an empty table is id 0 in every slot, whatever the ids.
         if installed.iter().any(|&id| id != 0) {
             return None;
         }
-        (vec![0; inputs.len()], vec![0; installed.len()])
+        (vec![0; inputs.len()], Vec::new(), vec![0; installed.len()])
     } else {
         let ids: Option<Vec<u32>> = inputs.iter().map(|b| id_of(&b.key)).collect();
         let ids = ids?;
         let counted = index
             .bind(&ids)
-            .then(|| index.count(installed, inputs.len(), &mut hasher))
+            .then(|| index.count(installed, inputs.len()))
             .flatten();
         index.clear(&ids);
         counted?
     };
-    if hasher.finish() != recorded.owners {
+    if OwnersDigest::of_encoded(size, &encoded) != recorded.owners {
         return None;
     }
     let facts = TableFacts {

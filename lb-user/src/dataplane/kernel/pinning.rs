@@ -93,26 +93,19 @@ impl KernelDataplane {
     }
 
     /// The program id of the pinned link when it is attached to `iface`, taken as this
-    /// data plane's link; `None` otherwise.
+    /// data plane's link; `None` otherwise (a link that cannot be examined included:
+    /// the programs are then loaded and attached, which reports it).
     fn keep_link(&mut self, iface: &str) -> Result<Option<u32>, DataplaneError> {
         let Some(pinned) = self.pinned.as_mut() else {
             return Err(DataplaneError::NotAttached);
         };
-        let path = pinned.dir.link();
-        let Some(fd) =
-            bpf_sys::open_pinned(&path).map_err(syscall_err("opening the pinned link".into()))?
-        else {
+        let Ok(Some(program)) = super::programs::link_program(&pinned.dir, iface) else {
             return Ok(None);
         };
-        let ifindex = super::programs::ifindex(iface);
-        match bpf_sys::xdp_link_info(fd.as_fd()) {
-            Ok(facts) if facts.ifindex == ifindex && ifindex != 0 => {
-                pinned.link =
-                    Some(PinnedLink::from_pin(&path).map_err(link_err("opening the pinned link"))?);
-                Ok(Some(facts.prog_id))
-            }
-            _ => Ok(None),
-        }
+        pinned.link = Some(
+            PinnedLink::from_pin(pinned.dir.link()).map_err(link_err("opening the pinned link"))?,
+        );
+        Ok(Some(program))
     }
 
     /// Loads this object's programs after a start kept the running ones, withdrawing

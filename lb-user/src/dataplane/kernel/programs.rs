@@ -31,7 +31,7 @@ pub(super) fn object_digest(object: &[u8]) -> [u8; 32] {
 }
 
 /// The index of `interface`; 0 when there is none.
-pub(super) fn ifindex(interface: &str) -> u32 {
+fn ifindex(interface: &str) -> u32 {
     let Ok(name) = CString::new(interface) else {
         return 0;
     };
@@ -51,26 +51,29 @@ fn slot_program(dir: &PinDir, name: &str, slot: u32) -> io::Result<u32> {
     Ok(if found { u32::from_ne_bytes(id) } else { 0 })
 }
 
+/// The id of the program that the XDP link pinned at `dir` runs, when the link is
+/// attached to `interface`; `None` when no link is pinned, or it is attached to
+/// another interface (0: its interface is gone).
+///
+/// # Errors
+/// When the pin cannot be opened or examined.
+pub(super) fn link_program(dir: &PinDir, interface: &str) -> io::Result<Option<u32>> {
+    let Some(fd) = bpf_sys::open_pinned(&dir.link())? else {
+        return Ok(None);
+    };
+    let info = bpf_sys::xdp_link_info(fd.as_fd())?;
+    let here = ifindex(interface);
+    Ok((info.ifindex == here && here != 0).then_some(info.prog_id))
+}
+
 /// The programs that run in the datapath pinned at `dir`: the pinned link's (0 unless
 /// it is attached to `dir`'s interface) and the tail-call slots'.
 ///
 /// # Errors
 /// When a pin cannot be opened or examined.
 pub(super) fn running(dir: &PinDir) -> io::Result<ProgramIds> {
-    let link = match bpf_sys::open_pinned(&dir.link())? {
-        Some(fd) => {
-            let info = bpf_sys::xdp_link_info(fd.as_fd())?;
-            let here = ifindex(dir.interface());
-            if info.ifindex == here && here != 0 {
-                info.prog_id
-            } else {
-                0
-            }
-        }
-        None => 0,
-    };
     Ok(ProgramIds {
-        link,
+        link: link_program(dir, dir.interface())?.unwrap_or(0),
         rare: slot_program(dir, maps::RARE_PROGS, maps::RARE_SLOT)?,
         full: slot_program(dir, maps::RARE_PROGS, maps::FULL_SLOT)?,
         trace: slot_program(dir, maps::TRACE_PROGS, 0)?,
