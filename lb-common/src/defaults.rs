@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! Defaults the kernel side needs at compile time: the sizes the eBPF object declares for
-//! the maps that userspace resizes at load time. Every other default lives in lb-user's
+//! the maps that userspace resizes at load time. Every other default lives in the `lb` crate's
 //! `defaults` module, which re-exports these so that one table lists them all.
 
 /// Default capacity of `CONNTRACK_V4` and of `CONNTRACK_V6`, each (entries; the daemon

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-//! Types shared by the XDP program (`lb-ebpf`) and the userspace controller (`lb-user`).
+//! Types shared by the XDP program (`lb-ebpf`) and the userspace crates (`lb-dataplane`, `lb`).
 //!
 //! Everything here is `#![no_std]`, `#[repr(C)]` with explicit padding and a compile-time
 //! size assertion, so the kernel and userspace agree on every byte. Byte order is stated
@@ -23,7 +23,7 @@
 //!   (times two) `TABLES`. A packet to a VIP address but another port or protocol is not
 //!   VIP traffic.
 //! - **Backend**: a server behind a VIP, identified by its address (`BackendKey` in
-//!   lb-user). Each (VIP, backend) pair has its own *backend id*, an index into
+//!   lb-maglev). Each (VIP, backend) pair has its own *backend id*, an index into
 //!   `BACKENDS`; id 0 means none.
 //! - **Maglev table**: a VIP's array of M *slots* (M prime), each holding a backend id
 //!   or 0 (Eisenbud et al., NSDI 2016, section 3.4). A new flow goes to the backend in
@@ -62,7 +62,7 @@
 //!   chosen for a TCP SYN waits, in the flow's slot, for the handshake's ACK. A slot so
 //!   filled is a **held SYN** ([`types::SynEntry`]); the ACK *promotes* it into a pin. A
 //!   SYN never creates a pin, so a SYN flood can only overwrite other held SYNs (counted
-//!   as `ct_syn_only_evicted`; lb-user's `CtTable::SynOnly` names the same state).
+//!   as `ct_syn_only_evicted`; lb-dataplane's `CtTable::SynOnly` names the same state).
 //! - **Active**: a backend that owns slots and keeps its pins ([`types::BACKEND_ACTIVE`]).
 //! - **Draining** (to *drain* a backend): no slots, so no new flows, but its pins hold
 //!   until the flows end ([`types::BACKEND_DRAINING`]): `state = "drain"`, `lb backend

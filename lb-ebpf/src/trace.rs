@@ -12,7 +12,7 @@
 //! own (the load balancer's leaves too little for aya-log's record), counts the
 //! packet's verdict reason and returns its action. The filter and the table slot are
 //! read there, not on the packet path, which the verifier walks once per state. Record text, in one line (the daemon's
-//! reader, `lb_user::dataplane::kernel::trace`, decodes exactly this):
+//! reader, `lb_dataplane::kernel::trace`, decodes exactly this):
 //!
 //! `lb-trace vip=ADDR:PORT/PROTO client=ADDR:PORT flags=F via=P backend=B slot=S reason=R`
 //!

@@ -14,7 +14,7 @@
 //! With receive VLAN offload the NIC removes the tag before XDP sees the frame (it is
 //! then in the receive descriptor, readable only through the XDP metadata kfunc
 //! `bpf_xdp_metadata_rx_vlan_tag`, which aya-ebpf 0.2.1 cannot call): userspace refuses
-//! native mode on such an interface (`lb_user::dataplane::offload`).
+//! native mode on such an interface (`lb_dataplane::offload`).
 
 use aya_ebpf::{
     bindings::xdp_action, helpers::generated::bpf_xdp_adjust_head, programs::XdpContext,

@@ -3,7 +3,7 @@
 //!
 //! - Binary: [`lb_binary`] finds the `lb` built next to the running executable
 //!   (`target/<profile>/lb`; `cargo test` does not build other packages' binaries, so
-//!   `cargo build -p lb-user --bin lb` must run first, as `cargo xtask test` does).
+//!   `cargo build -p lb --bin lb` must run first, as `cargo xtask test` does).
 //!   `LB_BIN=/path/to/lb` overrides the search.
 //! - Configuration: [`DaemonConfig`] renders the TOML of `lb run --config`: interface
 //!   `lb0`, native XDP, FIB next hop (the bed keeps static neighbours and forwarding on
@@ -62,7 +62,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use lb_user::control::{Client, FlowReport, Stats, Status};
+use lb::control::{Client, FlowReport, Stats, Status};
 
 use crate::{
     netns::NetNs,
@@ -186,7 +186,7 @@ impl DaemonConfig {
                     state: BackendState::Active,
                 })
                 .collect(),
-            table_size: lb_user::defaults::TABLE_SIZE,
+            table_size: lb::defaults::TABLE_SIZE,
             udp_timeout_secs: 30,
             metrics: String::new(),
             extra: String::new(),
@@ -277,7 +277,7 @@ impl DaemonConfig {
 /// Finds the `lb` binary: `$LB_BIN` if set, else `lb` in the target directory of the
 /// running executable (`target/<profile>/deps/<test>` or `target/<profile>/<bin>`).
 ///
-/// Prints a warning when a source of the binary (lb-user, lb-common, lb-ebpf) changed
+/// Prints a warning when a source of the binary (its crates, see [`LB_CRATES`]) changed
 /// after it was built: it is then stale.
 ///
 /// # Panics
@@ -296,7 +296,7 @@ pub fn lb_binary() -> PathBuf {
     let lb = dir.join("lb");
     assert!(
         lb.is_file(),
-        "the `lb` binary is missing at {}: run `cargo build -p lb-user --bin lb` first (with \
+        "the `lb` binary is missing at {}: run `cargo build -p lb --bin lb` first (with \
          --release for a release build); `cargo xtask test` and `cargo xtask demo` do this",
         lb.display()
     );
@@ -304,21 +304,20 @@ pub fn lb_binary() -> PathBuf {
     lb
 }
 
-/// The sources the `lb` binary is built from, relative to the workspace root: the
-/// manifests, lb-user's build script, and every file under these directories.
-const LB_SOURCES: [&str; 8] = [
-    "Cargo.toml",
-    "lb-user/Cargo.toml",
-    "lb-user/build.rs",
-    "lb-user/src",
-    "lb-common/Cargo.toml",
-    "lb-common/src",
-    "lb-ebpf/Cargo.toml",
-    "lb-ebpf/src",
+/// The crates the `lb` binary is built from, relative to the workspace root: their
+/// manifests, build scripts and every file under `src`.
+const LB_CRATES: [&str; 7] = [
+    "lb",
+    "lb-dataplane",
+    "lb-health",
+    "lb-hashlab",
+    "lb-maglev",
+    "lb-common",
+    "lb-ebpf",
 ];
 
 /// Warns when a source of `lb` is newer than the binary. Sources, not build outputs:
-/// building this crate rebuilds the lb-user library (with other features) after `lb`,
+/// building this crate rebuilds the lb library (with other features) after `lb`,
 /// so comparing with the library would warn right after a fresh build.
 fn warn_if_stale(lb: &Path) {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
@@ -326,14 +325,19 @@ fn warn_if_stale(lb: &Path) {
     let Some(root) = Path::new(env!("CARGO_MANIFEST_DIR")).parent() else {
         return;
     };
-    let mut pending: Vec<PathBuf> = LB_SOURCES.iter().map(|s| root.join(s)).collect();
+    let mut pending = vec![root.join("Cargo.toml")];
+    for krate in LB_CRATES {
+        for part in ["Cargo.toml", "build.rs", "src"] {
+            pending.push(root.join(krate).join(part));
+        }
+    }
     while let Some(path) = pending.pop() {
         if let Ok(entries) = std::fs::read_dir(&path) {
             pending.extend(entries.filter_map(Result::ok).map(|e| e.path()));
         } else if modified(&path).is_some_and(|t| t > built) {
             eprintln!(
                 "warning: {} changed after {} was built: the binary is stale; rebuild it with \
-                 `cargo build -p lb-user --bin lb`",
+                 `cargo build -p lb --bin lb`",
                 path.display(),
                 lb.display()
             );
@@ -721,7 +725,7 @@ impl<'bed> Daemon<'bed> {
 
     /// Where a flow from `client` to `vip` goes (`lb flow --json`): the table's choice
     /// and the conntrack pin. Asked over the control socket directly (the CLI's own
-    /// client, [`lb_user::control::Client`]), without a process per question, so that
+    /// client, [`lb::control::Client`]), without a process per question, so that
     /// thousands of flows can be asked about quickly.
     ///
     /// # Errors

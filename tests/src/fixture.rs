@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use lb::defaults::FRAG_CAPACITY;
 use lb_common::{
     stats::{GlobalStats, Reason},
     types::{
@@ -11,11 +12,8 @@ use lb_common::{
         LbConfig, NEXTHOP_GATEWAY, PROTO_TCP, PROTO_UDP, VipKey,
     },
 };
-use lb_user::{
-    dataplane::{Dataplane, KernelDataplane, LoadOptions, TableImage, TestRunOutput},
-    defaults::FRAG_CAPACITY,
-    flow::{addr_bytes, slot_of},
-};
+use lb_dataplane::{Dataplane, KernelDataplane, LoadOptions, TableImage, TestRunOutput};
+use lb_maglev::flow::{addr_bytes, slot_of};
 
 use crate::packets::{self, Flow, GW_MAC, LB_MAC};
 
@@ -77,7 +75,7 @@ pub fn vip_key(addr: IpAddr, port: u16, proto: u8) -> VipKey {
 
 /// The conntrack key of `flow` over `proto`.
 pub fn flow_key(flow: &Flow, proto: u8) -> FlowKey {
-    lb_user::flow::flow_key(
+    lb_maglev::flow::flow_key(
         (flow.src, flow.sport).into(),
         (flow.dst, flow.dport).into(),
         proto,
@@ -86,7 +84,7 @@ pub fn flow_key(flow: &Flow, proto: u8) -> FlowKey {
 }
 
 /// A table of `size` slots filled round-robin with `ids` (a hand-filled table; the
-/// Maglev builder's own properties are tested in lb-user).
+/// Maglev builder's own properties are tested in lb-maglev).
 pub fn round_robin(size: usize, ids: &[u32]) -> Vec<u32> {
     (0..size).map(|i| ids[i % ids.len()]).collect()
 }

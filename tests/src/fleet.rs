@@ -52,7 +52,8 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use lb_user::{control::Stats, dataplane::PassProgram};
+use lb::control::Stats;
+use lb_dataplane::PassProgram;
 
 use crate::{
     daemon::{Daemon, DaemonConfig, TempDir, vip_text},
@@ -603,7 +604,7 @@ impl FleetBed {
     pub fn reconfigure(
         &mut self,
         change: impl Fn(&mut DaemonConfig),
-        applied: impl Fn(&lb_user::control::Status) -> bool,
+        applied: impl Fn(&lb::control::Status) -> bool,
     ) -> anyhow::Result<()> {
         for instance in &mut self.instances {
             change(&mut instance.config);

@@ -3,15 +3,15 @@
 //! The library: network namespaces that clean up after themselves, packet builders, a
 //! fixture load balancer for BPF_PROG_TEST_RUN, the end-to-end test bed, the real
 //! `lb run` daemon inside it, client traffic helpers, and the multi-instance bed
-//! (several `lb run` behind an ECMP router, VIPs announced by BIRD: [`fleet`]). It enables lb-user's
-//! `test-harness` feature (test runs, the benchmark harness, the bed's pass program),
+//! (several `lb run` behind an ECMP router, VIPs announced by BIRD: [`fleet`]). It enables
+//! lb-dataplane's `test-harness` feature (test runs, the benchmark harness, the bed's pass program),
 //! which the `lb` binary is built without.
 //!
 //! Its users: the privileged tests (`tests/`), the demo (`src/bin/lb-demo.rs`, behind
 //! `cargo xtask demo`) and the data-plane benchmark (`src/bin/lb-bench.rs`, behind
 //! `cargo xtask bench`). The two binaries live here because they are built on this
 //! library and the harness feature; xtask, which runs them, cannot host them: it must
-//! build before the eBPF toolchain that lb-user needs is installed (it installs it).
+//! build before the eBPF toolchain that lb-dataplane needs is installed (it installs it).
 //!
 //! Everything here needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN for setns).
 
@@ -27,7 +27,7 @@ pub mod testbed;
 pub mod traffic;
 
 /// Whether the process runs as root (the data plane's own check).
-pub use lb_user::dataplane::is_root;
+pub use lb_dataplane::is_root;
 
 /// Pins the calling thread to `cpu` (BPF_PROG_TEST_RUN for XDP runs on the calling CPU).
 ///

@@ -83,7 +83,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use lb_user::dataplane::PassProgram;
+use lb_dataplane::PassProgram;
 
 pub use client::TcpConn;
 pub use plumbing::LinkStats;

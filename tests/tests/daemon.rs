@@ -1,6 +1,6 @@
 //! `lb run` as operators run it: the daemon on a veth in a throw-away namespace, changed
 //! through the CLI and through reloads of its file; after every change the kernel maps
-//! (read with `lb_user::dataplane::Inspector`) must agree with `lb status`.
+//! (read with `lb_dataplane::Inspector`) must agree with `lb status`.
 
 use std::{
     collections::HashMap,
@@ -11,15 +11,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lb::{
+    config::Vip,
+    control::{IDLE_TIMEOUT, MAX_REQUEST_BYTES, Status},
+};
 use lb_common::types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING};
+use lb_dataplane::Inspector;
 use lb_tests::{
     daemon::{TempDir, lb_binary},
     netns::NetNs,
-};
-use lb_user::{
-    config::Vip,
-    control::{IDLE_TIMEOUT, MAX_REQUEST_BYTES, Status},
-    dataplane::Inspector,
 };
 
 /// A running `lb run` inside a namespace, stopped (SIGTERM, then SIGKILL) on drop.
@@ -1010,7 +1010,7 @@ fn restart<'dir>(daemon: &mut Daemon<'dir>, ns: &NetNs, dir: &'dir Path) -> u32 
 /// the program that runs there.
 #[test]
 fn a_restart_keeps_the_running_programs_of_its_own_build_only() {
-    use lb_user::dataplane::pinned::meta::{read_programs, write_programs};
+    use lb_dataplane::pinned::meta::{read_programs, write_programs};
     assert!(lb_tests::is_root(), "privileged test: run as root");
     let ns = veth_namespace("lbt-keep");
     let tmp = TempDir::new("lbt-keep-").expect("temp dir");

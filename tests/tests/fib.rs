@@ -9,12 +9,12 @@ use lb_common::{
     stats::Reason,
     types::{BACKEND_ACTIVE, NEXTHOP_FIB, PROTO_TCP},
 };
+use lb_dataplane::Dataplane as _;
 use lb_tests::netns::NetNs;
 use lb_tests::{
     fixture::{Lb, XDP_DROP, XDP_TX, default_config, fib_namespace, ifindex},
     packets::{self, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, VIP6, encapsulated},
 };
-use lb_user::dataplane::Dataplane as _;
 
 /// Routes 198.51.101.0/24 via 192.0.2.253, which has no neighbour entry yet.
 fn route_via_unresolved_neighbour(ns: &NetNs) {

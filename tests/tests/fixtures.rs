@@ -16,13 +16,13 @@ use lb_common::{
     stats::Reason,
     types::{CONFIG_ICMP_TOO_BIG, CONFIG_VALID, PROTO_TCP, PROTO_UDP},
 };
+use lb_dataplane::Dataplane as _;
 use lb_tests::{
     fixture::{Lb, XDP_DROP, XDP_PASS, XDP_TX, default_config, round_robin},
     packets::{
         self, ACK, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, VIP6, encapsulated,
     },
 };
-use lb_user::dataplane::Dataplane as _;
 
 fn backend_ip(id: u32) -> IpAddr {
     #[expect(clippy::cast_possible_truncation, reason = "fixture ids are small")]

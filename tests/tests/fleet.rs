@@ -383,7 +383,7 @@ fn daemon_stop_keeps_serving(
 /// stops announcing, and comes back when they pass again.
 fn health_gated(bed: &mut FleetBed) -> anyhow::Result<()> {
     let vips = [tcp_vip(false), lb_tests::daemon::vip_text(false, false)];
-    let probed = |on: bool| move |s: &lb_user::control::Status| (s.health.probed > 0) == on;
+    let probed = |on: bool| move |s: &lb::control::Status| (s.health.probed > 0) == on;
     let health = format!(
         "kind = \"tcp\"\nport = {}\ninterval_ms = 200\ntimeout_ms = 100\nfall = 2\nrise = 2\n",
         lb_tests::fleet::HEALTH_PORT

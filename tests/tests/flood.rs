@@ -11,11 +11,11 @@ use lb_common::{
     stats::Reason,
     types::{BENCH_FRAME_MAX, PROTO_TCP},
 };
+use lb_dataplane::{BenchSpec, BenchTarget, Dataplane as _};
 use lb_tests::{
     fixture::{Lb, XDP_TX, default_config, flow_key, round_robin},
     packets::{ACK, CLIENT4, Flow, L4, SYN, VIP4},
 };
-use lb_user::dataplane::{BenchSpec, BenchTarget, Dataplane as _};
 
 /// Offset of the IPv4 source address in the frame.
 const V4_SRC: u32 = 26;

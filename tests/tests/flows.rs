@@ -11,11 +11,11 @@ use lb_common::{
     stats::Reason,
     types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, CtEntry, PROTO_TCP, PROTO_UDP},
 };
+use lb_dataplane::{CtTable, Dataplane as _, TableImage};
 use lb_tests::{
     fixture::{Lb, SEED, XDP_DROP, XDP_PASS, XDP_TX, default_config, flow_key, round_robin},
     packets::{self, ACK, CLIENT4, Flow, L4, RST, SYN, VIP4},
 };
-use lb_user::dataplane::{CtTable, Dataplane as _, TableImage};
 
 fn b4(id: u32) -> Option<IpAddr> {
     #[expect(clippy::cast_possible_truncation, reason = "fixture ids are small")]
@@ -895,10 +895,10 @@ fn an_established_flows_packet_stamps_its_pin_with_the_activity_tick() {
             clock.set(0).expect("tick");
         }
         // UDP always reads the clock (its idle check needs it) and stamps its tick.
-        let before = lb_common::types::ct_ticks(lb_user::dataplane::conntrack_now_ns());
+        let before = lb_common::types::ct_ticks(lb_dataplane::conntrack_now_ns());
         assert_eq!(lb.send(&flow.frame(l4(ACK), b"y")).0, XDP_TX);
         let (_, entry) = lb.dp.lookup_flow(&key).expect("lookup").expect("pinned");
-        let after = lb_common::types::ct_ticks(lb_user::dataplane::conntrack_now_ns());
+        let after = lb_common::types::ct_ticks(lb_dataplane::conntrack_now_ns());
         assert!(
             (before..=after).contains(&entry.seen_ticks),
             "the clock's tick without one ({proto}): {} not in {before}..={after}",

@@ -18,19 +18,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lb_tests::netns::NetNs;
-use lb_user::{
-    health::{
-        file::HealthFile,
-        outcome::{Failure, Stage},
-        probe::Prober,
-        scheduler::{ProbeSpec, Scheduler, SchedulerConfig, Start},
-        settings::{Mode, ProbeSettings},
-        target::ProbeTarget,
-        validate::VipHealth,
-    },
-    maglev::BackendKey,
+use lb_health::{
+    file::HealthFile,
+    outcome::{Failure, Stage},
+    probe::Prober,
+    scheduler::{ProbeSpec, Scheduler, SchedulerConfig, Start},
+    settings::{Mode, ProbeSettings},
+    target::ProbeTarget,
+    validate::VipHealth,
 };
+use lb_maglev::BackendKey;
+use lb_tests::netns::NetNs;
 
 const PROBER: &str = "198.51.100.1";
 const BACKEND: &str = "198.51.100.11";

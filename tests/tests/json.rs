@@ -1,6 +1,6 @@
 //! `--json` of every verb parses and has the shape `docs/json.md` documents for it (one
 //! test per verb; the daemon's verbs each against a real `lb run` in a bed). Needs the
-//! `lb` binary (`cargo build -p lb-user --bin lb`).
+//! `lb` binary (`cargo build -p lb --bin lb`).
 
 use std::{
     io::{BufRead as _, BufReader},

@@ -19,7 +19,7 @@
 //! - with `[announce]` on, `lb_vip_announced` of both VIPs of an address goes to 0 when
 //!   the operator withdraws the address and back to 1 when it is announced again.
 //!
-//! Needs the `lb` binary (`cargo build -p lb-user --bin lb`) and Debian's `prometheus`
+//! Needs the `lb` binary (`cargo build -p lb --bin lb`) and Debian's `prometheus`
 //! (`cargo xtask setup`).
 
 use std::{
@@ -29,13 +29,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lb::control::{Status, TraceEvent};
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, Stop, backend_addr, lb_binary, vip_text},
     prometheus::{Prometheus, get, promtool_check, unix_now},
     testbed::{TestBed, TestBedOptions, backend_name, vip_tcp, vip_udp},
     traffic::{self, Ports},
 };
-use lb_user::control::{Status, TraceEvent};
 
 /// The endpoint in the LB namespace (the default address).
 const ENDPOINT: &str = "127.0.0.1:9469";

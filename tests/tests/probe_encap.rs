@@ -30,8 +30,8 @@ use lb_common::{
         NEXTHOP_FIB, NEXTHOP_GATEWAY,
     },
 };
+use lb_dataplane::{Dataplane as _, KernelDataplane, LoadOptions};
 use lb_tests::netns::NetNs;
-use lb_user::dataplane::{Dataplane as _, KernelDataplane, LoadOptions};
 
 const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x01];
 const GATEWAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0xfe];

@@ -76,7 +76,7 @@ fn restarts_crashes_and_upgrades_keep_every_connection_and_the_program_attached(
     );
     let host = HostStackCounter::install(bed.lb_ns()).expect("nft counter");
     let variant = lb.dir().join("lb-ebpf-variant.o");
-    std::fs::write(&variant, lb_user::UPGRADE_VARIANT_OBJECT).expect("variant object");
+    std::fs::write(&variant, lb_dataplane::UPGRADE_VARIANT_OBJECT).expect("variant object");
     let variant = variant.to_str().expect("path").to_owned();
     let (first_id, first_tag) = xdp_program(&bed).expect("attached");
     // 400 more established flows, quiet during the restarts, checked once at the end:

@@ -13,10 +13,10 @@ use std::{
 };
 
 use lb_common::stats::Reason;
+use lb_dataplane::Dataplane as _;
 use lb_tests::testbed::{
     LinkStats, TestBed, TestBedOptions, backend_name, client, lb::BedLb, vip_tcp, vip_udp,
 };
-use lb_user::dataplane::Dataplane as _;
 
 fn bed(backends: u8) -> TestBed {
     assert!(lb_tests::is_root(), "privileged test: run as root");

@@ -1,10 +1,10 @@
 //! `cargo xtask bench`: the single entry point for benchmarks.
 //!
 //! 1. The Maglev table builder (no root needed): the criterion benchmarks of
-//!    `lb-user/benches/maglev.rs` (build time for the four (M, N) configurations of
-//!    `lb-user/benches/common/mod.rs`, the paper's
+//!    `lb-maglev/benches/maglev.rs` (build time for the four (M, N) configurations of
+//!    `lb-maglev/benches/common/mod.rs`, the paper's
 //!    pseudocode as a same-run yardstick, the fingerprint), then
-//!    `lb-user/benches/maglev_memory.rs` (median build time and peak heap memory as one
+//!    `lb-maglev/benches/maglev_memory.rs` (median build time and peak heap memory as one
 //!    Markdown table, with the builder's ratio to the pseudocode timed alternately in
 //!    the same run).
 //! 2. As root, `lb-bench`: the control-plane benchmarks (change to live: p50/p99 of 100
@@ -42,7 +42,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     cmd::run(cmd::cargo().args([
         "bench",
         "--package",
-        "lb-user",
+        "lb-maglev",
         "--bench",
         "maglev",
         "--bench",
@@ -55,7 +55,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     // The control-plane scale and multi-instance parts of lb-bench and the restart
     // benchmark start the release `lb` binary.
-    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
+    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb", "--bin", "lb"]))?;
     cmd::run(
         cmd::cargo()
             .args([

@@ -15,9 +15,9 @@ pub(crate) fn workspace_root() -> PathBuf {
 }
 
 /// Whether the process runs as root (effective uid 0). The product's own check is
-/// `lb_user::dataplane::is_root`; xtask keeps this one because it depends on no
+/// `lb_dataplane::is_root`; xtask keeps this one because it depends on no
 /// workspace crate: it must build before setup has installed the eBPF toolchain that
-/// lb-user's build script needs.
+/// lb-dataplane's build script needs.
 pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }

@@ -20,7 +20,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         setup::run()?;
     }
     eprintln!("xtask demo: building the lb binary (release)");
-    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
+    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb", "--bin", "lb"]))?;
     // The demo finds `lb` next to itself, in the same target directory and profile.
     eprintln!("xtask demo: building and running the demo (release)");
     cmd::run(cmd::cargo().args([

@@ -5,7 +5,7 @@
 //! completion scripts printed by the binary's own `lb manpage` / `lb completions`, the
 //! commented-out conffile made from lb.example.toml, the changelog, the gzipped README,
 //! the list of linked crates); then cargo-deb (`--no-build`), which reads
-//! `[package.metadata.deb]` of lb-user/Cargo.toml and takes the unit from
+//! `[package.metadata.deb]` of lb/Cargo.toml and takes the unit from
 //! dist/systemd/lb.service. The version is [`deb_version`].
 //!
 //! Check ([`check`], also step 6 of `cargo xtask test`): the package's file list and
@@ -117,7 +117,7 @@ fn target_dir() -> PathBuf {
 pub(crate) fn build() -> anyhow::Result<Built> {
     let root = cmd::workspace_root();
     eprintln!("xtask package: building the lb binary (release)");
-    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb-user", "--bin", "lb"]))?;
+    cmd::run(cmd::cargo().args(["build", "--release", "--package", "lb", "--bin", "lb"]))?;
     let release = target_dir().join("release");
     let lb = release.join("lb");
     let version_line = stdout_of(Command::new(&lb).arg("--version"))?;
@@ -147,7 +147,7 @@ pub(crate) fn build() -> anyhow::Result<Built> {
     let listed = stdout_of(cmd::cargo().args([
         "deb",
         "--package",
-        "lb-user",
+        "lb",
         "--no-build",
         "--deb-version",
         &version,
@@ -211,7 +211,7 @@ fn generate(
     let tree = stdout_of(cmd::cargo().args([
         "tree",
         "--package",
-        "lb-user",
+        "lb",
         "--edges",
         "normal",
         "--prefix",
@@ -347,11 +347,11 @@ fn workspace_version(root: &Path) -> anyhow::Result<String> {
         .context("Cargo.toml: no [workspace.package] version")
 }
 
-/// `maintainer` of `[package.metadata.deb]` in lb-user/Cargo.toml.
+/// `maintainer` of `[package.metadata.deb]` in lb/Cargo.toml.
 fn deb_maintainer(root: &Path) -> anyhow::Result<String> {
-    let manifest = std::fs::read_to_string(root.join("lb-user/Cargo.toml"))?;
+    let manifest = std::fs::read_to_string(root.join("lb/Cargo.toml"))?;
     toml_string(&manifest, "[package.metadata.deb]", "maintainer")
-        .context("lb-user/Cargo.toml: no [package.metadata.deb] maintainer")
+        .context("lb/Cargo.toml: no [package.metadata.deb] maintainer")
 }
 
 /// The string value of `key = "..."` in the table that starts with the line `table`
@@ -851,7 +851,7 @@ mod tests {
 
     #[test]
     fn the_crate_list_leaves_out_workspace_crates_and_proc_macros() {
-        let tree = "lb-user v0.1.0 (/src/lb-user)|MIT OR Apache-2.0\n\
+        let tree = "lb v0.1.0 (/src/lb)|MIT OR Apache-2.0\n\
                     aya v0.14.0|MIT OR Apache-2.0\n\
                     thiserror-impl v2.0.17 (proc-macro)|MIT OR Apache-2.0\n\
                     libc v0.2.180|MIT OR Apache-2.0\n\

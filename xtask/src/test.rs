@@ -95,7 +95,7 @@ fn parse_result_line(line: &str) -> Option<ResultLine> {
     Some(result)
 }
 
-/// The default root of pinned datapaths (lb-user's `defaults::PIN_DIR`).
+/// The default root of pinned datapaths (lb's `defaults::PIN_DIR`).
 const PIN_ROOT: &str = "/sys/fs/bpf/lb";
 
 /// The per-namespace directories under [`PIN_ROOT`] (`netns-<cookie>`), as paths.
@@ -123,8 +123,8 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     tally.check("cargo fmt --check", ok);
 
     eprintln!("xtask test: [2/6] clippy (host crates)");
-    // The workspace run builds lb-user with lb-tests' `test-harness` feature; the second
-    // lints lb-user as the `lb` binary has it, without.
+    // The workspace run builds lb and lb-dataplane with lb-tests' `test-harness` feature; the
+    // second lints lb as the `lb` binary has it, without.
     let ok = cmd::succeeds(cmd::cargo().args([
         "clippy",
         "--workspace",
@@ -137,7 +137,7 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     ])) & cmd::succeeds(cmd::cargo().args([
         "clippy",
         "--package",
-        "lb-user",
+        "lb",
         "--all-targets",
         "--",
         "-D",
@@ -193,8 +193,7 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         // The end-to-end tests run the real `lb` binary, which `cargo test` does not
         // build for another package: build it in the same (dev) profile first.
         eprintln!("xtask test: building the lb binary for the end-to-end tests");
-        let built =
-            cmd::succeeds(cmd::cargo().args(["build", "--package", "lb-user", "--bin", "lb"]));
+        let built = cmd::succeeds(cmd::cargo().args(["build", "--package", "lb", "--bin", "lb"]));
         if built {
             privileged.arg("--");
             if let Some(filter) = &args.filter {

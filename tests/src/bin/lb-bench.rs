@@ -29,19 +29,16 @@ mod traffic;
 use std::net::Ipv4Addr;
 
 use anyhow::{Context as _, bail, ensure};
+use lb::{config::Config, controller::Controller};
 use lb_common::{
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
     maps::{FULL_PROGRAM, RARE_PROGRAM, UNTRACED_PROGRAM, XDP_PROGRAM},
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
+use lb_dataplane::{BenchTarget, Dataplane as _, KernelDataplane, LoadOptions};
 use lb_tests::{
     fixture::{Lb, XDP_PASS, XDP_TX, default_config, fib_namespace, ifindex, round_robin},
     packets::{ACK, CLIENT4, CLIENT6, Flow, L4, SYN, VIP4, VIP6},
-};
-use lb_user::{
-    config::Config,
-    controller::Controller,
-    dataplane::{BenchTarget, Dataplane as _, KernelDataplane, LoadOptions},
 };
 
 /// One benchmarked packet.
@@ -309,7 +306,7 @@ fn main() -> anyhow::Result<()> {
 /// Observability costs: a scrape of the metrics endpoint's content at 100 VIPs x 100
 /// backends (time and size, both formats), and a walk of a full conntrack map.
 fn observability(opts: &Options) -> anyhow::Result<()> {
-    use lb_user::daemon::{
+    use lb::daemon::{
         metrics::{Recorder, Snapshot, encode},
         service::Service,
     };
@@ -380,7 +377,7 @@ fn observability(opts: &Options) -> anyhow::Result<()> {
 /// A walk of `CONNTRACK_V4` filled with `opts.ct` entries (by the program itself: new
 /// mid-flow flows, one per repetition), plus the empty IPv6 map and the SYN cache.
 fn conntrack_walk(opts: &Options) -> anyhow::Result<()> {
-    use lb_user::dataplane::WalkSettings;
+    use lb_dataplane::WalkSettings;
     let mut lb = Lb::with_ct(opts.ct, opts.syn);
     setup(&mut lb);
     let tcp4 = Flow::new(CLIENT4, 40000, VIP4, 80);
@@ -408,7 +405,7 @@ fn conntrack_walk(opts: &Options) -> anyhow::Result<()> {
     }
     times.sort_by(f64::total_cmp);
     let ms = times[times.len() / 2];
-    let interval_ms = f64::from(lb_user::defaults::CONNECTIONS_INTERVAL_MS);
+    let interval_ms = f64::from(lb::defaults::CONNECTIONS_INTERVAL_MS);
     println!(
         "conntrack walk (BPF_MAP_LOOKUP_BATCH, 8,192 entries per call): {entries} IPv4 entries \
          of {} + {} SYN cache slots, median of 7: {ms:.1} ms per walk, {:.2}% of one CPU at \

@@ -21,14 +21,14 @@ use std::{
 };
 
 use anyhow::bail;
-use lb_tests::{
-    daemon::{scale_config, start_until_ready, stop_gracefully},
-    netns::NetNs,
-};
-use lb_user::{
+use lb::{
     config::BackendState,
     controller::{BackendSpec, Override, Overrides},
     daemon::state_file::StateFile,
+};
+use lb_tests::{
+    daemon::{scale_config, start_until_ready, stop_gracefully},
+    netns::NetNs,
 };
 
 /// Restarts measured per case.

@@ -15,10 +15,8 @@ use anyhow::Context as _;
 use lb_common::types::{
     BACKEND_ACTIVE, BackendEntry, CONFIG_VALID, LbConfig, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP,
 };
-use lb_user::{
-    dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions, TableImage},
-    flow::addr_bytes,
-};
+use lb_dataplane::{AttachMode, Dataplane as _, KernelDataplane, LoadOptions, TableImage};
+use lb_maglev::flow::addr_bytes;
 
 use super::{LB_IFACE, TCP_PORT, TestBed, UDP_PORT, backend4, backend6};
 use crate::{

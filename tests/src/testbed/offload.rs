@@ -11,7 +11,7 @@
 
 use std::io;
 
-use lb_user::dataplane::offload::ethtool_value;
+use lb_dataplane::offload::ethtool_value;
 
 /// `ETHTOOL_STXCSUM` (include/uapi/linux/ethtool.h).
 const ETHTOOL_STXCSUM: u32 = 0x17;
@@ -30,7 +30,7 @@ pub fn disable_tx_checksum(iface: &str) -> io::Result<()> {
 }
 
 /// Switches receive VLAN offload off on `iface` (a veth advertises it): `lb run` refuses
-/// native XDP on an interface that has it, see `lb_user::dataplane::offload`.
+/// native XDP on an interface that has it, see `lb_dataplane::offload`.
 ///
 /// # Errors
 /// When the interface does not exist or an ioctl fails.

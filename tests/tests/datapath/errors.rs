@@ -16,11 +16,11 @@ use lb_common::{
     stats::Reason,
     types::{PROTO_TCP, PROTO_UDP},
 };
+use lb_dataplane::Dataplane as _;
 use lb_tests::{
     fixture::{Lb, XDP_DROP, XDP_PASS, round_robin},
     packets::{ACK, CLIENT_MAC, CLIENT4, CLIENT6, L4, LB_MAC, SYN, VIP4, VIP6},
 };
-use lb_user::dataplane::Dataplane as _;
 
 use super::{expect, expect_forwarded, flow4, flow6};
 

@@ -14,11 +14,11 @@ use lb_common::{
     stats::Reason,
     types::{PROTO_TCP, PROTO_UDP},
 };
+use lb_dataplane::{Dataplane as _, LoadOptions};
 use lb_tests::{
     fixture::{Lb, XDP_DROP, XDP_PASS, XDP_TX},
     packets::{CLIENT_MAC, CLIENT4, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, encapsulated, tagged},
 };
-use lb_user::dataplane::{Dataplane as _, LoadOptions};
 
 use super::{backend_ip, expect, expect_forwarded, flow4, flow6};
 

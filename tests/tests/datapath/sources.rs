@@ -8,11 +8,12 @@ use lb_common::{
     stats::Reason,
     types::{CONFIG_SOURCE_RANGES, PROTO_TCP, PROTO_UDP},
 };
+use lb_dataplane::Dataplane as _;
+use lb_dataplane::prefix::Prefix;
 use lb_tests::{
     fixture::{Lb, XDP_DROP, XDP_PASS, flow_key, vip_key},
     packets::{ACK, CLIENT_MAC, Flow, L4, LB_MAC, SYN, VIP4, VIP6},
 };
-use lb_user::{dataplane::Dataplane as _, prefix::Prefix};
 
 use super::{expect, expect_forwarded};
 

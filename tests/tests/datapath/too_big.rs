@@ -13,11 +13,11 @@ use lb_common::{
     stats::Reason,
     types::{BACKEND_ACTIVE, CONFIG_ICMP_TOO_BIG, PROTO_TCP},
 };
+use lb_dataplane::Dataplane as _;
 use lb_tests::{
     fixture::{Lb, XDP_DROP, XDP_TX, round_robin},
     packets::{self, ACK, CLIENT_MAC, L4, LB_MAC},
 };
-use lb_user::dataplane::Dataplane as _;
 
 use super::{expect, expect_forwarded, flow4, flow6};
 

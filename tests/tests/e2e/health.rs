@@ -13,6 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lb::control::{BackendStatus, Status};
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, backend_addr, vip_text},
     packets::{VIP4, VIP6},
@@ -26,7 +27,6 @@ use lb_tests::{
     },
     traffic::{self, Ports, Tally},
 };
-use lb_user::control::{BackendStatus, Status};
 
 use super::{bed, daemon};
 

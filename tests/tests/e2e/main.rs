@@ -5,7 +5,7 @@
 //! configuration file, signals and the `lb` CLI. Beds are independent, so libtest runs
 //! the tests in parallel.
 //!
-//! Needs the `lb` binary of the same profile: `cargo build -p lb-user --bin lb` (done by
+//! Needs the `lb` binary of the same profile: `cargo build -p lb --bin lb` (done by
 //! `cargo xtask test`), then `cargo test -p lb-tests --test e2e`.
 //!
 //! | what is checked | test |

@@ -29,12 +29,12 @@
 
 use std::time::{Duration, Instant};
 
+use lb::control::Stats;
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, backend_addr, vip_text},
     testbed::{backend_name, vip_tcp, vip_udp},
     traffic::{self, Ports, Tally, UdpFlow},
 };
-use lb_user::control::Stats;
 
 use super::{bed, daemon};
 

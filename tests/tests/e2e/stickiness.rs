@@ -17,12 +17,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lb::control::{Status, VipStatus};
 use lb_tests::{
     daemon::{BackendState, Daemon, DaemonConfig, backend_addr, vip_text},
     testbed::{TcpConn, TestBed, backend_name, vip_tcp},
     traffic::{self, Ports, Tally},
 };
-use lb_user::control::{Status, VipStatus};
 
 use super::{bed, daemon};
 

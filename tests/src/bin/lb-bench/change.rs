@@ -16,12 +16,12 @@
 //! yardstick.
 
 use anyhow::Context as _;
-use lb_user::{
+use lb::{
     config::{BackendState, Config},
     controller::{Controller, Desired, VipChange},
-    dataplane::{KernelDataplane, LoadOptions},
-    maglev::{Backend, BackendKey, MaglevTable},
 };
+use lb_dataplane::{KernelDataplane, LoadOptions};
+use lb_maglev::{Backend, BackendKey, MaglevTable};
 
 /// Changes measured per configuration.
 const CHANGES: usize = 100;

@@ -33,24 +33,24 @@ use std::{
 };
 
 use anyhow::Context as _;
-use lb_tests::netns::NetNs;
-use lb_user::{
+use lb::{
     config::{Config, Vip},
     controller::Controller,
     daemon::service::Service,
-    dataplane::{KernelDataplane, LoadOptions},
-    health::{
-        damping::Damping,
-        file::HealthFile,
-        outcome::{Failure, ProbeResult},
-        probe::Probe,
-        scheduler::{ProbeSpec, Schedule, Scheduler, SchedulerConfig, Start},
-        state::Thresholds,
-        target::ProbeTarget,
-        validate::VipHealth,
-    },
-    maglev::BackendKey,
 };
+use lb_dataplane::{KernelDataplane, LoadOptions};
+use lb_health::{
+    damping::Damping,
+    file::HealthFile,
+    outcome::{Failure, ProbeResult},
+    probe::Probe,
+    scheduler::{ProbeSpec, Schedule, Scheduler, SchedulerConfig, Start},
+    state::Thresholds,
+    target::ProbeTarget,
+    validate::VipHealth,
+};
+use lb_maglev::BackendKey;
+use lb_tests::netns::NetNs;
 
 const BACKENDS: u32 = 1_000;
 const TCP_PORT: u16 = 9001;
@@ -285,7 +285,7 @@ pub(crate) fn detection_to_live() -> anyhow::Result<()> {
         None,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let runtime = lb_user::daemon::health::HealthRuntime::start()?;
+    let runtime = lb::daemon::health::HealthRuntime::start()?;
     let mut batches = service.start_health(runtime.handle(), &loaded.config);
     let down = Arc::new(AtomicBool::new(false));
     let vip: Vip = "203.0.113.10:80/tcp".parse().map_err(anyhow::Error::msg)?;

@@ -26,11 +26,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context as _, ensure};
 use lb_common::stats::Reason;
+use lb_dataplane::{BenchSpec, BenchTarget, Dataplane as _, PassProgram};
 use lb_tests::{
     fixture::{Lb, XDP_PASS, XDP_TX},
     packets::{ACK, CLIENT6, Flow, L4, SYN, VIP4, VIP6},
 };
-use lb_user::dataplane::{BenchSpec, BenchTarget, Dataplane as _, PassProgram};
 
 use crate::{Options, median, setup, sized};
 

@@ -1,0 +1,221 @@
+//! Inspecting and clearing flows in the conntrack maps and the SYN cache: the pin
+//! `lb flow` reports, and the deletes and counts tests use.
+
+use aya::maps::{HashMap, MapData, MapError};
+use lb_common::{
+    conntrack::{self, Decision},
+    hash::flow_hash,
+    maps::{self, MAX_VIPS},
+    stats::VipStats,
+    types::{BACKEND_ACTIVE, BACKEND_DRAINING, CtEntry, FAMILY_V4, FlowKey, SynEntry},
+};
+
+use super::{KernelDataplane, lock};
+use crate::{CtTable, DataplaneError, absent_is_ok, map_err};
+
+impl KernelDataplane {
+    /// Removes one flow from the `SYN_CACHE` and from its family's conntrack map
+    /// (operator tooling and tests). The slot goes first: an ACK in between could
+    /// otherwise promote it again.
+    ///
+    /// # Errors
+    /// Map failures other than "not found".
+    pub fn delete_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
+        if let Some((index, _)) = self.held_syn(key)? {
+            self.syn_cache
+                .set(index, SynEntry::default(), 0)
+                .map_err(map_err(maps::SYN_CACHE, "update"))?;
+        }
+        if key.vip.family == FAMILY_V4 {
+            absent_is_ok(self.conntrack_v4.remove(&key.v4()))
+                .map_err(map_err(maps::CONNTRACK_V4, "delete"))
+        } else {
+            absent_is_ok(self.conntrack_v6.remove(key))
+                .map_err(map_err(maps::CONNTRACK_V6, "delete"))
+        }
+    }
+
+    /// Empties both conntrack maps and the `SYN_CACHE`.
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn flush_conntrack(&mut self) -> Result<(), DataplaneError> {
+        // SYN slots first, as in `delete_flow`: an ACK in between cannot promote them.
+        for index in 0..self.syn_slots {
+            self.syn_cache
+                .set(index, SynEntry::default(), 0)
+                .map_err(map_err(maps::SYN_CACHE, "update"))?;
+        }
+        flush(&mut self.conntrack_v4, maps::CONNTRACK_V4)?;
+        flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)
+    }
+
+    /// Number of (pins in both conntrack maps, held SYNs in `SYN_CACHE`).
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn conntrack_len(&self) -> Result<(usize, usize), DataplaneError> {
+        let established = count(&self.conntrack_v4, maps::CONNTRACK_V4)?
+            + count(&self.conntrack_v6, maps::CONNTRACK_V6)?;
+        let mut syn = 0;
+        for index in 0..self.syn_slots {
+            let slot = self
+                .syn_cache
+                .get(&index, 0)
+                .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
+            syn += usize::from(slot.key.vip.family != 0 && u32::from(slot.vip_id) < MAX_VIPS);
+        }
+        Ok((established, syn))
+    }
+
+    /// The `SYN_CACHE` index and element holding a SYN of `key`, if any (under the hash
+    /// seed last written, which the daemon never changes while running).
+    fn held_syn(&self, key: &FlowKey) -> Result<Option<(u32, SynEntry)>, DataplaneError> {
+        let Some(cfg) = self.written_config.as_ref() else {
+            return Ok(None);
+        };
+        let hash = flow_hash(key, cfg.hash_seed);
+        let index = hash & (self.syn_slots - 1);
+        let slot = self
+            .syn_cache
+            .get(&index, 0)
+            .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
+        Ok((u32::from(slot.vip_id) < MAX_VIPS && slot.holds(key, hash)).then_some((index, slot)))
+    }
+
+    /// [`crate::Dataplane::lookup_flow`]: the entry the next packet of `key`
+    /// would follow, and which map holds it.
+    pub(super) fn conntrack_lookup(
+        &self,
+        key: &FlowKey,
+    ) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
+        let found = if key.vip.family == FAMILY_V4 {
+            self.conntrack_v4
+                .get(&key.v4(), 0)
+                .map_err(|e| (maps::CONNTRACK_V4, e))
+        } else {
+            self.conntrack_v6
+                .get(key, 0)
+                .map_err(|e| (maps::CONNTRACK_V6, e))
+        };
+        let pinned = match found {
+            Ok(entry) => Some(entry),
+            Err((_, MapError::KeyNotFound)) => None,
+            Err((name, e)) => return Err(map_err(name, "lookup")(e)),
+        };
+        // The state the flow's next packet (neither SYN nor RST) follows, decided as the
+        // XDP program decides it. Without a configuration or a VIPS entry the program
+        // forwards nothing.
+        let Some(cfg) = self.written_config else {
+            return Ok(None);
+        };
+        let Some(vip) = lock(&self.tables).vip_entry(&key.vip)? else {
+            return Ok(None);
+        };
+        let mut reads = MapReads {
+            dp: self,
+            error: None,
+        };
+        let decision = conntrack::decide(
+            &mut reads,
+            key,
+            false,
+            &vip,
+            pinned.as_ref(),
+            &cfg,
+            &mut VipStats::default(),
+        );
+        if let Some(error) = reads.error {
+            return Err(error);
+        }
+        Ok(match decision {
+            Decision::Pin { .. } => pinned.map(|entry| (CtTable::Established, entry)),
+            Decision::HeldSyn { slot: s, .. } => Some((
+                CtTable::SynOnly,
+                CtEntry {
+                    backend_id: u32::from(s.backend_id),
+                    vip_id: u32::from(s.vip_id),
+                    stamp_ns: s.syn_ns,
+                    epoch: s.epoch,
+                    isn: s.seq,
+                    ..CtEntry::default()
+                },
+            )),
+            Decision::Table { .. } => None,
+        })
+    }
+}
+
+/// The map reads of the conntrack decision (`lb_common::conntrack`) for `lookup_flow`:
+/// the clock, `BACKENDS` and `SYN_CACHE`. The first failed read is kept in `error`.
+struct MapReads<'a> {
+    dp: &'a KernelDataplane,
+    error: Option<DataplaneError>,
+}
+
+impl conntrack::PinLookups for MapReads<'_> {
+    type Backend = u32;
+
+    fn now_ns(&mut self) -> u64 {
+        super::walk::conntrack_now_ns()
+    }
+
+    fn keeps_flows(&mut self, id: u32) -> Option<u32> {
+        match self.dp.backends.get(&id, 0) {
+            Ok(b) => (b.state == BACKEND_ACTIVE || b.state == BACKEND_DRAINING).then_some(id),
+            Err(MapError::OutOfBounds { .. }) => None,
+            Err(e) => {
+                self.error
+                    .get_or_insert(map_err(maps::BACKENDS, "lookup")(e));
+                None
+            }
+        }
+    }
+}
+
+impl conntrack::Lookups for MapReads<'_> {
+    type Slot = SynEntry;
+
+    fn syn_slot(&mut self, hash: u32) -> Option<SynEntry> {
+        let index = hash & (self.dp.syn_slots - 1);
+        match self.dp.syn_cache.get(&index, 0) {
+            Ok(slot) => Some(slot),
+            Err(e) => {
+                self.error
+                    .get_or_insert(map_err(maps::SYN_CACHE, "lookup")(e));
+                None
+            }
+        }
+    }
+
+    /// Not read: the table only decides whether a pin is re-labelled, which does not
+    /// change where the packet goes.
+    fn table_slot(&mut self, _hash: u32) -> Option<u32> {
+        None
+    }
+}
+
+/// Deletes every entry of a conntrack map.
+fn flush<K: aya::Pod>(
+    map: &mut HashMap<MapData, K, CtEntry>,
+    name: &'static str,
+) -> Result<(), DataplaneError> {
+    let keys: Vec<K> = map
+        .keys()
+        .collect::<Result<_, _>>()
+        .map_err(map_err(name, "iterate"))?;
+    for key in keys {
+        absent_is_ok(map.remove(&key)).map_err(map_err(name, "delete"))?;
+    }
+    Ok(())
+}
+
+/// Number of entries of a conntrack map.
+fn count<K: aya::Pod>(
+    map: &HashMap<MapData, K, CtEntry>,
+    name: &'static str,
+) -> Result<usize, DataplaneError> {
+    map.keys()
+        .try_fold(0usize, |n, k| k.map(|_| n + 1))
+        .map_err(map_err(name, "iterate"))
+}

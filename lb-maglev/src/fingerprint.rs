@@ -1,0 +1,224 @@
+//! [`Fingerprint`]: a digest of a table's slot owners, so operators can compare the
+//! tables of several instances: instances behind the same ECMP routers must agree on
+//! every slot, or a flow that moves between them changes backend.
+//!
+//! # Encoding, version 1
+//! SHA-256 (FIPS 180-4) over the bytes
+//! ```text
+//! "lb-maglev-fingerprint-v1\n"
+//! for each slot 0..M-1, in order: canonical key text of the slot's owner, then "\n"
+//! ```
+//! where the canonical key text is the ASCII text of [`BackendKey`]'s `Display`
+//! (`198.51.100.11`, `[2001:db8::1]:80`, ...). An empty table (no backend with
+//! weight > 0) is the header alone. The seed, the weights and drained backends are not
+//! encoded: two tables with the same owner in every slot have the same fingerprint,
+//! because the data plane behaves the same with either. The digest can be recomputed
+//! outside `lb` from a dump of the owners, e.g. with `sha256sum`.
+//!
+//! The fingerprint of given inputs changes only when the encoding or the table
+//! algorithm changes deliberately; either change must bump [`FINGERPRINT_VERSION`] (and
+//! the header). A golden test pins it.
+
+use std::{fmt, str::FromStr};
+
+use sha2::{Digest as _, Sha256};
+
+use super::BackendKey;
+
+/// Version of the fingerprint encoding and of the table algorithm it pins.
+pub const FINGERPRINT_VERSION: u32 = 1;
+
+/// The first bytes hashed.
+const HEADER: &[u8] = b"lb-maglev-fingerprint-v1\n";
+
+/// A table's SHA-256 fingerprint (32 bytes). `Display` and serde give 64 lowercase
+/// hexadecimal digits; [`FromStr`] parses them back (either case).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Fingerprint(#[serde(with = "hex32")] [u8; 32]);
+
+impl Fingerprint {
+    /// The fingerprint of a table whose slot `s` is owned by `keys[slots[s]]`.
+    ///
+    /// # Panics
+    /// If a slot indexes past `keys`.
+    #[must_use]
+    pub fn of_slots(keys: &[BackendKey], slots: &[u32]) -> Self {
+        let texts: Vec<_> = keys.iter().map(BackendKey::canonical_text).collect();
+        let mut hasher = Sha256::new();
+        hasher.update(HEADER);
+        // Feed the hasher in large blocks rather than one small update per slot.
+        const BLOCK: usize = 64 * 1024;
+        let mut block = Vec::with_capacity(BLOCK + 64);
+        for &slot in slots {
+            block.extend_from_slice(texts[slot as usize].as_bytes());
+            block.push(b'\n');
+            if block.len() >= BLOCK {
+                hasher.update(&block);
+                block.clear();
+            }
+        }
+        hasher.update(&block);
+        Self(hasher.finalize().into())
+    }
+
+    /// The digest's bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_hex(f, &self.0)
+    }
+}
+
+/// Writes the 32 bytes of a SHA-256 digest as 64 lowercase hexadecimal digits.
+///
+/// # Errors
+/// As the formatter's.
+pub fn write_hex(f: &mut fmt::Formatter<'_>, digest: &[u8; 32]) -> fmt::Result {
+    for byte in digest {
+        write!(f, "{byte:02x}")?;
+    }
+    Ok(())
+}
+
+/// The 32 bytes of a SHA-256 digest written as 64 hexadecimal digits (either case);
+/// `None` for any other text.
+pub(crate) fn parse_hex(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut bytes = [0; 32];
+    for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(bytes)
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+/// A text that is not 64 hexadecimal digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid fingerprint {0:?}: expected 64 hexadecimal digits")]
+pub struct ParseFingerprintError(String);
+
+impl FromStr for Fingerprint {
+    type Err = ParseFingerprintError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        parse_hex(text)
+            .map(Self)
+            .ok_or_else(|| ParseFingerprintError(text.to_owned()))
+    }
+}
+
+/// Serde of a 32-byte digest as 64 hexadecimal digits (lowercase written, either case
+/// read), for `#[serde(with = "hex32")]`.
+pub mod hex32 {
+    use std::fmt;
+
+    /// Serializes `digest` as 64 lowercase hexadecimal digits.
+    ///
+    /// # Errors
+    /// As the serializer's.
+    pub fn serialize<S: serde::Serializer>(
+        digest: &[u8; 32],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        struct Hex<'a>(&'a [u8; 32]);
+        impl fmt::Display for Hex<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                super::write_hex(f, self.0)
+            }
+        }
+        serializer.collect_str(&Hex(digest))
+    }
+
+    /// Deserializes 64 hexadecimal digits.
+    ///
+    /// # Errors
+    /// Any other text.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<[u8; 32], D::Error> {
+        let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+        super::parse_hex(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid digest {text:?}: expected 64 hexadecimal digits"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_is_the_documented_one() {
+        let keys: Vec<BackendKey> = ["198.51.100.11", "[2001:db8::1]:80"]
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let mut expected = Sha256::new();
+        expected
+            .update(b"lb-maglev-fingerprint-v1\n198.51.100.11\n[2001:db8::1]:80\n198.51.100.11\n");
+        let expected: [u8; 32] = expected.finalize().into();
+        assert_eq!(
+            Fingerprint::of_slots(&keys, &[0, 1, 0]).as_bytes(),
+            &expected
+        );
+    }
+
+    #[test]
+    fn blocks_do_not_change_the_digest() {
+        let keys: Vec<BackendKey> = (0..50_u8)
+            .map(|i| std::net::Ipv4Addr::new(198, 51, 100, i).into())
+            .collect();
+        let slots: Vec<u32> = (0..20_000).map(|s| s % 50).collect();
+        let mut bytes = HEADER.to_vec();
+        for &s in &slots {
+            bytes.extend_from_slice(keys[s as usize].to_string().as_bytes());
+            bytes.push(b'\n');
+        }
+        let expected: [u8; 32] = Sha256::digest(&bytes).into();
+        assert_eq!(Fingerprint::of_slots(&keys, &slots).as_bytes(), &expected);
+    }
+
+    #[test]
+    fn empty_table_and_sha256_known_answer() {
+        // SHA-256 of the header alone, computed independently (FIPS 180-4 known answer
+        // for "abc" checks the hash itself).
+        let abc: [u8; 32] = Sha256::digest(b"abc").into();
+        assert_eq!(
+            Fingerprint(abc).to_string(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let empty = Fingerprint::of_slots(&[], &[]);
+        assert_eq!(empty, Fingerprint(Sha256::digest(HEADER).into()));
+    }
+
+    #[test]
+    fn hex_round_trip() {
+        let f = Fingerprint([0xab; 32]);
+        let text = f.to_string();
+        assert_eq!(text.len(), 64);
+        assert_eq!(text.parse::<Fingerprint>().unwrap(), f);
+        assert_eq!(text.to_uppercase().parse::<Fingerprint>().unwrap(), f);
+        assert!("abc".parse::<Fingerprint>().is_err());
+        assert!("g".repeat(64).parse::<Fingerprint>().is_err());
+        assert!("+a".repeat(32).parse::<Fingerprint>().is_err());
+        assert_eq!(serde_json::to_string(&f).unwrap(), format!("\"{text}\""));
+        let back: Fingerprint = serde_json::from_str(&format!("\"{text}\"")).unwrap();
+        assert_eq!(back, f);
+        assert!(serde_json::from_str::<Fingerprint>("\"ab\"").is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! `lb hash`: the consistent-hashing lab ([`lb_hashlab`]) offline, for operators
+//! sizing tables and engineers checking claims (no root, no daemon, no maps):
+//!
+//! ```text
+//! lb hash [--servers N|LIST] [--keys N | --key-file FILE] [--zipf S] [--hash NAME]
+//!         [--schemes LIST] [--vnodes LIST] [--epsilon E] [--event EVENT]...
+//!         [--peer N|LIST] [--hot K] [--replicas R] [--json] [--plot FILE.svg]
+//! ```
+//!
+//! It places the same keys with mod-N, the ring, rendezvous, jump, Maglev and bounded
+//! load and prints, per scheme, the balance of keys (and requests) per server, the memory
+//! and the measured lookup time; per `--event`, the keys that move and where; the ring at
+//! every `--vnodes` value; hot keys; and the keys a peer with another server list places
+//! differently. [`run`] returns the report (text, or JSON with `--json`) and writes the
+//! `--plot` file; `main.rs` prints it and decides the exit status (2 for an invalid
+//! argument, named in the message; 1 when the plot cannot be written).
+
+use std::{fs, net::SocketAddr, path::PathBuf};
+
+use super::{
+    Output,
+    table::{parse_seed, parse_table_size},
+};
+use crate::defaults;
+use lb_hashlab::{
+    Event, Input, KeyHash, KeySet, LabInput, Params, SchemeKind, Server,
+    hashes::{DEFAULT_FLOW_VIP, HASH_NAMES},
+    keys::MAX_KEYS,
+    plot,
+};
+
+/// Arguments of `lb hash`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HashArgs {
+    /// Servers: a count N (named S0..S(N-1)) or a comma-separated list of NAME[=WEIGHT]
+    /// (a name may be an address; list order numbers the buckets of modn and jump).
+    #[arg(long, value_name = "N|LIST", default_value = "5")]
+    pub servers: ServerList,
+    /// Generated keys: N distinct client endpoints in 198.18.0.0/15 (seeded SplitMix64).
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = parse_key_count,
+          conflicts_with = "key_file")]
+    pub keys: usize,
+    /// Keys from a file: one per line, `KEY` or `KEY COUNT` (a repeated key adds its count).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Seed of the key generator.
+    #[arg(long, value_name = "S", default_value_t = 1, value_parser = parse_seed)]
+    pub key_seed: u64,
+    /// Give the keys a Zipf(S) popularity (S > 0) over --requests requests, by key order.
+    #[arg(long, value_name = "S", value_parser = parse_positive)]
+    pub zipf: Option<f64>,
+    /// Requests spread by --zipf.
+    #[arg(long, value_name = "R", default_value_t = 1_000_000, requires = "zipf")]
+    pub requests: u64,
+    /// Key hash: fnv1a32-fmix32, flow (the data plane's flow hash) or xxh3.
+    #[arg(long, value_name = "NAME", default_value = "xxh3", value_parser = parse_hash_name)]
+    pub hash: String,
+    /// Seed of the key hash (flow: 32 bits, the data plane's hash_seed; fnv: unused).
+    #[arg(long, value_name = "S", default_value_t = 0, value_parser = parse_seed)]
+    pub seed: u64,
+    /// VIP that `--hash flow` connects endpoint keys to (TCP).
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_FLOW_VIP)]
+    pub vip: SocketAddr,
+    /// Schemes, comma-separated: modn, ring, rendezvous, jump, maglev, bounded.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "modn,ring,rendezvous,jump,maglev,bounded"
+    )]
+    pub schemes: Vec<SchemeKind>,
+    /// Ring points per unit of weight, comma-separated for a sweep (1,10,100,1000); the
+    /// last value is the V of the ring and bounded rows.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "100",
+          value_parser = parse_vnodes)]
+    pub vnodes: Vec<u32>,
+    /// Bounded load: each server holds at most ceil((1 + E) * keys / servers) keys (E > 0).
+    #[arg(long, value_name = "E", default_value_t = 0.25, value_parser = parse_positive)]
+    pub epsilon: f64,
+    /// Maglev table size M: a prime from 2 to 4000037.
+    #[arg(long, value_name = "M", default_value_t = defaults::TABLE_SIZE, value_parser = parse_table_size)]
+    pub table_size: u32,
+    /// Seed of Maglev's backend hash (the controller's by default).
+    #[arg(long, value_name = "S", default_value_t = defaults::MAGLEV_SEED, value_parser = parse_seed)]
+    pub maglev_seed: u64,
+    /// A change to compare (repeatable): add:NAME[=W], remove:NAME, grow:K, shrink:K,
+    /// weight:NAME=W.
+    #[arg(long, value_name = "EVENT")]
+    pub event: Vec<Event>,
+    /// A second client's server list (N or LIST): report the keys it places differently.
+    #[arg(long, value_name = "N|LIST")]
+    pub peer: Option<ServerList>,
+    /// Hottest keys to spread over --replicas servers in the hot-key table.
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    pub hot: usize,
+    /// Servers (distinct, clockwise on the ring) each hot key is spread over.
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    pub replicas: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write three SVG charts: keys per server, keys moved, sd/avg against V.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+/// Why `lb hash` failed. The text names the option at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum HashCliError {
+    /// An option's value cannot be used.
+    #[error("{option}: {problem}")]
+    Argument {
+        /// The option, e.g. `--key-file`.
+        option: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The plot could not be drawn or written.
+    #[error("--plot: {0}")]
+    Plot(String),
+}
+
+impl HashCliError {
+    fn argument(option: &'static str, problem: impl Into<String>) -> Self {
+        Self::Argument {
+            option,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Runs `lb hash`: returns the report (text or JSON) and writes the `--plot` file.
+///
+/// # Errors
+/// [`HashCliError::Argument`] naming the option (an unreadable or empty key file, a seed
+/// too wide for the flow hash, `--zipf` with counted keys, a server list or event the
+/// schemes cannot use); [`HashCliError::Plot`] when the SVG cannot be written.
+pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
+    let input = lab_input(args)?;
+    let report = lb_hashlab::run(&input).map_err(|error| {
+        let option = match error.input {
+            Input::Servers => "--servers",
+            Input::Peer => "--peer",
+            Input::Event(_) => "--event",
+            Input::Vnodes => "--vnodes",
+            Input::Epsilon => "--epsilon",
+            Input::TableSize => "--table-size",
+            Input::Schemes => "--schemes",
+            Input::Replicas => "--replicas",
+        };
+        HashCliError::argument(option, error.problem)
+    })?;
+    let mut output = if args.json {
+        let mut json = serde_json::to_string_pretty(&report).expect("reports serialise to JSON");
+        json.push('\n');
+        json
+    } else {
+        report.to_text()
+    };
+    if let Some(path) = &args.plot {
+        let svg = plot::svg(&report).map_err(HashCliError::Plot)?;
+        fs::write(path, svg)
+            .map_err(|e| HashCliError::Plot(format!("writing {}: {e}", path.display())))?;
+        if !args.json {
+            output.push_str(&format!(
+                "\nplot: {} ({} charts)\n",
+                path.display(),
+                plot::TITLES.len()
+            ));
+        }
+    }
+    Ok(Output::text(output))
+}
+
+/// The lab's input from the arguments (reads `--key-file`).
+fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
+    let (mut keys, key_source) = match &args.key_file {
+        Some(path) => {
+            let text = fs::read_to_string(path).map_err(|e| {
+                HashCliError::argument("--key-file", format!("reading {}: {e}", path.display()))
+            })?;
+            let keys = KeySet::parse(&text).map_err(|problem| {
+                HashCliError::argument("--key-file", format!("{}: {problem}", path.display()))
+            })?;
+            (keys, path.display().to_string())
+        }
+        None => (
+            KeySet::generate(args.keys, args.key_seed)
+                .map_err(|problem| HashCliError::argument("--keys", problem))?,
+            format!("generated, seed {}", args.key_seed),
+        ),
+    };
+    if let Some(s) = args.zipf {
+        if keys.is_counted() {
+            return Err(HashCliError::argument(
+                "--zipf",
+                "the key file already gives request counts",
+            ));
+        }
+        keys.apply_zipf(s, args.requests);
+    }
+    let hash = match args.hash.as_str() {
+        "fnv1a32-fmix32" => KeyHash::Fnv1a32Fmix32,
+        "flow" => KeyHash::Flow {
+            seed: u32::try_from(args.seed).map_err(|_| {
+                HashCliError::argument(
+                    "--seed",
+                    format!("{} is wider than the flow hash's 32-bit seed", args.seed),
+                )
+            })?,
+            vip: args.vip,
+        },
+        _ => KeyHash::Xxh3 { seed: args.seed },
+    };
+    Ok(LabInput {
+        servers: args.servers.0.clone(),
+        keys,
+        key_source,
+        schemes: {
+            let mut kinds = args.schemes.clone();
+            kinds.sort_unstable();
+            kinds.dedup();
+            kinds
+        },
+        params: Params {
+            hash,
+            vnodes: args.vnodes.last().copied().unwrap_or(100),
+            epsilon: args.epsilon,
+            table_size: args.table_size,
+            maglev_seed: args.maglev_seed,
+        },
+        vnodes_sweep: args.vnodes.clone(),
+        events: args.event.clone(),
+        peer: args.peer.as_ref().map(|list| list.0.clone()),
+        hot: args.hot,
+        replicas: args.replicas,
+    })
+}
+
+/// A `--servers` / `--peer` value: a count or a list (see [`lb_hashlab::parse_servers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerList(pub Vec<Server>);
+
+impl std::str::FromStr for ServerList {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        lb_hashlab::parse_servers(text).map(Self)
+    }
+}
+
+fn parse_key_count(text: &str) -> Result<usize, String> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|&n| (1..=MAX_KEYS).contains(&n))
+        .ok_or_else(|| format!("{text:?} is not a key count (1 to {MAX_KEYS})"))
+}
+
+fn parse_positive(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .ok_or_else(|| format!("{text:?} is not a number > 0"))
+}
+
+fn parse_hash_name(text: &str) -> Result<String, String> {
+    if HASH_NAMES.contains(&text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("unknown hash {text:?}: {}", HASH_NAMES.join(", ")))
+    }
+}
+
+/// One `--vnodes` value: a `u32` >= 1.
+fn parse_vnodes(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err("0 virtual nodes: V must be 1 or more".to_owned()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!(
+            "{text:?} is not a number of virtual nodes (1 or more)"
+        )),
+    }
+}

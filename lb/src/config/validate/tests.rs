@@ -1,0 +1,520 @@
+//! Validation: good files load; a table of bad files, each with the exact error text.
+
+use super::*;
+use crate::config::BackendState;
+use lb_health::{
+    damping::Damping, policy::FailurePolicy, settings::StatusRanges, state::Thresholds,
+};
+
+/// The smallest file without VIPs (also the data-plane keys' tests).
+pub(super) const BASE: &str = r#"
+interface = "eth0"
+[encap]
+source_v4 = "192.0.2.1"
+source_v6 = "2001:db8:c::1"
+"#;
+
+const VIP: &str = r#"
+[[vip]]
+address = "203.0.113.10"
+port = 80
+protocol = "tcp"
+[[vip.backend]]
+address = "198.51.100.11"
+[[vip.backend]]
+address = "198.51.100.12"
+weight = 2
+[[vip.backend]]
+address = "198.51.100.13"
+state = "drain"
+"#;
+
+fn load(text: &str) -> Result<Loaded, ConfigErrors> {
+    parse(text)
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match load(text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn a_complete_file_loads_with_defaults_filled_in() {
+    let loaded = load(&format!("{BASE}{VIP}")).expect("valid");
+    let c = loaded.config;
+    assert_eq!(c.interface, "eth0");
+    assert_eq!(c.xdp_mode, XdpMode::Auto);
+    assert_eq!(c.control_socket, PathBuf::from(defaults::CONTROL_SOCKET));
+    assert_eq!(c.mtu, 1500);
+    assert_eq!(c.nexthop, Nexthop::Fib);
+    assert_eq!(c.udp_timeout, Duration::from_secs(30));
+    assert_eq!(c.vips.len(), 1);
+    let v = &c.vips[0];
+    assert_eq!(v.vip.to_string(), "203.0.113.10:80/tcp");
+    assert_eq!(v.table_size, 65_537);
+    assert_eq!(
+        v.backends
+            .iter()
+            .map(|b| (b.key.to_string(), b.weight, b.state))
+            .collect::<Vec<_>>(),
+        vec![
+            ("198.51.100.11".to_owned(), 1, BackendState::Active),
+            ("198.51.100.12".to_owned(), 2, BackendState::Active),
+            ("198.51.100.13".to_owned(), 1, BackendState::Drain),
+        ]
+    );
+    assert!(loaded.warnings.is_empty());
+}
+
+#[test]
+fn the_example_file_in_the_repository_is_valid() {
+    let text = include_str!("../../../../lb.example.toml");
+    let loaded = load(text).expect("lb.example.toml is valid");
+    assert!(!loaded.config.vips.is_empty());
+}
+
+/// Every key of `lb.example.toml` that has a default states exactly that default, so
+/// that an instance started from the example builds the tables `lb table build` shows
+/// with its own defaults (same size, same seed).
+#[test]
+fn the_example_file_states_exactly_the_defaults() {
+    let text = include_str!("../../../../lb.example.toml");
+    let file: toml::Table = text.parse().expect("lb.example.toml is TOML");
+    let at = |path: &str| {
+        let mut value = toml::Value::Table(file.clone());
+        for part in path.split('.') {
+            value = match part.split_once('[') {
+                Some((key, index)) => {
+                    let i: usize = index.trim_end_matches(']').parse().expect("index");
+                    value[key][i].clone()
+                }
+                None => value[part].clone(),
+            };
+        }
+        value
+    };
+    let int = |v: u64| toml::Value::Integer(i64::try_from(v).expect("fits TOML"));
+    let ms = |d: Duration| u64::try_from(d.as_millis()).expect("fits");
+    let string = |s: &str| toml::Value::String(s.to_owned());
+    assert_eq!(
+        at("detach_on_exit"),
+        toml::Value::Boolean(defaults::DETACH_ON_EXIT)
+    );
+    let expected = [
+        ("pin_dir", string(defaults::PIN_DIR)),
+        ("state_dir", string(defaults::STATE_DIR)),
+        ("xdp_mode", string(defaults::XDP_MODE)),
+        ("control_socket", string(defaults::CONTROL_SOCKET)),
+        ("mtu", int(defaults::MTU.into())),
+        ("hash_seed", int(defaults::HASH_SEED.into())),
+        ("maglev_seed", int(defaults::MAGLEV_SEED)),
+        (
+            "max_table_memory_mib",
+            int(defaults::MAX_TABLE_MEMORY_MIB.into()),
+        ),
+        ("nexthop.mode", string(defaults::NEXTHOP_MODE)),
+        ("nexthop.cache_ms", int(defaults::NEXTHOP_CACHE_MS.into())),
+        ("conntrack.capacity", int(defaults::CT_CAPACITY.into())),
+        (
+            "conntrack.syn_capacity",
+            int(defaults::CT_SYN_CAPACITY.into()),
+        ),
+        (
+            "conntrack.udp_timeout_secs",
+            int(defaults::UDP_TIMEOUT_SECS.into()),
+        ),
+        ("conntrack.new_pin_rate", int(defaults::NEW_PIN_RATE.into())),
+        (
+            "conntrack.fragment_capacity",
+            int(defaults::FRAG_CAPACITY.into()),
+        ),
+        ("encap.flow_label", string(defaults::FLOW_LABEL)),
+        ("icmp.too_big", toml::Value::Boolean(defaults::ICMP_TOO_BIG)),
+        ("icmp.echo", toml::Value::Boolean(defaults::ICMP_ECHO)),
+        ("icmp.rate_limit", int(defaults::ICMP_RATE_LIMIT.into())),
+        ("icmp.burst", int(defaults::ICMP_BURST.into())),
+        (
+            "metrics.enabled",
+            toml::Value::Boolean(defaults::METRICS_ENABLED),
+        ),
+        ("metrics.listen", string(defaults::METRICS_LISTEN)),
+        (
+            "metrics.connections_interval_ms",
+            int(defaults::CONNECTIONS_INTERVAL_MS.into()),
+        ),
+        ("metrics.idle_secs", int(defaults::IDLE_SECS.into())),
+        (
+            "metrics.removed_retention_secs",
+            int(defaults::REMOVED_RETENTION_SECS.into()),
+        ),
+        ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
+        (
+            "health.coalesce_ms",
+            int(defaults::HEALTH_COALESCE_MS.into()),
+        ),
+        (
+            "health.max_concurrent_probes",
+            int(defaults::HEALTH_MAX_CONCURRENT_PROBES.into()),
+        ),
+        ("vip[0].health.mode", string("direct")),
+        (
+            "vip[0].health.interval_ms",
+            int(ms(lb_health::settings::DEFAULT_INTERVAL)),
+        ),
+        (
+            "vip[0].health.timeout_ms",
+            int(ms(lb_health::settings::DEFAULT_TIMEOUT)),
+        ),
+        ("vip[0].health.rise", int(Thresholds::DEFAULT_RISE.into())),
+        ("vip[0].health.fall", int(Thresholds::DEFAULT_FALL.into())),
+        (
+            "vip[0].health.path",
+            string(lb_health::settings::DEFAULT_HTTP_PATH),
+        ),
+        (
+            "vip[0].health.status",
+            string(&StatusRanges::default().to_string()),
+        ),
+        (
+            "vip[0].health.panic_threshold",
+            int(FailurePolicy::default().panic_threshold.into()),
+        ),
+        (
+            "vip[0].health.all_down",
+            string(&FailurePolicy::default().all_down.to_string()),
+        ),
+        (
+            "vip[0].health.flap_transitions",
+            int(Damping::DEFAULT_MAX_TRANSITIONS.into()),
+        ),
+        (
+            "vip[0].health.flap_window_secs",
+            int(Damping::DEFAULT_WINDOW.as_secs()),
+        ),
+        (
+            "vip[0].health.flap_hold_secs",
+            int(Damping::DEFAULT_HOLD.as_secs()),
+        ),
+        (
+            "vip[1].health.dns_type",
+            string(&lb_health::settings::DEFAULT_DNS_TYPE.to_string()),
+        ),
+        ("vip[0].backend[0].weight", int(defaults::WEIGHT.into())),
+        (
+            "announce.enabled",
+            toml::Value::Boolean(defaults::ANNOUNCE_ENABLED),
+        ),
+        ("announce.table", int(defaults::ANNOUNCE_TABLE.into())),
+        ("announce.protocol", int(defaults::ANNOUNCE_PROTOCOL.into())),
+    ];
+    for (path, value) in expected {
+        assert_eq!(at(path), value, "lb.example.toml: {path}");
+    }
+    // The example's first backend leaves `state` out: the comment on the third
+    // documents the default.
+    assert!(text.contains(&format!("# {} (default)", defaults::BACKEND_STATE)));
+}
+
+#[test]
+fn bad_files_are_rejected_with_the_key_path_and_value() {
+    let with_vip = |extra: &str| format!("{BASE}{VIP}{extra}");
+    let cases: Vec<(String, &str)> = vec![
+        // Types: the key path, the value, the line.
+        (
+            with_vip("").replace("weight = 2", "weight = \"abc\""),
+            "vip[0].backend[1].weight: expected an integer >= 0 and <= 4294967295, got \"abc\" (line 15)",
+        ),
+        (
+            with_vip("").replace("weight = 2", "weight = -1"),
+            "vip[0].backend[1].weight: expected an integer >= 0 and <= 4294967295, got -1 (line 15)",
+        ),
+        (
+            with_vip("").replace("weight = 2", "weight = 1.5"),
+            "vip[0].backend[1].weight: expected an integer >= 0 and <= 4294967295, got 1.5 (line 15)",
+        ),
+        (
+            with_vip("").replace("port = 80", "port = 70000"),
+            "vip[0].port: expected an integer >= 0 and <= 65535, got 70000 (line 9)",
+        ),
+        (
+            format!("colour = \"blue\"{BASE}"),
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `metrics`, `health`, `announce`, `vip` (line 1)",
+        ),
+        (
+            with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
+            "vip[0].backend[2].stat: unknown field `stat`, expected one of `address`, `weight`, `state`, `health` (line 18)",
+        ),
+        (
+            "[encap]\nsource_v4 = \"192.0.2.1\"\n".to_owned(),
+            "missing field `interface` (line 1)",
+        ),
+        (
+            "interface = \n".to_owned(),
+            "string values must be quoted, expected literal string (line 1)",
+        ),
+        // Semantics.
+        (
+            with_vip("").replace("protocol = \"tcp\"", "protocol = \"sctp\""),
+            "vip[0].protocol: expected \"tcp\" or \"udp\", got \"sctp\"",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 65536\n"),
+            "vip[0].table_size: table_size 65536 is not prime (nearest primes: 65521 and 65537)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 1\n"),
+            "vip[0].table_size: table_size must be a prime >= 2 (got 1)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 10000019\n"),
+            "vip[0].table_size: table_size 10000019 exceeds maximum 4000037",
+        ),
+        (
+            with_vip("")
+                .replace("[[vip]]\n", "[[vip]]\ntable_size = 2\n")
+                .replace("state = \"drain\"", "state = \"active\""),
+            "vip[0].table_size: table_size 2 is smaller than backend count 3",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "198.51.100.11"),
+            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0])",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "::ffff:198.51.100.11"),
+            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0])",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "198.51.100.12:8080"),
+            "vip[0].backend[1].address: backend port not supported with IP-in-IP encapsulation (the VIP's port is kept), got \"198.51.100.12:8080\"",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "203.0.113.10"),
+            "vip[0].backend[1].address: backend 203.0.113.10 is the VIP or the LB's own address (a forwarding loop)",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "192.0.2.1"),
+            "vip[0].backend[1].address: backend 192.0.2.1 is the VIP or the LB's own address (a forwarding loop)",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "2001:db8:b::12"),
+            "vip[0].backend[1].address: backend 2001:db8:b::12 is not of the same address family as VIP 203.0.113.10:80/tcp",
+        ),
+        (
+            with_vip("").replace("198.51.100.12", "not-an-address"),
+            "vip[0].backend[1].address: invalid backend address \"not-an-address\": expected ADDR, ADDR:PORT or [V6ADDR]:PORT",
+        ),
+        (
+            with_vip("").replace("state = \"drain\"", "state = \"paused\""),
+            "vip[0].backend[2].state: expected \"active\", \"drain\" or \"down\", got \"paused\"",
+        ),
+        (
+            format!("{BASE}{VIP}{VIP}"),
+            "vip[1]: duplicate VIP 203.0.113.10:80/tcp (also vip[0])",
+        ),
+        (
+            format!("interface = \"eth0\"\n{VIP}"),
+            "encap.source_v4: required by vip[0] (203.0.113.10:80/tcp): the outer IPv4 source address",
+        ),
+        (
+            format!("{BASE}[nexthop]\nmode = \"gateway\"\n"),
+            "nexthop.gateway_mac: required with mode = \"gateway\"",
+        ),
+        (
+            format!("{BASE}[nexthop]\nmode = \"gateway\"\ngateway_mac = \"01:00:5e:00:00:01\"\n"),
+            "nexthop.gateway_mac: expected a unicast MAC like \"02:00:00:00:00:fe\", got \"01:00:5e:00:00:01\"",
+        ),
+        (
+            format!("{BASE}[conntrack]\ncapacity = 10\n"),
+            "conntrack.capacity: expected a value from 1024 to 67108864, got 10",
+        ),
+        (
+            format!("{BASE}[nexthop]\ncache_ms = 60000\n"),
+            "nexthop.cache_ms: expected a value from 0 to 10000, got 60000",
+        ),
+        (
+            format!(
+                "{BASE}[nexthop]\nmode = \"gateway\"\ngateway_mac = \"02:00:00:00:00:fe\"\ncache_ms = 5\n"
+            ),
+            "nexthop.cache_ms: only used with mode = \"fib\" (gateway mode looks nothing up)",
+        ),
+        (
+            format!("{BASE}[conntrack]\nsyn_capacity = 10000\n"),
+            "conntrack.syn_capacity: expected a power of two (SYN cache slots), got 10000; the nearest are 8192 and 16384",
+        ),
+        (
+            format!("{BASE}[conntrack]\nsyn_capacity = 8388608\n"),
+            "conntrack.syn_capacity: expected a value from 256 to 4194304, got 8388608",
+        ),
+        (
+            format!("{BASE}[metrics]\nlisten = \"localhost:9469\"\n"),
+            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"localhost:9469\"",
+        ),
+        (
+            format!("{BASE}[metrics]\nlisten = \"127.0.0.1:0\"\n"),
+            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"127.0.0.1:0\"",
+        ),
+        (
+            format!("{BASE}[metrics]\nconnections_interval_ms = 10\n"),
+            "metrics.connections_interval_ms: expected a value from 100 to 3600000, got 10",
+        ),
+        (
+            format!("{BASE}[metrics]\nenabled = \"yes\"\n"),
+            "metrics.enabled: invalid type: string \"yes\", expected a boolean (line 7)",
+        ),
+        (
+            format!("xdp_mode = \"offload\"{BASE}"),
+            "xdp_mode: expected \"auto\", \"native\" or \"skb\", got \"offload\"",
+        ),
+        (
+            format!("max_table_memory_mib = 1{}", with_vip(""))
+                .replace("[[vip]]\n", "[[vip]]\ntable_size = 4000037\n"),
+            "max_table_memory_mib: table memory 62 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)",
+        ),
+        (
+            format!("{BASE}[announce]\ntable = 254\n"),
+            "announce.table: expected a routing table of its own (1 to 4294967295 but 253, 254 and 255, the kernel's default, main and local tables), got 254",
+        ),
+        (
+            format!("{BASE}[announce]\nprotocol = 12\n"),
+            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 12",
+        ),
+        (
+            format!("{BASE}[announce]\nprotocol = 256\n"),
+            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 256",
+        ),
+        (
+            format!("{BASE}[announce]\nenabled = \"yes\"\n"),
+            "announce.enabled: invalid type: string \"yes\", expected a boolean (line 7)",
+        ),
+    ];
+    let mut mismatches = Vec::new();
+    for (text, expected) in cases {
+        let got = errors(&text);
+        if !got.iter().any(|e| e == expected) {
+            mismatches.push(format!(
+                "expected: {expected}\n     got: {}",
+                got.join(" | ")
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn metrics_are_served_on_the_default_address_unless_disabled() {
+    let on = load(&format!("{BASE}{VIP}")).unwrap().config.metrics;
+    assert_eq!(on.listen, Some(defaults::METRICS_LISTEN.parse().unwrap()));
+    assert_eq!(on.connections_interval, Duration::from_secs(10));
+    let off = load(&format!("{BASE}[metrics]\nenabled = false\n{VIP}"))
+        .unwrap()
+        .config
+        .metrics;
+    assert_eq!(off.listen, None);
+    let v6 = load(&format!("{BASE}[metrics]\nlisten = \"[::1]:9100\"\n{VIP}"))
+        .unwrap()
+        .config
+        .metrics;
+    assert_eq!(v6.listen, Some("[::1]:9100".parse().unwrap()));
+}
+
+#[test]
+fn table_memory_counts_both_buffers_of_each_vip() {
+    // One 65,537-slot buffer takes 512 KiB and would fit 1 MiB; the kernel holds two per
+    // VIP once its table changed (the live one and the previous), just over 1 MiB.
+    let one_vip = format!("max_table_memory_mib = 1{BASE}{VIP}");
+    assert_eq!(
+        errors(&one_vip),
+        [
+            "max_table_memory_mib: table memory 2 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)"
+        ]
+    );
+    let loaded = load(&one_vip.replace("[[vip]]\n", "[[vip]]\ntable_size = 65521\n"))
+        .expect("2 x 65,523 cells of 8 bytes fit 1 MiB");
+    assert_eq!(loaded.config.max_table_memory, 1 << 20);
+}
+
+#[test]
+fn every_problem_is_reported_not_just_the_first() {
+    let text = format!("{BASE}{VIP}")
+        .replace("198.51.100.12", "198.51.100.11")
+        .replace(
+            "protocol = \"tcp\"",
+            "protocol = \"tcp\"\ntable_size = 65536",
+        );
+    assert_eq!(errors(&text).len(), 2);
+}
+
+#[test]
+fn all_weights_zero_is_a_warning_not_an_error() {
+    // Every backend drained: valid, with a warning; the VIP drops new flows (BR-03.T3).
+    let text = format!("{BASE}{VIP}")
+        .replace("weight = 2", "weight = 0")
+        .replace(
+            "address = \"198.51.100.11\"",
+            "address = \"198.51.100.11\"\nweight = 0",
+        );
+    let loaded = load(&text).expect("valid");
+    assert_eq!(
+        loaded.warnings,
+        vec!["VIP 203.0.113.10:80/tcp has no backend with weight > 0: new flows to it are dropped"]
+    );
+}
+
+#[test]
+fn extreme_weights_are_accepted() {
+    // Weights are u32, and the largest is a valid weight: ratios are computed exactly
+    // (BR-01.T2).
+    let text = format!("{BASE}{VIP}").replace("weight = 2", "weight = 4294967295");
+    assert_eq!(
+        load(&text).expect("valid").config.vips[0].backends[1].weight,
+        u32::MAX
+    );
+}
+
+#[test]
+fn announce_defaults_off_and_takes_its_table_and_protocol() {
+    let off = load(BASE).expect("valid").config.announce;
+    assert_eq!(off, crate::config::Announce::default());
+    assert!(!off.enabled);
+    let on = load(&format!(
+        "{BASE}[announce]\nenabled = true\ntable = 4242\nprotocol = 200\n"
+    ))
+    .expect("valid")
+    .config
+    .announce;
+    assert_eq!(
+        on,
+        crate::config::Announce {
+            enabled: true,
+            table: 4242,
+            protocol: 200
+        }
+    );
+}
+
+/// Several type errors in one file (a string for a number, an unknown key, a number for
+/// a string, a wrong type in an array of tables) are reported together, each with its
+/// key path and line; a required key with a wrong type is not reported again as missing.
+#[test]
+fn several_type_errors_are_reported_at_once() {
+    let text = "interface = \"eth0\"\nmtu = \"big\"\nbogus = 1\n[encap]\nsource_v4 = 7\n\
+                [[vip]]\naddress = \"203.0.113.10\"\nport = \"eighty\"\nprotocol = \"tcp\"\n\
+                [[vip.backend]]\naddress = \"198.51.100.11\"\nweight = -1\n";
+    let errors = Config::from_toml(text).unwrap_err().0;
+    let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    for expected in [
+        "mtu: expected an integer >= 0 and <= 65535, got \"big\" (line 2)",
+        "bogus: unknown field `bogus`",
+        "encap.source_v4: invalid type: integer `7`, expected a string (line 5)",
+        "vip[0].port: expected an integer >= 0 and <= 65535, got \"eighty\" (line 8)",
+        "vip[0].backend[0].weight: expected an integer >= 0 and <= 4294967295, got -1 (line 12)",
+    ] {
+        assert!(
+            shown.iter().any(|s| s.starts_with(expected)),
+            "missing {expected:?} in {shown:#?}"
+        );
+    }
+    assert_eq!(shown.len(), 5, "{shown:#?}");
+}

@@ -1,0 +1,278 @@
+//! What the daemon answers: the [`Response`] envelope and the data of each request
+//! ([`Status`], [`Stats`], [`FlowReport`]), which the CLI prints as text or JSON.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    announce::{AnnounceSummary, VipAnnouncement},
+    health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus},
+};
+
+pub use lb_dataplane::ConnectionCounts;
+
+/// The daemon's answer: `{"ok":true,"data":...}` or `{"ok":false,"error":"..."}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// Why not, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The answer's data, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+impl Response {
+    /// A success carrying `data`.
+    pub fn ok(data: impl Serialize) -> Self {
+        match serde_json::to_value(data) {
+            Ok(data) => Self {
+                ok: true,
+                error: None,
+                data: Some(data),
+            },
+            Err(e) => Self::error(format!("encoding the answer: {e}")),
+        }
+    }
+
+    /// A failure saying `message`.
+    pub fn error(message: impl ToString) -> Self {
+        Self {
+            ok: false,
+            error: Some(message.to_string()),
+            data: None,
+        }
+    }
+}
+
+/// `lb status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// Interface the program is attached to.
+    pub interface: String,
+    /// Attach mode in use (`native` or `skb`).
+    pub mode: String,
+    /// Configuration file.
+    pub config_file: String,
+    /// Whether runtime changes make the running state differ from the file.
+    pub differs_from_file: bool,
+    /// Changes applied since start.
+    pub changes: u64,
+    /// Maglev tables built since start.
+    pub table_builds: u64,
+    /// The VIPs.
+    pub vips: Vec<VipStatus>,
+    /// Health checks and next hops, all VIPs together.
+    #[serde(default)]
+    pub health: HealthSummary,
+    /// The VIP addresses' announcement for BGP (`[announce]`).
+    #[serde(default)]
+    pub announce: AnnounceSummary,
+    /// The runtime changes in force (kept in the state file), in (VIP, backend) order.
+    #[serde(default)]
+    pub overrides: Vec<OverrideStatus>,
+    /// The pinned datapath's directory (host's view), when pinned.
+    #[serde(default)]
+    pub pin_dir: Option<String>,
+    /// The datapath layout stamp (`lb --version` prints the binary's).
+    #[serde(default)]
+    pub layout: Option<String>,
+    /// Connection tracking occupancy, from the last conntrack walk (none before the
+    /// first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<ConntrackStatus>,
+}
+
+/// What the last conntrack walk found (`lb status`, `lb stats`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConntrackStatus {
+    /// Entries of the IPv4 conntrack map.
+    pub v4_entries: u64,
+    /// Entries of the IPv6 map.
+    pub v6_entries: u64,
+    /// Capacity of each map.
+    pub capacity: u32,
+    /// SYN cache slots holding a SYN whose handshake has not completed.
+    pub syn_slots_used: u64,
+    /// SYN cache slots.
+    pub syn_capacity: u32,
+    /// How long the walk took (ms).
+    pub walk_ms: f64,
+    /// How long ago it ended (s).
+    pub age_secs: f64,
+    /// Connections idle longer than this count as idle (s).
+    pub idle_secs: u64,
+}
+
+/// A runtime change in `lb status` and `lb overrides`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverrideStatus {
+    /// `ADDR:PORT/PROTO`.
+    pub vip: String,
+    /// Backend address.
+    pub backend: String,
+    /// The change: `drain`, `added, active (weight 2)`, `removed`, ...
+    pub change: String,
+    /// What the file says of the backend: `active (weight 1)` or `not in the file`.
+    pub file: String,
+}
+
+/// The answer to `lb overrides`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverridesReport {
+    /// The runtime changes in force after the request.
+    pub overrides: Vec<OverrideStatus>,
+    /// With `--clear`: how many were dropped, and the changes applied.
+    pub lines: Vec<String>,
+}
+
+/// A VIP in `lb status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VipStatus {
+    /// `ADDR:PORT/PROTO`.
+    pub vip: String,
+    /// VIP id.
+    pub id: u32,
+    /// Table size.
+    pub table_size: u32,
+    /// Table generation.
+    pub generation: u32,
+    /// Table fingerprint (hex).
+    pub fingerprint: String,
+    /// Backends.
+    pub backends: Vec<BackendStatus>,
+    /// How the VIP is balanced (its multi-failure policy's mode).
+    #[serde(default)]
+    pub policy: Option<PolicyStatus>,
+    /// Whether its address is announced for BGP, and why (with `[announce]` enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announce: Option<VipAnnouncement>,
+}
+
+/// A backend in `lb status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// Address.
+    pub address: String,
+    /// Backend id.
+    pub id: u32,
+    /// `active`, `drain` or `down`.
+    pub state: String,
+    /// Weight.
+    pub weight: u32,
+    /// Slots owned.
+    pub slots: u32,
+    /// Share of the table, 0..1.
+    pub share: f64,
+    /// What the data plane does with it (`active`: new flows by its slots;
+    /// `draining`: no slots, keeps its flows; `down`: no slots, its flows re-picked):
+    /// the administrative state with health and the VIP's policy applied.
+    #[serde(default)]
+    pub dataplane_state: String,
+    /// Its health checks, when it is probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<BackendHealth>,
+    /// Its next hop (FIB next-hop mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nexthop: Option<NexthopStatus>,
+    /// The runtime change of this backend, if any (`drain`, `added, ...`); the file
+    /// says otherwise.
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// Its connections by state, from the last conntrack walk (none before the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionCounts>,
+}
+
+/// `lb flow`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowReport {
+    /// The VIP.
+    pub vip: String,
+    /// The client.
+    pub client: String,
+    /// The flow's slot in the VIP's table.
+    pub slot: u32,
+    /// The backend the table gives a new flow (none for an empty table).
+    pub table_backend: Option<String>,
+    /// The conntrack pin, if any.
+    pub pinned: Option<Pin>,
+}
+
+/// A conntrack pin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    /// Backend address.
+    pub backend: String,
+    /// Backend id.
+    pub backend_id: u32,
+    /// A pin in conntrack (`true`), or a held SYN in the SYN cache (`false`).
+    pub established: bool,
+}
+
+/// `lb stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Seconds the rates are computed over.
+    pub interval_secs: f64,
+    /// Global packets per verdict reason (non-zero ones).
+    pub reasons: Vec<Counter>,
+    /// Per VIP.
+    pub vips: Vec<VipCounters>,
+    /// Connection tracking occupancy, from the last conntrack walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<ConntrackStatus>,
+}
+
+impl Stats {
+    /// Packets forwarded to `backend` (canonical address text) of `vip`
+    /// (`ADDR:PORT/PROTO`); 0 when either is not listed.
+    pub fn backend_packets(&self, vip: &str, backend: &str) -> u64 {
+        self.vips
+            .iter()
+            .find(|v| v.vip == vip)
+            .and_then(|v| v.backends.iter().find(|b| b.backend == backend))
+            .map_or(0, |b| b.packets.value)
+    }
+}
+
+/// One named counter with its rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Counter {
+    /// Name.
+    pub name: String,
+    /// Value since the program was loaded.
+    pub value: u64,
+    /// Per second over the last sampling interval.
+    pub rate: f64,
+}
+
+/// Per-VIP counters in `lb stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VipCounters {
+    /// `ADDR:PORT/PROTO`.
+    pub vip: String,
+    /// Counters (packets, bytes, new_flows, ct_hits, ct_misses_non_syn,
+    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted).
+    pub counters: Vec<Counter>,
+    /// Per-backend counters.
+    pub backends: Vec<BackendCounters>,
+}
+
+/// Per-backend counters in `lb stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendCounters {
+    /// Address.
+    pub backend: String,
+    /// Packets forwarded.
+    pub packets: Counter,
+    /// Bytes forwarded.
+    pub bytes: Counter,
+    /// Flows it got from the table.
+    #[serde(default)]
+    pub new_flows: Option<Counter>,
+    /// Its connections by state, from the last conntrack walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionCounts>,
+}

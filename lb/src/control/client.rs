@@ -1,0 +1,236 @@
+//! The client end, for the CLI verbs and the tests: [`Client`] sends one [`Request`]
+//! and decodes the answer into the request's type.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{IpAddr, SocketAddr},
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::de::DeserializeOwned;
+
+use super::{
+    BackendAction, Change, FlowReport, OverridesReport, Request, Response, Stats, Status,
+    TraceClient, TraceEvent, TraceStarted, VipAction, VipChange,
+};
+use crate::config::Vip;
+use lb_maglev::BackendKey;
+
+/// How long the client waits for an answer (and for its request to be written).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer the client reads (bytes, newline included): far above the
+/// status of 1,024 VIPs with 65,535 backends, far below what would exhaust a CLI.
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
+
+/// Errors of the client side.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The socket could not be reached.
+    #[error(
+        "cannot reach the lb daemon at {path}: {error} (is `lb run` running, and are you root?)"
+    )]
+    Connect {
+        /// The socket path.
+        path: String,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// The exchange failed.
+    #[error("talking to the lb daemon: {0}")]
+    Io(#[from] std::io::Error),
+    /// The answer was not understood.
+    #[error("unreadable answer from the lb daemon: {0}")]
+    Decode(#[from] serde_json::Error),
+    /// The answer did not end within [`MAX_ANSWER_BYTES`].
+    #[error("the lb daemon's answer exceeds {MAX_ANSWER_BYTES} bytes")]
+    AnswerTooLarge,
+    /// The daemon refused the request; its message.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A client of the daemon listening on one socket. Each call is one connection.
+#[derive(Clone, Debug)]
+pub struct Client {
+    socket: PathBuf,
+}
+
+impl Client {
+    /// A client of the daemon at `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+        }
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// `lb status`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn status(&self) -> Result<Status, ClientError> {
+        self.call(&Request::Status)
+    }
+
+    /// `lb stats`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn stats(&self) -> Result<Stats, ClientError> {
+        self.call(&Request::Stats)
+    }
+
+    /// `lb backend ACTION`: what the change did.
+    ///
+    /// # Errors
+    /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
+    pub fn backend(
+        &self,
+        action: BackendAction,
+        vip: Vip,
+        backend: BackendKey,
+        weight: Option<u32>,
+    ) -> Result<Change, ClientError> {
+        self.call(&Request::Backend {
+            action,
+            vip,
+            backend,
+            weight,
+        })
+    }
+
+    /// `lb overrides [--clear]`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn overrides(&self, clear: bool) -> Result<OverridesReport, ClientError> {
+        self.call(&Request::Overrides { clear })
+    }
+
+    /// `lb flow`: where a flow from `client` to `vip` goes.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn flow(&self, vip: Vip, client: SocketAddr) -> Result<FlowReport, ClientError> {
+        self.call(&Request::Flow { vip, client })
+    }
+
+    /// `lb vip ACTION`: what changed, and the address's announcement now.
+    ///
+    /// # Errors
+    /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
+    pub fn vip(&self, action: VipAction, address: IpAddr) -> Result<VipChange, ClientError> {
+        self.call(&Request::Vip { action, address })
+    }
+
+    /// `lb trace`: starts a trace of the packets to `vip` from `client` (either or both
+    /// may be left out) and returns the filter the daemon applied and the stream of
+    /// traced packets. The trace stops when the stream is dropped (the connection
+    /// closes), or when this process exits.
+    ///
+    /// # Errors
+    /// [`ClientError`], [`ClientError::Refused`] (e.g. another trace is running).
+    pub fn trace(
+        &self,
+        vip: Option<Vip>,
+        client: Option<TraceClient>,
+    ) -> Result<(TraceStarted, TraceStream), ClientError> {
+        let stream = self.send(&Request::Trace { vip, client })?;
+        // Events come when packets do: no timeout on reading them.
+        stream.set_read_timeout(None)?;
+        let mut lines = TraceStream {
+            reader: BufReader::new(stream),
+        };
+        let started = lines.next_data()?.ok_or_else(|| {
+            ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the daemon closed the trace before starting it",
+            ))
+        })?;
+        Ok((started, lines))
+    }
+
+    /// Connects and writes `request`.
+    fn send(&self, request: &Request) -> Result<UnixStream, ClientError> {
+        let stream = UnixStream::connect(&self.socket).map_err(|error| ClientError::Connect {
+            path: self.socket.display().to_string(),
+            error,
+        })?;
+        stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+        let mut line = serde_json::to_string(request)?;
+        line.push('\n');
+        (&stream).write_all(line.as_bytes())?;
+        Ok(stream)
+    }
+
+    /// Sends `request` and decodes the answer's data as `T`.
+    ///
+    /// # Errors
+    /// [`ClientError`], including the daemon's own error message as
+    /// [`ClientError::Refused`].
+    pub fn call<T: DeserializeOwned>(&self, request: &Request) -> Result<T, ClientError> {
+        let stream = self.send(request)?;
+        let mut reader = BufReader::new(stream);
+        read_answer(&mut reader)?.ok_or_else(|| {
+            ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the daemon closed the connection without an answer",
+            ))
+        })
+    }
+}
+
+/// Reads one answer line and decodes its data as `T`; `None` at the end of the stream.
+fn read_answer<T: DeserializeOwned>(
+    reader: &mut BufReader<UnixStream>,
+) -> Result<Option<T>, ClientError> {
+    let mut answer = Vec::new();
+    reader
+        .by_ref()
+        .take(MAX_ANSWER_BYTES)
+        .read_until(b'\n', &mut answer)?;
+    if answer.is_empty() {
+        return Ok(None);
+    }
+    if !answer.ends_with(b"\n") && answer.len() as u64 >= MAX_ANSWER_BYTES {
+        return Err(ClientError::AnswerTooLarge);
+    }
+    let response: Response = serde_json::from_slice(&answer)?;
+    if !response.ok {
+        return Err(ClientError::Refused(
+            response
+                .error
+                .unwrap_or_else(|| "request refused".to_owned()),
+        ));
+    }
+    Ok(Some(serde_json::from_value(
+        response.data.unwrap_or(serde_json::Value::Null),
+    )?))
+}
+
+/// The traced packets of a running `lb trace`: an iterator over the daemon's lines.
+/// Dropping it closes the connection, which stops the trace.
+pub struct TraceStream {
+    reader: BufReader<UnixStream>,
+}
+
+impl TraceStream {
+    fn next_data<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ClientError> {
+        read_answer(&mut self.reader)
+    }
+}
+
+impl Iterator for TraceStream {
+    type Item = Result<TraceEvent, ClientError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_data().transpose()
+    }
+}

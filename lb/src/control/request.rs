@@ -1,0 +1,75 @@
+//! What a client asks the daemon: [`Request`], with typed arguments.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+use super::VipAction;
+use crate::config::Vip;
+use lb_maglev::BackendKey;
+
+/// What `lb backend` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendAction {
+    /// Add a backend (active, with `--weight`, default 1).
+    Add,
+    /// Remove a backend: its flows are re-picked on the new table.
+    Remove,
+    /// Drain: no new flows, established flows stay.
+    Drain,
+    /// Undo a drain (and set `--weight` if given).
+    Undrain,
+}
+
+/// A request to the daemon, one JSON object tagged by `command`, e.g.
+/// `{"command":"flow","vip":"203.0.113.10:80/tcp","client":"192.0.2.10:40000"}`.
+/// Addresses travel in their text forms and are parsed when the request is decoded: a
+/// request with an unreadable field is refused whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Request {
+    /// `lb status`; answered with [`super::Status`].
+    Status,
+    /// `lb stats`; answered with [`super::Stats`].
+    Stats,
+    /// `lb backend ...`; answered with the [`super::Change`] applied.
+    Backend {
+        /// What to do.
+        action: BackendAction,
+        /// The VIP (`ADDR:PORT/PROTO` on the wire).
+        vip: Vip,
+        /// The backend (its canonical text on the wire).
+        backend: BackendKey,
+        /// Weight (add, undrain).
+        weight: Option<u32>,
+    },
+    /// `lb trace`: answered with a stream of lines, a [`super::TraceStarted`] then one
+    /// [`super::TraceEvent`] per traced packet, until the client closes the connection.
+    Trace {
+        /// Only packets to this VIP.
+        vip: Option<Vip>,
+        /// Only packets from this client (address, and port if given).
+        client: Option<super::TraceClient>,
+    },
+    /// `lb overrides [--clear]`: lists the runtime changes in force, or drops them all
+    /// and applies the file; answered with [`super::OverridesReport`].
+    Overrides {
+        /// Drop them all.
+        clear: bool,
+    },
+    /// `lb flow`; answered with [`super::FlowReport`].
+    Flow {
+        /// The VIP.
+        vip: Vip,
+        /// The client's address and port (`ADDR:PORT`, IPv6 in brackets, on the wire).
+        client: SocketAddr,
+    },
+    /// `lb vip withdraw|announce`; answered with the log lines of what changed.
+    Vip {
+        /// What to do.
+        action: VipAction,
+        /// The VIP address (every VIP of it shares its route).
+        address: IpAddr,
+    },
+}

@@ -1,0 +1,723 @@
+//! `lb run`: the daemon. Opens the pinned datapath of its interface ([`datapath`]:
+//! adopts it, or creates it), applies the configuration merged with the runtime changes
+//! of its state file, attaches (replacing the program of a pinned link atomically), then
+//! serves the control socket (one task per connection, within the protocol's limits:
+//! [`crate::control::server`]; `lb trace` streams: `trace`), serves the metrics
+//! endpoint ([`metrics`], `http`), counts live connections with a periodic conntrack
+//! walk ([`connections`]), reloads on SIGHUP and when the file's bytes change
+//! ([`watch`], debounced), samples counters every second (`stats`), and tells systemd
+//! when it is ready ([`notify`]).
+//!
+//! SIGINT/SIGTERM stop the daemon and leave the datapath forwarding with its last
+//! state (health checks and changes pause until the next start), unless
+//! `detach_on_exit` is set; `lb detach` removes it by hand. At the signal the daemon
+//! first says it is exiting and gives up its socket, so a new daemon can start at once.
+//! The announcement routes are left as the exit leaves the datapath ([`announce`]),
+//! then a running `lb trace` is switched off: nobody would read its records.
+//!
+//! The logic is in [`service`] (tested without root); this module is the event loop
+//! and the parts that need the real system (privileges, the interface's MAC, the
+//! socket, signals, file watching). Health checks run on their own runtime thread
+//! ([`health`]) and send their batches of transitions to the event loop; the backends'
+//! next hops are watched by [`nexthop`]. After every change the VIP addresses this
+//! instance can serve are published for BGP ([`announce`]).
+
+pub mod announce;
+mod change;
+pub mod connections;
+mod datapath;
+pub mod health;
+mod http;
+pub mod metrics;
+mod neighbours;
+pub mod nexthop;
+mod notify;
+pub mod service;
+pub mod state_file;
+mod stats;
+mod trace;
+mod watch;
+
+use std::{
+    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use tokio::{
+    net::UnixListener,
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+};
+use tracing::{debug, error, info, warn};
+
+use crate::{
+    config::{Config, Loaded, XdpMode},
+    control::{
+        Request,
+        server::{self, Limits, Reply, ServeError},
+    },
+    controller::{ApplyReport, Controller},
+};
+use lb_dataplane::{
+    ActivityClock, AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader,
+    WalkSettings, offload,
+};
+use metrics::{Recorder, ReloadResult};
+use service::Service;
+use state_file::StateFile;
+use watch::LastSeen;
+
+/// Quiet time after a file change before reloading.
+const DEBOUNCE: Duration = Duration::from_millis(300);
+/// Counter sampling period for rates.
+const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
+
+/// How `lb run` is asked to start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// The configuration file.
+    pub config: PathBuf,
+    /// Discard the pinned datapath (and its connection tracking) and start fresh.
+    pub reset: bool,
+    /// Load the XDP object from this file instead of the embedded one (upgrade tests).
+    pub object: Option<PathBuf>,
+}
+
+/// The MAC of `iface` (`/sys/class/net/<iface>/address`).
+fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
+    let path = format!("/sys/class/net/{iface}/address");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("interface {iface} not found ({path})"))?;
+    let mut mac = [0u8; 6];
+    let parts: Vec<&str> = text.trim().split(':').collect();
+    if parts.len() != 6 {
+        bail!("{path}: unexpected MAC {:?}", text.trim());
+    }
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).with_context(|| format!("{path}: bad MAC"))?;
+    }
+    Ok(mac)
+}
+
+/// In FIB next-hop mode, has the kernel keep the backends' next hops resolved.
+fn manage_neighbours(service: &Service<KernelDataplane>) {
+    let Some(desired) = service.controller().applied() else {
+        return;
+    };
+    if desired.globals.nexthop != crate::config::Nexthop::Fib {
+        return;
+    }
+    let backends = desired
+        .vips
+        .values()
+        .flat_map(|v| v.backends.keys().map(lb_maglev::BackendKey::ip))
+        .collect::<Vec<_>>();
+    neighbours::manage(service.interface(), backends);
+    service.watch_nexthops();
+}
+
+/// Gives the heap pages freed by the start back to the system: parsing the file and
+/// building every table leave free chunks inside the heap that the allocator keeps
+/// resident (about a third of the heap with 500 VIPs). glibc's `malloc_trim(3)`
+/// releases them (`MADV_DONTNEED` on whole free pages), which keeps the daemon's
+/// resident memory to what it holds.
+fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only returns free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+fn log_report(report: &ApplyReport) {
+    for line in report.lines() {
+        info!("{line}");
+    }
+    for w in report.warnings.iter().chain(&report.policy_changes) {
+        warn!("{w}");
+    }
+}
+
+/// Attaches in the configured mode; `auto` falls back from native to skb with a
+/// warning. A pinned link is reused in the mode it has.
+///
+/// Native mode on an interface with receive VLAN offload would send tagged frames back
+/// untagged (`dataplane::offload`): `native` refuses it, `auto` takes skb mode.
+fn attach(dp: &mut KernelDataplane, iface: &str, mode: XdpMode) -> anyhow::Result<AttachMode> {
+    let vlan_problem = match mode {
+        XdpMode::Skb => None,
+        XdpMode::Native | XdpMode::Auto => offload::native_vlan_problem(iface),
+    };
+    let wanted = match (mode, vlan_problem) {
+        (XdpMode::Native, Some(problem)) => bail!("native XDP refused: {problem}"),
+        (XdpMode::Auto, Some(problem)) => {
+            warn!("{problem}; attaching in skb (generic) mode");
+            AttachMode::Skb
+        }
+        (XdpMode::Native, None) => AttachMode::Native,
+        (XdpMode::Skb, _) => AttachMode::Skb,
+        (XdpMode::Auto, None) => match dp.attach(iface, AttachMode::Native) {
+            Ok(()) => return Ok(dp.attached_mode().unwrap_or(AttachMode::Native)),
+            Err(e) => {
+                warn!("native XDP on {iface} failed ({e}); falling back to skb (generic) mode");
+                AttachMode::Skb
+            }
+        },
+    };
+    dp.attach(iface, wanted)
+        .with_context(|| format!("attaching XDP to {iface} in {wanted} mode"))?;
+    let used = dp.attached_mode().unwrap_or(wanted);
+    if used != wanted {
+        warn!(
+            "xdp_mode asks for {wanted} but the pinned link runs in {used} mode: kept (`lb detach --interface {iface}`, then start, to change it)"
+        );
+    }
+    Ok(used)
+}
+
+/// Creates the control socket: its directory (0700) if missing, a stale socket file
+/// removed, the socket itself 0600.
+fn bind_socket(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    if let Some(dir) = path.parent()
+        && !dir.exists()
+    {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!(
+                "control socket {} is in use by another process (an lb daemon for another interface?)",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+type Shared = Arc<Mutex<Service<KernelDataplane>>>;
+
+/// The control socket's file, removed on drop (at exit, and when start-up fails after
+/// the socket was bound) — only while it is still ours: a daemon started while this
+/// one exits may have bound a new socket at the same path.
+struct SocketFile {
+    path: PathBuf,
+    inode: Option<(u64, u64)>,
+}
+
+impl SocketFile {
+    fn new(path: &Path) -> Self {
+        let inode = std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        Self {
+            path: path.to_path_buf(),
+            inode,
+        }
+    }
+
+    fn remove(&mut self) {
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if self.inode.is_some() && now == self.inode {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        self.inode = None;
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// The first step of a stop, taken as the signal arrives: unless the datapath goes
+/// with the daemon (`detach_on_exit`), the lock's owner record says it is exiting, so
+/// that a daemon started meanwhile (`systemctl restart`, a supervisor that does not
+/// wait) waits for the lock instead of refusing. The rest of the stop (announcements,
+/// probes, the runtime's tasks) follows the event loop.
+fn stopping(service: &Shared) -> anyhow::Result<()> {
+    let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    if !service.detach_on_exit() {
+        service.controller_mut().dataplane_mut().mark_exiting();
+    }
+    Ok(())
+}
+
+/// What the event loop's tasks share besides the service.
+#[derive(Clone)]
+struct Context {
+    recorder: Arc<Recorder>,
+    tracer: trace::Tracer,
+}
+
+impl Context {
+    /// Logs a change and records its table builds and swaps for the metrics.
+    fn report(&self, report: &ApplyReport) {
+        log_report(report);
+        self.recorder.observe(report);
+    }
+}
+
+/// Answers one control connection (within the protocol's [`Limits`]).
+async fn serve_one(
+    stream: tokio::net::UnixStream,
+    service: Shared,
+    context: Context,
+) -> Result<(), ServeError> {
+    server::serve_streaming(stream, Limits::default(), |request| {
+        if let Request::Trace { vip, client } = request {
+            return context.tracer.start(&service, *vip, *client);
+        }
+        let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+        let response = service.handle(request, &mut |report| context.report(report));
+        if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
+            manage_neighbours(&service);
+        }
+        service.sync_announcements();
+        Reply::Once(response)
+    })
+    .await
+}
+
+/// Why a reload was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trigger {
+    Signal,
+    FileChanged,
+}
+
+/// Reloads `path` unless its bytes are those last seen: then nothing happens, and only
+/// a debug line (an info line for SIGHUP, which an operator sent) is logged.
+fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, context: &Context) {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            error!(
+                "reload: cannot read {}: {e}; nothing applied",
+                path.display()
+            );
+            return;
+        }
+    };
+    if !seen.differs(&bytes) {
+        match why {
+            Trigger::Signal => info!("SIGHUP: {} is unchanged; nothing to do", path.display()),
+            Trigger::FileChanged => debug!("{} rewritten with the same bytes", path.display()),
+        }
+        return;
+    }
+    let why = match why {
+        Trigger::Signal => "SIGHUP",
+        Trigger::FileChanged => "file changed",
+    };
+    info!("reloading {} ({why})", path.display());
+    let loaded = String::from_utf8(bytes)
+        .map_err(|e| format!("not UTF-8 text: {e}"))
+        .and_then(|text| Config::from_toml(&text).map_err(|e| e.to_string()));
+    match loaded {
+        Err(e) => {
+            context.recorder.reload(ReloadResult::Invalid);
+            error!("reload: invalid configuration, nothing applied: {e}");
+        }
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                warn!("{w}");
+            }
+            let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+            match service.reload(&loaded) {
+                Ok((report, dropped)) => {
+                    context.recorder.reload(ReloadResult::Applied);
+                    for line in &dropped {
+                        info!("{line}");
+                    }
+                    if report.operations == 0 {
+                        info!("reload: no change");
+                    }
+                    context.report(&report);
+                    manage_neighbours(&service);
+                }
+                Err(e) => {
+                    context.recorder.reload(ReloadResult::Refused);
+                    error!("reload failed, the running state is kept: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Counts live connections every `interval` (on a blocking thread: a walk of large
+/// maps takes milliseconds) and hands each result to the service.
+async fn walk_conntrack(
+    walker: ConntrackWalker,
+    settings: WalkSettings,
+    interval: Duration,
+    service: Shared,
+) {
+    let mut walker = Some(walker);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(w) = walker.take() else { return };
+        let Ok((w, census)) = tokio::task::spawn_blocking(move || {
+            let census = w.walk(&settings);
+            (w, census)
+        })
+        .await
+        else {
+            return;
+        };
+        walker = Some(w);
+        match census {
+            Ok(census) => service
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_census(census),
+            Err(e) => warn!("counting connections: {e}"),
+        }
+    }
+}
+
+/// Runs the daemon as `options` say until SIGINT or SIGTERM.
+///
+/// # Errors
+/// Not privileged, an invalid file or state file, an interface another daemon controls,
+/// an incompatible pinned datapath, or a failure loading, attaching or applying. A
+/// datapath this start created is removed again; an adopted one is left as it was
+/// found, forwarding.
+pub fn run(options: &RunOptions) -> anyhow::Result<()> {
+    let path = options.config.as_path();
+    if !lb_dataplane::may_load_xdp() {
+        bail!(
+            "lb run needs root (or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN): try `sudo lb run --config {}`",
+            path.display()
+        );
+    }
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let loaded: Loaded = String::from_utf8(bytes.clone())
+        .map_err(|e| anyhow::anyhow!("{}: not UTF-8 text: {e}", path.display()))
+        .and_then(|text| {
+            Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        })?;
+    for w in &loaded.warnings {
+        warn!("{w}");
+    }
+    let config = loaded.config.clone();
+    let if_mac = interface_mac(&config.interface)?;
+    let state_file = StateFile::new(&config.state_dir, &config.interface);
+    // Before anything touches the datapath: a corrupt state file stops the start.
+    state_file.load()?;
+    let opened = datapath::open(&config, options)?;
+    let (created, layout) = (opened.created, opened.layout);
+    let (controller, recovery) =
+        Controller::adopt(opened.dp).context("reading the adopted datapath")?;
+    for line in recovery.lines() {
+        info!("{line}");
+    }
+    let listener = bind_socket(&config.control_socket)?;
+    // Removes the socket file however `run` ends from here on.
+    let mut socket_file = SocketFile::new(&config.control_socket);
+    let metrics_listener = config
+        .metrics
+        .listen
+        .map(|addr| http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}")))
+        .transpose();
+    let metrics_listener = match metrics_listener {
+        Ok(listener) => listener,
+        Err(e) => {
+            if created {
+                datapath::remove_created_at(&config);
+            }
+            return Err(e);
+        }
+    };
+    // The maps are filled before the program is attached (or, adopted, brought to the
+    // configuration while the old program forwards), so the first packet the new
+    // program sees already meets the whole configuration.
+    let started = Service::start(
+        controller,
+        path.to_path_buf(),
+        &loaded,
+        if_mac,
+        String::new(),
+        Some(state_file),
+    );
+    let (mut service, report, dropped) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            if created {
+                datapath::remove_created_at(&config);
+            }
+            return Err(anyhow::anyhow!("applying the configuration: {e}"));
+        }
+    };
+    for line in &dropped {
+        info!("{line}");
+    }
+    let context = Context {
+        recorder: Arc::new(Recorder::default()),
+        tracer: trace::Tracer::default(),
+    };
+    context.report(&report);
+    drop(report);
+    release_free_heap();
+    manage_neighbours(&service);
+    let dp = service.controller_mut().dataplane_mut();
+    let tasks = Tasks {
+        trace_reader: dp.take_trace_reader(),
+        walker: dp.take_conntrack_walker(),
+        activity: dp.take_activity_clock(),
+        walk: WalkSettings {
+            udp_timeout: config.udp_timeout,
+            idle: config.metrics.idle,
+            syn_window: WalkSettings::SYN_WINDOW,
+        },
+        metrics_listener,
+    };
+    let mode = attach(
+        service.controller_mut().dataplane_mut(),
+        &config.interface,
+        config.xdp_mode,
+    );
+    let mode = match mode {
+        Ok(mode) => mode,
+        Err(e) => {
+            if created {
+                let _ = service.controller_mut().dataplane_mut().remove_pins();
+            }
+            return Err(e);
+        }
+    };
+    service.set_mode(mode.to_string());
+    service.set_attached(true);
+    service.sync_announcements();
+    let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
+    let batches = service.start_health(health_runtime.handle(), &config);
+    health::attach_probe_program(service.controller_mut().dataplane_mut(), &config.interface);
+    match nexthop::NexthopMonitor::start() {
+        Ok(monitor) => service.set_nexthop_monitor(monitor),
+        Err(e) => warn!("not watching the backends' next hops: {e}"),
+    }
+    let dp = service.controller().dataplane();
+    service.set_datapath(
+        dp.pin_dir().map(|d| d.shown().display().to_string()),
+        Some(layout),
+    );
+    info!(
+        "attached to {} in {mode} mode; control socket {}",
+        config.interface,
+        config.control_socket.display()
+    );
+    let ready = format!(
+        "forwarding on {} ({mode} XDP), datapath {}",
+        config.interface,
+        if created { "created" } else { "adopted" }
+    );
+    let service: Shared = Arc::new(Mutex::new(service));
+    let mut seen = LastSeen::default();
+    seen.differs(&bytes);
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(event_loop(
+            listener,
+            Arc::clone(&service),
+            path.to_path_buf(),
+            &config,
+            Loop {
+                batches,
+                seen,
+                ready,
+                tasks,
+                context,
+            },
+        ));
+    let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    let detach_on_exit = service.detach_on_exit();
+    // Before the program goes, the routers are told to stop sending; a datapath that
+    // stays keeps its announcements (see `announce`).
+    leave_announcements(&mut service, detach_on_exit);
+    // No client reads the trace records once the daemon is gone.
+    if let Err(e) = service.controller_mut().dataplane_mut().set_trace(None) {
+        warn!("switching the trace off: {e}");
+    }
+    // The tunnel-probe program serves the health checks only, which pause with the
+    // daemon: it goes whether or not the datapath stays.
+    health::detach_probe_program(service.controller_mut().dataplane_mut(), &config.interface);
+    let dp = service.controller_mut().dataplane_mut();
+    notify::stopping("stopping");
+    socket_file.remove();
+    if detach_on_exit {
+        match dp.remove_pins() {
+            Ok(Some(gone)) => info!(
+                "detach_on_exit: detached from {} and removed the pinned datapath ({gone})",
+                config.interface
+            ),
+            Ok(None) => {}
+            Err(e) => error!("detach_on_exit: {e}"),
+        }
+    } else {
+        info!(
+            "the datapath stays attached to {} and forwards with its last state; health checks and changes pause until the next start (`lb detach --interface {}` removes it)",
+            config.interface, config.interface
+        );
+    }
+    result
+}
+
+/// Leaves the announcement routes as the exit leaves the data plane (see
+/// [`announce`]): `detaching` removes them first, so the routers stop sending traffic
+/// before the program goes (`detach_on_exit`); otherwise they stay with the pinned data
+/// plane that keeps forwarding (a plain stop). `lb detach` removes them with
+/// [`lb_dataplane::routes::flush`].
+fn leave_announcements(service: &mut Service<KernelDataplane>, detaching: bool) {
+    service.announcer_mut().exit(if detaching {
+        announce::DatapathAtExit::Detached
+    } else {
+        announce::DatapathAtExit::KeepsForwarding
+    });
+}
+
+/// What the event loop starts besides the control socket.
+struct Tasks {
+    trace_reader: Option<TraceReader>,
+    walker: Option<ConntrackWalker>,
+    activity: Option<ActivityClock>,
+    walk: WalkSettings,
+    metrics_listener: Option<std::net::TcpListener>,
+}
+
+/// The event loop's inputs besides the socket, the service and the file.
+struct Loop {
+    /// Health transitions, batched.
+    batches: mpsc::Receiver<lb_health::coalesce::Batch<crate::config::Vip>>,
+    /// The file's bytes last applied.
+    seen: LastSeen,
+    /// The READY=1 status line.
+    ready: String,
+    tasks: Tasks,
+    context: Context,
+}
+
+/// Starts the trace reader, the conntrack walk and the metrics endpoint.
+/// Refreshes the data plane's activity tick every [`SAMPLE_PERIOD`], from the start.
+async fn keep_activity_tick(mut clock: ActivityClock) {
+    let mut ticker = tokio::time::interval(SAMPLE_PERIOD);
+    loop {
+        ticker.tick().await;
+        if let Err(e) = clock.refresh() {
+            warn!("activity tick: {e}");
+        }
+    }
+}
+
+fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Context) {
+    if let Some(reader) = tasks.trace_reader {
+        tokio::spawn(trace::read_records(
+            reader,
+            Arc::clone(service),
+            context.tracer.clone(),
+        ));
+    }
+    if let Some(clock) = tasks.activity {
+        tokio::spawn(keep_activity_tick(clock));
+    }
+    if let Some(walker) = tasks.walker {
+        tokio::spawn(walk_conntrack(
+            walker,
+            tasks.walk,
+            config.metrics.connections_interval,
+            Arc::clone(service),
+        ));
+    }
+    if let Some(metrics) = tasks.metrics_listener {
+        if let Ok(addr) = metrics.local_addr() {
+            info!("metrics at http://{addr}/metrics");
+        }
+        tokio::spawn(http::serve(
+            metrics,
+            Arc::clone(service),
+            Arc::clone(&context.recorder),
+            config.metrics.removed_retention,
+        ));
+    }
+}
+
+async fn event_loop(
+    listener: std::os::unix::net::UnixListener,
+    service: Shared,
+    path: PathBuf,
+    config: &Config,
+    inputs: Loop,
+) -> anyhow::Result<()> {
+    let Loop {
+        mut batches,
+        mut seen,
+        ready,
+        tasks,
+        context,
+    } = inputs;
+    let listener = UnixListener::from_std(listener)?;
+    spawn_tasks(tasks, &service, config, &context);
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    // Ready only once a SIGTERM would be handled (not kill the process half-way).
+    notify::ready(&ready);
+    let (tx, mut file_events) = mpsc::unbounded_channel();
+    let _watcher = match watch::watch(&path, tx) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            warn!(
+                "not watching {} for changes ({e}); reload with SIGHUP",
+                path.display()
+            );
+            None
+        }
+    };
+    let mut ticker = tokio::time::interval(SAMPLE_PERIOD);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let (service, context) = (Arc::clone(&service), context.clone());
+                    tokio::spawn(async move {
+                        match serve_one(stream, service, context).await {
+                            Ok(()) | Err(ServeError::Closed) => {}
+                            Err(e) => warn!("control connection: {e}"),
+                        }
+                    });
+                }
+                Err(e) => warn!("control socket accept: {e}"),
+            },
+            _ = hangup.recv() => reload(&service, &path, Trigger::Signal, &mut seen, &context),
+            Some(()) = file_events.recv() => {
+                // Debounce: wait until the file has been quiet for a while.
+                while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, file_events.recv()).await {}
+                reload(&service, &path, Trigger::FileChanged, &mut seen, &context);
+            }
+            _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
+            Some(batch) = batches.recv() => {
+                service::apply_batch(&service, &batch, &mut |report| context.report(report));
+            }
+            _ = interrupt.recv() => { info!("SIGINT: shutting down"); return stopping(&service); }
+            _ = terminate.recv() => { info!("SIGTERM: shutting down"); return stopping(&service); }
+        }
+        service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sync_announcements();
+    }
+}

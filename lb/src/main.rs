@@ -1,0 +1,195 @@
+//! `lb`: the load balancer's command-line entry point. Every verb returns its
+//! [`Output`] or its error; this file prints them and decides the exit status:
+//!
+//! - 0: success (also when standard output is a closed pipe, as with `lb ... | head`);
+//! - 1: `lb run` failed, the daemon could not be reached or refused the request, or
+//!   `lb hash` could not write its plot;
+//! - 2: an invalid argument (clap's own usage errors, `lb table`'s and `lb hash`'s).
+
+use std::{
+    io::{self, Write as _},
+    path::PathBuf,
+};
+
+use clap::{CommandFactory as _, Parser};
+use lb::cli::{self, Output, docs, hash, ops, table, trace, vip};
+
+/// XDP layer-4 load balancer with Maglev hashing.
+#[derive(Debug, Parser)]
+#[command(name = "lb", version = lb::version())]
+struct Cli {
+    /// Log lines as text (default) or as JSON objects, one per line (also `LB_LOG_FORMAT`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "LB_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How log lines (standard error) are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// `2026-12-01T10:00:00Z  INFO lb::daemon: ...`.
+    Text,
+    /// `{"timestamp":...,"level":"INFO","fields":{"message":...},"target":...}`
+    /// (tracing-subscriber's JSON format).
+    Json,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Run the load balancer daemon (needs root).
+    Run {
+        /// Configuration file (TOML; see lb.example.toml).
+        #[arg(long)]
+        config: PathBuf,
+        /// Accepted for uniformity: the daemon prints nothing on standard output; its
+        /// log lines are JSON with `--log-format json`.
+        #[arg(long)]
+        json: bool,
+        /// Discard the pinned datapath of the interface (its connection tracking
+        /// included) and start fresh; says what it discarded.
+        #[arg(long)]
+        reset: bool,
+        /// Load the XDP object from this file instead of the embedded one (upgrade
+        /// tests: a build whose program differs with the same maps).
+        #[arg(long, hide = true)]
+        object: Option<PathBuf>,
+    },
+    /// Detach the XDP program from an interface and remove its pinned datapath (no
+    /// daemon needed; refused while one controls the interface).
+    Detach(ops::DetachArgs),
+    /// List the runtime changes in force (kept across reloads and restarts), or clear them.
+    Overrides(ops::OverridesArgs),
+    /// Show the running VIPs, backends and tables.
+    Status(ops::ReadArgs),
+    /// Show counters and rates.
+    Stats(ops::ReadArgs),
+    /// Add, remove, drain or undrain a backend of a running VIP.
+    Backend(ops::BackendArgs),
+    /// Show where a client's flow to a VIP goes.
+    Flow(ops::FlowArgs),
+    /// Withdraw a VIP address's BGP announcement from this instance, or announce it again.
+    Vip(vip::VipArgs),
+    /// Stream the XDP program's decision for each matching VIP packet.
+    Trace(trace::TraceArgs),
+    /// Build and compare Maglev tables offline (no root needed).
+    Table(table::TableArgs),
+    /// Compare consistent-hashing schemes on the same keys offline (no root needed).
+    Hash(Box<hash::HashArgs>),
+    /// Print facts about the embedded XDP object (size in bytes).
+    Object {
+        /// Print `{"bytes": N}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// Print the manual page lb(8), or write every page (lb.8, lb-run.8, ...) into a directory.
+    Manpage(docs::ManpageArgs),
+}
+
+/// Why a verb failed: the message for standard error and the exit status.
+struct Failure {
+    message: String,
+    status: i32,
+}
+
+impl Failure {
+    fn new(message: impl std::fmt::Display, status: i32) -> Self {
+        Self {
+            message: message.to_string(),
+            status,
+        }
+    }
+}
+
+fn run(command: Command) -> Result<Output, Failure> {
+    let daemon = |e: lb::control::ClientError| Failure::new(format!("lb: {e}"), 1);
+    match command {
+        Command::Run {
+            config,
+            reset,
+            object,
+            ..
+        } => lb::daemon::run(&lb::daemon::RunOptions {
+            config,
+            reset,
+            object,
+        })
+        .map(|()| Output::default())
+        .map_err(|e| Failure::new(format!("lb: {e:#}"), 1)),
+        Command::Detach(args) => {
+            ops::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
+        }
+        Command::Overrides(args) => ops::overrides(&args).map_err(daemon),
+        Command::Status(args) => ops::status(&args).map_err(daemon),
+        Command::Stats(args) => ops::stats(&args).map_err(daemon),
+        Command::Backend(args) => ops::backend(&args).map_err(daemon),
+        Command::Flow(args) => ops::flow(&args).map_err(daemon),
+        Command::Vip(args) => vip::run(&args).map_err(daemon),
+        Command::Trace(args) => trace::run(&args).map_err(daemon),
+        Command::Table(args) => {
+            table::run(&args).map_err(|e| Failure::new(format!("lb table: error: {e}"), 2))
+        }
+        Command::Hash(args) => hash::run(&args).map_err(|e| {
+            let status = match e {
+                hash::HashCliError::Argument { .. } => 2,
+                hash::HashCliError::Plot(_) => 1,
+            };
+            Failure::new(format!("lb hash: error: {e}"), status)
+        }),
+        Command::Object { json } => Ok(cli::object(json)),
+        Command::Completions(args) => Ok(Output::text(docs::completions(&args, Cli::command()))),
+        Command::Manpage(args) => docs::manpage(&args, Cli::command())
+            .map(Output::text)
+            .map_err(|e| Failure::new(format!("lb manpage: error: {e}"), 1)),
+    }
+}
+
+/// Prints `output`: its text on stdout (a closed pipe is not an error), its warnings on
+/// stderr.
+fn print(output: &Output) -> Result<(), Failure> {
+    let mut stdout = io::stdout().lock();
+    match stdout
+        .write_all(output.text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        Err(e) => return Err(Failure::new(format!("lb: writing the output: {e}"), 1)),
+    }
+    for warning in &output.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
+}
+
+/// Sends log lines to standard error in `format` (level from `RUST_LOG`, default info).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    if let Err(failure) = run(cli.command).and_then(|output| print(&output)) {
+        eprintln!("{}", failure.message);
+        std::process::exit(failure.status);
+    }
+}
