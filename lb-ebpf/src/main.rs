@@ -61,6 +61,7 @@ mod probe;
 mod rare;
 mod ratelimit;
 mod recent;
+mod records;
 mod select;
 mod source;
 mod stats;

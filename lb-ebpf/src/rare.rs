@@ -25,35 +25,13 @@ use crate::{
     frag, icmp,
     maps::{CONFIG, RARE_PROGS, RARE_WORK},
     parse::{self, Parse},
+    records::{RareWork, WORK_FRAGMENT, WORK_ICMP, WORK_TOO_BIG},
     stats, too_big,
     vlan::{self, Tag},
 };
 
 /// The action `lb_xdp`'s processing returns for work handed over (not an XDP action).
 pub(crate) const HAND_OVER: u32 = 0x100;
-
-/// What `lb_xdp_rare` is to do.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub(crate) struct RareWork {
-    /// [`WORK_FRAGMENT`], [`WORK_ICMP`] or [`WORK_TOO_BIG`].
-    kind: u32,
-    /// The stripped VLAN tag, as [`Tag::to_word`] encodes it.
-    tag: u32,
-    /// [`WORK_TOO_BIG`]: the packet's family is IPv4.
-    v4: u32,
-    /// [`WORK_TOO_BIG`]: bytes of the outer header its backend needs.
-    overhead: u32,
-    /// [`WORK_TOO_BIG`]: length of its IP packet.
-    l3_len: u32,
-}
-
-/// A later IP fragment.
-const WORK_FRAGMENT: u32 = 1;
-/// An ICMP message.
-const WORK_ICMP: u32 = 2;
-/// A VIP packet too big for the MTU once encapsulated.
-const WORK_TOO_BIG: u32 = 3;
 
 #[inline(always)]
 fn note(work: RareWork, fallback: Reason) -> (u32, Reason) {
