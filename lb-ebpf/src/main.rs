@@ -113,10 +113,8 @@ fn lb_xdp_untraced(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     let (action, reason) = match process::<TRACE, false>(ctx) {
-        Processed::Pending(verdict) if verdict.0 == rare::HAND_OVER => {
-            rare::hand_over(ctx, vlan::Tag::None, verdict.1)
-        }
         Processed::Pending(verdict) | Processed::Done(verdict) => verdict,
+        Processed::Rare(fallback) => rare::hand_over(ctx, vlan::Tag::None, fallback),
         Processed::Full(fallback) => full::hand_over(ctx, fallback),
     };
     stats::count(reason);
@@ -135,7 +133,8 @@ fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     } else {
         full::begin(tag);
         match process::<TRACE, true>(ctx) {
-            Processed::Pending(verdict) => finish(ctx, full::tag(), verdict),
+            Processed::Pending(verdict) => vlan::restore(ctx, full::tag(), verdict),
+            Processed::Rare(fallback) => hand_over_tagged(ctx, full::tag(), fallback),
             Processed::Done(verdict) => verdict,
             // Not returned with `FULL`.
             Processed::Full(_) => verdict(Reason::DropBadConfig),
@@ -147,8 +146,12 @@ fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
 
 /// What [`process`] leaves to do.
 enum Processed {
-    /// The verdict, before the rare paths' hand-over and the VLAN tag ([`finish`]).
+    /// The verdict, before the VLAN tag is put back.
     Pending((u32, Reason)),
+    /// Work for the rare paths, noted in `RARE_WORK` ([`rare`]) for `lb_xdp_rare`,
+    /// which takes the frame over by tail call, with the reason to count if that
+    /// program is missing (what was done before the rare paths existed).
+    Rare(Reason),
     /// The verdict of a frame that is complete (its tag is back): a traced packet
     /// whose tail call to `lb_trace` failed.
     Done((u32, Reason)),
@@ -158,15 +161,12 @@ enum Processed {
     Full(Reason),
 }
 
-/// Hands work for the rare paths over (`rare`), else puts the VLAN tag back.
+/// Hands work over to the rare paths (`rare`) with the frame's VLAN tag. The rare
+/// program puts the tag back itself; this returns only when the tail call fails, with
+/// the fallback verdict for the frame as it came.
 #[inline(always)]
-fn finish(ctx: &XdpContext, tag: vlan::Tag, verdict: (u32, Reason)) -> (u32, Reason) {
-    if verdict.0 == rare::HAND_OVER {
-        // The rare program puts the tag back itself; this returns only when the tail
-        // call fails, with the fallback verdict for the frame as it came.
-        return vlan::restore(ctx, tag, rare::hand_over(ctx, tag, verdict.1));
-    }
-    vlan::restore(ctx, tag, verdict)
+fn hand_over_tagged(ctx: &XdpContext, tag: vlan::Tag, fallback: Reason) -> (u32, Reason) {
+    vlan::restore(ctx, tag, rare::hand_over(ctx, tag, fallback))
 }
 
 // lb-common's action numbers are the kernel's.
@@ -205,8 +205,8 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
         Parse::FirstFragment(..) => return Processed::Full(Reason::DropFragment),
         Parse::Verdict(Reason::PassVlan) if !FULL => return Processed::Full(Reason::PassVlan),
         Parse::Verdict(reason) => return pending(verdict(reason)),
-        Parse::Fragment(_) => return pending(rare::fragment()),
-        Parse::Icmp(_) => return pending(rare::icmp()),
+        Parse::Fragment(_) => return Processed::Rare(rare::fragment()),
+        Parse::Icmp(_) => return Processed::Rare(rare::icmp()),
         Parse::TruncatedL4(key) if vip::is_vip_address(&key) => {
             return pending(verdict(Reason::DropMalformedL4));
         }
@@ -229,18 +229,18 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
         }
     }
     let mut traced = trace::Decision::none();
-    let v = vip_packet::<FULL>(ctx, &parsed, cfg, &mut traced);
+    let processed = vip_packet::<FULL>(ctx, &parsed, cfg, &mut traced);
     if TRACE
         && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0)
+        && let Processed::Pending(v) = processed
         && v.1 != Reason::PassNonVip
-        && v.0 != rare::HAND_OVER
     {
         let tag = if FULL { full::tag() } else { vlan::Tag::None };
         let (action, reason) = vlan::restore(ctx, tag, v);
         trace::hand_over(ctx, &parsed, &traced, action, reason);
         return Processed::Done((action, reason));
     }
-    pending(v)
+    processed
 }
 
 /// Chooses the backend of a packet that may be for a VIP and forwards it; `traced`
@@ -251,7 +251,8 @@ fn vip_packet<const FULL: bool>(
     parsed: &Parsed,
     cfg: Option<&LbConfig>,
     traced: &mut trace::Decision,
-) -> (u32, Reason) {
+) -> Processed {
+    let pending = |v| Processed::Pending(v);
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN looks conntrack up only shortly after its VIP's table changed (see `select`).
     let syn = parsed.is_syn();
@@ -277,16 +278,16 @@ fn vip_packet<const FULL: bool>(
         return send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
     }
     let Some(vip) = vip::find_vip(&parsed.key.vip) else {
-        return verdict(Reason::PassNonVip);
+        return pending(verdict(Reason::PassNonVip));
     };
     let Some(vip_stats) = stats::vip(vip.vip_id) else {
-        return verdict(Reason::DropBadConfig);
+        return pending(verdict(Reason::DropBadConfig));
     };
     vip_stats.packets += 1;
     vip_stats.bytes += bytes;
     let Some(cfg) = cfg else {
         vip_stats.drops += 1;
-        return verdict(Reason::DropBadConfig);
+        return pending(verdict(Reason::DropBadConfig));
     };
     let mut unpinned = false;
     let picked = if syn {
@@ -302,19 +303,16 @@ fn vip_packet<const FULL: bool>(
                 bytes,
                 new_flow: traced.new_flow,
             };
-            let (action, reason) = send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
-            (
-                action,
-                if unpinned {
-                    flood::unpinned(reason)
-                } else {
-                    reason
-                },
-            )
+            match send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending) {
+                Processed::Pending((action, reason)) if unpinned => {
+                    pending((action, flood::unpinned(reason)))
+                }
+                processed => processed,
+            }
         }
         Err(reason) => {
             vip_stats.drops += 1;
-            verdict(reason)
+            pending(verdict(reason))
         }
     }
 }
@@ -340,7 +338,7 @@ fn send<const FULL: bool>(
     cfg: &LbConfig,
     vip_stats: &mut VipStats,
     sending: &Sending,
-) -> (u32, Reason) {
+) -> Processed {
     let (id, backend_family) = (choice.id, choice.backend.family);
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
@@ -349,19 +347,19 @@ fn send<const FULL: bool>(
                 let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
                 frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
             }
-            (sent.action, sent.reason)
+            Processed::Pending((sent.action, sent.reason))
         }
         Err(Reason::DropTooBig) => {
             vip_stats.drops += 1;
-            rare::too_big(
+            Processed::Rare(rare::too_big(
                 parsed.key.vip.family == lb_common::types::FAMILY_V4,
                 forward::overhead(backend_family),
                 parsed.l3_len,
-            )
+            ))
         }
         Err(reason) => {
             vip_stats.drops += 1;
-            verdict(reason)
+            Processed::Pending(verdict(reason))
         }
     }
 }
