@@ -47,6 +47,7 @@ mod backend;
 mod bench;
 mod conntrack;
 mod csum;
+mod encap;
 mod flood;
 mod forward;
 mod frag;
