@@ -2,7 +2,7 @@
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet (a VLAN-tagged frame or a first fragment goes to `lb_xdp_full`
-//! by tail call, [`full`], which does the same with the tag and the fragment):
+//! by tail call, [`full_path`], which does the same with the tag and the fragment):
 //! 1. strip a single 802.1Q tag (`lb_xdp_full` only: [`vlan`]; put back on the way
 //!    out), parse the headers ([`parse`]); a packet not for a VIP ([`vip`]) gets
 //!    `XDP_PASS`, untouched;
@@ -16,7 +16,7 @@
 //!    connection-tracking decision of `lb_common::conntrack`, over the maps of
 //!    [`conntrack`], [`syn_cache`] and [`table`]. A packet that would make a new pin
 //!    beyond the CPU's rate of new pins goes to the same backend without it
-//!    ([`flood`]);
+//!    ([`new_pin_rate`]);
 //! 4. encapsulate it in IP-in-IP and send it ([`forward`]); a packet too big once
 //!    encapsulated is answered with ICMP ([`too_big`]); a first fragment's backend is
 //!    recorded (`lb_xdp_full` only: [`frag`]).
@@ -48,26 +48,26 @@ mod bench;
 mod conntrack;
 mod csum;
 mod encap;
-mod flood;
 mod forward;
 mod frag;
-mod full;
+mod full_path;
 mod headers;
 mod icmp;
 mod icmp_error;
 mod maps;
+mod new_pin_rate;
 mod packet;
 mod parse;
 mod probe;
 mod rare;
 mod ratelimit;
-mod recent;
 mod records;
 mod select;
 mod source;
 mod stats;
 mod syn_cache;
 mod table;
+mod table_seen;
 mod too_big;
 mod trace;
 mod vip;
@@ -94,7 +94,7 @@ fn lb_xdp(ctx: XdpContext) -> u32 {
 }
 
 /// The load balancer for VLAN-tagged frames and first fragments, which `lb_xdp` hands
-/// over by tail call (`full`).
+/// over by tail call (`full_path`).
 #[xdp]
 fn lb_xdp_full(ctx: XdpContext) -> u32 {
     run_full::<true>(&ctx)
@@ -116,7 +116,7 @@ fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     let (action, reason) = match process::<TRACE, false>(ctx) {
         Processed::Pending(verdict) | Processed::Done(verdict) => verdict,
         Processed::Rare(fallback) => rare::hand_over(ctx, vlan::Tag::None, fallback),
-        Processed::Full(fallback) => full::hand_over(ctx, fallback),
+        Processed::Full(fallback) => full_path::hand_over(ctx, fallback),
     };
     stats::count(reason);
     action
@@ -124,7 +124,7 @@ fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
 
 /// One packet of `lb_xdp_full`: strips a VLAN tag, processes the packet, records a
 /// first fragment, hands rare work over, puts the tag back and counts the reason;
-/// returns the action. The tag and the fragment are carried in `full`'s per-CPU
+/// returns the action. The tag and the fragment are carried in `full_path`'s per-CPU
 /// record, out of the verifier's sight.
 #[inline(always)]
 fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
@@ -132,10 +132,10 @@ fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     let (action, reason) = if tag == vlan::Tag::Unsupported {
         verdict(Reason::PassVlan)
     } else {
-        full::begin(tag);
+        full_path::begin(tag);
         match process::<TRACE, true>(ctx) {
-            Processed::Pending(verdict) => vlan::restore(ctx, full::tag(), verdict),
-            Processed::Rare(fallback) => hand_over_tagged(ctx, full::tag(), fallback),
+            Processed::Pending(verdict) => vlan::restore(ctx, full_path::tag(), verdict),
+            Processed::Rare(fallback) => hand_over_tagged(ctx, full_path::tag(), fallback),
             Processed::Done(verdict) => verdict,
             // Not returned with `FULL`.
             Processed::Full(_) => verdict(Reason::DropBadConfig),
@@ -193,14 +193,14 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 /// `lb_xdp`) a tagged frame (which parses as `pass_vlan`: the EtherType dispatch tests
 /// the tag only after IPv4 and IPv6) and a first fragment are left to `lb_xdp_full`
 /// ([`Processed::Full`]); with it, the fragment's datagram is carried
-/// ([`full::note_first_fragment`]).
+/// ([`full_path::note_first_fragment`]).
 #[inline(always)]
 fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
     let pending = |v| Processed::Pending(v);
     let parsed = match parse::parse(ctx) {
         Parse::Packet(parsed) => parsed,
         Parse::FirstFragment(parsed, frag) if FULL => {
-            full::note_first_fragment(&frag);
+            full_path::note_first_fragment(&frag);
             parsed
         }
         Parse::FirstFragment(..) => return Processed::Full(Reason::DropFragment),
@@ -236,7 +236,11 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
         && let Processed::Pending(v) = processed
         && v.1 != Reason::PassNonVip
     {
-        let tag = if FULL { full::tag() } else { vlan::Tag::None };
+        let tag = if FULL {
+            full_path::tag()
+        } else {
+            vlan::Tag::None
+        };
         let (action, reason) = vlan::restore(ctx, tag, v);
         trace::hand_over(ctx, &parsed, &traced, action, reason);
         return Processed::Done((action, reason));
@@ -306,7 +310,7 @@ fn vip_packet<const FULL: bool>(
             };
             match send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending) {
                 Processed::Pending((action, reason)) if unpinned => {
-                    pending((action, flood::unpinned(reason)))
+                    pending((action, new_pin_rate::unpinned(reason)))
                 }
                 processed => processed,
             }
@@ -344,7 +348,7 @@ fn send<const FULL: bool>(
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
             stats::backend(id, sending.bytes, sending.new_flow);
-            if FULL && let Some(tag) = full::first_fragment() {
+            if FULL && let Some(tag) = full_path::first_fragment() {
                 let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
                 frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
             }

@@ -91,11 +91,11 @@ pub(crate) static SYN_CACHE: Array<SynEntry, { CT_SYN_CAPACITY as usize }> = Arr
 #[btf_map]
 pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
 
-/// VIP id → the epoch of its table the program last saw and when (`recent`).
+/// VIP id → the epoch of its table the program last saw and when (`table_seen`).
 #[btf_map]
 pub(crate) static TABLE_SEEN: Array<u64, VIPS_MAX> = Array::new();
 
-/// Per CPU, the rate limit of new conntrack pins (`flood`).
+/// Per CPU, the rate limit of new conntrack pins (`new_pin_rate`).
 #[btf_map]
 pub(crate) static NEW_PIN_RATE: PerCpuArray<u64, 1> = PerCpuArray::new();
 /// First fragment of a recent datagram → its backend and VIP (LRU).
@@ -129,7 +129,7 @@ pub(crate) static RARE_PROGS: ProgramArray<2> = ProgramArray::new();
 #[btf_map]
 pub(crate) static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
 
-/// Per CPU, what `lb_xdp_full` carries through a packet (`full`).
+/// Per CPU, what `lb_xdp_full` carries through a packet (`full_path`).
 #[btf_map]
 pub(crate) static CARRIED: PerCpuArray<Carried, 1> = PerCpuArray::new();
 

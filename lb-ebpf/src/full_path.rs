@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! `lb_xdp_full`, the program for VLAN-tagged frames and first fragments: the hand-over
-//! from `lb_xdp` (`RARE_PROGS` slot `FULL_SLOT`) and what the program carries from its
-//! start to its end.
+//! The full path: `lb_xdp_full`, the program for VLAN-tagged frames and first fragments
+//! beside `lb_xdp`'s fast path. This module holds the hand-over from `lb_xdp`
+//! (`RARE_PROGS` slot `FULL_SLOT`) and what the program carries from its start to its
+//! end (`CARRIED`).
 //!
 //! These frames must carry something through the whole processing: a tag to put back
 //! on the way out, a datagram to record once its backend is known. In a program of
