@@ -3,11 +3,12 @@
 //! client packets ([`forward`](crate::forward), XDP) and for tunnel-mode health probes
 //! ([`probe`](crate::probe), TC egress).
 //!
-//! Outer IPv4 (RFC 2003, protocol 4): TTL 64, TOS, identification and DF copied from
-//! the inner IPv4 header, the header checksum computed with a full carry fold (RFC
-//! 1071). Outer IPv6 (RFC 2473, next header 41, or 4 for IPv4-in-IPv6): hop limit 64,
-//! its first word (version, traffic class, flow label) given by the caller. MACs are
-//! held as three 2-byte words in memory order ([`mac_words`]).
+//! Outer IPv4 ([`ipv4!`], RFC 2003, protocol 4): TTL 64, TOS, identification and DF
+//! copied from the inner IPv4 header, then the header checksum (`csum`, a full carry
+//! fold, RFC 1071). Outer IPv6 ([`ipv6!`], RFC 2473, next header 41, or 4 for
+//! IPv4-in-IPv6): hop limit 64, its first word (version, traffic class, flow label)
+//! given by the caller. MACs are held as three 2-byte words in memory order
+//! ([`mac_words`]).
 //!
 //! The FIB lookup asks `bpf_fib_lookup` with `BPF_FIB_LOOKUP_OUTPUT` (the LB originates
 //! the outer packet) for the route from the configured encap source to the backend
@@ -23,6 +24,8 @@
 //! the configured address as well as from the prefix. The FIB lookup takes the
 //! configured address for both.
 
+use core::num::TryFromIntError;
+
 use aya_ebpf::{
     EbpfContext,
     bindings::{
@@ -30,13 +33,11 @@ use aya_ebpf::{
         bpf_fib_lookup as FibParams,
     },
     helpers::generated::bpf_fib_lookup,
+    programs::{TcContext, XdpContext},
 };
 use lb_common::types::{BackendEntry, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6, LbConfig};
 
-use crate::{
-    csum,
-    headers::{Ipv4Hdr, Ipv6Hdr, addr_words},
-};
+use crate::headers::{Ipv4Hdr, Ipv6Hdr, addr_words};
 
 /// Bytes of an outer IPv4 header.
 pub(crate) const IPV4_LEN: u32 = 20;
@@ -49,7 +50,8 @@ const _: () = assert!(
         && IPV6_LEN as usize == size_of::<Ipv6Hdr>()
         && FIB_PARAMS_LEN as usize == size_of::<FibParams>()
 );
-const OUTER_TTL: u8 = 64;
+/// TTL and hop limit of the outer header.
+pub(crate) const OUTER_TTL: u8 = 64;
 /// IP-in-IP: an IPv4 packet inside.
 pub(crate) const IPPROTO_IPIP: u8 = 4;
 /// An IPv6 packet inside.
@@ -60,42 +62,55 @@ const AF_INET6: u8 = 10;
 pub(crate) const ETH_P_IP: u16 = 0x0800_u16.to_be();
 /// EtherType IPv6, wire order.
 pub(crate) const ETH_P_IPV6: u16 = 0x86dd_u16.to_be();
+/// [`fib_lookup`]: found.
+pub(crate) const FIB_FOUND: u32 = BPF_FIB_LKUP_RET_SUCCESS;
+/// [`fib_lookup`]: a route, but its neighbour is unresolved.
+pub(crate) const FIB_NO_NEIGH: u32 = BPF_FIB_LKUP_RET_NO_NEIGH;
 /// IPv4 "don't fragment" bit in the flags/fragment-offset field (RFC 791), wire order.
-const IPV4_DF: u16 = 0x4000_u16.to_be();
+pub(crate) const IPV4_DF: u16 = 0x4000_u16.to_be();
 
-/// The outer IPv4 header of `tot_len` bytes in all (host order) from `src` to `dst`
-/// (wire order), over an inner IPv4 header with `tos`, `id` and `frag`.
-#[inline(always)]
-pub(crate) fn ipv4(tos: u8, id: u16, frag: u16, tot_len: u16, src: u32, dst: u32) -> Ipv4Hdr {
-    let mut ip = Ipv4Hdr {
-        vihl: 0x45,
-        tos,
-        tot_len: tot_len.to_be(),
-        id,
-        frag: frag & IPV4_DF,
-        ttl: OUTER_TTL,
-        proto: IPPROTO_IPIP,
-        check: 0,
-        src,
-        dst,
+/// The outer IPv4 header (an expression), `$tot_len` bytes in all (`u16`, host order),
+/// over an inner IPv4 header's `$tos`, `$id` and `$frag`, from `$src` to `$dst` (wire
+/// order); `check` is 0 until the caller sets it
+/// ([`csum::ipv4_header`](crate::csum::ipv4_header)).
+///
+/// Macros, not functions, so that each header stays one struct literal in its caller:
+/// returned by a function, the same header compiled to other instruction orders and
+/// changed the verifier's instruction counts.
+macro_rules! ipv4 {
+    ($tos:expr, $id:expr, $frag:expr, $tot_len:expr, $src:expr, $dst:expr $(,)?) => {
+        $crate::headers::Ipv4Hdr {
+            vihl: 0x45,
+            tos: $tos,
+            tot_len: $tot_len.to_be(),
+            id: $id,
+            frag: $frag & $crate::encap::IPV4_DF,
+            ttl: $crate::encap::OUTER_TTL,
+            proto: $crate::encap::IPPROTO_IPIP,
+            check: 0,
+            src: $src,
+            dst: $dst,
+        }
     };
-    ip.check = csum::ipv4_header(&ip);
-    ip
 }
+pub(crate) use ipv4;
 
-/// The outer IPv6 header with first word `vtcfl` (wire order) over `plen` bytes (host
-/// order) of an inner packet of kind `next`, from `src` to `dst`.
-#[inline(always)]
-pub(crate) fn ipv6(vtcfl: u32, plen: u16, next: u8, src: [u32; 4], dst: [u32; 4]) -> Ipv6Hdr {
-    Ipv6Hdr {
-        vtcfl,
-        plen: plen.to_be(),
-        next,
-        hop_limit: OUTER_TTL,
-        src,
-        dst,
-    }
+/// The outer IPv6 header (an expression) with first word `$vtcfl` (wire order) over
+/// `$plen` bytes (`u16`, host order) of an inner packet of kind `$next`, from `$src` to
+/// `$dst` (wire order). A macro for the reason [`ipv4!`] gives.
+macro_rules! ipv6 {
+    ($vtcfl:expr, $plen:expr, $next:expr, $src:expr, $dst:expr $(,)?) => {
+        $crate::headers::Ipv6Hdr {
+            vtcfl: $vtcfl,
+            plen: $plen.to_be(),
+            next: $next,
+            hop_limit: $crate::encap::OUTER_TTL,
+            src: $src,
+            dst: $dst,
+        }
+    };
 }
+pub(crate) use ipv6;
 
 /// A client packet's outer IPv4 source: the configured address, or the prefix with the
 /// flow hash in its host bits.
@@ -139,23 +154,44 @@ pub(crate) fn words_mac(w: [u16; 3]) -> [u8; 6] {
     [a, b, c, d, e, f]
 }
 
-/// What the FIB says of the outer packet's next hop.
-pub(crate) enum Fib {
-    /// Found: the parameters hold both MACs and the egress interface.
-    Found,
-    /// A route, but its neighbour is unresolved: the parameters hold the egress
-    /// interface.
-    NoNeigh,
-    /// No route, or the lookup failed.
-    Failed,
+/// A program context whose packet's interface the FIB lookup starts from.
+pub(crate) trait Interface: EbpfContext {
+    /// The interface index: where an XDP packet arrived, where a TC egress packet leaves.
+    fn ifindex(&self) -> u32;
+}
+
+impl Interface for XdpContext {
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "interface indexes are u32 in the kernel"
+        )]
+        let ifindex = self.ingress_ifindex() as u32;
+        ifindex
+    }
+}
+
+impl Interface for TcContext {
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        // SAFETY: the context's skb pointer is valid for the program's run.
+        unsafe { (*self.skb.skb).ifindex }
+    }
 }
 
 /// The parameters of the FIB lookup of an outer packet (IPv4 when `v4`) from the
-/// configured source to `backend`; the caller sets the interface (`ifindex`).
+/// configured source to `backend`, from `ctx`'s interface.
 #[inline(always)]
-pub(crate) fn fib_params(v4: bool, backend: &BackendEntry, cfg: &LbConfig) -> FibParams {
+pub(crate) fn fib_params<C: Interface>(
+    ctx: &C,
+    v4: bool,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> FibParams {
     // SAFETY: bpf_fib_lookup is a plain-old-data struct for which all zeroes is valid.
     let mut params: FibParams = unsafe { core::mem::zeroed() };
+    params.ifindex = ctx.ifindex();
     if v4 {
         params.family = AF_INET;
         params.l4_protocol = IPPROTO_IPIP;
@@ -171,9 +207,14 @@ pub(crate) fn fib_params(v4: bool, backend: &BackendEntry, cfg: &LbConfig) -> Fi
 }
 
 /// Looks the next hop of `params` up from program context `ctx`; the helper writes its
-/// answer into `params`.
+/// answer into `params` and returns [`FIB_FOUND`] (both MACs and the egress
+/// interface), [`FIB_NO_NEIGH`] (a route whose neighbour is unresolved: the egress
+/// interface) or another code (no route, or the lookup failed).
 #[inline(always)]
-pub(crate) fn fib_lookup<C: EbpfContext>(ctx: &C, params: &mut FibParams) -> Fib {
+pub(crate) fn fib_lookup<C: EbpfContext>(
+    ctx: &C,
+    params: &mut FibParams,
+) -> Result<u32, TryFromIntError> {
     // SAFETY: the context is the program's and params a valid, initialised struct of
     // the size passed.
     let rc = unsafe {
@@ -184,9 +225,5 @@ pub(crate) fn fib_lookup<C: EbpfContext>(ctx: &C, params: &mut FibParams) -> Fib
             BPF_FIB_LOOKUP_OUTPUT,
         )
     };
-    match u32::try_from(rc) {
-        Ok(BPF_FIB_LKUP_RET_SUCCESS) => Fib::Found,
-        Ok(BPF_FIB_LKUP_RET_NO_NEIGH) => Fib::NoNeigh,
-        _ => Fib::Failed,
-    }
+    u32::try_from(rc)
 }

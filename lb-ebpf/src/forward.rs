@@ -42,9 +42,10 @@ use lb_common::{
 };
 
 use crate::{
+    csum,
     encap::{
-        self, ETH_P_IP, ETH_P_IPV6, Fib, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_LEN, IPV6_LEN, mac_words,
-        words_mac,
+        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_LEN,
+        IPV6_LEN, mac_words, words_mac,
     },
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
     maps::NEXTHOP_CACHE,
@@ -243,22 +244,15 @@ fn fib_next_hop(
     backend: &BackendEntry,
     cfg: &LbConfig,
 ) -> Result<NextHop, Reason> {
-    let mut params = encap::fib_params(v4, backend, cfg);
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "interface indexes are u32 in the kernel"
-    )]
-    {
-        params.ifindex = ctx.ingress_ifindex() as u32;
-    }
+    let mut params = encap::fib_params(ctx, v4, backend, cfg);
     match encap::fib_lookup(ctx, &mut params) {
-        Fib::Found => Ok(NextHop {
+        Ok(FIB_FOUND) => Ok(NextHop {
             dmac: mac_words(&params.dmac),
             smac: mac_words(&params.smac),
             ifindex: params.ifindex,
         }),
-        Fib::NoNeigh => Err(Reason::DropFibNoNeigh),
-        Fib::Failed => Err(Reason::DropFibFail),
+        Ok(FIB_NO_NEIGH) => Err(Reason::DropFibNoNeigh),
+        _ => Err(Reason::DropFibFail),
     }
 }
 
@@ -298,8 +292,17 @@ fn push_ipv4(
     let inner = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
     // SAFETY: ptr_at checked the inner header's 20 bytes.
     let (tos, id, frag) = unsafe { ((*inner).tos, (*inner).id, (*inner).frag) };
-    let src = encap::source_v4(cfg, hash);
-    let ip = encap::ipv4(tos, id, frag, outer_len, src, addr_words(&backend.addr)[0]);
+    // The source in its place in the literal: computed before it, the header compiles
+    // to another instruction order.
+    let mut ip = encap::ipv4!(
+        tos,
+        id,
+        frag,
+        outer_len,
+        encap::source_v4(cfg, hash),
+        addr_words(&backend.addr)[0],
+    );
+    ip.check = csum::ipv4_header(&ip);
     push_head(ctx, IPV4_LEN)?;
     let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropEncapFail)?;
     let outer = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
@@ -346,8 +349,13 @@ fn push_ipv6(
         reason = "the inner packet fits the MTU check, a u16"
     )]
     let plen = inner_len as u16;
-    let src = encap::source_v6(cfg, hash);
-    let ip = encap::ipv6(first.to_be(), plen, next, src, addr_words(&backend.addr));
+    let ip = encap::ipv6!(
+        first.to_be(),
+        plen,
+        next,
+        encap::source_v6(cfg, hash),
+        addr_words(&backend.addr),
+    );
     push_head(ctx, IPV6_LEN)?;
     let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropEncapFail)?;
     let outer = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;

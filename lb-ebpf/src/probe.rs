@@ -44,7 +44,11 @@ use lb_common::{
 };
 
 use crate::{
-    encap::{self, ETH_P_IP, ETH_P_IPV6, Fib, IPPROTO_IPV6, IPV4_LEN, IPV6_LEN, mac_words},
+    csum,
+    encap::{
+        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, IPPROTO_IPV6, IPV4_LEN, IPV6_LEN,
+        Interface as _, mac_words,
+    },
     headers::{EthHdr, Ipv4Hdr, addr_words},
     maps::{BACKENDS, CONFIG, PROBE_STATS},
 };
@@ -155,8 +159,16 @@ fn push_ipv4(
     }
     let inner: Ipv4Hdr = ctx.load(ETH_LEN).map_err(|_| Dropped::BadPacket)?;
     let tot_len = u16::try_from(outer_len).map_err(|_| Dropped::TooBig)?;
-    let (src, dst) = (u32::from_ne_bytes(cfg.src_v4), addr_words(&backend.addr)[0]);
-    let ip = encap::ipv4(inner.tos, inner.id, inner.frag, tot_len, src, dst);
+    let mut ip = encap::ipv4!(
+        inner.tos,
+        inner.id,
+        inner.frag,
+        tot_len,
+        // The configured source, never the per-flow one (`encap` says why).
+        u32::from_ne_bytes(cfg.src_v4),
+        addr_words(&backend.addr)[0],
+    );
+    ip.check = csum::ipv4_header(&ip);
     grow(ctx, IPV4_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4)?;
     ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
 }
@@ -175,8 +187,14 @@ fn push_ipv6(
     }
     let vtcfl: u32 = ctx.load(ETH_LEN).map_err(|_| Dropped::BadPacket)?;
     let plen = u16::try_from(inner_len).map_err(|_| Dropped::TooBig)?;
-    let (src, dst) = (addr_words(&cfg.src_v6), addr_words(&backend.addr));
-    let ip = encap::ipv6(vtcfl, plen, IPPROTO_IPV6, src, dst);
+    let ip = encap::ipv6!(
+        vtcfl,
+        plen,
+        IPPROTO_IPV6,
+        // As in `push_ipv4`.
+        addr_words(&cfg.src_v6),
+        addr_words(&backend.addr),
+    );
     grow(ctx, IPV6_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6)?;
     ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
 }
@@ -204,12 +222,11 @@ fn next_hop(
         write_eth(ctx, &cfg.gateway_mac, &cfg.if_mac, proto)?;
         return Ok(OK);
     }
-    let mut params = encap::fib_params(v4, backend, cfg);
-    // SAFETY: the context's skb pointer is valid for the program's run.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    params.ifindex = ifindex;
+    let mut params = encap::fib_params(ctx, v4, backend, cfg);
+    // The interface the packet leaves by (the lookup writes the next hop's into params).
+    let ifindex = ctx.ifindex();
     let action = match encap::fib_lookup(ctx, &mut params) {
-        Fib::Found => {
+        Ok(FIB_FOUND) => {
             write_eth(ctx, &params.dmac, &params.smac, proto)?;
             if params.ifindex == ifindex {
                 return Ok(OK);
@@ -219,8 +236,10 @@ fn next_hop(
         }
         // SAFETY: with no parameters the helper looks the next hop up itself and
         // resolves its neighbour before the packet is sent.
-        Fib::NoNeigh => unsafe { bpf_redirect_neigh(params.ifindex, core::ptr::null_mut(), 0, 0) },
-        Fib::Failed => return Err(Dropped::FibFail),
+        Ok(FIB_NO_NEIGH) => unsafe {
+            bpf_redirect_neigh(params.ifindex, core::ptr::null_mut(), 0, 0)
+        },
+        _ => return Err(Dropped::FibFail),
     };
     i32::try_from(action).map_err(|_| Dropped::FibFail)
 }
