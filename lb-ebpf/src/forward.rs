@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Forwarding: IP-in-IP encapsulation to the chosen backend and the next-hop MAC.
 //!
-//! IPv4 backends: IPv4-in-IPv4 (RFC 2003, protocol 4); IPv6 backends of IPv6 VIPs:
-//! IPv6-in-IPv6 (RFC 2473, next header 41); IPv6 backends of IPv4 VIPs: IPv4-in-IPv6
-//! (RFC 2473, next header 4), for backend networks that are IPv6 only. (An IPv6 VIP
-//! with an IPv4 backend is refused, `drop_bad_config`.) The outer header is pushed with
-//! `bpf_xdp_adjust_head`; the inner packet is not touched. Outer fields: destination =
-//! backend, TTL / hop limit 64, TOS / traffic class copied from the inner header, IPv4
-//! identification and DF copied from the inner header, IPv4 header checksum computed
-//! with a full carry fold (RFC 1071).
+//! IPv4 backends: IPv4-in-IPv4; IPv6 backends of IPv6 VIPs: IPv6-in-IPv6; IPv6 backends
+//! of IPv4 VIPs: IPv4-in-IPv6, for backend networks that are IPv6 only. (An IPv6 VIP
+//! with an IPv4 backend is refused, `drop_bad_config`.) The outer header
+//! ([`encap`](crate::encap): destination = backend, TTL / hop limit 64, TOS / traffic
+//! class, IPv4 identification and DF copied from the inner header) is pushed with
+//! `bpf_xdp_adjust_head`; the inner packet is not touched.
 //!
 //! Outer source: the configured address of the family, or, with a source prefix
 //! (`CONFIG_SOURCE_PREFIX_V4` / `_V6`), the prefix with its host bits (at most the low
@@ -19,10 +17,10 @@
 //! for an IPv4 inner packet), as RFC 6438 recommends for tunnels. The flow hash is
 //! computed only when one of these options is on, or for IPv4-in-IPv6.
 //!
-//! Next hop: in `NEXTHOP_FIB` mode, `bpf_fib_lookup` on the outer destination gives both
-//! MACs and the egress interface. It runs with `BPF_FIB_LOOKUP_OUTPUT`, because the LB
-//! originates the outer packet, and needs forwarding enabled on the interface (kernel
-//! doc: `bpf_fib_lookup` in `include/uapi/linux/bpf.h`). Each CPU reuses a successful
+//! Next hop: in `NEXTHOP_FIB` mode, the FIB lookup ([`encap`](crate::encap)) on the
+//! outer destination gives both MACs and the egress interface; it needs forwarding
+//! enabled on the interface (kernel doc: `bpf_fib_lookup` in
+//! `include/uapi/linux/bpf.h`). Each CPU reuses a successful
 //! result for the backend during `nexthop_cache_ns` (`NEXTHOP_CACHE`), so route and
 //! neighbour changes take effect within that time. In `NEXTHOP_GATEWAY` mode the
 //! configured gateway and interface MACs are used. A packet whose neighbour is unresolved
@@ -30,13 +28,8 @@
 //! stack.
 
 use aya_ebpf::{
-    bindings::{
-        BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, BPF_FIB_LOOKUP_OUTPUT,
-        bpf_fib_lookup as FibParams, xdp_action,
-    },
-    helpers::generated::{
-        bpf_fib_lookup, bpf_ktime_get_coarse_ns, bpf_redirect, bpf_xdp_adjust_head,
-    },
+    bindings::xdp_action,
+    helpers::generated::{bpf_ktime_get_coarse_ns, bpf_redirect, bpf_xdp_adjust_head},
     programs::XdpContext,
 };
 use lb_common::{
@@ -50,33 +43,16 @@ use lb_common::{
 
 use crate::{
     csum,
+    encap::{
+        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_LEN,
+        IPV6_LEN, mac_words, words_mac,
+    },
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
     maps::NEXTHOP_CACHE,
     packet::ptr_at,
     parse::{ETH_LEN, Parsed},
 };
 
-const IPV4_LEN: usize = size_of::<Ipv4Hdr>();
-const IPV6_LEN: usize = size_of::<Ipv6Hdr>();
-/// [`IPV4_LEN`] and [`IPV6_LEN`] as `u32`.
-const IPV4_LEN_U32: u32 = 20;
-const IPV6_LEN_U32: u32 = 40;
-/// Size of `struct bpf_fib_lookup` as the helper's `int plen`.
-const FIB_PARAMS_LEN: i32 = 64;
-const _: () = assert!(
-    IPV4_LEN_U32 as usize == IPV4_LEN
-        && IPV6_LEN_U32 as usize == IPV6_LEN
-        && FIB_PARAMS_LEN as usize == size_of::<FibParams>()
-);
-const OUTER_TTL: u8 = 64;
-const IPPROTO_IPIP: u8 = 4;
-const IPPROTO_IPV6: u8 = 41;
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
-const ETH_P_IP: u16 = 0x0800_u16.to_be();
-const ETH_P_IPV6: u16 = 0x86dd_u16.to_be();
-/// IPv4 "don't fragment" bit in the flags/fragment-offset field (RFC 791), wire order.
-const IPV4_DF: u16 = 0x4000_u16.to_be();
 /// The options that need the flow hash.
 const HASHED_OUTER: u32 =
     CONFIG_SOURCE_PREFIX_V4 | CONFIG_SOURCE_PREFIX_V6 | CONFIG_FLOW_LABEL_HASH;
@@ -186,13 +162,13 @@ fn outer(p: &Parsed, backend: &BackendEntry) -> Result<Outer, Reason> {
         let v4 = backend.family == FAMILY_V4;
         return Ok(Outer {
             v4,
-            len: if v4 { IPV4_LEN_U32 } else { IPV6_LEN_U32 },
+            len: if v4 { IPV4_LEN } else { IPV6_LEN },
         });
     }
     if p.key.vip.family == FAMILY_V4 && backend.family == FAMILY_V6 {
         return Ok(Outer {
             v4: false,
-            len: IPV6_LEN_U32,
+            len: IPV6_LEN,
         });
     }
     Err(Reason::DropBadConfig)
@@ -203,9 +179,9 @@ fn outer(p: &Parsed, backend: &BackendEntry) -> Result<Outer, Reason> {
 #[inline(always)]
 pub(crate) fn overhead(backend_family: u8) -> u32 {
     if backend_family == FAMILY_V6 {
-        IPV6_LEN_U32
+        IPV6_LEN
     } else {
-        IPV4_LEN_U32
+        IPV4_LEN
     }
 }
 
@@ -268,80 +244,28 @@ fn fib_next_hop(
     backend: &BackendEntry,
     cfg: &LbConfig,
 ) -> Result<NextHop, Reason> {
-    // SAFETY: bpf_fib_lookup is a plain-old-data struct for which all zeroes is valid.
-    let mut params: FibParams = unsafe { core::mem::zeroed() };
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "interface indexes are u32 in the kernel"
-    )]
-    {
-        params.ifindex = ctx.ingress_ifindex() as u32;
-    }
-    if v4 {
-        params.family = AF_INET;
-        params.l4_protocol = IPPROTO_IPIP;
-        params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(cfg.src_v4);
-        params.__bindgen_anon_4.ipv4_dst = addr_words(&backend.addr)[0];
-    } else {
-        params.family = AF_INET6;
-        params.l4_protocol = IPPROTO_IPV6;
-        params.__bindgen_anon_3.ipv6_src = addr_words(&cfg.src_v6);
-        params.__bindgen_anon_4.ipv6_dst = addr_words(&backend.addr);
-    }
-    // SAFETY: ctx is the program's context and params a valid, initialised struct of the
-    // size passed.
-    let rc = unsafe {
-        bpf_fib_lookup(
-            ctx.ctx.cast(),
-            &raw mut params,
-            FIB_PARAMS_LEN,
-            BPF_FIB_LOOKUP_OUTPUT,
-        )
-    };
-    match u32::try_from(rc) {
-        Ok(BPF_FIB_LKUP_RET_SUCCESS) => Ok(NextHop {
+    let mut params = encap::fib_params(ctx, v4, backend, cfg);
+    match encap::fib_lookup(ctx, &mut params) {
+        Ok(FIB_FOUND) => Ok(NextHop {
             dmac: mac_words(&params.dmac),
             smac: mac_words(&params.smac),
             ifindex: params.ifindex,
         }),
-        Ok(BPF_FIB_LKUP_RET_NO_NEIGH) => Err(Reason::DropFibNoNeigh),
+        Ok(FIB_NO_NEIGH) => Err(Reason::DropFibNoNeigh),
         _ => Err(Reason::DropFibFail),
     }
 }
 
 /// Grows the headroom by `len` bytes.
 #[inline(always)]
-fn push_head(ctx: &XdpContext, len: usize) -> Result<(), Reason> {
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_possible_wrap,
-        reason = "len is the size of an IP header"
-    )]
+fn push_head(ctx: &XdpContext, len: u32) -> Result<(), Reason> {
+    #[expect(clippy::cast_possible_wrap, reason = "len is the size of an IP header")]
     let delta = -(len as i32);
     // SAFETY: ctx is the program's context; the helper validates the delta.
     if unsafe { bpf_xdp_adjust_head(ctx.ctx, delta) } != 0 {
         return Err(Reason::DropEncapFail);
     }
     Ok(())
-}
-
-/// A MAC address as three 2-byte words in memory order.
-#[inline(always)]
-fn mac_words(m: &[u8; 6]) -> [u16; 3] {
-    [
-        u16::from_ne_bytes([m[0], m[1]]),
-        u16::from_ne_bytes([m[2], m[3]]),
-        u16::from_ne_bytes([m[4], m[5]]),
-    ]
-}
-
-/// Inverse of [`mac_words`].
-#[inline(always)]
-fn words_mac(w: [u16; 3]) -> [u8; 6] {
-    let [a, b] = w[0].to_ne_bytes();
-    let [c, d] = w[1].to_ne_bytes();
-    let [e, f] = w[2].to_ne_bytes();
-    [a, b, c, d, e, f]
 }
 
 /// The Ethernet header of an encapsulated frame.
@@ -368,18 +292,16 @@ fn push_ipv4(
     let inner = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
     // SAFETY: ptr_at checked the inner header's 20 bytes.
     let (tos, id, frag) = unsafe { ((*inner).tos, (*inner).id, (*inner).frag) };
-    let mut ip = Ipv4Hdr {
-        vihl: 0x45,
+    // The source in its place in the literal: computed before it, the header compiles
+    // to another instruction order.
+    let mut ip = encap::ipv4!(
         tos,
-        tot_len: outer_len.to_be(),
         id,
-        frag: frag & IPV4_DF,
-        ttl: OUTER_TTL,
-        proto: IPPROTO_IPIP,
-        check: 0,
-        src: source_v4(cfg, hash),
-        dst: addr_words(&backend.addr)[0],
-    };
+        frag,
+        outer_len,
+        encap::source_v4(cfg, hash),
+        addr_words(&backend.addr)[0],
+    );
     ip.check = csum::ipv4_header(&ip);
     push_head(ctx, IPV4_LEN)?;
     let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropEncapFail)?;
@@ -390,29 +312,6 @@ fn push_ipv4(
         *outer = ip;
     }
     Ok(())
-}
-
-/// The outer IPv4 source: the configured address, or the prefix with the flow hash in
-/// its host bits.
-#[inline(always)]
-fn source_v4(cfg: &LbConfig, hash: u32) -> u32 {
-    if cfg.flags & CONFIG_SOURCE_PREFIX_V4 == 0 {
-        return u32::from_ne_bytes(cfg.src_v4);
-    }
-    let mask = cfg.src_host_mask_v4;
-    (u32::from_ne_bytes(cfg.src_prefix_v4) & !mask) | (hash.to_be() & mask)
-}
-
-/// The outer IPv6 source (as [`source_v4`], host bits in the last word).
-#[inline(always)]
-fn source_v6(cfg: &LbConfig, hash: u32) -> [u32; 4] {
-    if cfg.flags & CONFIG_SOURCE_PREFIX_V6 == 0 {
-        return addr_words(&cfg.src_v6);
-    }
-    let mut src = addr_words(&cfg.src_prefix_v6);
-    let mask = cfg.src_host_mask_v6;
-    src[3] = (src[3] & !mask) | (hash.to_be() & mask);
-    src
 }
 
 /// Pushes Ethernet + outer IPv6 in front of the inner packet of `inner_len` bytes
@@ -449,14 +348,14 @@ fn push_ipv6(
         clippy::cast_possible_truncation,
         reason = "the inner packet fits the MTU check, a u16"
     )]
-    let ip = Ipv6Hdr {
-        vtcfl: first.to_be(),
-        plen: (inner_len as u16).to_be(),
+    let plen = inner_len as u16;
+    let ip = encap::ipv6!(
+        first.to_be(),
+        plen,
         next,
-        hop_limit: OUTER_TTL,
-        src: source_v6(cfg, hash),
-        dst: addr_words(&backend.addr),
-    };
+        encap::source_v6(cfg, hash),
+        addr_words(&backend.addr),
+    );
     push_head(ctx, IPV6_LEN)?;
     let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropEncapFail)?;
     let outer = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;

@@ -27,9 +27,10 @@ use lb_common::{
 use crate::{
     backend,
     forward::{self, Sent},
-    maps::{CONFIG, FRAGMENTS, SCRATCH, Scratch},
+    maps::{CONFIG, FRAGMENTS, SCRATCH},
     packet::frame_len,
-    parse::{FragAt, FragTag, Parsed, flow_key},
+    parse::{FragAt, Parsed, flow_key},
+    records::{FragTag, Scratch},
     stats, vip,
 };
 

@@ -8,6 +8,12 @@
 //! the kernel accepts for packet memory on architectures with efficient unaligned access
 //! (x86-64, arm64) — the same assumption every C XDP program makes. LLVM's BPF back end
 //! would otherwise split each unaligned 4-byte read into four byte loads.
+//!
+//! Why not the `network-types` crate: its headers hold multi-byte fields as byte arrays
+//! (alignment 1) behind accessors that convert to host order, so LLVM may assume no
+//! alignment and moves such fields a byte at a time. Here a field is one plain load, a
+//! whole header a few plain stores, and wire order is kept (compared and copied
+//! without conversion). The program needs only these few small structs.
 
 /// Ethernet II header (IEEE 802.3), 14 bytes.
 #[repr(C)]

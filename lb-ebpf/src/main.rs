@@ -2,7 +2,7 @@
 //! The XDP program of the load balancer.
 //!
 //! `lb_xdp` per packet (a VLAN-tagged frame or a first fragment goes to `lb_xdp_full`
-//! by tail call, [`full`], which does the same with the tag and the fragment):
+//! by tail call, [`full_path`], which does the same with the tag and the fragment):
 //! 1. strip a single 802.1Q tag (`lb_xdp_full` only: [`vlan`]; put back on the way
 //!    out), parse the headers ([`parse`]); a packet not for a VIP ([`vip`]) gets
 //!    `XDP_PASS`, untouched;
@@ -16,7 +16,7 @@
 //!    connection-tracking decision of `lb_common::conntrack`, over the maps of
 //!    [`conntrack`], [`syn_cache`] and [`table`]. A packet that would make a new pin
 //!    beyond the CPU's rate of new pins goes to the same backend without it
-//!    ([`flood`]);
+//!    ([`new_pin_rate`]);
 //! 4. encapsulate it in IP-in-IP and send it ([`forward`]); a packet too big once
 //!    encapsulated is answered with ICMP ([`too_big`]); a first fragment's backend is
 //!    recorded (`lb_xdp_full` only: [`frag`]).
@@ -47,25 +47,27 @@ mod backend;
 mod bench;
 mod conntrack;
 mod csum;
-mod flood;
+mod encap;
 mod forward;
 mod frag;
-mod full;
+mod full_path;
 mod headers;
 mod icmp;
 mod icmp_error;
 mod maps;
+mod new_pin_rate;
 mod packet;
 mod parse;
 mod probe;
 mod rare;
 mod ratelimit;
-mod recent;
+mod records;
 mod select;
 mod source;
 mod stats;
 mod syn_cache;
 mod table;
+mod table_seen;
 mod too_big;
 mod trace;
 mod vip;
@@ -92,7 +94,7 @@ fn lb_xdp(ctx: XdpContext) -> u32 {
 }
 
 /// The load balancer for VLAN-tagged frames and first fragments, which `lb_xdp` hands
-/// over by tail call (`full`).
+/// over by tail call (`full_path`).
 #[xdp]
 fn lb_xdp_full(ctx: XdpContext) -> u32 {
     run_full::<true>(&ctx)
@@ -112,11 +114,9 @@ fn lb_xdp_untraced(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     let (action, reason) = match process::<TRACE, false>(ctx) {
-        Processed::Pending(verdict) if verdict.0 == rare::HAND_OVER => {
-            rare::hand_over(ctx, vlan::Tag::None, verdict.1)
-        }
         Processed::Pending(verdict) | Processed::Done(verdict) => verdict,
-        Processed::Full(fallback) => full::hand_over(ctx, fallback),
+        Processed::Rare(fallback) => rare::hand_over(ctx, vlan::Tag::None, fallback),
+        Processed::Full(fallback) => full_path::hand_over(ctx, fallback),
     };
     stats::count(reason);
     action
@@ -124,7 +124,7 @@ fn run<const TRACE: bool>(ctx: &XdpContext) -> u32 {
 
 /// One packet of `lb_xdp_full`: strips a VLAN tag, processes the packet, records a
 /// first fragment, hands rare work over, puts the tag back and counts the reason;
-/// returns the action. The tag and the fragment are carried in `full`'s per-CPU
+/// returns the action. The tag and the fragment are carried in `full_path`'s per-CPU
 /// record, out of the verifier's sight.
 #[inline(always)]
 fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
@@ -132,9 +132,10 @@ fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
     let (action, reason) = if tag == vlan::Tag::Unsupported {
         verdict(Reason::PassVlan)
     } else {
-        full::begin(tag);
+        full_path::begin(tag);
         match process::<TRACE, true>(ctx) {
-            Processed::Pending(verdict) => finish(ctx, full::tag(), verdict),
+            Processed::Pending(verdict) => vlan::restore(ctx, full_path::tag(), verdict),
+            Processed::Rare(fallback) => hand_over_tagged(ctx, full_path::tag(), fallback),
             Processed::Done(verdict) => verdict,
             // Not returned with `FULL`.
             Processed::Full(_) => verdict(Reason::DropBadConfig),
@@ -146,8 +147,12 @@ fn run_full<const TRACE: bool>(ctx: &XdpContext) -> u32 {
 
 /// What [`process`] leaves to do.
 enum Processed {
-    /// The verdict, before the rare paths' hand-over and the VLAN tag ([`finish`]).
+    /// The verdict, before the VLAN tag is put back.
     Pending((u32, Reason)),
+    /// Work for the rare paths, noted in `RARE_WORK` ([`rare`]) for `lb_xdp_rare`,
+    /// which takes the frame over by tail call, with the reason to count if that
+    /// program is missing (what was done before the rare paths existed).
+    Rare(Reason),
     /// The verdict of a frame that is complete (its tag is back): a traced packet
     /// whose tail call to `lb_trace` failed.
     Done((u32, Reason)),
@@ -157,15 +162,12 @@ enum Processed {
     Full(Reason),
 }
 
-/// Hands work for the rare paths over (`rare`), else puts the VLAN tag back.
+/// Hands work over to the rare paths (`rare`) with the frame's VLAN tag. The rare
+/// program puts the tag back itself; this returns only when the tail call fails, with
+/// the fallback verdict for the frame as it came.
 #[inline(always)]
-fn finish(ctx: &XdpContext, tag: vlan::Tag, verdict: (u32, Reason)) -> (u32, Reason) {
-    if verdict.0 == rare::HAND_OVER {
-        // The rare program puts the tag back itself; this returns only when the tail
-        // call fails, with the fallback verdict for the frame as it came.
-        return vlan::restore(ctx, tag, rare::hand_over(ctx, tag, verdict.1));
-    }
-    vlan::restore(ctx, tag, verdict)
+fn hand_over_tagged(ctx: &XdpContext, tag: vlan::Tag, fallback: Reason) -> (u32, Reason) {
+    vlan::restore(ctx, tag, rare::hand_over(ctx, tag, fallback))
 }
 
 // lb-common's action numbers are the kernel's.
@@ -191,21 +193,21 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 /// `lb_xdp`) a tagged frame (which parses as `pass_vlan`: the EtherType dispatch tests
 /// the tag only after IPv4 and IPv6) and a first fragment are left to `lb_xdp_full`
 /// ([`Processed::Full`]); with it, the fragment's datagram is carried
-/// ([`full::note_first_fragment`]).
+/// ([`full_path::note_first_fragment`]).
 #[inline(always)]
 fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
     let pending = |v| Processed::Pending(v);
     let parsed = match parse::parse(ctx) {
         Parse::Packet(parsed) => parsed,
         Parse::FirstFragment(parsed, frag) if FULL => {
-            full::note_first_fragment(&frag);
+            full_path::note_first_fragment(&frag);
             parsed
         }
         Parse::FirstFragment(..) => return Processed::Full(Reason::DropFragment),
         Parse::Verdict(Reason::PassVlan) if !FULL => return Processed::Full(Reason::PassVlan),
         Parse::Verdict(reason) => return pending(verdict(reason)),
-        Parse::Fragment(_) => return pending(rare::fragment()),
-        Parse::Icmp(_) => return pending(rare::icmp()),
+        Parse::Fragment(_) => return Processed::Rare(rare::fragment()),
+        Parse::Icmp(_) => return Processed::Rare(rare::icmp()),
         Parse::TruncatedL4(key) if vip::is_vip_address(&key) => {
             return pending(verdict(Reason::DropMalformedL4));
         }
@@ -228,18 +230,22 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
         }
     }
     let mut traced = trace::Decision::none();
-    let v = vip_packet::<FULL>(ctx, &parsed, cfg, &mut traced);
+    let processed = vip_packet::<FULL>(ctx, &parsed, cfg, &mut traced);
     if TRACE
         && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0)
+        && let Processed::Pending(v) = processed
         && v.1 != Reason::PassNonVip
-        && v.0 != rare::HAND_OVER
     {
-        let tag = if FULL { full::tag() } else { vlan::Tag::None };
+        let tag = if FULL {
+            full_path::tag()
+        } else {
+            vlan::Tag::None
+        };
         let (action, reason) = vlan::restore(ctx, tag, v);
         trace::hand_over(ctx, &parsed, &traced, action, reason);
         return Processed::Done((action, reason));
     }
-    pending(v)
+    processed
 }
 
 /// Chooses the backend of a packet that may be for a VIP and forwards it; `traced`
@@ -250,7 +256,8 @@ fn vip_packet<const FULL: bool>(
     parsed: &Parsed,
     cfg: Option<&LbConfig>,
     traced: &mut trace::Decision,
-) -> (u32, Reason) {
+) -> Processed {
+    let pending = |v| Processed::Pending(v);
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN looks conntrack up only shortly after its VIP's table changed (see `select`).
     let syn = parsed.is_syn();
@@ -276,16 +283,16 @@ fn vip_packet<const FULL: bool>(
         return send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
     }
     let Some(vip) = vip::find_vip(&parsed.key.vip) else {
-        return verdict(Reason::PassNonVip);
+        return pending(verdict(Reason::PassNonVip));
     };
     let Some(vip_stats) = stats::vip(vip.vip_id) else {
-        return verdict(Reason::DropBadConfig);
+        return pending(verdict(Reason::DropBadConfig));
     };
     vip_stats.packets += 1;
     vip_stats.bytes += bytes;
     let Some(cfg) = cfg else {
         vip_stats.drops += 1;
-        return verdict(Reason::DropBadConfig);
+        return pending(verdict(Reason::DropBadConfig));
     };
     let mut unpinned = false;
     let picked = if syn {
@@ -301,19 +308,16 @@ fn vip_packet<const FULL: bool>(
                 bytes,
                 new_flow: traced.new_flow,
             };
-            let (action, reason) = send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
-            (
-                action,
-                if unpinned {
-                    flood::unpinned(reason)
-                } else {
-                    reason
-                },
-            )
+            match send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending) {
+                Processed::Pending((action, reason)) if unpinned => {
+                    pending((action, new_pin_rate::unpinned(reason)))
+                }
+                processed => processed,
+            }
         }
         Err(reason) => {
             vip_stats.drops += 1;
-            verdict(reason)
+            pending(verdict(reason))
         }
     }
 }
@@ -339,28 +343,28 @@ fn send<const FULL: bool>(
     cfg: &LbConfig,
     vip_stats: &mut VipStats,
     sending: &Sending,
-) -> (u32, Reason) {
+) -> Processed {
     let (id, backend_family) = (choice.id, choice.backend.family);
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
             stats::backend(id, sending.bytes, sending.new_flow);
-            if FULL && let Some(tag) = full::first_fragment() {
+            if FULL && let Some(tag) = full_path::first_fragment() {
                 let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
                 frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
             }
-            (sent.action, sent.reason)
+            Processed::Pending((sent.action, sent.reason))
         }
         Err(Reason::DropTooBig) => {
             vip_stats.drops += 1;
-            rare::too_big(
+            Processed::Rare(rare::too_big(
                 parsed.key.vip.family == lb_common::types::FAMILY_V4,
                 forward::overhead(backend_family),
                 parsed.l3_len,
-            )
+            ))
         }
         Err(reason) => {
             vip_stats.drops += 1;
-            verdict(reason)
+            Processed::Pending(verdict(reason))
         }
     }
 }

@@ -3,7 +3,9 @@
 //! and gives the names and limits userspace shares.
 //!
 //! All maps are BTF-defined (`#[btf_map]`, section `.maps`); userspace resizes the
-//! conntrack maps and the SYN cache at load time.
+//! conntrack maps and the SYN cache at load time. The values of the maps userspace never
+//! reads are in [`records`](crate::records); this module uses only `lb_common` and that
+//! leaf module.
 
 use aya_ebpf::{
     btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray, ProgramArray},
@@ -23,6 +25,8 @@ use lb_common::{
         SourceData, SynEntry, VipAddrKey, VipEntry, VipInfo, VipKey,
     },
 };
+
+use crate::records::{Carried, RareWork, Scratch};
 
 const VIPS_MAX: usize = MAX_VIPS as usize;
 const BACKENDS_MAX: usize = MAX_BACKENDS as usize;
@@ -87,11 +91,11 @@ pub(crate) static SYN_CACHE: Array<SynEntry, { CT_SYN_CAPACITY as usize }> = Arr
 #[btf_map]
 pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
 
-/// VIP id → the epoch of its table the program last saw and when (`recent`).
+/// VIP id → the epoch of its table the program last saw and when (`table_seen`).
 #[btf_map]
 pub(crate) static TABLE_SEEN: Array<u64, VIPS_MAX> = Array::new();
 
-/// Per CPU, the rate limit of new conntrack pins (`flood`).
+/// Per CPU, the rate limit of new conntrack pins (`new_pin_rate`).
 #[btf_map]
 pub(crate) static NEW_PIN_RATE: PerCpuArray<u64, 1> = PerCpuArray::new();
 /// First fragment of a recent datagram → its backend and VIP (LRU).
@@ -121,28 +125,17 @@ pub(crate) static ICMP_RATE: PerCpuArray<u64, { ICMP_RATE_KINDS as usize }> = Pe
 #[btf_map]
 pub(crate) static RARE_PROGS: ProgramArray<2> = ProgramArray::new();
 
-/// Map keys and values built off the stack by the functions the load balancer calls.
-#[repr(C)]
-pub(crate) struct Scratch {
-    /// The `FRAGMENTS` key of the first fragment being recorded.
-    pub(crate) frag_key: FragKey,
-    /// Its value.
-    pub(crate) frag_entry: FragEntry,
-    /// The `SOURCE_RANGES` key of the source check.
-    pub(crate) source_key: aya_ebpf::maps::lpm_trie::Key<SourceData>,
-}
-
 /// Per CPU, one [`Scratch`].
 #[btf_map]
 pub(crate) static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
 
-/// Per CPU, what `lb_xdp_full` carries through a packet (`full`).
+/// Per CPU, what `lb_xdp_full` carries through a packet (`full_path`).
 #[btf_map]
-pub(crate) static CARRIED: PerCpuArray<crate::full::Carried, 1> = PerCpuArray::new();
+pub(crate) static CARRIED: PerCpuArray<Carried, 1> = PerCpuArray::new();
 
 /// Per CPU, the work `lb_xdp` hands to `lb_xdp_rare`.
 #[btf_map]
-pub(crate) static RARE_WORK: PerCpuArray<crate::rare::RareWork, 1> = PerCpuArray::new();
+pub(crate) static RARE_WORK: PerCpuArray<RareWork, 1> = PerCpuArray::new();
 
 /// The current tick of the conntrack clock, written by the daemon (`conntrack`).
 #[btf_map]

@@ -27,6 +27,7 @@ use lb_common::{
 use crate::{
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, Ports},
     packet::{frame_len, ptr_at},
+    records::FragTag,
 };
 
 /// Length of an Ethernet II header.
@@ -121,18 +122,6 @@ impl Parsed {
             CT_OPEN
         }
     }
-}
-
-/// The identification of a fragmented datagram, as its first fragment carries it: the
-/// rest of its [`FragKey`] (addresses, family) is the first fragment's flow key.
-/// `repr(C)`: `lb_xdp_full` keeps one in a map value (`full::Carried`).
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub(crate) struct FragTag {
-    /// Identification, wire bytes read as a native `u32` (IPv4: 16 bits).
-    pub(crate) id: u32,
-    /// IPv4 protocol, or the IPv6 fragment header's next header.
-    pub(crate) proto: u8,
 }
 
 /// A fragment other than the first: no ports.
@@ -259,21 +248,6 @@ fn later_fragment(key: &FlowKey, tag: FragTag, l3_len: usize) -> Parse {
         key: tag.datagram(key),
         l3_len: l3_len as u32,
     })
-}
-
-impl FragTag {
-    /// The `FRAGMENTS` key of this datagram between the addresses of `key`.
-    #[inline(always)]
-    pub(crate) fn datagram(&self, key: &FlowKey) -> FragKey {
-        FragKey {
-            src: key.src,
-            dst: key.vip.addr,
-            id: self.id,
-            proto: self.proto,
-            family: key.vip.family,
-            _pad: [0; 2],
-        }
-    }
 }
 
 /// The ICMP message whose header is at `l4`, inside the IP packet ending at `l3_end`.

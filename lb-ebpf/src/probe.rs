@@ -12,10 +12,12 @@
 //! 3. an outer IPv4 (protocol 4, RFC 2003) or IPv6 (next header 41, RFC 2473) header is
 //!    inserted after the Ethernet header with `bpf_skb_adjust_room` (the kernel records
 //!    the inner headers, so checksum and segmentation offloads still apply to the inner
-//!    packet); outer fields as in `forward`: source = the configured encap source,
-//!    destination = the backend, TTL 64, TOS/traffic class copied, DF copied;
+//!    packet); the outer header is built as the XDP program builds it
+//!    ([`encap`](crate::encap)), with the configured encap source (never the per-flow
+//!    source prefix: `encap` says why), destination = the backend, TTL 64, TOS/traffic
+//!    class (the whole first IPv6 word) copied, DF copied;
 //! 4. the next hop: gateway mode writes the gateway's and the interface's MACs; FIB mode
-//!    asks `bpf_fib_lookup` for the backend's next hop, redirects when it is another
+//!    asks the FIB for the backend's next hop (`encap`), redirects when it is another
 //!    interface, and hands an unresolved neighbour to `bpf_redirect_neigh`, which
 //!    resolves it (unlike the XDP path, the probe may wait for ARP/ND);
 //! 5. the mark is cleared, so a packet that passes an egress hook again is not
@@ -27,11 +29,10 @@
 
 use aya_ebpf::{
     bindings::{
-        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, BPF_FIB_LKUP_RET_NO_NEIGH,
-        BPF_FIB_LKUP_RET_SUCCESS, BPF_FIB_LOOKUP_OUTPUT, TC_ACT_OK, TC_ACT_SHOT,
-        bpf_adj_room_mode::BPF_ADJ_ROOM_MAC, bpf_fib_lookup as FibParams,
+        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, TC_ACT_OK, TC_ACT_SHOT,
+        bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
     },
-    helpers::generated::{bpf_fib_lookup, bpf_redirect, bpf_redirect_neigh},
+    helpers::generated::{bpf_redirect, bpf_redirect_neigh},
     macros::classifier,
     programs::TcContext,
 };
@@ -44,29 +45,17 @@ use lb_common::{
 
 use crate::{
     csum,
-    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
+    encap::{
+        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, IPPROTO_IPV6, IPV4_LEN, IPV6_LEN,
+        Interface as _, mac_words,
+    },
+    headers::{EthHdr, Ipv4Hdr, addr_words},
     maps::{BACKENDS, CONFIG, PROBE_STATS},
 };
 
 const ETH_LEN: usize = size_of::<EthHdr>();
 const ETH_LEN_U32: u32 = 14;
 const _: () = assert!(ETH_LEN_U32 as usize == ETH_LEN);
-const IPV4_LEN: u32 = 20;
-const IPV6_LEN: u32 = 40;
-const _: () =
-    assert!(IPV4_LEN as usize == size_of::<Ipv4Hdr>() && IPV6_LEN as usize == size_of::<Ipv6Hdr>());
-/// Size of `struct bpf_fib_lookup` as the helper's `int plen`.
-const FIB_PARAMS_LEN: i32 = 64;
-const _: () = assert!(FIB_PARAMS_LEN as usize == size_of::<FibParams>());
-const OUTER_TTL: u8 = 64;
-const IPPROTO_IPIP: u8 = 4;
-const IPPROTO_IPV6: u8 = 41;
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
-const ETH_P_IP: u16 = 0x0800_u16.to_be();
-const ETH_P_IPV6: u16 = 0x86dd_u16.to_be();
-/// IPv4 "don't fragment" bit (RFC 791), wire order.
-const IPV4_DF: u16 = 0x4000_u16.to_be();
 const OK: i32 = TC_ACT_OK;
 const SHOT: i32 = TC_ACT_SHOT;
 
@@ -170,18 +159,15 @@ fn push_ipv4(
     }
     let inner: Ipv4Hdr = ctx.load(ETH_LEN).map_err(|_| Dropped::BadPacket)?;
     let tot_len = u16::try_from(outer_len).map_err(|_| Dropped::TooBig)?;
-    let mut ip = Ipv4Hdr {
-        vihl: 0x45,
-        tos: inner.tos,
-        tot_len: tot_len.to_be(),
-        id: inner.id,
-        frag: inner.frag & IPV4_DF,
-        ttl: OUTER_TTL,
-        proto: IPPROTO_IPIP,
-        check: 0,
-        src: u32::from_ne_bytes(cfg.src_v4),
-        dst: addr_words(&backend.addr)[0],
-    };
+    let mut ip = encap::ipv4!(
+        inner.tos,
+        inner.id,
+        inner.frag,
+        tot_len,
+        // The configured source, never the per-flow one (`encap` says why).
+        u32::from_ne_bytes(cfg.src_v4),
+        addr_words(&backend.addr)[0],
+    );
     ip.check = csum::ipv4_header(&ip);
     grow(ctx, IPV4_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4)?;
     ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
@@ -201,14 +187,14 @@ fn push_ipv6(
     }
     let vtcfl: u32 = ctx.load(ETH_LEN).map_err(|_| Dropped::BadPacket)?;
     let plen = u16::try_from(inner_len).map_err(|_| Dropped::TooBig)?;
-    let ip = Ipv6Hdr {
+    let ip = encap::ipv6!(
         vtcfl,
-        plen: plen.to_be(),
-        next: IPPROTO_IPV6,
-        hop_limit: OUTER_TTL,
-        src: addr_words(&cfg.src_v6),
-        dst: addr_words(&backend.addr),
-    };
+        plen,
+        IPPROTO_IPV6,
+        // As in `push_ipv4`.
+        addr_words(&cfg.src_v6),
+        addr_words(&backend.addr),
+    );
     grow(ctx, IPV6_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6)?;
     ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
 }
@@ -236,34 +222,11 @@ fn next_hop(
         write_eth(ctx, &cfg.gateway_mac, &cfg.if_mac, proto)?;
         return Ok(OK);
     }
-    // SAFETY: bpf_fib_lookup is a plain-old-data struct for which all zeroes is valid.
-    let mut params: FibParams = unsafe { core::mem::zeroed() };
-    // SAFETY: the context's skb pointer is valid for the program's run.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    params.ifindex = ifindex;
-    if v4 {
-        params.family = AF_INET;
-        params.l4_protocol = IPPROTO_IPIP;
-        params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(cfg.src_v4);
-        params.__bindgen_anon_4.ipv4_dst = addr_words(&backend.addr)[0];
-    } else {
-        params.family = AF_INET6;
-        params.l4_protocol = IPPROTO_IPV6;
-        params.__bindgen_anon_3.ipv6_src = addr_words(&cfg.src_v6);
-        params.__bindgen_anon_4.ipv6_dst = addr_words(&backend.addr);
-    }
-    // SAFETY: the skb is the program's context and params a valid, initialised struct
-    // of the size passed.
-    let rc = unsafe {
-        bpf_fib_lookup(
-            ctx.skb.skb.cast(),
-            &raw mut params,
-            FIB_PARAMS_LEN,
-            BPF_FIB_LOOKUP_OUTPUT,
-        )
-    };
-    let action = match u32::try_from(rc) {
-        Ok(BPF_FIB_LKUP_RET_SUCCESS) => {
+    let mut params = encap::fib_params(ctx, v4, backend, cfg);
+    // The interface the packet leaves by (the lookup writes the next hop's into params).
+    let ifindex = ctx.ifindex();
+    let action = match encap::fib_lookup(ctx, &mut params) {
+        Ok(FIB_FOUND) => {
             write_eth(ctx, &params.dmac, &params.smac, proto)?;
             if params.ifindex == ifindex {
                 return Ok(OK);
@@ -273,7 +236,7 @@ fn next_hop(
         }
         // SAFETY: with no parameters the helper looks the next hop up itself and
         // resolves its neighbour before the packet is sent.
-        Ok(BPF_FIB_LKUP_RET_NO_NEIGH) => unsafe {
+        Ok(FIB_NO_NEIGH) => unsafe {
             bpf_redirect_neigh(params.ifindex, core::ptr::null_mut(), 0, 0)
         },
         _ => return Err(Dropped::FibFail),
@@ -284,10 +247,9 @@ fn next_hop(
 /// Rewrites the Ethernet header.
 #[inline(always)]
 fn write_eth(ctx: &TcContext, dst: &[u8; 6], src: &[u8; 6], proto: u16) -> Result<(), Dropped> {
-    let word = |m: &[u8; 6], i: usize| u16::from_ne_bytes([m[2 * i], m[2 * i + 1]]);
     let eth = EthHdr {
-        dst: [word(dst, 0), word(dst, 1), word(dst, 2)],
-        src: [word(src, 0), word(src, 1), word(src, 2)],
+        dst: mac_words(dst),
+        src: mac_words(src),
         proto,
     };
     ctx.store(0, &eth, 0).map_err(|_| Dropped::BadPacket)

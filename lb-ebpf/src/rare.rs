@@ -25,48 +25,26 @@ use crate::{
     frag, icmp,
     maps::{CONFIG, RARE_PROGS, RARE_WORK},
     parse::{self, Parse},
+    records::{RareWork, WORK_FRAGMENT, WORK_ICMP, WORK_TOO_BIG},
     stats, too_big,
     vlan::{self, Tag},
 };
 
-/// The action `lb_xdp`'s processing returns for work handed over (not an XDP action).
-pub(crate) const HAND_OVER: u32 = 0x100;
-
-/// What `lb_xdp_rare` is to do.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub(crate) struct RareWork {
-    /// [`WORK_FRAGMENT`], [`WORK_ICMP`] or [`WORK_TOO_BIG`].
-    kind: u32,
-    /// The stripped VLAN tag, as [`Tag::to_word`] encodes it.
-    tag: u32,
-    /// [`WORK_TOO_BIG`]: the packet's family is IPv4.
-    v4: u32,
-    /// [`WORK_TOO_BIG`]: bytes of the outer header its backend needs.
-    overhead: u32,
-    /// [`WORK_TOO_BIG`]: length of its IP packet.
-    l3_len: u32,
-}
-
-/// A later IP fragment.
-const WORK_FRAGMENT: u32 = 1;
-/// An ICMP message.
-const WORK_ICMP: u32 = 2;
-/// A VIP packet too big for the MTU once encapsulated.
-const WORK_TOO_BIG: u32 = 3;
-
+/// Notes `work` for the rare program; returns `fallback`, the reason of the frame if
+/// the program is missing.
 #[inline(always)]
-fn note(work: RareWork, fallback: Reason) -> (u32, Reason) {
+fn note(work: RareWork, fallback: Reason) -> Reason {
     if let Some(slot) = RARE_WORK.get_ptr_mut(0) {
         // SAFETY: per-CPU array element, used only by this CPU during this packet.
         unsafe { *slot = work };
     }
-    (HAND_OVER, fallback)
+    fallback
 }
 
-/// Hands a later fragment over; without the rare program it is dropped as before.
+/// Notes a later fragment for the rare program; without it the fragment is dropped as
+/// before (the reason returned).
 #[inline(always)]
-pub(crate) fn fragment() -> (u32, Reason) {
+pub(crate) fn fragment() -> Reason {
     note(
         RareWork {
             kind: WORK_FRAGMENT,
@@ -76,9 +54,10 @@ pub(crate) fn fragment() -> (u32, Reason) {
     )
 }
 
-/// Hands an ICMP message over; without the rare program it passes as before.
+/// Notes an ICMP message for the rare program; without it the message passes as before
+/// (the reason returned).
 #[inline(always)]
-pub(crate) fn icmp() -> (u32, Reason) {
+pub(crate) fn icmp() -> Reason {
     note(
         RareWork {
             kind: WORK_ICMP,
@@ -88,10 +67,10 @@ pub(crate) fn icmp() -> (u32, Reason) {
     )
 }
 
-/// Hands a packet too big over (family, outer header, IP length); without the rare
-/// program it is dropped as before.
+/// Notes a packet too big (family, outer header, IP length) for the rare program;
+/// without it the packet is dropped as before (the reason returned).
 #[inline(always)]
-pub(crate) fn too_big(v4: bool, overhead: u32, l3_len: u32) -> (u32, Reason) {
+pub(crate) fn too_big(v4: bool, overhead: u32, l3_len: u32) -> Reason {
     note(
         RareWork {
             kind: WORK_TOO_BIG,

@@ -5,7 +5,7 @@
 //! `icmp_burst_ns` ahead of now; each message moves `tat` one emission interval
 //! (`icmp_interval_ns`) further. That is `rate` messages per second with bursts of
 //! `burst`, in one `u64` per CPU and no division on the packet path. The rate of new
-//! conntrack pins (`flood`) takes the same step ([`conforms`]) over its own state.
+//! conntrack pins (`new_pin_rate`) takes the same step ([`conforms`]) over its own state.
 
 use lb_common::types::LbConfig;
 

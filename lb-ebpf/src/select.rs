@@ -14,13 +14,13 @@
 //!   SYN that reuses the 4-tuple of an older connection (another ISN) is a new
 //!   connection and follows the current table, so a drained backend gets no new
 //!   connection through port reuse either. No SYN writes conntrack, and only a SYN in
-//!   the window after its VIP's table changed reads it ([`recent`](crate::recent)):
+//!   the window after its VIP's table changed reads it ([`table_seen`](crate::table_seen)):
 //!   before that window, a duplicate's connection was picked from the table the SYN
 //!   takes anyway, and a miss in a large hash map is the largest cost of a new flow.
 //! - [`pick_backend`]: every other VIP packet. Its pin, a SYN held in the SYN cache, or
 //!   the table chooses, by the rules of `lb_common::conntrack` (which `lb flow` applies
 //!   too); this module reads the maps for that decision and carries it out. A new pin
-//!   is made only within the CPU's rate of new pins ([`flood`](crate::flood)).
+//!   is made only within the CPU's rate of new pins ([`new_pin_rate`](crate::new_pin_rate)).
 
 use lb_common::{
     conntrack::{
@@ -34,9 +34,9 @@ use lb_common::{
 use crate::{
     backend::{self, Choice},
     conntrack::{self, CtHit, now_coarse_ns},
-    flood,
+    new_pin_rate,
     parse::Parsed,
-    recent, syn_cache, table,
+    syn_cache, table, table_seen,
     trace::Decision as Traced,
     vip,
 };
@@ -140,7 +140,7 @@ pub(crate) fn pick_syn(
 ) -> Result<Choice, Reason> {
     traced.set(Path::Syn, 0);
     let now = now_coarse_ns();
-    let ct = if recent::table_changed(vip, now) {
+    let ct = if table_seen::table_changed(vip, now) {
         conntrack::lookup_flow(&p.key)
     } else {
         None
@@ -171,7 +171,7 @@ pub(crate) fn pick_syn(
 /// Chooses the backend for a VIP packet other than a TCP SYN
 /// (`lb_common::conntrack::decide`) and writes what the decision asks: the pin's new
 /// time or label, a new pin, a freed SYN cache slot. A new pin over the CPU's rate
-/// ([`flood::may_pin`]) is not made: the packet goes where it would have pointed and
+/// ([`new_pin_rate::may_pin`]) is not made: the packet goes where it would have pointed and
 /// `unpinned` is set.
 #[inline(always)]
 pub(crate) fn pick_backend(
@@ -213,7 +213,7 @@ pub(crate) fn pick_backend(
             let Some(record) = record else {
                 return Ok(backend);
             };
-            if !record.replace && !flood::may_pin(cfg, record.stamp_ns) {
+            if !record.replace && !new_pin_rate::may_pin(cfg, record.stamp_ns) {
                 *unpinned = true;
                 return Ok(backend);
             }
@@ -237,7 +237,7 @@ pub(crate) fn pick_backend(
             let Some(record) = record else {
                 return Ok(choice);
             };
-            if !record.replace && !flood::may_pin(cfg, record.stamp_ns) {
+            if !record.replace && !new_pin_rate::may_pin(cfg, record.stamp_ns) {
                 *unpinned = true;
                 return Ok(choice);
             }

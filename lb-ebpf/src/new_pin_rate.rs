@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! The rate limit of new conntrack pins (`NEW_PIN_RATE`), which keeps a flood of packets
-//! from unknown flows (an ACK flood from random 4-tuples, spoofed handshakes) from
-//! evicting established flows: per CPU, the generic cell rate algorithm (GCRA, ITU-T
-//! I.371, the step of [`crate::ratelimit::conforms`]) with `new_pin_interval_ns` and
-//! `new_pin_burst_ns`: `1e9 / interval` pins per second with bursts, in one `u64` per
-//! CPU and no division on the packet path.
+//! The new-pin flood limiter: the rate limit of new conntrack pins (`NEW_PIN_RATE`),
+//! which keeps a flood of packets from unknown flows (an ACK flood from random
+//! 4-tuples, spoofed handshakes) from evicting established flows: per CPU, the generic
+//! cell rate algorithm (GCRA, ITU-T I.371, the step of
+//! [`crate::ratelimit::conforms`]) with `new_pin_interval_ns` and `new_pin_burst_ns`:
+//! `1e9 / interval` pins per second with bursts, in one `u64` per CPU and no division
+//! on the packet path.
 //!
 //! A packet refused a pin is still forwarded where the pin would have pointed (the
 //! table's slot or the held SYN's backend, which is where its flow's next packets go

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! `lb_xdp_full`, the program for VLAN-tagged frames and first fragments: the hand-over
-//! from `lb_xdp` (`RARE_PROGS` slot `FULL_SLOT`) and what the program carries from its
-//! start to its end.
+//! The full path: `lb_xdp_full`, the program for VLAN-tagged frames and first fragments
+//! beside `lb_xdp`'s fast path. This module holds the hand-over from `lb_xdp`
+//! (`RARE_PROGS` slot `FULL_SLOT`) and what the program carries from its start to its
+//! end (`CARRIED`).
 //!
 //! These frames must carry something through the whole processing: a tag to put back
 //! on the way out, a datagram to record once its backend is known. In a program of
@@ -10,11 +11,12 @@
 //! handed over as it came: `lb_xdp_full` strips the tag, parses again, and counts the
 //! verdict.
 //!
-//! What it carries lives in the per-CPU `CARRIED` record ([`Carried`]), not in
-//! registers: the verifier tracks a register's known value along each path, so a tag
-//! held from the start to the end makes it walk the whole processing once per kind of
-//! tag and of fragment (about 741,000 instructions, 4.7 times `lb_xdp`); a value loaded
-//! from a map is unknown to it, and the paths merge. The record is per CPU and an XDP
+//! What it carries lives in the per-CPU `CARRIED` record
+//! ([`Carried`](crate::records::Carried)), not in registers: the verifier tracks a
+//! register's known value along each path, so a tag held from the start to the end
+//! makes it walk the whole processing once per kind of tag and of fragment (about
+//! 741,000 instructions, 4.7 times `lb_xdp`); a value loaded from a map is unknown to
+//! it, and the paths merge. The record is per CPU and an XDP
 //! program runs to its end on one CPU, so no other packet writes it meanwhile.
 
 use aya_ebpf::programs::XdpContext;
@@ -22,7 +24,7 @@ use lb_common::{maps::FULL_SLOT, stats::Reason};
 
 use crate::{
     maps::{CARRIED, RARE_PROGS},
-    parse::FragTag,
+    records::FragTag,
     vlan::Tag,
 };
 
@@ -34,20 +36,6 @@ pub(crate) fn hand_over(ctx: &XdpContext, fallback: Reason) -> (u32, Reason) {
     unsafe { RARE_PROGS.tail_call(ctx, FULL_SLOT) };
     (fallback.action(), fallback)
 }
-
-/// What `lb_xdp_full` carries through one packet (16 bytes: two words, the datagram's
-/// identification, its protocol and 3 bytes of padding).
-#[repr(C)]
-pub(crate) struct Carried {
-    /// The stripped VLAN tag, as [`Tag::to_word`] encodes it.
-    tag: u32,
-    /// 1 while the packet is a first fragment, else 0.
-    first_fragment: u32,
-    /// The first fragment's datagram (valid while `first_fragment` is 1).
-    frag: FragTag,
-}
-
-const _: () = assert!(size_of::<Carried>() == 16);
 
 /// Starts a packet: carries `tag`, and no fragment yet.
 #[inline(always)]

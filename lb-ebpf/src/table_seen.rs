@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! Whether a VIP's table changed recently (`TABLE_SEEN`): within
-//! `lb_common::conntrack::DUPLICATE_SYN_WINDOW_NS` of the first time the program saw
-//! the VIP's current epoch. Only then can a SYN be a duplicate of a connection picked
-//! from another table, so only then does a SYN look its flow up in conntrack
-//! ([`select`](crate::select)).
+//! When the program first saw each VIP's current table epoch (`TABLE_SEEN`), and so
+//! whether the table changed recently: within
+//! `lb_common::conntrack::DUPLICATE_SYN_WINDOW_NS` of that first sight. Only then can a
+//! SYN be a duplicate of a connection picked from another table, so only then does a
+//! SYN look its flow up in conntrack ([`select`](crate::select)).
 //!
 //! The window starts when the program first sees the new epoch, never before the
 //! switch: it covers every SYN that arrives within the window after the change.

@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//! The outer headers and the FIB lookup of the IP-in-IP encapsulation, built alike for
+//! client packets ([`forward`](crate::forward), XDP) and for tunnel-mode health probes
+//! ([`probe`](crate::probe), TC egress).
+//!
+//! Outer IPv4 ([`ipv4!`], RFC 2003, protocol 4): TTL 64, TOS, identification and DF
+//! copied from the inner IPv4 header, then the header checksum (`csum`, a full carry
+//! fold, RFC 1071). Outer IPv6 ([`ipv6!`], RFC 2473, next header 41, or 4 for
+//! IPv4-in-IPv6): hop limit 64, its first word (version, traffic class, flow label)
+//! given by the caller. MACs are held as three 2-byte words in memory order
+//! ([`mac_words`]).
+//!
+//! The FIB lookup asks `bpf_fib_lookup` with `BPF_FIB_LOOKUP_OUTPUT` (the LB originates
+//! the outer packet) for the route from the configured encap source to the backend
+//! ([`fib_params`], [`fib_lookup`]). Each program acts on the answer in its own way:
+//! the XDP path drops a packet whose neighbour is unresolved, the probe lets
+//! `bpf_redirect_neigh` resolve it.
+//!
+//! The outer source: a client packet takes its flow's ([`source_v4`], [`source_v6`]),
+//! the configured address or, with a source prefix, the prefix with host bits from the
+//! flow hash. A health probe always takes the configured address: it is one flow of the
+//! LB's own, with no client flows to spread over a backend's receive queues, and the TC
+//! program does not parse the packet to hash it. So a backend must accept tunnels from
+//! the configured address as well as from the prefix. The FIB lookup takes the
+//! configured address for both.
+
+use core::num::TryFromIntError;
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{
+        BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, BPF_FIB_LOOKUP_OUTPUT,
+        bpf_fib_lookup as FibParams,
+    },
+    helpers::generated::bpf_fib_lookup,
+    programs::{TcContext, XdpContext},
+};
+use lb_common::types::{BackendEntry, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6, LbConfig};
+
+use crate::headers::{Ipv4Hdr, Ipv6Hdr, addr_words};
+
+/// Bytes of an outer IPv4 header.
+pub(crate) const IPV4_LEN: u32 = 20;
+/// Bytes of an outer IPv6 header.
+pub(crate) const IPV6_LEN: u32 = 40;
+/// Size of `struct bpf_fib_lookup` as the helper's `int plen`.
+const FIB_PARAMS_LEN: i32 = 64;
+const _: () = assert!(
+    IPV4_LEN as usize == size_of::<Ipv4Hdr>()
+        && IPV6_LEN as usize == size_of::<Ipv6Hdr>()
+        && FIB_PARAMS_LEN as usize == size_of::<FibParams>()
+);
+/// TTL and hop limit of the outer header.
+pub(crate) const OUTER_TTL: u8 = 64;
+/// IP-in-IP: an IPv4 packet inside.
+pub(crate) const IPPROTO_IPIP: u8 = 4;
+/// An IPv6 packet inside.
+pub(crate) const IPPROTO_IPV6: u8 = 41;
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+/// EtherType IPv4, wire order.
+pub(crate) const ETH_P_IP: u16 = 0x0800_u16.to_be();
+/// EtherType IPv6, wire order.
+pub(crate) const ETH_P_IPV6: u16 = 0x86dd_u16.to_be();
+/// [`fib_lookup`]: found.
+pub(crate) const FIB_FOUND: u32 = BPF_FIB_LKUP_RET_SUCCESS;
+/// [`fib_lookup`]: a route, but its neighbour is unresolved.
+pub(crate) const FIB_NO_NEIGH: u32 = BPF_FIB_LKUP_RET_NO_NEIGH;
+/// IPv4 "don't fragment" bit in the flags/fragment-offset field (RFC 791), wire order.
+pub(crate) const IPV4_DF: u16 = 0x4000_u16.to_be();
+
+/// The outer IPv4 header (an expression), `$tot_len` bytes in all (`u16`, host order),
+/// over an inner IPv4 header's `$tos`, `$id` and `$frag`, from `$src` to `$dst` (wire
+/// order); `check` is 0 until the caller sets it
+/// ([`csum::ipv4_header`](crate::csum::ipv4_header)).
+///
+/// Macros, not functions, so that each header stays one struct literal in its caller:
+/// returned by a function, the same header compiled to other instruction orders and
+/// changed the verifier's instruction counts.
+macro_rules! ipv4 {
+    ($tos:expr, $id:expr, $frag:expr, $tot_len:expr, $src:expr, $dst:expr $(,)?) => {
+        $crate::headers::Ipv4Hdr {
+            vihl: 0x45,
+            tos: $tos,
+            tot_len: $tot_len.to_be(),
+            id: $id,
+            frag: $frag & $crate::encap::IPV4_DF,
+            ttl: $crate::encap::OUTER_TTL,
+            proto: $crate::encap::IPPROTO_IPIP,
+            check: 0,
+            src: $src,
+            dst: $dst,
+        }
+    };
+}
+pub(crate) use ipv4;
+
+/// The outer IPv6 header (an expression) with first word `$vtcfl` (wire order) over
+/// `$plen` bytes (`u16`, host order) of an inner packet of kind `$next`, from `$src` to
+/// `$dst` (wire order). A macro for the reason [`ipv4!`] gives.
+macro_rules! ipv6 {
+    ($vtcfl:expr, $plen:expr, $next:expr, $src:expr, $dst:expr $(,)?) => {
+        $crate::headers::Ipv6Hdr {
+            vtcfl: $vtcfl,
+            plen: $plen.to_be(),
+            next: $next,
+            hop_limit: $crate::encap::OUTER_TTL,
+            src: $src,
+            dst: $dst,
+        }
+    };
+}
+pub(crate) use ipv6;
+
+/// A client packet's outer IPv4 source: the configured address, or the prefix with the
+/// flow hash in its host bits.
+#[inline(always)]
+pub(crate) fn source_v4(cfg: &LbConfig, hash: u32) -> u32 {
+    if cfg.flags & CONFIG_SOURCE_PREFIX_V4 == 0 {
+        return u32::from_ne_bytes(cfg.src_v4);
+    }
+    let mask = cfg.src_host_mask_v4;
+    (u32::from_ne_bytes(cfg.src_prefix_v4) & !mask) | (hash.to_be() & mask)
+}
+
+/// A client packet's outer IPv6 source (as [`source_v4`], host bits in the last word).
+#[inline(always)]
+pub(crate) fn source_v6(cfg: &LbConfig, hash: u32) -> [u32; 4] {
+    if cfg.flags & CONFIG_SOURCE_PREFIX_V6 == 0 {
+        return addr_words(&cfg.src_v6);
+    }
+    let mut src = addr_words(&cfg.src_prefix_v6);
+    let mask = cfg.src_host_mask_v6;
+    src[3] = (src[3] & !mask) | (hash.to_be() & mask);
+    src
+}
+
+/// A MAC address as three 2-byte words in memory order.
+#[inline(always)]
+pub(crate) fn mac_words(m: &[u8; 6]) -> [u16; 3] {
+    [
+        u16::from_ne_bytes([m[0], m[1]]),
+        u16::from_ne_bytes([m[2], m[3]]),
+        u16::from_ne_bytes([m[4], m[5]]),
+    ]
+}
+
+/// Inverse of [`mac_words`].
+#[inline(always)]
+pub(crate) fn words_mac(w: [u16; 3]) -> [u8; 6] {
+    let [a, b] = w[0].to_ne_bytes();
+    let [c, d] = w[1].to_ne_bytes();
+    let [e, f] = w[2].to_ne_bytes();
+    [a, b, c, d, e, f]
+}
+
+/// A program context whose packet's interface the FIB lookup starts from.
+pub(crate) trait Interface: EbpfContext {
+    /// The interface index: where an XDP packet arrived, where a TC egress packet leaves.
+    fn ifindex(&self) -> u32;
+}
+
+impl Interface for XdpContext {
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "interface indexes are u32 in the kernel"
+        )]
+        let ifindex = self.ingress_ifindex() as u32;
+        ifindex
+    }
+}
+
+impl Interface for TcContext {
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        // SAFETY: the context's skb pointer is valid for the program's run.
+        unsafe { (*self.skb.skb).ifindex }
+    }
+}
+
+/// The parameters of the FIB lookup of an outer packet (IPv4 when `v4`) from the
+/// configured source to `backend`, from `ctx`'s interface.
+#[inline(always)]
+pub(crate) fn fib_params<C: Interface>(
+    ctx: &C,
+    v4: bool,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> FibParams {
+    // SAFETY: bpf_fib_lookup is a plain-old-data struct for which all zeroes is valid.
+    let mut params: FibParams = unsafe { core::mem::zeroed() };
+    params.ifindex = ctx.ifindex();
+    if v4 {
+        params.family = AF_INET;
+        params.l4_protocol = IPPROTO_IPIP;
+        params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(cfg.src_v4);
+        params.__bindgen_anon_4.ipv4_dst = addr_words(&backend.addr)[0];
+    } else {
+        params.family = AF_INET6;
+        params.l4_protocol = IPPROTO_IPV6;
+        params.__bindgen_anon_3.ipv6_src = addr_words(&cfg.src_v6);
+        params.__bindgen_anon_4.ipv6_dst = addr_words(&backend.addr);
+    }
+    params
+}
+
+/// Looks the next hop of `params` up from program context `ctx`; the helper writes its
+/// answer into `params` and returns [`FIB_FOUND`] (both MACs and the egress
+/// interface), [`FIB_NO_NEIGH`] (a route whose neighbour is unresolved: the egress
+/// interface) or another code (no route, or the lookup failed).
+#[inline(always)]
+pub(crate) fn fib_lookup<C: EbpfContext>(
+    ctx: &C,
+    params: &mut FibParams,
+) -> Result<u32, TryFromIntError> {
+    // SAFETY: the context is the program's and params a valid, initialised struct of
+    // the size passed.
+    let rc = unsafe {
+        bpf_fib_lookup(
+            ctx.as_ptr(),
+            &raw mut *params,
+            FIB_PARAMS_LEN,
+            BPF_FIB_LOOKUP_OUTPUT,
+        )
+    };
+    u32::try_from(rc)
+}
