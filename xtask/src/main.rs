@@ -11,6 +11,7 @@ mod bench;
 mod book;
 mod cmd;
 mod demo;
+mod manpage;
 mod package;
 mod setup;
 mod test;
