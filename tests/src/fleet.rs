@@ -1093,21 +1093,21 @@ mod tests {
         Some(&body[..body.find("```")?])
     }
 
-    /// The README's two BIRD configurations are the ones the bed runs (the markers
-    /// are HTML comments before each block).
+    /// The book's two BIRD configurations (docs/src/guide/fleets.md) are the ones the bed
+    /// runs (the markers are HTML comments before each block).
     #[test]
-    fn readme_bird_configurations_are_the_beds() {
-        let readme = include_str!("../../README.md");
+    fn book_bird_configurations_are_the_beds() {
+        let chapter = include_str!("../../docs/src/guide/fleets.md");
         let (host, router) = readme_birds();
         for (marker, want) in [
             ("<!-- bird: lb host -->", host),
             ("<!-- bird: router -->", router),
         ] {
-            let got = block_after(readme, marker)
-                .unwrap_or_else(|| panic!("README has no block after {marker}"));
+            let got = block_after(chapter, marker)
+                .unwrap_or_else(|| panic!("docs/src/guide/fleets.md has no block after {marker}"));
             assert_eq!(
                 got, want,
-                "README block after {marker}; it should read:\n{want}"
+                "docs/src/guide/fleets.md block after {marker}; it should read:\n{want}"
             );
         }
     }

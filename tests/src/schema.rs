@@ -1,18 +1,19 @@
-//! The shapes of `docs/json.md` and a check of a JSON value against one (the language is
-//! described in that file): `lb --json` output is tested against the documented schema.
+//! The shapes of `docs/src/guide/json.md` and a check of a JSON value against one (the
+//! language is described in that file): `lb --json` output is tested against the
+//! documented schema.
 
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-/// Every shape of `docs/json.md`, by its block's name (`lb status`, `lb trace (each
-/// packet)`, ...).
+/// Every shape of `docs/src/guide/json.md`, by its block's name (`lb status`, `lb trace
+/// (each packet)`, ...).
 ///
 /// # Errors
 /// When the file cannot be read or a block is not JSON.
 pub fn documented() -> anyhow::Result<BTreeMap<String, Value>> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/json.md");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/guide/json.md");
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
     let mut shapes = BTreeMap::new();
     let mut lines = text.lines();
@@ -22,7 +23,7 @@ pub fn documented() -> anyhow::Result<BTreeMap<String, Value>> {
         };
         let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
         let shape = serde_json::from_str(&body.join("\n"))
-            .with_context(|| format!("the shape of {name} in docs/json.md"))?;
+            .with_context(|| format!("the shape of {name} in docs/src/guide/json.md"))?;
         shapes.insert(name.to_owned(), shape);
     }
     Ok(shapes)

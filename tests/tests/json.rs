@@ -1,6 +1,6 @@
-//! `--json` of every verb parses and has the shape `docs/json.md` documents for it (one
-//! test per verb; the daemon's verbs each against a real `lb run` in a bed). Needs the
-//! `lb` binary (`cargo build -p lb --bin lb`).
+//! `--json` of every verb parses and has the shape `docs/src/guide/json.md` documents for
+//! it (one test per verb; the daemon's verbs each against a real `lb run` in a bed). Needs
+//! the `lb` binary (`cargo build -p lb --bin lb`).
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -17,10 +17,10 @@ use serde_json::Value;
 
 /// Checks `text` (one JSON value) against the documented shape `name`.
 fn matches(name: &str, text: &str) {
-    let shapes = schema::documented().expect("docs/json.md");
+    let shapes = schema::documented().expect("docs/src/guide/json.md");
     let shape = shapes
         .get(name)
-        .unwrap_or_else(|| panic!("docs/json.md documents no `{name}`"));
+        .unwrap_or_else(|| panic!("docs/src/guide/json.md documents no `{name}`"));
     let value: Value =
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {text}"));
     schema::check(shape, &value).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));

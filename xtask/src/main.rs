@@ -4,11 +4,14 @@
 //! - `test`: THE test command (setup if needed, fmt, clippy, unit and privileged tests);
 //! - `demo`: the README's main job;
 //! - `bench`: every benchmark;
-//! - `package`: the Debian package (and `--check`: its inspection).
+//! - `package`: the Debian package (and `--check`: its inspection);
+//! - `book`: the mdBook under docs/, built, and its internal links checked.
 
 mod bench;
+mod book;
 mod cmd;
 mod demo;
+mod manpage;
 mod package;
 mod setup;
 mod test;
@@ -28,7 +31,7 @@ struct Cli {
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Install what this machine lacks: Debian packages, nightly rust-src, bpf-linker,
-    /// cargo-deb.
+    /// cargo-deb, mdbook.
     Setup,
     /// Run setup if needed, then fmt, clippy, unit tests and privileged tests.
     Test(test::TestArgs),
@@ -38,6 +41,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Build the Debian package (target/debian/lb_*.deb); --check inspects it.
     Package(package::PackageArgs),
+    /// Build the book (docs/) into target/book and check every internal link.
+    Book(book::BookArgs),
 }
 
 fn main() {
@@ -48,6 +53,7 @@ fn main() {
         Command::Demo => demo::run(),
         Command::Bench(args) => bench::run(&args),
         Command::Package(args) => package::run(&args),
+        Command::Book(args) => book::run(&args),
     };
     if let Err(err) = result {
         eprintln!("xtask: error: {err:#}");

@@ -2,7 +2,8 @@
 //!
 //! Build: the release `lb` binary (it embeds the XDP object, so the package needs no BPF
 //! toolchain); then the generated inputs in `target/release/lb-package/` (man pages and
-//! completion scripts printed by the binary's own `lb manpage` / `lb completions`, the
+//! completion scripts printed by the binary's own `lb manpage` / `lb completions`,
+//! lb.toml(5) rendered from the book's configuration chapter by [`manpage`], the
 //! commented-out conffile made from lb.example.toml, the changelog, the gzipped README,
 //! the list of linked crates); then cargo-deb (`--no-build`), which reads
 //! `[package.metadata.deb]` of lb/Cargo.toml and takes the unit from
@@ -11,7 +12,7 @@
 //! Check ([`check`], also step 6 of `cargo xtask test`): the package's file list and
 //! control data, lintian, and the unpacked tree (`dpkg-deb -x` into a temporary
 //! directory, never installed): `lb --version` with an empty environment, the conffile
-//! refused by `lb run`, `man -l` on every page, the bash completion of `lb b`, and
+//! refused by `lb run`, `man -l` on every page (lb.toml(5) too), the bash completion of `lb b`, and
 //! `systemd-analyze verify` on the unit.
 
 use std::{
@@ -21,7 +22,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{cmd, setup};
+use crate::{cmd, manpage, setup};
 
 /// Arguments of `cargo xtask package`.
 #[derive(Debug, clap::Args)]
@@ -45,6 +46,7 @@ const EXPECTED_FILES: &[&str] = &[
     "usr/share/doc/lb/README.md.gz",
     "usr/share/doc/lb/lb.example.toml",
     "usr/share/doc/lb/rust-crates.txt",
+    "usr/share/man/man5/lb.toml.5.gz",
     "usr/share/bash-completion/completions/lb",
     "usr/share/zsh/vendor-completions/_lb",
     "usr/share/fish/vendor_completions.d/lb.fish",
@@ -188,6 +190,12 @@ fn generate(
     for page in &pages {
         gzip(&man.join(page))?;
     }
+    let man5 = out.join("man5");
+    std::fs::create_dir_all(&man5)?;
+    let chapter = std::fs::read_to_string(root.join(manpage::SOURCE))
+        .with_context(|| format!("reading {}", manpage::SOURCE))?;
+    std::fs::write(man5.join("lb.toml.5"), manpage::render(&chapter, version))?;
+    gzip(&man5.join("lb.toml.5"))?;
     let completions = out.join("completions");
     std::fs::create_dir_all(&completions)?;
     for (shell, file) in [("bash", "lb.bash"), ("zsh", "_lb"), ("fish", "lb.fish")] {
@@ -673,23 +681,38 @@ fn check_conffile(unpacked: &Unpacked) -> anyhow::Result<()> {
 }
 
 fn check_man(built: &Built, unpacked: &Unpacked) -> anyhow::Result<()> {
+    let man = unpacked.tree().join("usr/share/man");
     for page in &built.pages {
-        let path = unpacked
-            .tree()
-            .join("usr/share/man/man8")
-            .join(format!("{page}.gz"));
-        // --warnings: groff reports what it could not typeset; any of it fails.
-        let (ok, out, err) = capture(
-            unpacked
-                .bare("man")
-                .args(["--warnings", "-l"])
-                .arg(&path)
-                .env("MANWIDTH", "80"),
+        man_renders(
+            unpacked,
+            &man.join("man8"),
+            page,
+            page.trim_end_matches(".8"),
         )?;
-        let name = page.trim_end_matches(".8");
-        if !ok || !err.trim().is_empty() || !out.contains("NAME") || !out.contains(name) {
-            bail!("man -l {page}: status ok={ok}, stderr {err:?}, output {out:.400}");
-        }
+    }
+    // lb.toml(5), from the book: its configuration chapter's sections must be there.
+    man_renders(
+        unpacked,
+        &man.join("man5"),
+        "lb.toml.5",
+        "CHANGES WHILE TRAFFIC FLOWS",
+    )
+}
+
+/// `man --warnings -l` renders `dir/page.gz` without a warning, and the output has its
+/// NAME section and `expected`.
+fn man_renders(unpacked: &Unpacked, dir: &Path, page: &str, expected: &str) -> anyhow::Result<()> {
+    let path = dir.join(format!("{page}.gz"));
+    // --warnings: groff reports what it could not typeset; any of it fails.
+    let (ok, out, err) = capture(
+        unpacked
+            .bare("man")
+            .args(["--warnings", "-l"])
+            .arg(&path)
+            .env("MANWIDTH", "80"),
+    )?;
+    if !ok || !err.trim().is_empty() || !out.contains("NAME") || !out.contains(expected) {
+        bail!("man -l {page}: status ok={ok}, stderr {err:?}, output {out:.400}");
     }
     Ok(())
 }

@@ -7,8 +7,8 @@
 //! metrics tests, and the tools the package check runs), BIRD 2 for the multi-instance
 //! tests (installed without starting its service: [`bird`]), the nightly toolchain's
 //! `rust-src` component (for `-Z build-std=core`), `bpf-linker` built against LLVM 22,
-//! and `cargo-deb` for `cargo xtask package`. Each step says whether it installs or
-//! skips.
+//! `cargo-deb` for `cargo xtask package` and `mdbook` for `cargo xtask book`. Each step
+//! says whether it installs or skips.
 
 use std::process::Command;
 
@@ -45,6 +45,10 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// cargo-deb version `cargo xtask package` is written for (its `--deb-version` flag and
 /// `[package.metadata.deb]` keys); 3.8.0 builds with rustc 1.95.
 pub(crate) const CARGO_DEB_VERSION: &str = "3.8.0";
+
+/// mdbook version `cargo xtask book` builds the book with; 0.4.52 builds with rustc 1.95
+/// (without its default features: serve, watch and search).
+pub(crate) const MDBOOK_VERSION: &str = "0.4.52";
 
 /// Where Debian installs LLVM 22; bpf-linker's build script needs it (`LLVM_PREFIX`).
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -86,6 +90,11 @@ const STEPS: &[Step] = &[
         name: "cargo-deb",
         missing: missing_cargo_deb,
         install: install_cargo_deb,
+    },
+    Step {
+        name: "mdbook",
+        missing: missing_mdbook,
+        install: install_mdbook,
     },
 ];
 
@@ -286,6 +295,26 @@ fn install_cargo_deb(_: &[String]) -> anyhow::Result<()> {
         "--locked",
         "--version",
         CARGO_DEB_VERSION,
+    ]))
+}
+
+fn missing_mdbook() -> Vec<String> {
+    let version = cmd::output(Command::new("mdbook").arg("--version"));
+    if version.is_some_and(|v| v.trim() == format!("mdbook v{MDBOOK_VERSION}")) {
+        Vec::new()
+    } else {
+        vec![format!("mdbook {MDBOOK_VERSION}")]
+    }
+}
+
+fn install_mdbook(_: &[String]) -> anyhow::Result<()> {
+    cmd::run(cmd::cargo().args([
+        "install",
+        "mdbook",
+        "--locked",
+        "--version",
+        MDBOOK_VERSION,
+        "--no-default-features",
     ]))
 }
 
