@@ -90,7 +90,7 @@ pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
 /// ACK (on any CPU) promotes it into conntrack. A direct-mapped array instead of an LRU
 /// map: recording a SYN is one write to a cache-resident slot (no lock, no eviction
 /// walk), and a SYN flood only overwrites other held SYNs, never pins, so it cannot
-/// evict established flows (BR-16 in `docs/failure-scenarios.md`). Concurrent writers
+/// evict established flows (BR-16 in `docs/src/operations/failure-scenarios.md`). Concurrent writers
 /// are detected by the slot's tag.
 pub const SYN_CACHE: &str = "SYN_CACHE";
 /// Per-CPU array: backend id → [`crate::types::NextHopEntry`], the `bpf_fib_lookup`

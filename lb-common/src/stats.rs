@@ -271,7 +271,7 @@ pub struct VipStats {
     pub drops: u64,
     /// Held SYNs lost: a SYN took a `SYN_CACHE` slot still holding another flow's SYN
     /// whose handshake had not completed there (SYN floods, or more handshakes in
-    /// flight than slots; BR-16 in `docs/failure-scenarios.md`).
+    /// flight than slots; BR-16 in `docs/src/operations/failure-scenarios.md`).
     pub ct_syn_only_evicted: u64,
 }
 const _: () = assert!(size_of::<VipStats>() == 72);

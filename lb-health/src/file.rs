@@ -11,8 +11,8 @@
 use serde::Deserialize;
 
 /// A `health` table: the keys of a VIP's table and of a backend's override are the same;
-/// the policy and damping keys are allowed only in the VIP's (see the README's health
-/// section and `lb.example.toml` for every key with its default).
+/// the policy and damping keys are allowed only in the VIP's (see the book's health checks
+/// chapter and `lb.example.toml` for every key with its default).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthFile {

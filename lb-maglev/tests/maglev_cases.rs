@@ -1,6 +1,6 @@
 //! Table-level tests of the Maglev builder: the paper's worked example, the golden
 //! fingerprint, slot-count bounds, disruption, and the table-level failure scenarios of
-//! `docs/failure-scenarios.md`: weights as ratios (BR-01), drained backends (BR-03),
+//! `docs/src/operations/failure-scenarios.md`: weights as ratios (BR-01), drained backends (BR-03),
 //! table sizes (BR-04) and backend identity (BR-06). A test named `brNN_tK_...` checks
 //! scenario BR-NN.TK.
 

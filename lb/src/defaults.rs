@@ -130,7 +130,7 @@ pub const HEALTH_MAX_CONCURRENT_PROBES: u32 = 256;
 pub const ANNOUNCE_ENABLED: bool = false;
 
 /// `announce.table`: the kernel routing table of the announced VIP addresses (the table
-/// number of the README's BIRD configuration; any table no forwarding rule uses).
+/// number of the fleets chapter's BIRD configuration; any table no forwarding rule uses).
 pub const ANNOUNCE_TABLE: u32 = 100;
 
 /// `announce.protocol`: the route protocol number of the daemon's routes, 76 (ASCII

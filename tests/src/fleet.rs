@@ -1070,9 +1070,10 @@ pub fn tcp_vip(v6: bool) -> String {
     vip_text(v6, true)
 }
 
-/// The README's BIRD configurations: instance 1's and the router's of a three-instance
-/// bed, logging to syslog. The README shows exactly these texts (checked by a test), so
-/// what the README gives is what the multi-instance tests run.
+/// The BIRD configurations of the book's fleets chapter (docs/src/guide/fleets.md):
+/// instance 1's and the router's of a three-instance bed, logging to syslog. The chapter
+/// shows exactly these texts (checked by a test), so what it gives is what the
+/// multi-instance tests run.
 pub fn readme_birds() -> (String, String) {
     (
         lb_host_bird(1, "syslog").render(),

@@ -1,7 +1,7 @@
 //! Packet builders for fixtures and traffic, using etherparse (no hand-written headers),
 //! and the expected encapsulated output built independently of the XDP program.
 //!
-//! Addresses, the same in every test and in `docs/failure-scenarios.md`: client
+//! Addresses, the same in every test and in `docs/src/operations/failure-scenarios.md`: client
 //! 192.0.2.10 / 2001:db8:c::10, LB (outer source) 192.0.2.1 / 2001:db8:c::1, VIPs 203.0.113.10 / 2001:db8:f::10, backend k at
 //! 198.51.100.(10+k) / 2001:db8:b::(10+k); MACs: LB 02:00:00:00:00:01, client
 //! 02:00:00:00:00:0a, gateway 02:00:00:00:00:fe.

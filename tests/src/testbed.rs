@@ -30,7 +30,7 @@
 //!   (direct server return), `rp_filter` 0 (all, default, lo, b0), and a server
 //!   ([`server`]) on VIP4/VIP6 port 80/tcp and 53/udp answering with `b<k>`.
 //! - Decapsulation: a real backend decapsulates with an `ipip` / `ip6tnl` device (see
-//!   the README, "Running lb on a real NIC"), but this kernel has no ipip, ip6tnl, FOU
+//!   the book, docs/src/guide/real-nic.md), but this kernel has no ipip, ip6tnl, FOU
 //!   or GRE support, so every backend runs a small XDP program on `b0` that strips the
 //!   outer header ([`decap`]).
 //! - Neighbours: every entry traffic needs is written as `nud permanent` when the bed is
@@ -38,7 +38,7 @@
 //!   address). `bpf_fib_lookup` never resolves a neighbour itself (it answers
 //!   `NO_NEIGH`, which the data plane drops), so the LB's entries must exist before the
 //!   first packet; static entries also keep ARP/ND out of packet counts and timings.
-//! - XDP_TX on veth (BR-24 in `docs/failure-scenarios.md`): frames the LB sends back
+//! - XDP_TX on veth (BR-24 in `docs/src/operations/failure-scenarios.md`): frames the LB sends back
 //!   out of `lb0` only arrive at `sw-lb0` if that end has NAPI, so the bed attaches the
 //!   empty XDP_PASS program ([`PassProgram`]) to `sw-lb0` from a thread inside the
 //!   bridge namespace and keeps it for the bed's lifetime

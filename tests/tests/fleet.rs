@@ -16,7 +16,7 @@
 //!   within a bound (the time is printed; the benchmark measures it), no connection
 //!   breaks, and the connections it carried now arrive at other instances, miss
 //!   conntrack there, and are picked onto their old backend from the same table (the
-//!   mid-flow path; BR-13.T5 in `docs/failure-scenarios.md`: an instance change
+//!   mid-flow path; BR-13.T5 in `docs/src/operations/failure-scenarios.md`: an instance change
 //!   without a table change keeps the backend). Then the instance rejoins: its
 //!   announcement returns, ECMP moves flows back, and they keep their backends.
 //! - Health-gated announcement: an instance whose probes fail for every backend stops

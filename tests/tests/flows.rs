@@ -1,6 +1,6 @@
 //! Connection-tracking semantics through BPF_PROG_TEST_RUN: what keeps a flow on its
 //! backend across table changes, drains and removals, and what does not. Among them,
-//! the failure scenarios of `docs/failure-scenarios.md` for draining (BR-03.T2), no
+//! the failure scenarios of `docs/src/operations/failure-scenarios.md` for draining (BR-03.T2), no
 //! backend left (BR-08.T3 to T5), changes while packets flow (BR-12.T1, T4), a packet
 //! finding no state after a change (BR-13.T1, T2, T4), a flow on another CPU (BR-15.T1)
 //! and SYN floods (BR-16.T1, T2).

@@ -3,7 +3,7 @@
 //! configuration cannot adopt.
 //!
 //! Scenarios (the failure cases of agents that reload their data plane on restart,
-//! described in docs/failure-scenarios.md under BR-11):
+//! described in docs/src/operations/failure-scenarios.md under BR-11):
 //! - plain restart, crash (`kill -9`, then a second with no daemon at all), and an
 //!   upgrade to a build whose program differs: long-lived connections keep their
 //!   backend, new connections are answered throughout, no VIP packet reaches the LB's

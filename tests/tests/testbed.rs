@@ -3,7 +3,7 @@
 //! [`BedLb`], FIB next hop) to backends that decapsulate and answer straight to the
 //! client; two beds at once; teardown (also on panic); a backend added at run time;
 //! 1,100 concurrent connections; and the veth XDP_TX loss without a peer program
-//! (BR-24 in `docs/failure-scenarios.md`).
+//! (BR-24 in `docs/src/operations/failure-scenarios.md`).
 
 use std::{
     collections::BTreeMap,

@@ -1,7 +1,9 @@
 //! `cargo xtask book [--no-build]`: builds the book (docs/) with mdbook into
 //! `target/book`, then checks every internal link of docs/src/**/*.md, README.md and
 //! ARCHITECTURE.md: a relative link names an existing file, and its `#anchor` is the
-//! slug of a heading in the target file (GitHub's and mdBook's rule, [`slug`]).
+//! slug of a heading in the target file (GitHub's and mdBook's rule, [`slug`]). It also
+//! checks that ARCHITECTURE.md's map names every crate of the workspace
+//! ([`unmapped_crates`]), so the map stays equal to the tree.
 
 use std::{
     collections::HashSet,
@@ -30,12 +32,15 @@ pub(crate) fn run(args: &BookArgs) -> anyhow::Result<()> {
     if !args.no_build {
         build(&root)?;
     }
-    let broken = check_links(&root)?;
+    let mut broken = check_links(&root)?;
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).context("Cargo.toml")?;
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).context("ARCHITECTURE.md")?;
+    broken.extend(unmapped_crates(&manifest, &map));
     for problem in &broken {
         eprintln!("xtask book: {problem}");
     }
     if !broken.is_empty() {
-        bail!("{} broken links", broken.len());
+        bail!("{} broken links or unmapped crates", broken.len());
     }
     eprintln!("xtask book: every internal link resolves");
     Ok(())
@@ -82,6 +87,22 @@ fn documents(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
+}
+
+/// The workspace members (the `members` array of the root `manifest`) that the
+/// architecture `map` does not name as a directory (`` `lb-maglev/` ``), one problem each.
+fn unmapped_crates(manifest: &str, map: &str) -> Vec<String> {
+    let Some(start) = manifest.find("\nmembers = [") else {
+        return vec!["Cargo.toml: no workspace members array".to_owned()];
+    };
+    let list = &manifest[start..];
+    let list = &list[..list.find(']').unwrap_or(list.len())];
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|member| !map.contains(&format!("`{member}/`")))
+        .map(|member| format!("ARCHITECTURE.md: the crate map does not name `{member}/`"))
+        .collect()
 }
 
 /// Every broken internal link of the documents, as `FILE:LINE: link TARGET: why`.
@@ -309,6 +330,17 @@ pub(crate) fn slug(heading: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_map_must_name_every_workspace_member() {
+        let manifest = "[workspace]\n# a comment\nmembers = [\n    \"lb\",\n    \"lb-maglev\",\n]\n\
+                        default-members = [\"lb-other\"]\n";
+        assert!(unmapped_crates(manifest, "| `lb/` | x |\n| `lb-maglev/` | y |").is_empty());
+        assert_eq!(
+            unmapped_crates(manifest, "| `lb/` | x |"),
+            ["ARCHITECTURE.md: the crate map does not name `lb-maglev/`"]
+        );
+    }
 
     #[test]
     fn slugs_follow_github_and_mdbook() {

@@ -122,8 +122,11 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let ok = cmd::succeeds(cmd::cargo().args(["fmt", "--all", "--", "--check"]));
     tally.check("cargo fmt --check", ok);
 
-    eprintln!("xtask test: [book] mdbook build and internal links (cargo xtask book)");
-    tally.check("the book (build, internal links)", crate::book::passes());
+    eprintln!("xtask test: [book] mdbook build, internal links, the crate map (cargo xtask book)");
+    tally.check(
+        "the book (build, internal links, crate map)",
+        crate::book::passes(),
+    );
 
     eprintln!("xtask test: [2/6] clippy (host crates)");
     // The workspace run builds lb and lb-dataplane with lb-tests' `test-harness` feature; the

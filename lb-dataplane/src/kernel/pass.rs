@@ -16,7 +16,7 @@ const UNUSED_MAP_ENTRIES: u32 = 64;
 /// The empty XDP program (`lb_empty`, returns `XDP_PASS`) attached to an interface,
 /// detached on drop. Attached to the veth peer of the load balancer's interface, it gives
 /// that peer the NAPI context without which frames the load balancer sends back out with
-/// `XDP_TX` are dropped by the veth driver (BR-24 in `docs/failure-scenarios.md`).
+/// `XDP_TX` are dropped by the veth driver (BR-24 in `docs/src/operations/failure-scenarios.md`).
 pub struct PassProgram {
     ebpf: Ebpf,
     name: &'static str,

@@ -12,7 +12,7 @@
 //!   same socket;
 //! - [`trace`]: `lb trace`, the daemon's stream of traced packets.
 //!
-//! Every verb takes `--json`; docs/json.md is the schema of what each prints.
+//! Every verb takes `--json`; docs/src/guide/json.md is the schema of what each prints.
 
 pub mod docs;
 pub mod hash;

@@ -4,7 +4,7 @@
 //! The daemon keeps one host route per announced VIP address (`/32` or `/128`, type
 //! `blackhole`) in the kernel routing table `table`, tagged with the route protocol
 //! number `protocol`; BIRD's kernel protocol learns that table and its BGP protocol
-//! exports what it learned (the README's "Several instances behind ECMP routers" has
+//! exports what it learned (the book's fleets chapter, docs/src/guide/fleets.md, has
 //! the configuration). The routes never forward anything: no policy rule selects the
 //! table, and `blackhole` makes sure that a rule added by mistake drops VIP packets
 //! rather than loop them. The protocol number marks the routes as the daemon's own, so

@@ -2,7 +2,7 @@
 //! every semantic check, collected (not just the first).
 //!
 //! Semantic rules, each guarding against a failure seen in other balancers (the
-//! failure scenarios of `docs/failure-scenarios.md` named in brackets):
+//! failure scenarios of `docs/src/operations/failure-scenarios.md` named in brackets):
 //! - table sizes: prime (Maglev's permutations visit every slot only then), at most
 //!   `maglev::MAX_TABLE_SIZE` (bounds what one entry makes the daemon allocate), not
 //!   below the VIP's backend count (BR-04);

@@ -4,7 +4,7 @@
 //!
 //! Ordering rules that keep packets safe while a change is written: no packet may see a
 //! table naming a backend entry not yet written, a VIP without a table, or a half-done
-//! change (BR-12 in `docs/failure-scenarios.md`):
+//! change (BR-12 in `docs/src/operations/failure-scenarios.md`):
 //! 1. the global configuration first;
 //! 2. per VIP: backend entries that become *more* usable (new, or down → draining →
 //!    active) before the table that references them (all of a change's such entries

@@ -2,7 +2,7 @@
 //! what a failure leaves behind, id stability, shared builds, and, at controller level,
 //! the failure scenarios of drained backends (BR-03), invalid table sizes (BR-04),
 //! several backends down (BR-09), many services on the same backends (BR-10) and
-//! changes while packets flow (BR-12), described in `docs/failure-scenarios.md`.
+//! changes while packets flow (BR-12), described in `docs/src/operations/failure-scenarios.md`.
 
 use std::collections::BTreeSet;
 

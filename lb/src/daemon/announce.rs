@@ -9,7 +9,7 @@
 //! `announce.protocol` ([`lb_dataplane::routes`]). BIRD's kernel protocol learns that table
 //! (`learn`) from netlink notifications as they happen, and its BGP protocol exports
 //! what it learned; removing a route withdraws the address at the routers within tens
-//! of milliseconds (`lb-bench --fleet-only` measures it; the README has figures).
+//! of milliseconds (`lb-bench --fleet-only` measures it; docs/src/guide/fleets.md has figures).
 //!
 //! # The rule
 //! An address is announced while all of these hold:
@@ -40,7 +40,7 @@
 //! which removes the data plane without a daemon, removes the routes first with
 //! [`lb_dataplane::routes::flush`] (see [`lb_dataplane::pinned::detach`]). When BIRD stops or crashes, its BGP sessions close and the
 //! routers withdraw at once. When the whole host dies, nothing is sent: the routers drop
-//! its routes when the BGP hold timer expires (3 s with the README's `hold time 3`), or
+//! its routes when the BGP hold timer expires (3 s with the fleets chapter's `hold time 3`), or
 //! within BFD's detection time if BFD is configured.
 //!
 //! # The operator's withdrawals

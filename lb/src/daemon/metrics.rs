@@ -4,7 +4,7 @@
 //! Prometheus text 0.0.4 ([`encode`]). The HTTP side is [`super::http`].
 //!
 //! Series (base units, `_total` for counters; labels `vip="203.0.113.10:80/tcp"`,
-//! `backend="198.51.100.11"`); README's "Metrics" section is the operator's list:
+//! `backend="198.51.100.11"`); the book's metrics chapter (docs/src/guide/metrics.md) is the operator's list:
 //! - per VIP: `lb_vip_packets_total`, `lb_vip_bytes_total`, `lb_vip_new_flows_total`,
 //!   `lb_vip_drops_total`, `lb_vip_conntrack_events_total{event}`;
 //! - per backend: `lb_backend_packets_total`, `lb_backend_bytes_total`,

@@ -225,7 +225,7 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Command-line options. The defaults are the README's method ("Performance"): 5 runs
+/// Command-line options. The defaults are the method of the book's performance chapter: 5 runs
 /// of 1,000,000 repetitions, CPU 1, the daemon's default conntrack sizes.
 #[derive(Clone, clap::Parser)]
 #[command(about = "Control- and data-plane benchmarks of lb (run as root)")]

@@ -1,5 +1,5 @@
 //! BIRD 2 in a test namespace: the configurations of an LB host and of the router
-//! ([`LbHostBird`], [`RouterBird`]: the README shows them as they are rendered here, and
+//! ([`LbHostBird`], [`RouterBird`]: the book's fleets chapter shows them as they are rendered here, and
 //! a test keeps the two equal), and the daemon itself ([`Bird`]), run as
 //! `bird -f -c FILE -s SOCKET -P PIDFILE` inside the namespace and asked with
 //! `birdc -s SOCKET`.

@@ -1,6 +1,6 @@
 //! ICMP errors about VIP flows, sent to the VIP by routers, go to the flow's backend.
 //!
-//! Failure scenario BR-19 (docs/failure-scenarios.md): with direct server return the
+//! Failure scenario BR-19 (docs/src/operations/failure-scenarios.md): with direct server return the
 //! backends send from the VIP, so a router that cannot forward a large reply tells the
 //! VIP, that is the load balancer, which must hand the message to the backend that
 //! owns the connection, even when the router quotes only the IP header and 8 bytes.

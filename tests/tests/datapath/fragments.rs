@@ -1,6 +1,6 @@
 //! Fragment tracking: later fragments follow their datagram's first fragment.
 //!
-//! Failure scenario BR-22 (docs/failure-scenarios.md): later fragments carry no ports,
+//! Failure scenario BR-22 (docs/src/operations/failure-scenarios.md): later fragments carry no ports,
 //! so they cannot be balanced by the flow; a tracking table can lose entries; and a
 //! later fragment's payload must never be read as a TCP header.
 

@@ -1,6 +1,6 @@
 //! "Too big": a VIP packet that does not fit the 1,500-byte MTU once encapsulated.
 //!
-//! Failure scenario BR-18 (docs/failure-scenarios.md): a client segment already at the
+//! Failure scenario BR-18 (docs/src/operations/failure-scenarios.md): a client segment already at the
 //! link MTU leaves no room for the outer header; silently dropping it stalls path-MTU
 //! discovery, and a generated ICMP that copies the triggering packet's fragment flags
 //! is discarded by receivers.

@@ -1,6 +1,6 @@
 //! 802.1Q: single-tagged frames are balanced and leave with their tag.
 //!
-//! Failure scenario BR-23 (docs/failure-scenarios.md): a load balancer on a trunk port
+//! Failure scenario BR-23 (docs/src/operations/failure-scenarios.md): a load balancer on a trunk port
 //! sees tagged frames; parsed at offset 14 they are garbage, passed to the stack they
 //! are not balanced, and sent back untagged they land on the wrong VLAN.
 

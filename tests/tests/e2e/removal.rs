@@ -7,7 +7,7 @@
 //!   re-picked on the new table to a remaining backend, whose kernel has no socket for
 //!   it and answers with a RST from the VIP (it owns the VIP on `lo`), so
 //!   the client gets ECONNRESET at once rather than hanging in retransmissions
-//!   (failure scenario BR-13.T3 in `docs/failure-scenarios.md`). Asserted: every such
+//!   (failure scenario BR-13.T3 in `docs/src/operations/failure-scenarios.md`). Asserted: every such
 //!   connection's next exchange fails with `ConnectionReset` (a hang would end in the
 //!   socket's read timeout instead), and the data plane counted the re-picks
 //!   (`ct_stale_repicked`). How long the reset took is printed, not asserted.

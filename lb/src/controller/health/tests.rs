@@ -4,7 +4,7 @@
 //! the multi-failure policy (panic threshold, all down open or closed, drain).
 //!
 //! The multi-failure cases follow a public bug report against another director (shared
-//! case BR-09, see docs/failure-scenarios.md): with four backends of which two or more
+//! case BR-09, see docs/src/operations/failure-scenarios.md): with four backends of which two or more
 //! fail health checks together, no new connection may reach a failed backend.
 
 use std::{collections::BTreeMap, net::SocketAddr};

@@ -2,7 +2,7 @@
 //! sending it traffic, per failure mode, median of 5.
 //!
 //! Bed: `lb_tests::fleet` with three instances (BIRD on each and on the router, the
-//! README's configurations, BGP hold time 3 s, keepalive 1 s), 60 long-lived TCP
+//! fleets chapter's configurations, BGP hold time 3 s, keepalive 1 s), 60 long-lived TCP
 //! connections to the IPv4 VIP exchanging a line every 100 ms. Each round fails one
 //! instance (the instances take turns), measures from the failing action to the moment
 //! the router's kernel no longer lists the instance as a next hop of either VIP address
