@@ -1,5 +1,6 @@
-//! The few BPF system calls aya 0.14 does not expose, made directly: creating a
-//! standalone map with given flags, element updates and lookups of byte buffers,
+//! The few BPF system calls aya 0.14 does not expose, made directly, and the only raw
+//! BPF definitions of the crate: creating a standalone map with given flags, element
+//! updates, lookups and deletes of byte buffers,
 //! pinning and opening objects by path, a link's facts (program, interface) and
 //! `BPF_LINK_DETACH`. Command numbers and attribute layouts are those of
 //! `include/uapi/linux/bpf.h`; every attribute is zero-filled beyond the fields named.
@@ -20,6 +21,8 @@ const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 /// `BPF_MAP_UPDATE_ELEM`.
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+/// `BPF_MAP_DELETE_ELEM`.
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 /// `BPF_OBJ_PIN`.
 const BPF_OBJ_PIN: libc::c_long = 6;
 /// `BPF_OBJ_GET`.
@@ -286,6 +289,24 @@ pub(crate) fn lookup(fd: BorrowedFd<'_>, key: &[u8], value: &mut [u8]) -> io::Re
     match bpf(BPF_MAP_LOOKUP_ELEM, &attr) {
         Ok(_) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the entry under `key` (exactly the map's key size); an absent key is not an
+/// error. Deleting an entry of a map of maps waits for an RCU grace period before the
+/// kernel releases the inner map.
+pub(crate) fn delete(fd: BorrowedFd<'_>, key: &[u8]) -> io::Result<()> {
+    let attr = ElemAttr {
+        map_fd: raw(fd)?,
+        _pad: 0,
+        key: key.as_ptr() as u64,
+        value: 0,
+        flags: 0,
+    };
+    match bpf(BPF_MAP_DELETE_ELEM, &attr) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         Err(e) => Err(e),
     }
 }

@@ -10,8 +10,8 @@
 //! `i`-th 8-byte cell.
 //!
 //! aya 0.14 can create standalone maps but exposes neither the flags' effect nor an
-//! mmap of them, hence the two system calls here (kept in the dataplane module, the only
-//! place that talks to the kernel's BPF interface).
+//! mmap of them: the map is created through [`bpf_sys`] (where every raw BPF definition
+//! of the crate lives) and mapped here.
 
 use std::{
     io,
@@ -165,47 +165,4 @@ impl Drop for Mapping {
         // SAFETY: unmaps exactly the region mapped in `new`.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
-}
-
-/// `BPF_MAP_DELETE_ELEM` command number.
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-
-/// The leading fields of `union bpf_attr` for element commands.
-#[repr(C)]
-struct ElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
-/// Deletes entry `index` of the array-of-maps `fd` (the kernel releases the inner map
-/// after an RCU grace period; the call waits for it).
-pub(crate) fn delete_index(fd: BorrowedFd<'_>, index: u32) -> io::Result<()> {
-    let attr = ElemAttr {
-        map_fd: u32::try_from(fd.as_raw_fd())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-        _pad: 0,
-        key: &raw const index as u64,
-        value: 0,
-        flags: 0,
-    };
-    // SAFETY: attr is a valid BPF_MAP_DELETE_ELEM attribute whose key pointer refers to
-    // `index`, alive for the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_DELETE_ELEM,
-            &raw const attr,
-            size_of::<ElemAttr>(),
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ENOENT) {
-            return Err(e);
-        }
-    }
-    Ok(())
 }

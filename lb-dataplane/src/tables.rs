@@ -469,8 +469,11 @@ impl TableSet {
         }
         for buffer in 0..2 {
             if vip.buffers[buffer].is_some() {
-                table_map::delete_index(self.outer_raw.fd().as_fd(), index(vip_id, buffer))
-                    .map_err(syscall_err(format!("deleting a table of VIP id {vip_id}")))?;
+                bpf_sys::delete(
+                    self.outer_raw.fd().as_fd(),
+                    &index(vip_id, buffer).to_ne_bytes(),
+                )
+                .map_err(syscall_err(format!("deleting a table of VIP id {vip_id}")))?;
                 if let Some(pins) = &self.pins {
                     let _ = std::fs::remove_file(pins.dir.join(index(vip_id, buffer).to_string()));
                 }

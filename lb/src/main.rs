@@ -12,7 +12,9 @@ use std::{
 };
 
 use clap::{CommandFactory as _, Parser};
-use lb::cli::{self, Output, docs, hash, ops, table, trace, vip};
+use lb::cli::{
+    self, Output, backend, detach, docs, flow, hash, overrides, stats, status, table, trace, vip,
+};
 
 /// XDP layer-4 load balancer with Maglev hashing.
 #[derive(Debug, Parser)]
@@ -63,17 +65,17 @@ enum Command {
     },
     /// Detach the XDP program from an interface and remove its pinned datapath (no
     /// daemon needed; refused while one controls the interface).
-    Detach(ops::DetachArgs),
+    Detach(detach::DetachArgs),
     /// List the runtime changes in force (kept across reloads and restarts), or clear them.
-    Overrides(ops::OverridesArgs),
+    Overrides(overrides::OverridesArgs),
     /// Show the running VIPs, backends and tables.
-    Status(ops::ReadArgs),
+    Status(cli::ReadArgs),
     /// Show counters and rates.
-    Stats(ops::ReadArgs),
+    Stats(cli::ReadArgs),
     /// Add, remove, drain or undrain a backend of a running VIP.
-    Backend(ops::BackendArgs),
+    Backend(backend::BackendArgs),
     /// Show where a client's flow to a VIP goes.
-    Flow(ops::FlowArgs),
+    Flow(flow::FlowArgs),
     /// Withdraw a VIP address's BGP announcement from this instance, or announce it again.
     Vip(vip::VipArgs),
     /// Stream the XDP program's decision for each matching VIP packet.
@@ -125,13 +127,13 @@ fn run(command: Command) -> Result<Output, Failure> {
         .map(|()| Output::default())
         .map_err(|e| Failure::new(format!("lb: {e:#}"), 1)),
         Command::Detach(args) => {
-            ops::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
+            detach::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
         }
-        Command::Overrides(args) => ops::overrides(&args).map_err(daemon),
-        Command::Status(args) => ops::status(&args).map_err(daemon),
-        Command::Stats(args) => ops::stats(&args).map_err(daemon),
-        Command::Backend(args) => ops::backend(&args).map_err(daemon),
-        Command::Flow(args) => ops::flow(&args).map_err(daemon),
+        Command::Overrides(args) => overrides::overrides(&args).map_err(daemon),
+        Command::Status(args) => status::status(&args).map_err(daemon),
+        Command::Stats(args) => stats::stats(&args).map_err(daemon),
+        Command::Backend(args) => backend::backend(&args).map_err(daemon),
+        Command::Flow(args) => flow::flow(&args).map_err(daemon),
         Command::Vip(args) => vip::run(&args).map_err(daemon),
         Command::Trace(args) => trace::run(&args).map_err(daemon),
         Command::Table(args) => {

@@ -1,6 +1,7 @@
 //! `cargo xtask test`: THE test command of README.md.
 //!
-//! Order: setup (only when something is missing), `cargo fmt --check`, clippy with
+//! Order: setup (only when something is missing), `cargo fmt --check`, the book (built,
+//! its internal links and the crate map of ARCHITECTURE.md checked), clippy with
 //! `-D warnings` on the host crates and on the eBPF crate (BPF target), each with and
 //! without the `test-harness` feature (only the tests enable it), the unit tests,
 //! then the privileged tests (BPF_PROG_TEST_RUN, netns, and the end-to-end tests that run
@@ -109,7 +110,7 @@ fn pinned_namespaces() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Runs the whole test command.
+/// Runs the whole test command: each step adds its checks and test counts to one tally.
 pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     if setup::anything_missing() {
@@ -117,56 +118,60 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         setup::run()?;
     }
     let mut tally = Tally::default();
+    check_format(&mut tally);
+    check_book(&mut tally);
+    lint_host_crates(&mut tally);
+    lint_ebpf_crate(&mut tally);
+    unit_tests(&mut tally, args)?;
+    privileged_tests(&mut tally, args)?;
+    debian_package(&mut tally, args);
+    report(&tally, started)
+}
 
-    eprintln!("xtask test: [1/6] cargo fmt --check");
+/// `cargo fmt --check` of the whole workspace.
+fn check_format(tally: &mut Tally) {
+    eprintln!("xtask test: [1/7] cargo fmt --check");
     let ok = cmd::succeeds(cmd::cargo().args(["fmt", "--all", "--", "--check"]));
     tally.check("cargo fmt --check", ok);
+}
 
-    eprintln!("xtask test: [book] mdbook build, internal links, the crate map (cargo xtask book)");
+/// The book builds, its internal links resolve and ARCHITECTURE.md maps every crate.
+fn check_book(tally: &mut Tally) {
+    eprintln!("xtask test: [2/7] the book: mdbook build, internal links, the crate map");
     tally.check(
         "the book (build, internal links, crate map)",
         crate::book::passes(),
     );
+}
 
-    eprintln!("xtask test: [2/6] clippy (host crates)");
-    // The workspace run builds lb and lb-dataplane with lb-tests' `test-harness` feature; the
-    // second lints lb as the `lb` binary has it, without.
-    let ok = cmd::succeeds(cmd::cargo().args([
-        "clippy",
-        "--workspace",
-        "--exclude",
-        "lb-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ])) & cmd::succeeds(cmd::cargo().args([
-        "clippy",
-        "--package",
-        "lb",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]));
+/// Clippy with `-D warnings` on the host crates, with and without `test-harness`.
+fn lint_host_crates(tally: &mut Tally) {
+    eprintln!("xtask test: [3/7] clippy (host crates)");
+    // The workspace run builds lb and lb-dataplane with lb-tests' `test-harness`
+    // feature; the second lints lb as the `lb` binary has it, without.
+    let lint = |scope: &[&str]| {
+        cmd::succeeds(cmd::cargo().arg("clippy").args(scope).args([
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    };
+    let ok = lint(&["--workspace", "--exclude", "lb-ebpf"]) & lint(&["--package", "lb"]);
     tally.check("clippy (host crates)", ok);
+}
 
-    eprintln!("xtask test: [3/6] clippy (eBPF crate, bpfel-unknown-none)");
+/// Clippy with `-D warnings` on the eBPF crate for the BPF target, with and without
+/// `test-harness`.
+fn lint_ebpf_crate(tally: &mut Tally) {
+    eprintln!("xtask test: [4/7] clippy (eBPF crate, bpfel-unknown-none)");
     let target_dir = cmd::workspace_root().join("target").join("ebpf-clippy");
     let mut ok = true;
     for features in [&[][..], &["--features", "test-harness"][..]] {
         ok &= cmd::succeeds(
             cmd::nightly_cargo()
-                .args([
-                    "clippy",
-                    "--package",
-                    "lb-ebpf",
-                    "--release",
-                    "--target",
-                    "bpfel-unknown-none",
-                    "-Z",
-                    "build-std=core",
-                ])
+                .args(["clippy", "--package", "lb-ebpf", "--release"])
+                .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
                 .args(features)
                 .arg("--target-dir")
                 .arg(&target_dir)
@@ -174,63 +179,68 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         );
     }
     tally.check("clippy (eBPF crate)", ok);
+}
 
-    eprintln!("xtask test: [4/6] unit tests");
+/// The unprivileged tests of every host crate but lb-tests.
+fn unit_tests(tally: &mut Tally, args: &TestArgs) -> anyhow::Result<()> {
+    eprintln!("xtask test: [5/7] unit tests");
     let mut unit = cmd::cargo();
-    unit.args([
-        "test",
-        "--workspace",
-        "--exclude",
-        "lb-ebpf",
-        "--exclude",
-        "lb-tests",
-        "--no-fail-fast",
-    ]);
+    unit.args(["test", "--workspace", "--exclude", "lb-ebpf"])
+        .args(["--exclude", "lb-tests", "--no-fail-fast"]);
     if let Some(filter) = &args.filter {
         unit.args(["--", filter]);
     }
     let (ok, lines) = cmd::run_capture(&mut unit)?;
     tally.cargo_test("unit tests", ok, &lines);
+    Ok(())
+}
 
-    eprintln!("xtask test: [5/6] privileged tests (BPF_PROG_TEST_RUN, netns, lb run)");
+/// lb-tests as root (after building the `lb` binary they run), then the check that
+/// they left no pinned datapath; without root the suite is listed and counted skipped.
+fn privileged_tests(tally: &mut Tally, args: &TestArgs) -> anyhow::Result<()> {
+    eprintln!("xtask test: [6/7] privileged tests (BPF_PROG_TEST_RUN, netns, lb run)");
     let mut privileged = cmd::cargo();
     privileged.args(["test", "--package", "lb-tests", "--no-fail-fast"]);
-    if cmd::is_root() {
-        // The end-to-end tests run the real `lb` binary, which `cargo test` does not
-        // build for another package: build it in the same (dev) profile first.
-        eprintln!("xtask test: building the lb binary for the end-to-end tests");
-        let built = cmd::succeeds(cmd::cargo().args(["build", "--package", "lb", "--bin", "lb"]));
-        if built {
-            privileged.arg("--");
-            if let Some(filter) = &args.filter {
-                privileged.arg(filter);
-            }
-            let pins_before = pinned_namespaces();
-            let (ok, lines) = cmd::run_capture(&mut privileged)?;
-            tally.cargo_test("privileged tests", ok, &lines);
-            let left: Vec<String> = pinned_namespaces()
-                .into_iter()
-                .filter(|d| !pins_before.contains(d))
-                .collect();
-            if !left.is_empty() {
-                eprintln!(
-                    "xtask test: the privileged tests left pinned datapaths behind (kernel memory no process frees): {}",
-                    left.join(", ")
-                );
-            }
-            tally.check("no pinned datapath left behind", left.is_empty());
-        } else {
-            tally.check("building the lb binary (privileged tests not run)", false);
-        }
-    } else {
+    if !cmd::is_root() {
         eprintln!("xtask test: not root: the privileged suite is SKIPPED (run as root)");
         privileged.args(["--", "--list", "--format", "terse"]);
         let listed = cmd::output(&mut privileged).unwrap_or_default();
         let count = listed.lines().filter(|l| l.ends_with(": test")).count();
         tally.skipped += u64::try_from(count.max(1)).unwrap_or(1);
+        return Ok(());
     }
+    // The end-to-end tests run the real `lb` binary, which `cargo test` does not build
+    // for another package: build it in the same (dev) profile first.
+    eprintln!("xtask test: building the lb binary for the end-to-end tests");
+    if !cmd::succeeds(cmd::cargo().args(["build", "--package", "lb", "--bin", "lb"])) {
+        tally.check("building the lb binary (privileged tests not run)", false);
+        return Ok(());
+    }
+    privileged.arg("--");
+    if let Some(filter) = &args.filter {
+        privileged.arg(filter);
+    }
+    let pins_before = pinned_namespaces();
+    let (ok, lines) = cmd::run_capture(&mut privileged)?;
+    tally.cargo_test("privileged tests", ok, &lines);
+    let left: Vec<String> = pinned_namespaces()
+        .into_iter()
+        .filter(|d| !pins_before.contains(d))
+        .collect();
+    if !left.is_empty() {
+        eprintln!(
+            "xtask test: the privileged tests left pinned datapaths behind (kernel memory no process frees): {}",
+            left.join(", ")
+        );
+    }
+    tally.check("no pinned datapath left behind", left.is_empty());
+    Ok(())
+}
 
-    eprintln!("xtask test: [6/6] the Debian package (build, then inspect)");
+/// The Debian package: built, then inspected by [`package::check`], one check each
+/// (skipped when a filter that does not match `package` is set).
+fn debian_package(tally: &mut Tally, args: &TestArgs) {
+    eprintln!("xtask test: [7/7] the Debian package (build, then inspect)");
     if args
         .filter
         .as_deref()
@@ -238,25 +248,28 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     {
         eprintln!("xtask test: a filter is set: the package step is SKIPPED");
         tally.skipped += 1;
-    } else {
-        match package::build() {
-            Ok(built) => {
-                for outcome in package::check(&built) {
-                    eprintln!("xtask test: package: {outcome}");
-                    match outcome {
-                        package::Outcome::Passed(name) => tally.check(name, true),
-                        package::Outcome::Failed(name, _) => tally.check(name, false),
-                        package::Outcome::Skipped(..) => tally.skipped += 1,
-                    }
-                }
-            }
-            Err(err) => {
-                eprintln!("xtask test: {err:#}");
-                tally.check("building the Debian package", false);
-            }
+        return;
+    }
+    let built = match package::build() {
+        Ok(built) => built,
+        Err(err) => {
+            eprintln!("xtask test: {err:#}");
+            tally.check("building the Debian package", false);
+            return;
+        }
+    };
+    for outcome in package::check(&built) {
+        eprintln!("xtask test: package: {outcome}");
+        match outcome {
+            package::Outcome::Passed(name) => tally.check(name, true),
+            package::Outcome::Failed(name, _) => tally.check(name, false),
+            package::Outcome::Skipped(..) => tally.skipped += 1,
         }
     }
+}
 
+/// Prints the time, the failures and the summary line; an error when anything failed.
+fn report(tally: &Tally, started: std::time::Instant) -> anyhow::Result<()> {
     eprintln!(
         "xtask test: finished in {:.0} s",
         started.elapsed().as_secs_f64()

@@ -6,20 +6,35 @@
 //! - [`table`]: `lb table build` / `lb table diff`, offline Maglev table inspection;
 //! - [`hash`]: `lb hash`, the offline consistent-hashing lab;
 //! - [`docs`]: `lb completions` / `lb manpage`, generated from the clap definition;
-//! - [`ops`]: `lb status`, `lb stats`, `lb backend`, `lb flow`, through the daemon's
-//!   control socket ([`crate::control`]);
+//! - [`status`], [`stats`], [`backend`], [`flow`], [`overrides`]: the verbs of the same
+//!   names, through the daemon's control socket ([`crate::control`]);
+//! - [`detach`]: `lb detach`, which removes a pinned datapath without a daemon;
 //! - [`vip`]: `lb vip withdraw|announce`, a VIP address's BGP announcement, through the
 //!   same socket;
 //! - [`trace`]: `lb trace`, the daemon's stream of traced packets.
 //!
 //! Every verb takes `--json`; docs/src/guide/json.md is the schema of what each prints.
 
+pub mod backend;
+pub mod detach;
 pub mod docs;
+pub mod flow;
 pub mod hash;
-pub mod ops;
+pub mod overrides;
+pub mod stats;
+pub mod status;
 pub mod table;
 pub mod trace;
 pub mod vip;
+
+#[cfg(test)]
+mod verbs_tests;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::{control::Client, defaults};
 
 /// What a verb prints: `text` on standard output, then each of `warnings` on standard
 /// error as a `warning: ...` line.
@@ -49,4 +64,34 @@ pub fn object(json: bool) -> Output {
     } else {
         format!("embedded eBPF object: {bytes} bytes\n")
     })
+}
+
+/// Where the daemon listens.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SocketArg {
+    /// Control socket of the daemon.
+    #[arg(long, default_value = defaults::CONTROL_SOCKET)]
+    pub socket: PathBuf,
+}
+
+impl SocketArg {
+    pub(super) fn client(&self) -> Client {
+        Client::new(&self.socket)
+    }
+}
+
+/// `lb status` / `lb stats`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReadArgs {
+    /// Control socket.
+    #[command(flatten)]
+    pub socket: SocketArg,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `value` as pretty JSON, one line break at the end.
+pub(crate) fn json(value: &impl Serialize) -> Output {
+    Output::text(serde_json::to_string_pretty(value).unwrap_or_default() + "\n")
 }

@@ -6,7 +6,7 @@
 
 use std::io::{self, Write as _};
 
-use super::{Output, ops::SocketArg};
+use super::{Output, SocketArg};
 use crate::{
     config::Vip,
     control::{ClientError, TraceClient},

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use super::{Output, ops::SocketArg};
+use super::{Output, SocketArg};
 use crate::{
     config::Vip,
     control::{ClientError, VipAction},
@@ -51,7 +51,7 @@ pub fn parse_address(text: &str) -> Result<IpAddr, String> {
 pub fn run(args: &VipArgs) -> Result<Output, ClientError> {
     let change = args.socket.client().vip(args.action, args.vip)?;
     Ok(if args.json {
-        super::ops::json(&change)
+        super::json(&change)
     } else {
         Output::text(change.lines.join("\n") + "\n")
     })

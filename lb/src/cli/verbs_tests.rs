@@ -2,7 +2,16 @@
 
 use clap::Parser;
 
-use super::*;
+use std::{net::SocketAddr, path::PathBuf};
+
+use super::{
+    backend::BackendArgs,
+    flow::{FlowArgs, flow_text},
+};
+use crate::{
+    control::{BackendAction, FlowReport},
+    defaults,
+};
 
 #[derive(Debug, Parser)]
 struct Cli {

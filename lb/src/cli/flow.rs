@@ -1,0 +1,77 @@
+//! `lb flow`: where the data plane sends one client's flow to a VIP (slot, backend,
+//! conntrack state), asked of the daemon through the control socket.
+
+use std::{fmt::Write as _, net::SocketAddr};
+
+use super::{Output, SocketArg, json};
+use crate::{
+    config::Vip,
+    control::{ClientError, FlowReport},
+};
+
+/// `lb flow`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct FlowArgs {
+    /// The VIP, `ADDR:PORT/PROTO`.
+    #[arg(long)]
+    pub vip: Vip,
+    /// The client, `ADDR:PORT` (IPv6 in brackets).
+    #[arg(long, value_parser = parse_client)]
+    pub client: SocketAddr,
+    /// Control socket.
+    #[command(flatten)]
+    pub socket: SocketArg,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `--client`.
+///
+/// # Errors
+/// The text is not `ADDR:PORT`.
+pub fn parse_client(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| format!("expected ADDR:PORT (IPv6 in brackets), got {text:?}"))
+}
+
+/// Runs `lb flow`.
+///
+/// # Errors
+/// The daemon is unreachable or refused.
+pub fn flow(args: &FlowArgs) -> Result<Output, ClientError> {
+    let f = args.socket.client().flow(args.vip, args.client)?;
+    Ok(if args.json {
+        json(&f)
+    } else {
+        Output::text(flow_text(&f))
+    })
+}
+
+/// The text form of `lb flow`.
+pub fn flow_text(f: &FlowReport) -> String {
+    let mut out = format!(
+        "flow {} -> {}: slot {} -> {}",
+        f.client,
+        f.vip,
+        f.slot,
+        f.table_backend.as_deref().unwrap_or("no backend (dropped)")
+    );
+    match &f.pinned {
+        Some(p) => {
+            let _ = write!(
+                out,
+                "; pinned in conntrack to {} ({})",
+                p.backend,
+                if p.established {
+                    "established"
+                } else {
+                    "SYN seen"
+                }
+            );
+        }
+        None => out.push_str("; not in conntrack (the next packet takes the table's choice)"),
+    }
+    out.push('\n');
+    out
+}

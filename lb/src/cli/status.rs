@@ -1,0 +1,149 @@
+//! `lb status`: the daemon's running state, one line per VIP and per backend (health,
+//! announcements and conntrack occupancy included), through the control socket.
+
+use std::fmt::Write as _;
+
+use super::{Output, ReadArgs, json};
+use crate::control::{ClientError, ConnectionCounts, ConntrackStatus, Status};
+
+/// Runs `lb status`.
+///
+/// # Errors
+/// The daemon is unreachable or refused.
+pub fn status(args: &ReadArgs) -> Result<Output, ClientError> {
+    let s = args.socket.client().status()?;
+    Ok(if args.json {
+        json(&s)
+    } else {
+        Output::text(status_text(&s))
+    })
+}
+
+/// The text form of `lb status`.
+pub fn status_text(s: &Status) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "interface {} ({} XDP), config {}: {}",
+        s.interface,
+        s.mode,
+        s.config_file,
+        if s.differs_from_file {
+            "running state DIFFERS from the file (runtime changes, marked *; kept across reloads and restarts; `lb overrides` lists them)"
+        } else {
+            "running state matches the file"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "changes applied: {}, table builds: {}",
+        s.changes, s.table_builds
+    );
+    out.push_str(&conntrack_line(s.conntrack.as_ref()));
+    health::summary(&mut out, &s.health);
+    announce::summary(&mut out, &s.announce);
+    if let Some(dir) = &s.pin_dir {
+        let _ = writeln!(
+            out,
+            "datapath pinned at {dir} (layout {})",
+            s.layout.as_deref().unwrap_or("?")
+        );
+    }
+    for v in &s.vips {
+        let _ = writeln!(
+            out,
+            "\nVIP {} (id {}): table {} slots, generation {}, fingerprint {}",
+            v.vip, v.id, v.table_size, v.generation, v.fingerprint
+        );
+        health::policy(&mut out, v);
+        announce::vip(&mut out, v);
+        let _ = writeln!(
+            out,
+            "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>8} {:>6} {:>11} {:>8} {:>8}",
+            "BACKEND",
+            "STATE",
+            "DATAPLANE",
+            "WEIGHT",
+            "SLOTS",
+            "SHARE",
+            "ID",
+            "ESTABLISHED",
+            "IDLE",
+            "SYN"
+        );
+        for b in &v.backends {
+            let c = connection_cells(b.connections.as_ref());
+            let _ = writeln!(
+                out,
+                "  {:<40} {:<7} {:<9} {:>10} {:>8} {:>7.2}% {:>6} {:>11} {:>8} {:>8}{}",
+                b.address,
+                b.state,
+                b.dataplane_state,
+                b.weight,
+                b.slots,
+                b.share * 100.0,
+                b.id,
+                c[0],
+                c[1],
+                c[2],
+                b.runtime
+                    .as_ref()
+                    .map_or(String::new(), |r| format!("  * runtime: {r}"))
+            );
+        }
+        if v.backends.is_empty() {
+            let _ = writeln!(out, "  (no backends: new flows are dropped)");
+        }
+        health::backends(&mut out, v);
+    }
+    let removed: Vec<_> = s
+        .overrides
+        .iter()
+        .filter(|o| o.change == "removed")
+        .collect();
+    if !removed.is_empty() {
+        let _ = writeln!(out, "\nremoved at runtime (the file has them):");
+        for o in removed {
+            let _ = writeln!(
+                out,
+                "  * {} from VIP {} (file: {})",
+                o.backend, o.vip, o.file
+            );
+        }
+    }
+    out
+}
+
+/// The ESTABLISHED, IDLE and SYN cells of a backend (`-` before the first walk).
+fn connection_cells(c: Option<&ConnectionCounts>) -> [String; 3] {
+    match c {
+        Some(c) => [
+            c.established.to_string(),
+            c.idle.to_string(),
+            c.syn_only.to_string(),
+        ],
+        None => ["-".into(), "-".into(), "-".into()],
+    }
+}
+
+/// The conntrack occupancy line of `lb status` and `lb stats`.
+pub(super) fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
+    match c {
+        Some(c) => format!(
+            "conntrack: {} IPv4 + {} IPv6 entries of {} each, SYN cache {} of {} slots; \
+             connections counted {:.1} s ago in {:.1} ms (idle: no packet for {} s)\n",
+            c.v4_entries,
+            c.v6_entries,
+            c.capacity,
+            c.syn_slots_used,
+            c.syn_capacity,
+            c.age_secs,
+            c.walk_ms,
+            c.idle_secs
+        ),
+        None => "conntrack: connections not counted yet\n".to_owned(),
+    }
+}
+
+mod announce;
+mod health;
