@@ -35,6 +35,8 @@ mod notify;
 pub mod service;
 pub mod state_file;
 mod stats;
+#[cfg(test)]
+mod test_fixture;
 mod trace;
 mod watch;
 
