@@ -68,6 +68,7 @@ use lb_dataplane::{
     ActivityClock, AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader,
     WalkSettings, offload,
 };
+use lb_health::coalesce::Batch;
 use metrics::{Recorder, ReloadResult};
 use service::Service;
 use state_file::StateFile;
@@ -463,9 +464,7 @@ fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
         loaded: &loaded,
         if_mac,
     };
-    let started = bring_up(opened, &file, state_file)?;
-    created.disarm();
-    Ok(started)
+    bring_up(opened, created, &file, state_file)
 }
 
 /// What [`start`] read before the datapath was opened.
@@ -478,14 +477,16 @@ struct StartFile<'a> {
 }
 
 /// Brings the daemon up on the opened datapath: recovers the controller, binds the
-/// sockets, applies the configuration, attaches, and starts the health checks.
+/// sockets, applies the configuration, attaches, and starts the health checks. Disarms
+/// `created` once all of it succeeded.
 fn bring_up(
     opened: OpenedDatapath,
+    created: CreatedDatapath,
     file: &StartFile<'_>,
     state_file: StateFile,
 ) -> anyhow::Result<(Started, Serving)> {
     let config = file.loaded.config.clone();
-    let (created, layout) = (opened.created, opened.layout);
+    let (fresh, layout) = (opened.created, opened.layout);
     let (controller, recovery) =
         Controller::adopt(opened.dp).context("reading the adopted datapath")?;
     for line in recovery.lines() {
@@ -494,6 +495,10 @@ fn bring_up(
     let listener = bind_socket(&config.control_socket)?;
     // Removes the socket file however `run` ends from here on.
     let socket_file = SocketFile::new(&config.control_socket);
+    // Bound again after the controller and the socket file, the guard drops before
+    // them: a failed start removes its datapath while it holds the datapath's lock,
+    // then the socket file goes.
+    let created = created;
     let metrics_listener = config
         .metrics
         .listen
@@ -501,26 +506,14 @@ fn bring_up(
         .transpose()?;
     let (mut service, context) = apply(controller, file, state_file)?;
     let tasks = take_tasks(&mut service, &config, metrics_listener);
+    // Again, after the service, which now holds the data plane and its lock.
+    let created = created;
     let mode = attach(
         service.controller_mut().dataplane_mut(),
         &config.interface,
         config.xdp_mode,
     )?;
-    service.set_mode(mode.to_string());
-    service.set_attached(true);
-    service.sync_announcements();
-    let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
-    let batches = service.start_health(health_runtime.handle(), &config);
-    health::attach_probe_program(service.controller_mut().dataplane_mut(), &config.interface);
-    match nexthop::NexthopMonitor::start() {
-        Ok(monitor) => service.set_nexthop_monitor(monitor),
-        Err(e) => warn!("not watching the backends' next hops: {e}"),
-    }
-    let dp = service.controller().dataplane();
-    service.set_datapath(
-        dp.pin_dir().map(|d| d.shown().display().to_string()),
-        Some(layout),
-    );
+    let (health_runtime, batches) = attached(&mut service, &config, mode, layout)?;
     info!(
         "attached to {} in {mode} mode; control socket {}",
         config.interface,
@@ -529,7 +522,7 @@ fn bring_up(
     let ready = format!(
         "forwarding on {} ({mode} XDP), datapath {}",
         config.interface,
-        if created { "created" } else { "adopted" }
+        if fresh { "created" } else { "adopted" }
     );
     let mut seen = LastSeen::default();
     seen.differs(file.bytes);
@@ -546,7 +539,38 @@ fn bring_up(
         socket_file,
         config,
     };
+    created.disarm();
     Ok((started, Serving { listener, inputs }))
+}
+
+/// What follows the attach: the service learns its mode and announces, the health
+/// checks start on their runtime (returned with the receiver of their batches), the
+/// next hops are watched and the status names the datapath.
+fn attached(
+    service: &mut Service<KernelDataplane>,
+    config: &Config,
+    mode: AttachMode,
+    layout: String,
+) -> anyhow::Result<(
+    health::HealthRuntime,
+    mpsc::Receiver<Batch<crate::config::Vip>>,
+)> {
+    service.set_mode(mode.to_string());
+    service.set_attached(true);
+    service.sync_announcements();
+    let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
+    let batches = service.start_health(health_runtime.handle(), config);
+    health::attach_probe_program(service.controller_mut().dataplane_mut(), &config.interface);
+    match nexthop::NexthopMonitor::start() {
+        Ok(monitor) => service.set_nexthop_monitor(monitor),
+        Err(e) => warn!("not watching the backends' next hops: {e}"),
+    }
+    let dp = service.controller().dataplane();
+    service.set_datapath(
+        dp.pin_dir().map(|d| d.shown().display().to_string()),
+        Some(layout),
+    );
+    Ok((health_runtime, batches))
 }
 
 /// Applies the file merged with the state file through `controller`. The maps are
@@ -681,7 +705,7 @@ struct Tasks {
 /// The event loop's inputs besides the socket, the service and the file.
 struct Loop {
     /// Health transitions, batched.
-    batches: mpsc::Receiver<lb_health::coalesce::Batch<crate::config::Vip>>,
+    batches: mpsc::Receiver<Batch<crate::config::Vip>>,
     /// The file's bytes last applied.
     seen: LastSeen,
     /// The READY=1 status line.
