@@ -46,7 +46,7 @@ use super::{
 };
 use crate::config::{BackendState, Protocol, Vip};
 use lb_dataplane::prefix::Prefix;
-use lb_dataplane::{Dataplane, DataplaneError};
+use lb_dataplane::{Adopted, Dataplane, DataplaneError, InstalledTable};
 use lb_health::policy::FailurePolicy;
 use lb_maglev::flow::ip_of_bytes;
 use lb_maglev::{BackendKey, FINGERPRINT_VERSION, Fingerprint, MaglevTable};
@@ -326,7 +326,9 @@ fn compact(installed: &[u32]) -> Arc<[u16]> {
 }
 
 /// The controller state of the data plane `dp` adopted (see the module
-/// documentation); a fresh data plane gives the empty state.
+/// documentation); a fresh data plane gives the empty state. The steps: read the
+/// record ([`read_record`]), recover each VIP with a table ([`recover_vip`]), then
+/// read back the backend entries ([`recover_entries`]).
 ///
 /// # Errors
 /// When the data plane's maps cannot be read.
@@ -338,26 +340,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
         adopted: true,
         ..Recovery::default()
     };
-    let record = match adopted
-        .record
-        .as_deref()
-        .map(serde_json::from_slice::<Record>)
-    {
-        None if adopted.vips.is_empty() => None,
-        None => {
-            recovery.record_problem = Some("none was stored".into());
-            None
-        }
-        Some(Err(e)) => {
-            recovery.record_problem = Some(format!("unreadable: {e}"));
-            None
-        }
-        Some(Ok(r)) if r.version != RECORD_VERSION => {
-            recovery.record_problem = Some(format!("format version {}", r.version));
-            None
-        }
-        Some(Ok(r)) => Some(r),
-    };
+    let record = read_record(&adopted, &mut recovery);
     let mut state = State {
         maglev_seed: record.as_ref().map_or(0, |r| r.maglev_seed),
         ids: record
@@ -390,84 +373,176 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             .find(|(k, _)| k == key)
             .map(|(_, prefixes)| prefixes.clone())
             .unwrap_or_default();
-        let verified = recorded.and_then(|r| {
-            let spec = r.spec(&vip, allowed_sources.clone());
-            let (table, slots) = checker.check(&vip, r, &spec, &state.ids, &installed.slots)?;
-            Some((spec, table, slots))
-        });
-        let applied_vip = match verified {
-            Some((spec, table, slots)) => {
-                let backend_ids: BTreeMap<BackendKey, u32> = spec
-                    .backends
-                    .keys()
-                    .filter_map(|k| state.ids.backend_id(&vip, k).map(|id| (*k, id)))
-                    .collect();
-                for (k, id) in &backend_ids {
-                    state.ids.bind_backend(vip, *k, *id);
-                    used_ids.insert(*id);
-                }
-                recovery.verified.push(vip);
-                AppliedVip {
-                    id: *vip_id,
-                    spec,
-                    table,
-                    slots,
-                    generation: installed.generation,
-                    backend_ids,
-                    unverified: false,
-                }
-            }
-            None => {
-                // What the installed table says: each id in it is a backend at its
-                // entry's address. (A verified table uses only its backends' ids.)
-                let in_table = table::distinct_ids(&installed.slots);
-                used_ids.extend(in_table.iter().copied());
-                let mut backends = BTreeMap::new();
-                let mut backend_ids = BTreeMap::new();
-                for id in in_table {
-                    let entry = dp.backend(id)?;
-                    let Some(addr) = ip_of_bytes(entry.addr, entry.family) else {
-                        continue;
-                    };
-                    let key = BackendKey::from(addr);
-                    state.ids.bind_backend(vip, key, id);
-                    backend_ids.insert(key, id);
-                    backends.insert(
-                        key,
-                        BackendSpec {
-                            weight: 1,
-                            state: state_of(entry.state),
-                        },
-                    );
-                }
-                recovery.unverified.push(vip);
-                let size = u32::try_from(installed.slots.len()).unwrap_or(u32::MAX);
-                let table = MaglevTable::build(&[], size, state.maglev_seed)
-                    .or_else(|_| MaglevTable::build(&[], crate::defaults::TABLE_SIZE, 0))
-                    .map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
-                AppliedVip {
-                    id: *vip_id,
-                    spec: VipSpec {
-                        table_size: size,
-                        ipv6_backends: ipv6_backends(&vip, &backends),
-                        allowed_sources,
-                        backends,
-                        policy: FailurePolicy::default(),
-                    },
-                    table: Arc::new(TableFacts::of(&table)),
-                    slots: compact(&installed.slots),
-                    generation: installed.generation,
-                    backend_ids,
-                    unverified: true,
-                }
-            }
+        let found = Found {
+            vip,
+            id: *vip_id,
+            installed,
+            allowed_sources,
         };
+        let applied_vip = recover_vip(
+            dp,
+            &mut state,
+            &mut recovery,
+            &mut checker,
+            recorded,
+            found,
+            &mut used_ids,
+        )?;
         state.vips.insert(vip, applied_vip);
     }
     state.ids.keep_vips_in_use(&applied);
+    recover_entries(dp, record.as_ref(), used_ids, &mut state)?;
+    recovery.backend_ids = state.entries.len();
+    recovery.tables_built = checker.built;
+    recovery.record_outdated = record.as_ref().is_some_and(Record::outdated);
+    Ok((state, recovery))
+}
+
+/// The record the data plane stored, when it can be used; otherwise says why not in
+/// `recovery` (unless nothing was applied, when no record is expected).
+fn read_record(adopted: &Adopted, recovery: &mut Recovery) -> Option<Record> {
+    match adopted
+        .record
+        .as_deref()
+        .map(serde_json::from_slice::<Record>)
+    {
+        None if adopted.vips.is_empty() => None,
+        None => {
+            recovery.record_problem = Some("none was stored".into());
+            None
+        }
+        Some(Err(e)) => {
+            recovery.record_problem = Some(format!("unreadable: {e}"));
+            None
+        }
+        Some(Ok(r)) if r.version != RECORD_VERSION => {
+            recovery.record_problem = Some(format!("format version {}", r.version));
+            None
+        }
+        Some(Ok(r)) => Some(r),
+    }
+}
+
+/// A VIP found in the maps with its installed table.
+struct Found {
+    vip: Vip,
+    /// Its VIP id.
+    id: u32,
+    installed: InstalledTable,
+    /// The source list the maps hold for it.
+    allowed_sources: Vec<Prefix>,
+}
+
+/// The applied state of `found`: its recorded spec when `recorded` (of the installed
+/// generation) builds the installed table, else what the installed table says
+/// (unverified). Binds its backends' ids and adds the ids it uses to `used_ids`.
+fn recover_vip<D: Dataplane>(
+    dp: &D,
+    state: &mut State,
+    recovery: &mut Recovery,
+    checker: &mut Checker,
+    recorded: Option<&VipRecord>,
+    found: Found,
+    used_ids: &mut BTreeSet<u32>,
+) -> Result<AppliedVip, DataplaneError> {
+    let vip = found.vip;
+    let verified = recorded.and_then(|r| {
+        let spec = r.spec(&vip, found.allowed_sources.clone());
+        let (table, slots) = checker.check(&vip, r, &spec, &state.ids, &found.installed.slots)?;
+        Some((spec, table, slots))
+    });
+    let Some((spec, table, slots)) = verified else {
+        let applied = unverified_vip(dp, state, found, used_ids)?;
+        recovery.unverified.push(vip);
+        return Ok(applied);
+    };
+    let backend_ids: BTreeMap<BackendKey, u32> = spec
+        .backends
+        .keys()
+        .filter_map(|k| state.ids.backend_id(&vip, k).map(|id| (*k, id)))
+        .collect();
+    for (k, id) in &backend_ids {
+        state.ids.bind_backend(vip, *k, *id);
+        used_ids.insert(*id);
+    }
+    recovery.verified.push(vip);
+    Ok(AppliedVip {
+        id: found.id,
+        spec,
+        table,
+        slots,
+        generation: found.installed.generation,
+        backend_ids,
+        unverified: false,
+    })
+}
+
+/// What the installed table of `found` says: each id in it is a backend at its
+/// entry's address. (A verified table uses only its backends' ids.)
+fn unverified_vip<D: Dataplane>(
+    dp: &D,
+    state: &mut State,
+    found: Found,
+    used_ids: &mut BTreeSet<u32>,
+) -> Result<AppliedVip, DataplaneError> {
+    let Found {
+        vip,
+        id: vip_id,
+        installed,
+        allowed_sources,
+    } = found;
+    let in_table = table::distinct_ids(&installed.slots);
+    used_ids.extend(in_table.iter().copied());
+    let mut backends = BTreeMap::new();
+    let mut backend_ids = BTreeMap::new();
+    for id in in_table {
+        let entry = dp.backend(id)?;
+        let Some(addr) = ip_of_bytes(entry.addr, entry.family) else {
+            continue;
+        };
+        let key = BackendKey::from(addr);
+        state.ids.bind_backend(vip, key, id);
+        backend_ids.insert(key, id);
+        backends.insert(
+            key,
+            BackendSpec {
+                weight: 1,
+                state: state_of(entry.state),
+            },
+        );
+    }
+    let size = u32::try_from(installed.slots.len()).unwrap_or(u32::MAX);
+    let table = MaglevTable::build(&[], size, state.maglev_seed)
+        .or_else(|_| MaglevTable::build(&[], crate::defaults::TABLE_SIZE, 0))
+        .map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
+    Ok(AppliedVip {
+        id: vip_id,
+        spec: VipSpec {
+            table_size: size,
+            ipv6_backends: ipv6_backends(&vip, &backends),
+            allowed_sources,
+            backends,
+            policy: FailurePolicy::default(),
+        },
+        table: Arc::new(TableFacts::of(&table)),
+        slots: compact(&installed.slots),
+        generation: installed.generation,
+        backend_ids,
+        unverified: true,
+    })
+}
+
+/// Reads back the backend entries of every id the record binds or the tables use
+/// (`used_ids`). Without a record, every id in use is kept from other backends.
+fn recover_entries<D: Dataplane>(
+    dp: &D,
+    record: Option<&Record>,
+    used_ids: BTreeSet<u32>,
+    state: &mut State,
+) -> Result<(), DataplaneError> {
     // Backend entries: every id the record binds or the tables use.
-    let mut ids: BTreeSet<u32> = used_ids;
-    ids.extend(record.as_ref().map(|r| r.ids_in_use()).unwrap_or_default());
+    let mut ids = used_ids;
+    ids.extend(record.map(Record::ids_in_use).unwrap_or_default());
     if record.is_none() {
         // No record: every id in use is kept from other backends.
         for id in 1..MAX_BACKENDS {
@@ -483,10 +558,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             state.entries.insert(id, entry);
         }
     }
-    recovery.backend_ids = state.entries.len();
-    recovery.tables_built = checker.built;
-    recovery.record_outdated = record.as_ref().is_some_and(Record::outdated);
-    Ok((state, recovery))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,9 +6,10 @@
 //! refused with the first one's pid and socket; one that is exiting is waited for),
 //! optionally discard what is pinned (`--reset`, which says what it discarded), then
 //! load the program over the pinned maps: adopted when compatible, created otherwise,
-//! refused — untouched — when incompatible.
+//! refused — untouched — when incompatible. A datapath that a failed start created is
+//! removed again ([`CreatedDatapath`]).
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use tracing::info;
@@ -118,9 +119,34 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
     })
 }
 
-/// Removes the datapath this start created when the start fails after all.
-pub(super) fn remove_created_at(config: &Config) {
-    if let Ok(dir) = PinDir::locate(&config.pin_dir, &config.interface, false) {
-        let _ = dir.discard(true);
+/// A datapath this start created, removed again when the guard drops: every way a
+/// start fails after [`open`] cleans up by construction. A start that succeeds
+/// disarms it ([`Self::disarm`]); an adopted datapath arms nothing and is left as it
+/// was found.
+pub(super) struct CreatedDatapath {
+    /// The pin directory and interface of a created datapath; `None` once disarmed.
+    at: Option<(PathBuf, String)>,
+}
+
+impl CreatedDatapath {
+    /// Guards the datapath of `config.interface` when this start `created` it.
+    pub(super) fn new(config: &Config, created: bool) -> Self {
+        let at = created.then(|| (config.pin_dir.clone(), config.interface.clone()));
+        Self { at }
+    }
+
+    /// The start succeeded: the datapath stays.
+    pub(super) fn disarm(mut self) {
+        self.at = None;
+    }
+}
+
+impl Drop for CreatedDatapath {
+    fn drop(&mut self) {
+        if let Some((pin_dir, interface)) = self.at.take()
+            && let Ok(dir) = PinDir::locate(&pin_dir, &interface, false)
+        {
+            let _ = dir.discard(true);
+        }
     }
 }

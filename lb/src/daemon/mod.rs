@@ -35,6 +35,8 @@ mod notify;
 pub mod service;
 pub mod state_file;
 mod stats;
+#[cfg(test)]
+mod test_fixture;
 mod trace;
 mod watch;
 
@@ -61,10 +63,12 @@ use crate::{
     },
     controller::{ApplyReport, Controller},
 };
+use datapath::{CreatedDatapath, OpenedDatapath};
 use lb_dataplane::{
     ActivityClock, AttachMode, ConntrackWalker, Dataplane as _, KernelDataplane, TraceReader,
     WalkSettings, offload,
 };
+use lb_health::coalesce::Batch;
 use metrics::{Recorder, ReloadResult};
 use service::Service;
 use state_file::StateFile;
@@ -389,7 +393,8 @@ async fn walk_conntrack(
     }
 }
 
-/// Runs the daemon as `options` say until SIGINT or SIGTERM.
+/// Runs the daemon as `options` say until SIGINT or SIGTERM: [`start`], [`serve`],
+/// [`stop`].
 ///
 /// # Errors
 /// Not privileged, an invalid file or state file, an interface another daemon controls,
@@ -397,6 +402,39 @@ async fn walk_conntrack(
 /// datapath this start created is removed again; an adopted one is left as it was
 /// found, forwarding.
 pub fn run(options: &RunOptions) -> anyhow::Result<()> {
+    let (started, serving) = start(options)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    // A runtime that cannot be built ends `run` before the stop: nothing was served.
+    let result = serve(runtime, &started, serving, &options.config);
+    stop(started);
+    result
+}
+
+/// A started daemon: what [`serve`] shares and [`stop`] takes down. The fields drop in
+/// this order: the service (and with it the data plane and its lock), then the health
+/// checks' runtime, then the socket file.
+struct Started {
+    service: Shared,
+    /// Held, never read: runs the health checks until the daemon is gone.
+    _health_runtime: health::HealthRuntime,
+    /// Removes the socket file however `run` ends after the bind.
+    socket_file: SocketFile,
+    config: Config,
+}
+
+/// What [`start`] hands to [`serve`]: the bound control socket and the loop's inputs.
+struct Serving {
+    listener: std::os::unix::net::UnixListener,
+    inputs: Loop,
+}
+
+/// The first step of [`run`]: checks the privileges, reads the file and the state
+/// file, opens the datapath, then brings the daemon up on it ([`bring_up`]). Every
+/// failure after the open removes a datapath this start created ([`CreatedDatapath`]).
+fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
     let path = options.config.as_path();
     if !lb_dataplane::may_load_xdp() {
         bail!(
@@ -413,13 +451,42 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     for w in &loaded.warnings {
         warn!("{w}");
     }
-    let config = loaded.config.clone();
+    let config = &loaded.config;
     let if_mac = interface_mac(&config.interface)?;
     let state_file = StateFile::new(&config.state_dir, &config.interface);
     // Before anything touches the datapath: a corrupt state file stops the start.
     state_file.load()?;
-    let opened = datapath::open(&config, options)?;
-    let (created, layout) = (opened.created, opened.layout);
+    let opened = datapath::open(config, options)?;
+    let created = CreatedDatapath::new(config, opened.created);
+    let file = StartFile {
+        path,
+        bytes: &bytes,
+        loaded: &loaded,
+        if_mac,
+    };
+    bring_up(opened, created, &file, state_file)
+}
+
+/// What [`start`] read before the datapath was opened.
+struct StartFile<'a> {
+    path: &'a Path,
+    /// The file's bytes, which the first reload compares with.
+    bytes: &'a [u8],
+    loaded: &'a Loaded,
+    if_mac: [u8; 6],
+}
+
+/// Brings the daemon up on the opened datapath: recovers the controller, binds the
+/// sockets, applies the configuration, attaches, and starts the health checks. Disarms
+/// `created` once all of it succeeded.
+fn bring_up(
+    opened: OpenedDatapath,
+    created: CreatedDatapath,
+    file: &StartFile<'_>,
+    state_file: StateFile,
+) -> anyhow::Result<(Started, Serving)> {
+    let config = file.loaded.config.clone();
+    let (fresh, layout) = (opened.created, opened.layout);
     let (controller, recovery) =
         Controller::adopt(opened.dp).context("reading the adopted datapath")?;
     for line in recovery.lines() {
@@ -427,41 +494,104 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     }
     let listener = bind_socket(&config.control_socket)?;
     // Removes the socket file however `run` ends from here on.
-    let mut socket_file = SocketFile::new(&config.control_socket);
+    let socket_file = SocketFile::new(&config.control_socket);
+    // Bound again after the controller and the socket file, the guard drops before
+    // them: a failed start removes its datapath while it holds the datapath's lock,
+    // then the socket file goes.
+    let created = created;
     let metrics_listener = config
         .metrics
         .listen
         .map(|addr| http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}")))
-        .transpose();
-    let metrics_listener = match metrics_listener {
-        Ok(listener) => listener,
-        Err(e) => {
-            if created {
-                datapath::remove_created_at(&config);
-            }
-            return Err(e);
-        }
+        .transpose()?;
+    let (mut service, context) = apply(controller, file, state_file)?;
+    let tasks = take_tasks(&mut service, &config, metrics_listener);
+    // Again, after the service, which now holds the data plane and its lock.
+    let created = created;
+    let mode = attach(
+        service.controller_mut().dataplane_mut(),
+        &config.interface,
+        config.xdp_mode,
+    )?;
+    let (health_runtime, batches) = attached(&mut service, &config, mode, layout)?;
+    info!(
+        "attached to {} in {mode} mode; control socket {}",
+        config.interface,
+        config.control_socket.display()
+    );
+    let ready = format!(
+        "forwarding on {} ({mode} XDP), datapath {}",
+        config.interface,
+        if fresh { "created" } else { "adopted" }
+    );
+    let mut seen = LastSeen::default();
+    seen.differs(file.bytes);
+    let inputs = Loop {
+        batches,
+        seen,
+        ready,
+        tasks,
+        context,
     };
-    // The maps are filled before the program is attached (or, adopted, brought to the
-    // configuration while the old program forwards), so the first packet the new
-    // program sees already meets the whole configuration.
+    let started = Started {
+        service: Arc::new(Mutex::new(service)),
+        _health_runtime: health_runtime,
+        socket_file,
+        config,
+    };
+    created.disarm();
+    Ok((started, Serving { listener, inputs }))
+}
+
+/// What follows the attach: the service learns its mode and announces, the health
+/// checks start on their runtime (returned with the receiver of their batches), the
+/// next hops are watched and the status names the datapath.
+fn attached(
+    service: &mut Service<KernelDataplane>,
+    config: &Config,
+    mode: AttachMode,
+    layout: String,
+) -> anyhow::Result<(
+    health::HealthRuntime,
+    mpsc::Receiver<Batch<crate::config::Vip>>,
+)> {
+    service.set_mode(mode.to_string());
+    service.set_attached(true);
+    service.sync_announcements();
+    let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
+    let batches = service.start_health(health_runtime.handle(), config);
+    health::attach_probe_program(service.controller_mut().dataplane_mut(), &config.interface);
+    match nexthop::NexthopMonitor::start() {
+        Ok(monitor) => service.set_nexthop_monitor(monitor),
+        Err(e) => warn!("not watching the backends' next hops: {e}"),
+    }
+    let dp = service.controller().dataplane();
+    service.set_datapath(
+        dp.pin_dir().map(|d| d.shown().display().to_string()),
+        Some(layout),
+    );
+    Ok((health_runtime, batches))
+}
+
+/// Applies the file merged with the state file through `controller`. The maps are
+/// filled before the program is attached (or, adopted, brought to the configuration
+/// while the old program forwards), so the first packet the new program sees already
+/// meets the whole configuration.
+fn apply(
+    controller: Controller<KernelDataplane>,
+    file: &StartFile<'_>,
+    state_file: StateFile,
+) -> anyhow::Result<(Service<KernelDataplane>, Context)> {
     let started = Service::start(
         controller,
-        path.to_path_buf(),
-        &loaded,
-        if_mac,
+        file.path.to_path_buf(),
+        file.loaded,
+        file.if_mac,
         String::new(),
         Some(state_file),
     );
-    let (mut service, report, dropped) = match started {
-        Ok(started) => started,
-        Err(e) => {
-            if created {
-                datapath::remove_created_at(&config);
-            }
-            return Err(anyhow::anyhow!("applying the configuration: {e}"));
-        }
-    };
+    let (service, report, dropped) =
+        started.map_err(|e| anyhow::anyhow!("applying the configuration: {e}"))?;
     for line in &dropped {
         info!("{line}");
     }
@@ -473,8 +603,17 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     drop(report);
     release_free_heap();
     manage_neighbours(&service);
+    Ok((service, context))
+}
+
+/// Takes from the data plane what the event loop's tasks read.
+fn take_tasks(
+    service: &mut Service<KernelDataplane>,
+    config: &Config,
+    metrics_listener: Option<std::net::TcpListener>,
+) -> Tasks {
     let dp = service.controller_mut().dataplane_mut();
-    let tasks = Tasks {
+    Tasks {
         trace_reader: dp.take_trace_reader(),
         walker: dp.take_conntrack_walker(),
         activity: dp.take_activity_clock(),
@@ -484,67 +623,32 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
             syn_window: WalkSettings::SYN_WINDOW,
         },
         metrics_listener,
-    };
-    let mode = attach(
-        service.controller_mut().dataplane_mut(),
-        &config.interface,
-        config.xdp_mode,
-    );
-    let mode = match mode {
-        Ok(mode) => mode,
-        Err(e) => {
-            if created {
-                let _ = service.controller_mut().dataplane_mut().remove_pins();
-            }
-            return Err(e);
-        }
-    };
-    service.set_mode(mode.to_string());
-    service.set_attached(true);
-    service.sync_announcements();
-    let health_runtime = health::HealthRuntime::start().context("starting the health checker")?;
-    let batches = service.start_health(health_runtime.handle(), &config);
-    health::attach_probe_program(service.controller_mut().dataplane_mut(), &config.interface);
-    match nexthop::NexthopMonitor::start() {
-        Ok(monitor) => service.set_nexthop_monitor(monitor),
-        Err(e) => warn!("not watching the backends' next hops: {e}"),
     }
-    let dp = service.controller().dataplane();
-    service.set_datapath(
-        dp.pin_dir().map(|d| d.shown().display().to_string()),
-        Some(layout),
-    );
-    info!(
-        "attached to {} in {mode} mode; control socket {}",
-        config.interface,
-        config.control_socket.display()
-    );
-    let ready = format!(
-        "forwarding on {} ({mode} XDP), datapath {}",
-        config.interface,
-        if created { "created" } else { "adopted" }
-    );
-    let service: Shared = Arc::new(Mutex::new(service));
-    let mut seen = LastSeen::default();
-    seen.differs(&bytes);
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?
-        .block_on(event_loop(
-            listener,
-            Arc::clone(&service),
-            path.to_path_buf(),
-            &config,
-            Loop {
-                batches,
-                seen,
-                ready,
-                tasks,
-                context,
-            },
-        ));
-    let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+}
+
+/// The second step of [`run`]: the event loop on `runtime` until SIGINT or SIGTERM.
+/// The runtime, and every task it spawned, ends with this step, before the stop.
+fn serve(
+    runtime: tokio::runtime::Runtime,
+    started: &Started,
+    serving: Serving,
+    path: &Path,
+) -> anyhow::Result<()> {
+    runtime.block_on(event_loop(
+        serving.listener,
+        Arc::clone(&started.service),
+        path.to_path_buf(),
+        &started.config,
+        serving.inputs,
+    ))
+}
+
+/// The last step of [`run`], after the event loop: leaves the announcements, switches
+/// the trace off, detaches the probe program, gives up the socket, then removes the
+/// datapath (`detach_on_exit`) or says that it stays and forwards.
+fn stop(mut started: Started) {
+    let config = &started.config;
+    let mut service = started.service.lock().unwrap_or_else(|p| p.into_inner());
     let detach_on_exit = service.detach_on_exit();
     // Before the program goes, the routers are told to stop sending; a datapath that
     // stays keeps its announcements (see `announce`).
@@ -558,7 +662,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
     health::detach_probe_program(service.controller_mut().dataplane_mut(), &config.interface);
     let dp = service.controller_mut().dataplane_mut();
     notify::stopping("stopping");
-    socket_file.remove();
+    started.socket_file.remove();
     if detach_on_exit {
         match dp.remove_pins() {
             Ok(Some(gone)) => info!(
@@ -574,7 +678,6 @@ pub fn run(options: &RunOptions) -> anyhow::Result<()> {
             config.interface, config.interface
         );
     }
-    result
 }
 
 /// Leaves the announcement routes as the exit leaves the data plane (see
@@ -602,7 +705,7 @@ struct Tasks {
 /// The event loop's inputs besides the socket, the service and the file.
 struct Loop {
     /// Health transitions, batched.
-    batches: mpsc::Receiver<lb_health::coalesce::Batch<crate::config::Vip>>,
+    batches: mpsc::Receiver<Batch<crate::config::Vip>>,
     /// The file's bytes last applied.
     seen: LastSeen,
     /// The READY=1 status line.
@@ -611,7 +714,6 @@ struct Loop {
     context: Context,
 }
 
-/// Starts the trace reader, the conntrack walk and the metrics endpoint.
 /// Refreshes the data plane's activity tick every [`SAMPLE_PERIOD`], from the start.
 async fn keep_activity_tick(mut clock: ActivityClock) {
     let mut ticker = tokio::time::interval(SAMPLE_PERIOD);
@@ -623,6 +725,8 @@ async fn keep_activity_tick(mut clock: ActivityClock) {
     }
 }
 
+/// Starts the trace reader, the activity tick, the conntrack walk and the metrics
+/// endpoint.
 fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Context) {
     if let Some(reader) = tasks.trace_reader {
         tokio::spawn(trace::read_records(

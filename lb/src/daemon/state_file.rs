@@ -136,16 +136,7 @@ mod tests {
     use crate::{config::BackendState, controller::BackendSpec};
 
     fn dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "lb-state-test-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::daemon::test_fixture::temp_dir("lb-state-test")
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::*;
 use crate::{
     config::Config,
     controller::{Controller, Desired},
+    daemon::test_fixture::{FILE, MAC},
 };
 use lb_dataplane::FakeDataplane;
 
@@ -425,21 +426,10 @@ fn unchanged_decisions_do_not_ask_the_kernel() {
 
 #[test]
 fn serving_counts_active_healthy_backends_with_weight() {
-    let config = Config::from_toml(
-        r#"
-interface = "eth0"
-[encap]
-source_v4 = "192.0.2.1"
-[[vip]]
-address = "203.0.113.10"
-port = 80
-protocol = "tcp"
-table_size = 1009
-[[vip.backend]]
-address = "198.51.100.11"
-[[vip.backend]]
-address = "198.51.100.12"
-[[vip.backend]]
+    // The fixture's VIP with a draining third backend, and a UDP VIP.
+    let file = format!(
+        "{FILE}{}",
+        r#"[[vip.backend]]
 address = "198.51.100.13"
 state = "drain"
 [[vip]]
@@ -450,13 +440,11 @@ table_size = 1009
 [[vip.backend]]
 address = "198.51.100.11"
 weight = 0
-"#,
-    )
-    .unwrap()
-    .config;
+"#
+    );
+    let config = Config::from_toml(&file).unwrap().config;
     let mut c = Controller::new(FakeDataplane::new());
-    c.apply(&Desired::from_config(&config, [2, 0, 0, 0, 0, 1]))
-        .unwrap();
+    c.apply(&Desired::from_config(&config, MAC)).unwrap();
     let tcp = vip("203.0.113.10:80/tcp");
     let udp = vip("203.0.113.10:53/udp");
     let by = |c: &Controller<FakeDataplane>| serving(c).into_iter().collect::<BTreeMap<_, _>>();

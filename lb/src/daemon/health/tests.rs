@@ -18,7 +18,7 @@ use crate::{
     config::{Config, Vip},
     control::{BackendStatus, Status},
     controller::Controller,
-    daemon::service::Service,
+    daemon::{service::Service, test_fixture::start_service},
 };
 use lb_dataplane::FakeDataplane;
 use lb_health::{
@@ -67,16 +67,7 @@ fn listen(k: u8, port: u16) -> TcpListener {
 
 fn start(text: &str) -> (Service<FakeDataplane>, mpsc::Receiver<Batch<Vip>>) {
     let config = load(text);
-    let loaded = Config::from_toml(text).unwrap();
-    let (mut s, _, _) = Service::start(
-        Controller::new(FakeDataplane::new()),
-        "/etc/lb.toml".into(),
-        &loaded,
-        [2, 0, 0, 0, 0, 1],
-        "native".into(),
-        None,
-    )
-    .unwrap();
+    let mut s = start_service(Controller::new(FakeDataplane::new()), text, None);
     let batches = s.start_health(tokio::runtime::Handle::current(), &config);
     (s, batches)
 }

@@ -7,42 +7,18 @@ use lb_common::stats::{BackendStats, Reason, VipStats};
 
 use super::*;
 use crate::{
-    config::{Config, Vip},
+    config::Vip,
     control::{BackendAction, Request},
     controller::Controller,
+    daemon::test_fixture::{FILE, start_service},
 };
 use lb_dataplane::{Census, FakeDataplane};
-
-const FILE: &str = r#"
-interface = "eth0"
-[encap]
-source_v4 = "192.0.2.1"
-[[vip]]
-address = "203.0.113.10"
-port = 80
-protocol = "tcp"
-table_size = 1009
-[[vip.backend]]
-address = "198.51.100.11"
-[[vip.backend]]
-address = "198.51.100.12"
-"#;
 
 const VIP: &str = "vip=\"203.0.113.10:80/tcp\"";
 const B11: &str = "backend=\"198.51.100.11\"";
 
 fn start() -> Service<FakeDataplane> {
-    let loaded = Config::from_toml(FILE).unwrap();
-    Service::start(
-        Controller::new(FakeDataplane::new()),
-        "/etc/lb.toml".into(),
-        &loaded,
-        [2, 0, 0, 0, 0, 1],
-        "native".into(),
-        None,
-    )
-    .unwrap()
-    .0
+    start_service(Controller::new(FakeDataplane::new()), FILE, None)
 }
 
 fn backend(s: &mut Service<FakeDataplane>, action: BackendAction, address: &str) {

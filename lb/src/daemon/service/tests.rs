@@ -5,22 +5,8 @@ use lb_common::stats::{BackendStats, Reason, VipStats};
 use std::path::PathBuf;
 
 use super::*;
+use crate::daemon::test_fixture::{FILE, start_service, temp_dir};
 use lb_dataplane::FakeDataplane;
-
-const FILE: &str = r#"
-interface = "eth0"
-[encap]
-source_v4 = "192.0.2.1"
-[[vip]]
-address = "203.0.113.10"
-port = 80
-protocol = "tcp"
-table_size = 1009
-[[vip.backend]]
-address = "198.51.100.11"
-[[vip.backend]]
-address = "198.51.100.12"
-"#;
 
 fn start() -> Service<FakeDataplane> {
     start_on(FakeDataplane::new(), None)
@@ -32,32 +18,13 @@ fn start_on(dp: FakeDataplane, state: Option<StateFile>) -> Service<FakeDataplan
 }
 
 fn start_with(dp: FakeDataplane, state: Option<StateFile>, file: &str) -> Service<FakeDataplane> {
-    let loaded = Config::from_toml(file).unwrap();
     let (controller, _) = Controller::adopt(dp).unwrap();
-    Service::start(
-        controller,
-        "/etc/lb.toml".into(),
-        &loaded,
-        [2, 0, 0, 0, 0, 1],
-        "native".into(),
-        state,
-    )
-    .unwrap()
-    .0
+    start_service(controller, file, state)
 }
 
 /// A fresh temporary state directory.
 fn state_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "lb-service-test-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    temp_dir("lb-service-test")
 }
 
 /// Stops a service the way a restart does: the data plane survives (pinned), the
