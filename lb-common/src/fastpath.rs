@@ -164,8 +164,8 @@ pub struct Config {
     /// The lead: a slot whose old owner keeps flows is marked dirty this long before
     /// its owner switches (rule P2), so that a SYN retransmitted meanwhile is held.
     pub lead_ns: u64,
-    /// A held SYN is live this long after its SYN: no other SYN overwrites it, and it
-    /// blocks the cleaning (rule S3).
+    /// A held SYN is live this long after its last SYN (a retransmission refreshes
+    /// it): no other SYN overwrites it, and it blocks the cleaning (rule S3).
     pub syn_hold_ns: u64,
     /// The UDP idle timeout ([`crate::types::LbConfig::udp_timeout_ns`]).
     pub udp_timeout_ns: u64,
@@ -340,10 +340,11 @@ pub struct Inputs {
 /// Where a pin goes: which map, by whether the miss rule can re-derive it (rule M3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PinClass {
-    /// It names the clean owner, which the miss rule gives again: the LRU conntrack
-    /// map, whose eviction loses nothing.
+    /// A TCP pin naming the clean owner, which the TCP miss rule gives again: the LRU
+    /// conntrack map, whose eviction loses nothing.
     Derivable,
-    /// It names another backend: the exceptions map, which never evicts a live pin.
+    /// Any other pin (another backend, or UDP, whose miss rule changes with time): the
+    /// exceptions map, which never evicts a live pin.
     Exception,
 }
 
@@ -385,6 +386,9 @@ pub enum Write {
     Stamp,
     /// Hold the SYN in the flow's SYN cache slot (backend, sequence number, now).
     HoldSyn,
+    /// Rewrite the held SYN's time (`syn_ns`, and its tag) to now: a retransmission
+    /// shows the handshake alive, and the hold (rule S3) counts from the last SYN.
+    RefreshHeld,
     /// Write a pin.
     Pin(PinWrite),
 }
@@ -404,7 +408,9 @@ pub enum By {
     HeldRetransmit,
     /// S2, D3: the handshake completes (or a new connection replaces a pin).
     HeldPromote,
-    /// S3: a new connection's SYN goes to the owner.
+    /// S3: a new connection's SYN goes to the owner, held; or pinned at the SYN
+    /// ([`Write::Pin`]) when its SYN cache slot holds another live SYN (S4: the caller
+    /// counts `fp_syn_pinned`).
     SynToOwner,
     /// M1: a non-SYN miss, or a UDP miss within the idle timeout of the change, goes to
     /// the clean owner.
@@ -425,9 +431,6 @@ pub enum Note {
     /// `fp_syn_over_pin` (R1): a SYN took the owner over a pin made without a SYN (ISN
     /// 0, a miss's pin); it may duplicate that connection's SYN, or open a new one.
     SynOverPin,
-    /// `fp_syn_pinned` : the flow's SYN cache slot held another live SYN; pinned at the
-    /// SYN instead.
-    SynPinned,
     /// `fp_syn_dropped` (R2): the exceptions map was full too; the SYN was dropped.
     SynDropped,
     /// `fp_held_kept` (R2): the exceptions map was full at the handshake's ACK; the held
@@ -450,7 +453,6 @@ impl Note {
         match self {
             Note::SynMaybeSplit => "fp_syn_maybe_split",
             Note::SynOverPin => "fp_syn_over_pin",
-            Note::SynPinned => "fp_syn_pinned",
             Note::SynDropped => "fp_syn_dropped",
             Note::HeldKept => "fp_held_kept",
             Note::Unpinned => "fp_unpinned",
@@ -558,11 +560,14 @@ fn pin_holds(cfg: &Config, inp: &Inputs, pin: &PinView) -> Option<bool> {
     }
 }
 
-/// The pin to write for a flow sent to `backend` on a dirty slot (rule M3), with
+/// The pin to write for a flow sent to `backend` on a dirty slot (rule M3: derivable
+/// only when it names the clean owner and is TCP), with
 /// `isn`, `replace`, `free_held`, and `on_full` for the exceptions map.
 #[inline(always)]
 fn pin_to(inp: &Inputs, backend: u32, replace: bool, isn: u32, on_full: OnFull) -> Write {
-    let class = if backend == inp.slot.clean_owner() {
+    // A UDP miss re-derives the clean owner only within the idle timeout of the change,
+    // so no UDP pin is left to the LRU.
+    let class = if backend == inp.slot.clean_owner() && inp.packet != Packet::Udp {
         PinClass::Derivable
     } else {
         PinClass::Exception
@@ -594,7 +599,7 @@ fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
             seq: held_seq,
             ..
         } if held_seq == seq && liveness.keeps_flows() => {
-            return forward(backend, By::HeldRetransmit, Write::Nothing);
+            return forward(backend, By::HeldRetransmit, Write::RefreshHeld);
         }
         HeldView::Other { syn_ns } => inp.now_ns.wrapping_sub(syn_ns) <= cfg.syn_hold_ns,
         HeldView::Own { .. } | HeldView::Empty => false,
@@ -602,7 +607,7 @@ fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
     let outcome = if other_live {
         let replace = inp.pin.is_some();
         let write = pin_to(inp, inp.slot.owner(), replace, seq, OnFull::Drop);
-        noted(to_owner(inp, By::SynToOwner, write), Note::SynPinned)
+        to_owner(inp, By::SynToOwner, write)
     } else {
         to_owner(inp, By::SynToOwner, Write::HoldSyn)
     };
@@ -612,7 +617,7 @@ fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
     {
         return noted(outcome, Note::SynOverPin);
     }
-    if !other_live && maybe_split(inp) {
+    if maybe_split(inp) {
         return noted(outcome, Note::SynMaybeSplit);
     }
     outcome
@@ -667,7 +672,9 @@ fn decide_tcp(inp: &Inputs, rst: bool) -> Outcome {
     if let Some((backend, seq, _)) = held {
         return promote(inp, backend, seq, rst, replace);
     }
-    let outcome = miss(inp, rst, replace, true);
+    // D2: a stale pin is re-picked to the owner, as today's re-pick takes the table.
+    let by = if replace { By::Repick } else { By::MissToOwner };
+    let outcome = miss(inp, rst, replace, !replace, by);
     if replace {
         return noted(outcome, Note::Repicked);
     }
@@ -686,19 +693,15 @@ fn promote(inp: &Inputs, backend: u32, seq: u32, rst: bool, replace: bool) -> Ou
     forward(backend, By::HeldPromote, write)
 }
 
-/// Rules M1 and M2 for a miss (or a pin that no longer holds, `replace`): the clean
-/// owner when `to_clean` allows and it keeps flows, else the owner, pinned (no pin for
-/// a RST). A stale pin (D2) is re-picked to the owner, as today's re-pick takes the
-/// current table.
+/// Rules M1 and M2 for a miss (or a pin that no longer decides, `replace`): the clean
+/// owner when `to_clean` and it keeps flows, else the owner by rule `otherwise`, pinned
+/// (no pin for a RST).
 #[inline(always)]
-fn miss(inp: &Inputs, rst: bool, replace: bool, to_clean: bool) -> Outcome {
-    let clean_owner = inp.slot.clean_owner();
-    let (backend, by) = if to_clean && !replace && inp.clean_owner.keeps_flows() {
-        (clean_owner, By::MissToCleanOwner)
-    } else if replace && inp.packet != Packet::Udp {
-        (inp.slot.owner(), By::Repick)
+fn miss(inp: &Inputs, rst: bool, replace: bool, to_clean: bool, otherwise: By) -> Outcome {
+    let (backend, by) = if to_clean && inp.clean_owner.keeps_flows() {
+        (inp.slot.clean_owner(), By::MissToCleanOwner)
     } else {
-        (inp.slot.owner(), By::MissToOwner)
+        (inp.slot.owner(), otherwise)
     };
     if by != By::MissToCleanOwner && !inp.owner.keeps_flows() {
         return Outcome::GiveUp(GiveUp::NoBackend);
@@ -711,9 +714,9 @@ fn miss(inp: &Inputs, rst: bool, replace: bool, to_clean: bool) -> Outcome {
     forward(backend, by, write)
 }
 
-/// Rules D1, M1 and M2 for UDP on a dirty slot: a pin that holds decides; a miss within
-/// the idle timeout of the change goes to the clean owner, a later one (a new flow, or
-/// one today's pin would have lost) and an expired pin's to the owner.
+/// Rules D1, M1 and M2 for UDP on a dirty slot: a pin that holds decides; a miss (or an
+/// expired pin) within the idle timeout of the change goes to the clean owner, a later
+/// one (a new flow, or one today's pin would have lost) and a stale pin's to the owner.
 #[inline(always)]
 fn decide_udp(cfg: &Config, inp: &Inputs) -> Outcome {
     if let Some(pin) = inp.pin
@@ -726,9 +729,12 @@ fn decide_udp(cfg: &Config, inp: &Inputs) -> Outcome {
         };
         return forward(pin.backend, By::Pin, write);
     }
+    // An expired pin tells nothing (its flow may have gone on, unrefreshed, while the
+    // slot was clean): the miss rule decides. A stale one is re-picked to the owner.
     let replace = inp.pin.is_some();
+    let stale = inp.pin.is_some_and(|pin| !pin.liveness.keeps_flows());
     let recent = within_ticks(inp.slot.changed_ticks, inp.now_ns, cfg.udp_timeout_ns);
-    let outcome = miss(inp, false, replace, recent);
+    let outcome = miss(inp, false, replace, recent && !stale, By::MissToOwner);
     if let Outcome::Forward {
         by: By::MissToCleanOwner,
         ..

@@ -190,8 +190,10 @@ fn a_retransmitted_syn_follows_its_held_syn_and_the_ack_promotes_it() {
 
 #[test]
 fn a_syn_whose_cache_slot_is_live_is_pinned_at_the_syn() {
-    let mut inp = inputs(moved(), Packet::Syn { seq: 7 }, 12 * S);
-    inp.held = HeldView::Other { syn_ns: 11 * S };
+    // Past the duplicate-SYN window of the switch: no residual note comes first.
+    let now = 10 * S + DUPLICATE_SYN_WINDOW_NS + 3 * S;
+    let mut inp = inputs(moved(), Packet::Syn { seq: 7 }, now);
+    inp.held = HeldView::Other { syn_ns: now - S };
     let Outcome::Forward {
         backend,
         write: Write::Pin(pin),
@@ -202,9 +204,10 @@ fn a_syn_whose_cache_slot_is_live_is_pinned_at_the_syn() {
         panic!("no pin");
     };
     assert_eq!((backend, pin.isn, pin.class), (C, 7, PinClass::Exception));
-    assert_eq!((pin.on_full, note), (OnFull::Drop, Some(Note::SynPinned)));
-    inp.now_ns = S + DEFAULT_SYN_HOLD_NS + S;
-    inp.held = HeldView::Other { syn_ns: S };
+    assert_eq!((pin.on_full, note), (OnFull::Drop, None));
+    inp.held = HeldView::Other {
+        syn_ns: now - DEFAULT_SYN_HOLD_NS - S,
+    };
     assert!(matches!(
         decide(&Config::DEFAULT, &inp),
         Outcome::Forward {
