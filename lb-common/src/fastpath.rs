@@ -396,7 +396,7 @@ pub enum Write {
 /// Which rule chose the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum By {
-    /// C1: a clean slot, the table alone.
+    /// T1: a clean slot, the table alone.
     CleanSlot,
     /// D1: the flow's pin holds.
     Pin,
@@ -441,6 +441,9 @@ pub enum Note {
     /// `fp_udp_drained_clean_owner` (R3): a UDP miss went to a draining clean owner
     /// (within the idle timeout of the change; it may be a new flow).
     UdpToDraining,
+    /// `fp_syn_drained_owner` (R3): a new connection went to a draining owner: the
+    /// slot is in its lead (rule P2), and the owner's drain switches it at its end.
+    SynToDraining,
     /// `fp_repicked`: a pin whose backend keeps no flows was re-picked (today's
     /// `ct_stale_repicked`).
     Repicked,
@@ -457,6 +460,7 @@ impl Note {
             Note::HeldKept => "fp_held_kept",
             Note::Unpinned => "fp_unpinned",
             Note::UdpToDraining => "fp_udp_drained_clean_owner",
+            Note::SynToDraining => "fp_syn_drained_owner",
             Note::Repicked => "fp_repicked",
         }
     }
@@ -515,7 +519,7 @@ fn noted(outcome: Outcome, note: Note) -> Outcome {
 }
 
 /// Decides a packet of a VIP whose fast path is on ([`enabled`]). See the chapter's
-/// rules: C1 (clean slot), D1-D3 (pins), S1-S4 (SYNs), M1-M3 (misses).
+/// rules: T1 (clean slot), D1-D3 (pins), S1-S4 (SYNs), M1-M3 (misses).
 ///
 /// On a clean slot it reads nothing but the slot: the caller passes no pin and an
 /// empty held view, and looks neither up. Total: every input gives an outcome.
@@ -619,6 +623,9 @@ fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
     }
     if maybe_split(inp) {
         return noted(outcome, Note::SynMaybeSplit);
+    }
+    if inp.owner == Liveness::Draining {
+        return noted(outcome, Note::SynToDraining);
     }
     outcome
 }

@@ -320,3 +320,20 @@ fn only_live_pins_and_held_syns_naming_another_backend_block_cleaning() {
     assert!(held_blocks_cleaning(&cfg, &slot, &held, 30 * S));
     assert!(!held_blocks_cleaning(&cfg, &slot, &held, 200 * S));
 }
+
+#[test]
+fn a_new_syn_during_a_drains_lead_reaches_the_draining_owner_counted() {
+    let slot = SlotState::clean(A).marked(10 * S);
+    let mut inp = inputs(slot, Packet::Syn { seq: 7 }, 11 * S);
+    inp.owner = Liveness::Draining;
+    inp.clean_owner = Liveness::Draining;
+    assert_eq!(
+        decide(&Config::DEFAULT, &inp),
+        Outcome::Forward {
+            backend: A,
+            by: By::SynToOwner,
+            write: Write::HoldSyn,
+            note: Some(Note::SynToDraining)
+        }
+    );
+}
