@@ -402,7 +402,8 @@ pub enum By {
     Pin,
     /// D1: a duplicate SYN of the pinned connection.
     PinDuplicateSyn,
-    /// D2: the pin's backend keeps no flows; re-picked to the owner.
+    /// D2: the pin's backend keeps no flows, and neither does the clean owner:
+    /// re-picked to the owner (a stale pin otherwise falls to M1).
     Repick,
     /// S1: a retransmitted SYN follows its held SYN.
     HeldRetransmit,
@@ -679,9 +680,11 @@ fn decide_tcp(inp: &Inputs, rst: bool) -> Outcome {
     if let Some((backend, seq, _)) = held {
         return promote(inp, backend, seq, rst, replace);
     }
-    // D2: a stale pin is re-picked to the owner, as today's re-pick takes the table.
+    // D2: a stale pin tells nothing (the flow may have gone on while the slot was
+    // clean): the miss rule decides, and the owner stands in for a clean owner that
+    // keeps no flows, as today's re-pick takes the table.
     let by = if replace { By::Repick } else { By::MissToOwner };
-    let outcome = miss(inp, rst, replace, !replace, by);
+    let outcome = miss(inp, rst, replace, true, by);
     if replace {
         return noted(outcome, Note::Repicked);
     }
@@ -721,9 +724,9 @@ fn miss(inp: &Inputs, rst: bool, replace: bool, to_clean: bool, otherwise: By) -
     forward(backend, by, write)
 }
 
-/// Rules D1, M1 and M2 for UDP on a dirty slot: a pin that holds decides; a miss (or an
-/// expired pin) within the idle timeout of the change goes to the clean owner, a later
-/// one (a new flow, or one today's pin would have lost) and a stale pin's to the owner.
+/// Rules D1, D2, M1 and M2 for UDP on a dirty slot: a pin that holds decides; a miss
+/// (or an expired or stale pin) within the idle timeout of the change goes to the clean
+/// owner, a later one (a new flow, or one today's pin would have lost) to the owner.
 #[inline(always)]
 fn decide_udp(cfg: &Config, inp: &Inputs) -> Outcome {
     if let Some(pin) = inp.pin
@@ -736,12 +739,11 @@ fn decide_udp(cfg: &Config, inp: &Inputs) -> Outcome {
         };
         return forward(pin.backend, By::Pin, write);
     }
-    // An expired pin tells nothing (its flow may have gone on, unrefreshed, while the
-    // slot was clean): the miss rule decides. A stale one is re-picked to the owner.
+    // An expired or stale pin tells nothing (its flow may have gone on, unrefreshed,
+    // while the slot was clean): the miss rule decides.
     let replace = inp.pin.is_some();
-    let stale = inp.pin.is_some_and(|pin| !pin.liveness.keeps_flows());
     let recent = within_ticks(inp.slot.changed_ticks, inp.now_ns, cfg.udp_timeout_ns);
-    let outcome = miss(inp, false, replace, recent && !stale, By::MissToOwner);
+    let outcome = miss(inp, false, replace, recent, By::MissToOwner);
     if let Outcome::Forward {
         by: By::MissToCleanOwner,
         ..
@@ -851,4 +853,14 @@ pub fn held_blocks_cleaning(cfg: &Config, slot: &SlotState, held: &HeldView, now
         }
         HeldView::Empty | HeldView::Other { .. } => false,
     }
+}
+
+/// Rule C5: whether the walk deletes, once `slot` turned clean, a pin of one of its
+/// flows naming `backend` and made before the commit. It does when the pin names another
+/// backend than the owner: by C1 no such pin was live, and left in place it would decide
+/// for a new connection on its 4-tuple once the slot turns dirty again.
+#[inline(always)]
+#[must_use]
+pub fn pin_outlived_cleaning(slot: &SlotState, backend: u32) -> bool {
+    !slot.is_dirty() && backend != slot.owner()
 }

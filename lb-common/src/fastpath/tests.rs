@@ -231,8 +231,9 @@ fn a_udp_miss_goes_to_the_clean_owner_only_within_the_idle_timeout() {
 }
 
 #[test]
-fn a_stale_pin_is_repicked_to_the_owner() {
+fn a_stale_pin_falls_to_the_miss_rule_and_to_the_owner_without_a_clean_owner() {
     let mut inp = inputs(moved(), Packet::Tcp { rst: false }, 11 * S);
+    inp.clean_owner = Liveness::Down;
     inp.pin = Some(PinView {
         backend: D,
         liveness: Liveness::Down,
@@ -336,4 +337,16 @@ fn a_new_syn_during_a_drains_lead_reaches_the_draining_owner_counted() {
             note: Some(Note::SynToDraining)
         }
     );
+}
+
+#[test]
+fn cleaning_deletes_the_pins_naming_another_backend() {
+    let slot = moved();
+    assert!(
+        !pin_outlived_cleaning(&slot, A),
+        "dirty: nothing is deleted"
+    );
+    let clean = clean_commit(&slot, slot.epoch).expect("commits");
+    assert!(pin_outlived_cleaning(&clean, A));
+    assert!(!pin_outlived_cleaning(&clean, C));
 }
