@@ -143,7 +143,9 @@ impl Setup {
 pub(crate) enum Residual {
     /// A counted one: the decision's note for one of the flow's packets.
     Counted(Note),
-    /// R5: the flow was silent longer than the TCP idle time (not counted by the LB).
+    /// R5: the flow was once silent longer than the TCP idle time (not counted by the
+    /// LB), and its slot could be cleaned meanwhile (even while it resumed during the
+    /// walk).
     Idle,
 }
 
@@ -178,6 +180,8 @@ pub(crate) struct Flow {
     /// Its fate so far.
     pub(crate) fate: Fate,
     last_ns: Option<u64>,
+    /// It was once silent longer than the TCP idle time (residual R5 may break it).
+    silent: bool,
     /// The residuals its packets were counted under.
     pub(crate) residuals: Vec<Residual>,
     /// Where its packets went.
@@ -411,6 +415,7 @@ impl World {
                 sock: None,
                 fate: Fate::Kept,
                 last_ns: None,
+                silent: false,
                 residuals: Vec::new(),
                 trail: Vec::new(),
             })
@@ -507,6 +512,10 @@ impl World {
             Packet::Tcp { rst: false }
         };
         let inst = flow.inst;
+        let idle = self.setup.cfg.tcp_idle_ns;
+        if flow.last_ns.is_some_and(|last| self.now - last > idle) {
+            self.flows[fid].silent = true;
+        }
         let target = if self.fast {
             self.fast_packet(inst, fid, packet)
         } else {
@@ -520,15 +529,18 @@ impl World {
 
     /// Delivers a packet of flow `fid` to `backend`: a SYN or a UDP flow's first
     /// datagram makes the socket; any other packet must reach it. A UDP flow silent
-    /// longer than the UDP idle timeout starts again as a new flow (in both designs its
-    /// pin has expired: no design keeps it).
+    /// about the UDP idle timeout starts again as a new flow (in both designs its pin
+    /// has expired: no design keeps it).
     fn deliver(&mut self, fid: usize, backend: u32, syn: bool) {
-        let (idle, udp_idle) = (self.setup.cfg.tcp_idle_ns, self.setup.cfg.udp_timeout_ns);
+        let udp_idle = self.setup.cfg.udp_timeout_ns;
         let now = self.now;
         let states = self.states;
         let flow = &mut self.flows[fid];
         flow.trail.push(backend);
-        if flow.udp && flow.last_ns.is_some_and(|last| now - last > udp_idle) {
+        // A pin's stamp is refreshed at most once a second, so it may expire up to a
+        // second before the flow's own silence reaches the timeout.
+        let expired = |last: u64| now - last + conntrack::UDP_REFRESH_NS > udp_idle;
+        if flow.udp && flow.last_ns.is_some_and(expired) {
             flow.sock = None;
         }
         let Some(sock) = flow.sock else {
@@ -545,7 +557,7 @@ impl World {
             return;
         }
         flow.fate = Fate::Broken;
-        if flow.last_ns.is_some_and(|last| now - last > idle) {
+        if flow.silent && !flow.udp {
             flow.residuals.push(Residual::Idle);
         }
     }
@@ -928,7 +940,8 @@ impl World {
         }
     }
 
-    /// A walk's commit: compare-and-swap on each candidate's epoch.
+    /// A walk's commit: compare-and-swap on each candidate's epoch; then the cleaned
+    /// slots' pins naming another backend are deleted (rule C5).
     fn commit(&mut self, i: usize, generation: u32, cands: &[(usize, u32)]) {
         if generation != self.insts[i].walk_gen {
             return;
@@ -936,7 +949,14 @@ impl World {
         for &(s, epoch) in cands {
             match fastpath::clean_commit(&self.insts[i].slots[s], epoch) {
                 Some(clean) => {
-                    self.insts[i].slots[s] = clean;
+                    let (m, inst) = (self.setup.m, &mut self.insts[i]);
+                    inst.slots[s] = clean;
+                    let dead = |key: &FlowKey, e: &CtEntry| {
+                        index(flow_hash(key, SEED), m) == s
+                            && fastpath::pin_outlived_cleaning(&clean, e.backend_id)
+                    };
+                    inst.lru.entries.retain(|(k, e)| !dead(k, e));
+                    inst.exc.entries.retain(|(k, e)| !dead(k, e));
                     self.count("fp_slots_cleaned");
                 }
                 None => self.count("fp_clean_aborted"),
