@@ -7,9 +7,10 @@
 //! byte layout), the table change's steps ([`plan_change`], [`SlotState::marked`],
 //! [`SlotState::switched`]), the packet decision ([`decide`]), the cleaning decision
 //! ([`clean_check`], [`clean_commit`], [`pin_blocks_cleaning`],
-//! [`held_blocks_cleaning`]) and the fleet rule ([`enabled`]). The rules, the invariant
-//! and the residuals are in the book's chapter "The fast path" (`docs/src/design/
-//! fast-path.md`); each function says which rule it carries out.
+//! [`held_blocks_cleaning`], [`pin_outlived_cleaning`]) and the fleet rule
+//! ([`enabled`]). The rules, the invariant and the residuals are in the book's chapter
+//! "The fast path" (`docs/src/design/fast-path.md`); each function says which rule it
+//! carries out.
 //!
 //! The words are those of the glossary in the crate root and of [`crate::conntrack`]:
 //! a *pin* is a conntrack entry, a *held SYN* a `SYN_CACHE` slot. A slot is *clean*
@@ -413,11 +414,11 @@ pub enum By {
     /// ([`Write::Pin`]) when its SYN cache slot holds another live SYN (S4: the caller
     /// counts `fp_syn_pinned`).
     SynToOwner,
-    /// M1: a non-SYN miss, or a UDP miss within the idle timeout of the change, goes to
-    /// the clean owner.
+    /// M1: a non-SYN TCP miss, or a UDP miss within the idle timeout of the change
+    /// (a stale or expired pin counts as a miss), goes to the clean owner.
     MissToCleanOwner,
-    /// M2: a miss whose clean owner keeps no flows, a UDP miss after the idle timeout,
-    /// or an expired UDP pin: the owner.
+    /// M2: a miss whose clean owner keeps no flows, or a UDP miss after the idle
+    /// timeout of the change: the owner.
     MissToOwner,
 }
 
@@ -445,8 +446,8 @@ pub enum Note {
     /// `fp_syn_drained_owner` (R3): a new connection went to a draining owner: the
     /// slot is in its lead (rule P2), and the owner's drain switches it at its end.
     SynToDraining,
-    /// `fp_repicked`: a pin whose backend keeps no flows was re-picked (today's
-    /// `ct_stale_repicked`).
+    /// `fp_repicked` (D2): a TCP pin whose backend keeps no flows was re-picked
+    /// (today's `ct_stale_repicked`).
     Repicked,
 }
 
