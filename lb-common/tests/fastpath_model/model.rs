@@ -562,7 +562,43 @@ impl World {
         }
     }
 
-    /// Today's path for a packet: `conntrack::decide_syn` or `conntrack::decide`.
+    /// Today's path for a SYN: `conntrack::decide_syn`, holding a new connection's SYN.
+    fn today_syn(&mut self, i: usize, key: &FlowKey, seq: u32) -> Option<u32> {
+        let now = self.now;
+        let inst = &mut self.insts[i];
+        let vip = VipEntry {
+            vip_id: VIP_ID,
+            flags: 0,
+            epoch: inst.epoch,
+        };
+        let mut view = View {
+            states: &self.states,
+            syn: &inst.syn,
+            owners: &inst.owners,
+            now,
+        };
+        // The program reads the pin for a SYN only in the window after a change.
+        let recent = now.saturating_sub(inst.changed_ns) < DUPLICATE_SYN_WINDOW_NS;
+        let entry = if recent {
+            inst.lru.get(key).copied()
+        } else {
+            None
+        };
+        match conntrack::decide_syn(&mut view, key, seq, &vip, entry.as_ref(), &self.lb) {
+            SynDecision::Pin(b) | SynDecision::HeldSyn(b) => Some(b),
+            SynDecision::Table { hash } => {
+                let b = inst.owners[index(hash, inst.owners.len())];
+                let slot = index(hash, inst.syn.len());
+                (b != 0).then(|| {
+                    inst.syn[slot] = held(key, hash, b, inst.epoch, seq, now);
+                    b
+                })
+            }
+        }
+    }
+
+    /// Today's path for a packet: [`World::today_syn`] for a SYN, else
+    /// `conntrack::decide`, carried out.
     fn today_packet(&mut self, i: usize, fid: usize, packet: Packet) -> Option<u32> {
         let key = self.flows[fid].key;
         let now = self.now;
@@ -579,25 +615,7 @@ impl World {
             now,
         };
         if let Packet::Syn { seq } = packet {
-            // The program reads the pin for a SYN only in the window after a change.
-            let recent = now.saturating_sub(inst.changed_ns) < DUPLICATE_SYN_WINDOW_NS;
-            let entry = if recent {
-                inst.lru.get(&key).copied()
-            } else {
-                None
-            };
-            return match conntrack::decide_syn(&mut view, &key, seq, &vip, entry.as_ref(), &self.lb)
-            {
-                SynDecision::Pin(b) | SynDecision::HeldSyn(b) => Some(b),
-                SynDecision::Table { hash } => {
-                    let b = inst.owners[index(hash, inst.owners.len())];
-                    let slot = index(hash, inst.syn.len());
-                    (b != 0).then(|| {
-                        inst.syn[slot] = held(&key, hash, b, inst.epoch, seq, now);
-                        b
-                    })
-                }
-            };
+            return self.today_syn(i, &key, seq);
         }
         let entry = inst.lru.get(&key).copied();
         let mut stats = VipStats::default();
