@@ -12,6 +12,8 @@
 //! decision codes), and the two decisions both sides make,
 //! written once: [`hash`] (the flow hash, which picks a flow's Maglev slot) and
 //! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend).
+//! [`fastpath`] holds the fast path's slot state and decisions (issue 30), which the
+//! data path does not call yet.
 //!
 //! # Glossary
 //!
@@ -84,6 +86,7 @@
 
 pub mod conntrack;
 pub mod defaults;
+pub mod fastpath;
 pub mod hash;
 pub mod maps;
 pub mod probe;

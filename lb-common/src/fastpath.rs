@@ -1,0 +1,867 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//! The fast path's decisions (issue 30, stage 1): the per-slot state that lets the Maglev
+//! table decide alone, the decision for a packet given that state, and when a dirty slot
+//! may turn clean. Pure and total over plain values; not yet called by the data path.
+//!
+//! This module owns [`SlotState`] (what a table slot carries beside its owner, and its
+//! byte layout), the table change's steps ([`plan_change`], [`SlotState::marked`],
+//! [`SlotState::switched`]), the packet decision ([`decide`]), the cleaning decision
+//! ([`clean_check`], [`clean_commit`], [`pin_blocks_cleaning`],
+//! [`held_blocks_cleaning`], [`pin_outlived_cleaning`]) and the fleet rule
+//! ([`enabled`]). The rules, the invariant and the residuals are in the book's chapter
+//! "The fast path" (`docs/src/design/fast-path.md`); each function says which rule it
+//! carries out.
+//!
+//! The words are those of the glossary in the crate root and of [`crate::conntrack`]:
+//! a *pin* is a conntrack entry, a *held SYN* a `SYN_CACHE` slot. A slot is *clean*
+//! when every flow on it belongs to its owner: the table decides, with no lookup. A
+//! slot is *dirty* from the change of its owner until the cleaning: pins, held SYNs and
+//! the clean owner decide. Times are `bpf_ktime_get_coarse_ns` (ns) unless a name says
+//! ticks ([`crate::types::ct_ticks`], 2^30 ns).
+
+use crate::{
+    conntrack::{DUPLICATE_SYN_WINDOW_NS, UdpIdle, udp_idle},
+    types::ct_ticks,
+};
+
+#[cfg(test)]
+mod tests;
+
+/// [`SlotState::state`]: every flow on the slot belongs to its owner; the table
+/// decides alone.
+pub const SLOT_CLEAN: u8 = 0;
+/// [`SlotState::state`]: the owner changed (or is about to) since the slot was last
+/// clean; pins, held SYNs and the clean owner decide.
+pub const SLOT_DIRTY: u8 = 1;
+
+/// What one slot of a VIP's Maglev table carries: its owner and, beside it, its state.
+///
+/// Layout (16 bytes, 8-byte aligned): `epoch` 0..4, `clean_owner` 4..6, `state` 6,
+/// `_pad` 7, `owner` 8..10, `_pad2` 10..12, `changed_ticks` 12..16. Bytes 0..8 are the
+/// *state word*: the cleaning commits with one 64-bit compare-and-swap on it, and the
+/// XDP program bumps `epoch` with one 32-bit atomic add; both keep `owner`. Backend ids
+/// fit 16 bits (below `MAX_BACKENDS`, 65,536, asserted with [`crate::types::SynEntry`]);
+/// 0 means none, as everywhere. A table change publishes whole slots, owner and state
+/// together, in the table buffer it switches in (one `VIPS` update).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotState {
+    /// Slot epoch: one more at every change of the slot's owner or state and at every
+    /// pin the data path makes, on a dirty slot, naming another backend than the owner.
+    /// The cleaning's compare-and-swap fails when it moved (wraps after 2^32 changes).
+    pub epoch: u32,
+    /// The owner when the slot was last clean (dirty slots only): the backend of every
+    /// flow that began before the change and has no pin.
+    pub clean_owner: u16,
+    /// [`SLOT_CLEAN`] or [`SLOT_DIRTY`].
+    pub state: u8,
+    /// Explicit padding, always zero.
+    pub _pad: u8,
+    /// The backend id the table gives the slot (today's 4-byte table slot).
+    pub owner: u16,
+    /// Explicit padding, always zero.
+    pub _pad2: [u8; 2],
+    /// When the owner last changed or the slot was marked dirty ([`ct_ticks`]).
+    pub changed_ticks: u32,
+}
+const _: () = assert!(size_of::<SlotState>() == 16);
+const _: () = assert!(crate::maps::MAX_BACKENDS <= 1 << 16);
+
+/// A backend id as a slot stores it.
+#[inline(always)]
+#[must_use]
+fn id16(id: u32) -> u16 {
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "backend ids are below MAX_BACKENDS (65,536, asserted above)"
+    )]
+    let id = id as u16;
+    id
+}
+
+impl SlotState {
+    /// A clean slot owned by backend `owner` (0: empty), as a new table starts.
+    #[inline(always)]
+    #[must_use]
+    pub fn clean(owner: u32) -> Self {
+        Self {
+            owner: id16(owner),
+            ..Self::default()
+        }
+    }
+
+    /// The owner's backend id.
+    #[inline(always)]
+    #[must_use]
+    pub fn owner(&self) -> u32 {
+        u32::from(self.owner)
+    }
+
+    /// The clean owner's backend id (meaningful on a dirty slot).
+    #[inline(always)]
+    #[must_use]
+    pub fn clean_owner(&self) -> u32 {
+        u32::from(self.clean_owner)
+    }
+
+    /// Whether the slot is dirty.
+    #[inline(always)]
+    #[must_use]
+    pub fn is_dirty(&self) -> bool {
+        self.state != SLOT_CLEAN
+    }
+
+    /// Rule P1, first step (the lead): the slot turns dirty at `now_ns` and keeps its
+    /// owner. A clean slot's owner becomes its clean owner; a dirty slot keeps its own.
+    #[inline(always)]
+    #[must_use]
+    pub fn marked(self, now_ns: u64) -> Self {
+        let clean_owner = if self.is_dirty() {
+            self.clean_owner
+        } else {
+            self.owner
+        };
+        Self {
+            epoch: self.epoch.wrapping_add(1),
+            clean_owner,
+            state: SLOT_DIRTY,
+            changed_ticks: ct_ticks(now_ns),
+            ..self
+        }
+    }
+
+    /// Rule P1, the switch: the owner becomes `new_owner` at `now_ns` and the slot is
+    /// dirty (marked first if it was clean). Published whole, in the new table buffer.
+    #[inline(always)]
+    #[must_use]
+    pub fn switched(self, new_owner: u32, now_ns: u64) -> Self {
+        Self {
+            owner: id16(new_owner),
+            ..self.marked(now_ns)
+        }
+    }
+
+    /// Rule P4: the state after the data path pinned a flow, on this dirty slot, to a
+    /// backend other than the owner (the XDP program does it with an atomic add).
+    #[inline(always)]
+    #[must_use]
+    pub fn bumped(self) -> Self {
+        Self {
+            epoch: self.epoch.wrapping_add(1),
+            ..self
+        }
+    }
+}
+
+/// The fast path's times, in ns. [`Config::DEFAULT`] holds the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Quiet time: a dirty slot may turn clean this long after its last change
+    /// (rule C2). Never below `tcp_idle_ns` (rule C3).
+    pub quiet_ns: u64,
+    /// The established-TCP idle time: a TCP flow silent longer may lose its backend
+    /// at a cleaning (residual R5). A pin not seen for this long blocks no cleaning.
+    pub tcp_idle_ns: u64,
+    /// The lead: a slot whose old owner keeps flows is marked dirty this long before
+    /// its owner switches (rule P2), so that a SYN retransmitted meanwhile is held.
+    pub lead_ns: u64,
+    /// A held SYN is live this long after its last SYN (a retransmission refreshes
+    /// it): no other SYN overwrites it, and it blocks the cleaning (rule S3).
+    pub syn_hold_ns: u64,
+    /// The UDP idle timeout ([`crate::types::LbConfig::udp_timeout_ns`]).
+    pub udp_timeout_ns: u64,
+}
+
+/// Two hours: Linux's `tcp_keepalive_time`, the longest a TCP connection with
+/// keepalives on stays silent.
+pub const DEFAULT_TCP_IDLE_NS: u64 = 7_200_000_000_000;
+/// Four seconds: a client's first two SYN retransmissions come 1 s and 3 s after its
+/// SYN (initial RTO 1 s, RFC 6298 section 2.1, doubled at each retransmission).
+pub const DEFAULT_LEAD_NS: u64 = 4_000_000_000;
+/// 75 s: above the 63 s over which Linux retransmits a SYN-ACK (`tcp_synack_retries`
+/// 5: 1 + 2 + 4 + 8 + 16 + 32 s), so a held SYN outlives the handshake.
+pub const DEFAULT_SYN_HOLD_NS: u64 = 75_000_000_000;
+impl Config {
+    /// The defaults: quiet time and TCP idle time two hours, lead 4 s, SYN hold 75 s,
+    /// UDP idle timeout 30 s (the project's `udp_timeout_secs` default).
+    pub const DEFAULT: Config = Config {
+        quiet_ns: DEFAULT_TCP_IDLE_NS,
+        tcp_idle_ns: DEFAULT_TCP_IDLE_NS,
+        lead_ns: DEFAULT_LEAD_NS,
+        syn_hold_ns: DEFAULT_SYN_HOLD_NS,
+        udp_timeout_ns: 30_000_000_000,
+    };
+
+    /// The quiet time the cleaning uses: `quiet_ns`, raised to `tcp_idle_ns` (rule C3).
+    #[inline(always)]
+    #[must_use]
+    pub fn effective_quiet_ns(&self) -> u64 {
+        if self.quiet_ns < self.tcp_idle_ns {
+            self.tcp_idle_ns
+        } else {
+            self.quiet_ns
+        }
+    }
+}
+
+/// Rule F1, the fleet rule: whether a VIP's packets take the fast path. Only when the
+/// operator asked for it (`requested`) and either this instance carries the VIP alone
+/// (`fleet`: false) or the backends' second chance is on for the VIP. Otherwise the
+/// program keeps today's path ([`crate::conntrack::decide`]) for the VIP.
+#[inline(always)]
+#[must_use]
+pub fn enabled(requested: bool, fleet: bool, second_chance: bool) -> bool {
+    requested && (!fleet || second_chance)
+}
+
+/// What a table change does to one slot ([`plan_change`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeStep {
+    /// The owner does not change: the slot keeps its state.
+    Keep,
+    /// Mark now ([`SlotState::marked`]), switch after the lead
+    /// ([`SlotState::switched`]).
+    LeadThenSwitch,
+    /// Switch now: the old owner keeps no flows (down, removed, empty), or the lead is 0.
+    SwitchNow,
+}
+
+/// Rules P1 and P2: how a change gives `slot` the owner `new_owner`, when the old
+/// owner `old_keeps_flows` (active or draining) and the lead is `lead_ns`.
+#[inline(always)]
+#[must_use]
+pub fn plan_change(
+    slot: &SlotState,
+    new_owner: u32,
+    old_keeps_flows: bool,
+    lead_ns: u64,
+) -> ChangeStep {
+    if slot.owner() == new_owner {
+        ChangeStep::Keep
+    } else if old_keeps_flows && lead_ns > 0 {
+        ChangeStep::LeadThenSwitch
+    } else {
+        ChangeStep::SwitchNow
+    }
+}
+
+/// A backend's state as the decision sees it ([`crate::types::BackendEntry::state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// Takes new flows and keeps its pins.
+    Active,
+    /// No new flows; keeps its pins.
+    Draining,
+    /// Down, removed or unused: keeps nothing.
+    Down,
+}
+
+impl Liveness {
+    /// Whether the backend keeps its flows (active or draining).
+    #[inline(always)]
+    #[must_use]
+    pub fn keeps_flows(self) -> bool {
+        !matches!(self, Liveness::Down)
+    }
+}
+
+/// The packet, as far as the decision cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packet {
+    /// A TCP SYN (SYN set, ACK and RST clear) with its sequence number (wire bytes as a
+    /// native `u32`, as [`crate::types::SynEntry::seq`]).
+    Syn {
+        /// The sequence number.
+        seq: u32,
+    },
+    /// Any other TCP packet; `rst`: a RST, which writes no state.
+    Tcp {
+        /// The RST flag.
+        rst: bool,
+    },
+    /// A UDP datagram.
+    Udp,
+}
+
+/// The flow's pin as the decision sees it, from its [`crate::types::CtEntry`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinView {
+    /// [`crate::types::CtEntry::backend_id`].
+    pub backend: u32,
+    /// That backend's state; [`Liveness::Down`] too when the pin is of another VIP.
+    pub liveness: Liveness,
+    /// [`crate::types::CtEntry::stamp_ns`] (ns): UDP, last seen; TCP, when pinned.
+    pub stamp_ns: u64,
+    /// [`crate::types::CtEntry::isn`]: 0 when pinned without seeing the SYN.
+    pub isn: u32,
+}
+
+/// The flow's `SYN_CACHE` slot as the decision sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldView {
+    /// Empty, freed, torn, or holding a SYN of another VIP.
+    Empty,
+    /// A whole SYN of this flow ([`crate::types::SynEntry::holds`]).
+    Own {
+        /// Its backend.
+        backend: u32,
+        /// That backend's state.
+        liveness: Liveness,
+        /// Its sequence number.
+        seq: u32,
+        /// When it was seen (ns).
+        syn_ns: u64,
+    },
+    /// A SYN of another flow, seen at `syn_ns` (ns).
+    Other {
+        /// When it was seen (ns).
+        syn_ns: u64,
+    },
+}
+
+/// Everything [`decide`] reads: plain values, which the caller looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inputs {
+    /// The flow's slot.
+    pub slot: SlotState,
+    /// The packet.
+    pub packet: Packet,
+    /// The flow's pin; `None` when it has none or the slot is clean (not looked up).
+    pub pin: Option<PinView>,
+    /// The flow's SYN cache slot ([`HeldView::Empty`] when not read).
+    pub held: HeldView,
+    /// The slot owner's state.
+    pub owner: Liveness,
+    /// The clean owner's state ([`Liveness::Down`] when none).
+    pub clean_owner: Liveness,
+    /// Now (ns).
+    pub now_ns: u64,
+}
+
+/// Where a pin goes: which map, by whether the miss rule can re-derive it (rule M3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinClass {
+    /// A TCP pin naming the clean owner, which the TCP miss rule gives again: the LRU
+    /// conntrack map, whose eviction loses nothing.
+    Derivable,
+    /// Any other pin (another backend, or UDP, whose miss rule changes with time): the
+    /// exceptions map, which never evicts a live pin.
+    Exception,
+}
+
+/// What the caller does when an exception pin finds its map full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFull {
+    /// Drop the packet (a SYN: its client retransmits); count [`Note::SynDropped`].
+    Drop,
+    /// Forward, keep the held SYN, which decides the next packets; count
+    /// [`Note::HeldKept`].
+    KeepHeld,
+    /// Forward unpinned; count [`Note::Unpinned`].
+    Forward,
+}
+
+/// A pin for the caller to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinWrite {
+    /// The map.
+    pub class: PinClass,
+    /// Overwrite the flow's pin (it has one that no longer decides).
+    pub replace: bool,
+    /// [`crate::types::CtEntry::isn`]: the SYN's sequence number, or 0.
+    pub isn: u32,
+    /// Free the flow's held SYN once the pin is written.
+    pub free_held: bool,
+    /// Bump the slot's epoch ([`SlotState::bumped`]): the backend is not the owner.
+    pub bump_epoch: bool,
+    /// What to do when the exceptions map is full.
+    pub on_full: OnFull,
+}
+
+/// What the caller writes besides forwarding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing.
+    Nothing,
+    /// Rewrite the UDP pin's `stamp_ns` to now ([`UdpIdle::Refresh`]).
+    Stamp,
+    /// Hold the SYN in the flow's SYN cache slot (backend, sequence number, now).
+    HoldSyn,
+    /// Rewrite the held SYN's time (`syn_ns`, and its tag) to now: a retransmission
+    /// shows the handshake alive, and the hold (rule S3) counts from the last SYN.
+    RefreshHeld,
+    /// Write a pin.
+    Pin(PinWrite),
+}
+
+/// Which rule chose the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    /// T1: a clean slot, the table alone.
+    CleanSlot,
+    /// D1: the flow's pin holds.
+    Pin,
+    /// D1: a duplicate SYN of the pinned connection.
+    PinDuplicateSyn,
+    /// D2: the pin's backend keeps no flows, and neither does the clean owner:
+    /// re-picked to the owner (a stale pin otherwise falls to M1).
+    Repick,
+    /// S1: a retransmitted SYN follows its held SYN.
+    HeldRetransmit,
+    /// S2, D3: the handshake completes (or a new connection replaces a pin).
+    HeldPromote,
+    /// S3: a new connection's SYN goes to the owner, held; or pinned at the SYN
+    /// ([`Write::Pin`]) when its SYN cache slot holds another live SYN (S4: the caller
+    /// counts `fp_syn_pinned`).
+    SynToOwner,
+    /// M1: a non-SYN TCP miss, or a UDP miss within the idle timeout of the change
+    /// (a stale or expired pin counts as a miss), goes to the clean owner.
+    MissToCleanOwner,
+    /// M2: a miss whose clean owner keeps no flows, or a UDP miss after the idle
+    /// timeout of the change: the owner.
+    MissToOwner,
+}
+
+/// A counter the decision asks the caller to increment: an event the book names, most
+/// of them a residual's count (see the chapter's "Residuals").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// `fp_syn_maybe_split` (R1): a SYN took the owner of a slot whose owner switched
+    /// less than [`DUPLICATE_SYN_WINDOW_NS`] ago, with no pin or held SYN of its own; it
+    /// may retransmit (or duplicate) a SYN the clean owner got before the switch.
+    SynMaybeSplit,
+    /// `fp_syn_over_pin` (R1): a SYN took the owner over a pin made without a SYN (ISN
+    /// 0, a miss's pin); it may duplicate that connection's SYN, or open a new one.
+    SynOverPin,
+    /// `fp_syn_dropped` (R2): the exceptions map was full too; the SYN was dropped.
+    SynDropped,
+    /// `fp_held_kept` (R2): the exceptions map was full at the handshake's ACK; the held
+    /// SYN decides until it is overwritten.
+    HeldKept,
+    /// `fp_unpinned` (R2): the exceptions map was full for a miss's pin.
+    Unpinned,
+    /// `fp_udp_drained_clean_owner` (R3): a UDP miss went to a draining clean owner
+    /// (within the idle timeout of the change; it may be a new flow).
+    UdpToDraining,
+    /// `fp_syn_drained_owner` (R3): a new connection went to a draining owner: the
+    /// slot is in its lead (rule P2), and the owner's drain switches it at its end.
+    SynToDraining,
+    /// `fp_repicked` (D2): a TCP pin whose backend keeps no flows was re-picked
+    /// (today's `ct_stale_repicked`).
+    Repicked,
+}
+
+impl Note {
+    /// The counter's name.
+    #[must_use]
+    pub fn counter(self) -> &'static str {
+        match self {
+            Note::SynMaybeSplit => "fp_syn_maybe_split",
+            Note::SynOverPin => "fp_syn_over_pin",
+            Note::SynDropped => "fp_syn_dropped",
+            Note::HeldKept => "fp_held_kept",
+            Note::Unpinned => "fp_unpinned",
+            Note::UdpToDraining => "fp_udp_drained_clean_owner",
+            Note::SynToDraining => "fp_syn_drained_owner",
+            Note::Repicked => "fp_repicked",
+        }
+    }
+}
+
+/// Why [`decide`] gives up on a packet (the caller drops it and counts the reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiveUp {
+    /// The rule's backend is none or keeps no flows: today's `drop_no_backend`.
+    NoBackend,
+}
+
+/// The decision for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Forward to `backend`, write `write`, count `note`.
+    Forward {
+        /// The backend id.
+        backend: u32,
+        /// The rule.
+        by: By,
+        /// What to write.
+        write: Write,
+        /// What to count.
+        note: Option<Note>,
+    },
+    /// Drop the packet.
+    GiveUp(GiveUp),
+}
+
+/// Forward by rule `by` with `write`, nothing counted.
+#[inline(always)]
+fn forward(backend: u32, by: By, write: Write) -> Outcome {
+    Outcome::Forward {
+        backend,
+        by,
+        write,
+        note: None,
+    }
+}
+
+/// Adds `note` to a forwarding outcome.
+#[inline(always)]
+fn noted(outcome: Outcome, note: Note) -> Outcome {
+    match outcome {
+        Outcome::Forward {
+            backend, by, write, ..
+        } => Outcome::Forward {
+            backend,
+            by,
+            write,
+            note: Some(note),
+        },
+        give_up => give_up,
+    }
+}
+
+/// Decides a packet of a VIP whose fast path is on ([`enabled`]). See the chapter's
+/// rules: T1 (clean slot), D1-D3 (pins), S1-S4 (SYNs), M1-M3 (misses).
+///
+/// On a clean slot it reads nothing but the slot: the caller passes no pin and an
+/// empty held view, and looks neither up. Total: every input gives an outcome.
+#[inline(always)]
+#[must_use]
+pub fn decide(cfg: &Config, inp: &Inputs) -> Outcome {
+    if !inp.slot.is_dirty() {
+        return to_owner(inp, By::CleanSlot, Write::Nothing);
+    }
+    match inp.packet {
+        Packet::Syn { seq } => decide_syn(cfg, inp, seq),
+        Packet::Tcp { rst } => decide_tcp(inp, rst),
+        Packet::Udp => decide_udp(cfg, inp),
+    }
+}
+
+/// Forward to the owner by rule `by`, or give up when it keeps no flows. A clean slot's
+/// owner comes from the live table, which names no backend that is down.
+#[inline(always)]
+fn to_owner(inp: &Inputs, by: By, write: Write) -> Outcome {
+    let owner = inp.slot.owner();
+    if owner == 0 || (inp.slot.is_dirty() && !inp.owner.keeps_flows()) {
+        return Outcome::GiveUp(GiveUp::NoBackend);
+    }
+    forward(owner, by, write)
+}
+
+/// Whether the flow's pin holds (rule D1): its backend keeps flows and, for UDP, it is
+/// not idle past the timeout. `Some(refresh)` when it holds.
+#[inline(always)]
+fn pin_holds(cfg: &Config, inp: &Inputs, pin: &PinView) -> Option<bool> {
+    if !pin.liveness.keeps_flows() {
+        return None;
+    }
+    if inp.packet != Packet::Udp {
+        return Some(false);
+    }
+    match udp_idle(pin.stamp_ns, inp.now_ns, cfg.udp_timeout_ns) {
+        UdpIdle::Fresh => Some(false),
+        UdpIdle::Refresh => Some(true),
+        UdpIdle::Expired => None,
+    }
+}
+
+/// The pin to write for a flow sent to `backend` on a dirty slot (rule M3: derivable
+/// only when it names the clean owner and is TCP), with
+/// `isn`, `replace`, `free_held`, and `on_full` for the exceptions map.
+#[inline(always)]
+fn pin_to(inp: &Inputs, backend: u32, replace: bool, isn: u32, on_full: OnFull) -> Write {
+    // A UDP miss re-derives the clean owner only within the idle timeout of the change,
+    // so no UDP pin is left to the LRU.
+    let class = if backend == inp.slot.clean_owner() && inp.packet != Packet::Udp {
+        PinClass::Derivable
+    } else {
+        PinClass::Exception
+    };
+    Write::Pin(PinWrite {
+        class,
+        replace,
+        isn,
+        free_held: matches!(inp.held, HeldView::Own { .. }),
+        bump_epoch: backend != inp.slot.owner(),
+        on_full,
+    })
+}
+
+/// Rules S1-S4: a TCP SYN with sequence number `seq` on a dirty slot.
+#[inline(always)]
+fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
+    if let Some(pin) = inp.pin
+        && pin.isn != 0
+        && pin.isn == seq
+        && pin.liveness.keeps_flows()
+    {
+        return forward(pin.backend, By::PinDuplicateSyn, Write::Nothing);
+    }
+    let other_live = match inp.held {
+        HeldView::Own {
+            backend,
+            liveness,
+            seq: held_seq,
+            ..
+        } if held_seq == seq && liveness.keeps_flows() => {
+            return forward(backend, By::HeldRetransmit, Write::RefreshHeld);
+        }
+        HeldView::Other { syn_ns } => inp.now_ns.wrapping_sub(syn_ns) <= cfg.syn_hold_ns,
+        HeldView::Own { .. } | HeldView::Empty => false,
+    };
+    let outcome = if other_live {
+        let replace = inp.pin.is_some();
+        let write = pin_to(inp, inp.slot.owner(), replace, seq, OnFull::Drop);
+        to_owner(inp, By::SynToOwner, write)
+    } else {
+        to_owner(inp, By::SynToOwner, Write::HoldSyn)
+    };
+    if let Some(pin) = inp.pin
+        && pin.isn == 0
+        && pin.liveness.keeps_flows()
+    {
+        return noted(outcome, Note::SynOverPin);
+    }
+    if maybe_split(inp) {
+        return noted(outcome, Note::SynMaybeSplit);
+    }
+    if inp.owner == Liveness::Draining {
+        return noted(outcome, Note::SynToDraining);
+    }
+    outcome
+}
+
+/// Residual R1's test: the owner switched less than [`DUPLICATE_SYN_WINDOW_NS`] ago
+/// (today's window for duplicate SYNs: retransmissions and network duplicates) away
+/// from a clean owner that still keeps flows, so a SYN without state may repeat one the
+/// clean owner got.
+#[inline(always)]
+fn maybe_split(inp: &Inputs) -> bool {
+    let slot = &inp.slot;
+    slot.owner != slot.clean_owner
+        && inp.clean_owner.keeps_flows()
+        && within_ticks(slot.changed_ticks, inp.now_ns, DUPLICATE_SYN_WINDOW_NS)
+}
+
+/// Whether `now_ns` is at most `span_ns` after the time `ticks` ([`ct_ticks`]),
+/// rounded up by one tick (a tick truncates up to 2^30 ns).
+#[inline(always)]
+fn within_ticks(ticks: u32, now_ns: u64, span_ns: u64) -> bool {
+    let elapsed = ct_ticks(now_ns).wrapping_sub(ticks);
+    u64::from(elapsed) <= (span_ns >> crate::types::CT_TICK_SHIFT) + 1
+}
+
+/// Rules D1-D3 and M1-M3: a TCP packet other than a SYN on a dirty slot.
+#[inline(always)]
+fn decide_tcp(inp: &Inputs, rst: bool) -> Outcome {
+    let held = match inp.held {
+        HeldView::Own {
+            backend,
+            liveness,
+            seq,
+            syn_ns,
+        } if liveness.keeps_flows() => Some((backend, seq, syn_ns)),
+        _ => None,
+    };
+    if let Some(pin) = inp.pin
+        && pin.liveness.keeps_flows()
+    {
+        // D3: a SYN held since the pin was made, with another ISN, opened a new
+        // connection on the 4-tuple (crate::conntrack's rule 2).
+        if let Some((backend, seq, syn_ns)) = held
+            && syn_ns >= pin.stamp_ns
+            && seq != pin.isn
+        {
+            return promote(inp, backend, seq, rst, true);
+        }
+        return forward(pin.backend, By::Pin, Write::Nothing);
+    }
+    let replace = inp.pin.is_some();
+    if let Some((backend, seq, _)) = held {
+        return promote(inp, backend, seq, rst, replace);
+    }
+    // D2: a stale pin tells nothing (the flow may have gone on while the slot was
+    // clean): the miss rule decides, and the owner stands in for a clean owner that
+    // keeps no flows, as today's re-pick takes the table.
+    let by = if replace { By::Repick } else { By::MissToOwner };
+    let outcome = miss(inp, rst, replace, true, by);
+    if replace {
+        return noted(outcome, Note::Repicked);
+    }
+    outcome
+}
+
+/// Rules S2 and D3: the held SYN's backend decides and becomes the flow's pin (none for
+/// a RST); on a full exceptions map the held SYN stays and decides.
+#[inline(always)]
+fn promote(inp: &Inputs, backend: u32, seq: u32, rst: bool, replace: bool) -> Outcome {
+    let write = if rst {
+        Write::Nothing
+    } else {
+        pin_to(inp, backend, replace, seq, OnFull::KeepHeld)
+    };
+    forward(backend, By::HeldPromote, write)
+}
+
+/// Rules M1 and M2 for a miss (or a pin that no longer decides, `replace`): the clean
+/// owner when `to_clean` and it keeps flows, else the owner by rule `otherwise`, pinned
+/// (no pin for a RST).
+#[inline(always)]
+fn miss(inp: &Inputs, rst: bool, replace: bool, to_clean: bool, otherwise: By) -> Outcome {
+    let (backend, by) = if to_clean && inp.clean_owner.keeps_flows() {
+        (inp.slot.clean_owner(), By::MissToCleanOwner)
+    } else {
+        (inp.slot.owner(), otherwise)
+    };
+    if by != By::MissToCleanOwner && !inp.owner.keeps_flows() {
+        return Outcome::GiveUp(GiveUp::NoBackend);
+    }
+    let write = if rst {
+        Write::Nothing
+    } else {
+        pin_to(inp, backend, replace, 0, OnFull::Forward)
+    };
+    forward(backend, by, write)
+}
+
+/// Rules D1, D2, M1 and M2 for UDP on a dirty slot: a pin that holds decides; a miss
+/// (or an expired or stale pin) within the idle timeout of the change goes to the clean
+/// owner, a later one (a new flow, or one today's pin would have lost) to the owner.
+#[inline(always)]
+fn decide_udp(cfg: &Config, inp: &Inputs) -> Outcome {
+    if let Some(pin) = inp.pin
+        && let Some(refresh) = pin_holds(cfg, inp, &pin)
+    {
+        let write = if refresh {
+            Write::Stamp
+        } else {
+            Write::Nothing
+        };
+        return forward(pin.backend, By::Pin, write);
+    }
+    // An expired or stale pin tells nothing (its flow may have gone on, unrefreshed,
+    // while the slot was clean): the miss rule decides.
+    let replace = inp.pin.is_some();
+    let recent = within_ticks(inp.slot.changed_ticks, inp.now_ns, cfg.udp_timeout_ns);
+    let outcome = miss(inp, false, replace, recent, By::MissToOwner);
+    if let Outcome::Forward {
+        by: By::MissToCleanOwner,
+        ..
+    } = outcome
+        && inp.clean_owner == Liveness::Draining
+    {
+        return noted(outcome, Note::UdpToDraining);
+    }
+    outcome
+}
+
+/// What the cleaning walk found for one slot ([`clean_check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CleanCheck {
+    /// The slot is clean already.
+    Clean,
+    /// Its last change is younger than the quiet time (rule C2).
+    Recent,
+    /// A live pin or held SYN on it names another backend than the owner (rule C1).
+    Foreign,
+    /// It may turn clean: commit with [`clean_commit`] against this epoch, read before
+    /// the walk looked at the pins (rule C4).
+    Candidate {
+        /// The slot epoch read.
+        epoch: u32,
+    },
+}
+
+/// Rules C1-C3: whether dirty `slot` may turn clean at `now_ns`; `foreign`: the walk,
+/// after reading `slot`, found a pin ([`pin_blocks_cleaning`]) or held SYN
+/// ([`held_blocks_cleaning`]) of the slot's flows that blocks it.
+#[inline(always)]
+#[must_use]
+pub fn clean_check(cfg: &Config, slot: &SlotState, now_ns: u64, foreign: bool) -> CleanCheck {
+    if !slot.is_dirty() {
+        return CleanCheck::Clean;
+    }
+    let quiet_ticks = cfg.effective_quiet_ns() >> crate::types::CT_TICK_SHIFT;
+    // One tick more than the quiet time: the stamp truncates up to one tick.
+    let elapsed = ct_ticks(now_ns).wrapping_sub(slot.changed_ticks);
+    if u64::from(elapsed) <= quiet_ticks + 1 {
+        return CleanCheck::Recent;
+    }
+    if foreign {
+        return CleanCheck::Foreign;
+    }
+    CleanCheck::Candidate { epoch: slot.epoch }
+}
+
+/// Rule C4: the commit of a candidate read with epoch `epoch`, given the slot's state
+/// now: the clean state to compare-and-swap in (state word only), or `None` when the
+/// epoch moved (a change, or a foreign pin made since the read), and the walk aborts.
+/// Across instances (rule F2) the commit is two-phase; see the chapter.
+#[inline(always)]
+#[must_use]
+pub fn clean_commit(now: &SlotState, epoch: u32) -> Option<SlotState> {
+    if !now.is_dirty() || now.epoch != epoch {
+        return None;
+    }
+    Some(SlotState {
+        epoch: epoch.wrapping_add(1),
+        clean_owner: now.owner,
+        state: SLOT_CLEAN,
+        ..*now
+    })
+}
+
+/// Rule C1 for a pin of a flow on `slot`: whether it blocks the cleaning. It does when
+/// it names another backend than the owner, that backend keeps flows, and it is live:
+/// a UDP pin within the idle timeout, a TCP pin seen within the TCP idle time
+/// (`seen_ns`, from [`crate::types::CtEntry::seen_ticks`]).
+#[inline(always)]
+#[must_use]
+pub fn pin_blocks_cleaning(
+    cfg: &Config,
+    slot: &SlotState,
+    pin: &PinView,
+    udp: bool,
+    seen_ns: u64,
+    now_ns: u64,
+) -> bool {
+    let idle_ns = if udp {
+        cfg.udp_timeout_ns
+    } else {
+        cfg.tcp_idle_ns
+    };
+    pin.backend != slot.owner()
+        && pin.liveness.keeps_flows()
+        && now_ns.wrapping_sub(seen_ns) <= idle_ns
+}
+
+/// Rule C1 for a held SYN (`held`) of a flow on `slot`: it blocks the cleaning while
+/// live (within the SYN hold time) and naming another backend than the owner.
+#[inline(always)]
+#[must_use]
+pub fn held_blocks_cleaning(cfg: &Config, slot: &SlotState, held: &HeldView, now_ns: u64) -> bool {
+    match *held {
+        HeldView::Own {
+            backend,
+            liveness,
+            syn_ns,
+            ..
+        } => {
+            backend != slot.owner()
+                && liveness.keeps_flows()
+                && now_ns.wrapping_sub(syn_ns) <= cfg.syn_hold_ns
+        }
+        HeldView::Empty | HeldView::Other { .. } => false,
+    }
+}
+
+/// Rule C5: whether the walk deletes, once `slot` turned clean, a pin of one of its
+/// flows naming `backend` and made before the commit. It does when the pin names another
+/// backend than the owner: by C1 no such pin was live, and left in place it would decide
+/// for a new connection on its 4-tuple once the slot turns dirty again.
+#[inline(always)]
+#[must_use]
+pub fn pin_outlived_cleaning(slot: &SlotState, backend: u32) -> bool {
+    !slot.is_dirty() && backend != slot.owner()
+}

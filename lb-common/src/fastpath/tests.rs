@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//! Tests of the fast path's rules one by one: the slot layout, the change steps, each
+//! rule of [`decide`], the cleaning. The sequences of the simulation are replayed in
+//! `lb-common/tests/fastpath_model.rs`.
+
+use super::*;
+use crate::conntrack::DUPLICATE_SYN_WINDOW_NS;
+
+const A: u32 = 1;
+const C: u32 = 2;
+const D: u32 = 3;
+const S: u64 = 1_000_000_000;
+
+/// Slot owned by `A`, switched to `C` at 10 s (dirty, clean owner `A`).
+fn moved() -> SlotState {
+    SlotState::clean(A).switched(C, 10 * S)
+}
+
+fn inputs(slot: SlotState, packet: Packet, now_ns: u64) -> Inputs {
+    Inputs {
+        slot,
+        packet,
+        pin: None,
+        held: HeldView::Empty,
+        owner: Liveness::Active,
+        clean_owner: Liveness::Active,
+        now_ns,
+    }
+}
+
+fn backend_of(outcome: Outcome) -> (u32, By) {
+    match outcome {
+        Outcome::Forward { backend, by, .. } => (backend, by),
+        Outcome::GiveUp(why) => panic!("gave up: {why:?}"),
+    }
+}
+
+#[test]
+fn layout_is_sixteen_bytes_with_the_state_word_first() {
+    let slot = SlotState {
+        epoch: 0x0403_0201,
+        clean_owner: 0x0605,
+        state: SLOT_DIRTY,
+        _pad: 0,
+        owner: 0x0a09,
+        _pad2: [0; 2],
+        changed_ticks: 0x100f_0e0d,
+    };
+    // SAFETY: SlotState is repr(C), 16 bytes, integers only, no implicit padding.
+    let bytes: [u8; 16] = unsafe { core::mem::transmute(slot) };
+    let want = [1, 2, 3, 4, 5, 6, SLOT_DIRTY, 0, 9, 10, 0, 0, 13, 14, 15, 16];
+    assert_eq!(bytes, want.map(u8::to_le), "little-endian layout");
+    assert_eq!(align_of::<SlotState>(), 8);
+}
+
+#[test]
+fn a_switch_keeps_the_first_clean_owner_and_bumps_the_epoch() {
+    let slot = moved();
+    assert!(slot.is_dirty());
+    assert_eq!((slot.owner(), slot.clean_owner()), (C, A));
+    let again = slot.switched(D, 20 * S);
+    assert_eq!((again.owner(), again.clean_owner()), (D, A));
+    assert_eq!(again.epoch, slot.epoch + 1);
+    assert_eq!(again.changed_ticks, ct_ticks(20 * S));
+    let marked = SlotState::clean(A).marked(S);
+    assert_eq!((marked.owner(), marked.clean_owner()), (A, A));
+}
+
+#[test]
+fn plan_change_leads_only_when_the_old_owner_keeps_flows() {
+    let slot = SlotState::clean(A);
+    assert_eq!(plan_change(&slot, A, true, S), ChangeStep::Keep);
+    assert_eq!(plan_change(&slot, C, true, S), ChangeStep::LeadThenSwitch);
+    assert_eq!(plan_change(&slot, C, false, S), ChangeStep::SwitchNow);
+    assert_eq!(plan_change(&slot, C, true, 0), ChangeStep::SwitchNow);
+}
+
+#[test]
+fn the_fleet_rule_needs_the_second_chance() {
+    assert!(enabled(true, false, false));
+    assert!(!enabled(true, true, false));
+    assert!(enabled(true, true, true));
+    assert!(!enabled(false, false, true));
+}
+
+#[test]
+fn a_clean_slot_forwards_to_its_owner_whatever_else() {
+    let mut inp = inputs(SlotState::clean(A), Packet::Tcp { rst: false }, S);
+    inp.clean_owner = Liveness::Down;
+    let outcome = decide(&Config::DEFAULT, &inp);
+    assert_eq!(
+        outcome,
+        Outcome::Forward {
+            backend: A,
+            by: By::CleanSlot,
+            write: Write::Nothing,
+            note: None
+        }
+    );
+    let empty = inputs(SlotState::clean(0), Packet::Udp, S);
+    assert_eq!(
+        decide(&Config::DEFAULT, &empty),
+        Outcome::GiveUp(GiveUp::NoBackend)
+    );
+}
+
+#[test]
+fn a_non_syn_miss_goes_to_the_clean_owner_and_pins_derivably() {
+    let inp = inputs(moved(), Packet::Tcp { rst: false }, 11 * S);
+    let Outcome::Forward {
+        backend,
+        by,
+        write: Write::Pin(pin),
+        ..
+    } = decide(&Config::DEFAULT, &inp)
+    else {
+        panic!("no pin");
+    };
+    assert_eq!((backend, by), (A, By::MissToCleanOwner));
+    assert_eq!(pin.class, PinClass::Derivable);
+    assert!(pin.bump_epoch, "A is not the owner");
+}
+
+#[test]
+fn a_miss_whose_clean_owner_is_down_goes_to_the_owner_as_an_exception() {
+    let mut inp = inputs(moved(), Packet::Tcp { rst: false }, 11 * S);
+    inp.clean_owner = Liveness::Down;
+    let Outcome::Forward {
+        backend,
+        write: Write::Pin(pin),
+        ..
+    } = decide(&Config::DEFAULT, &inp)
+    else {
+        panic!("no pin");
+    };
+    assert_eq!(
+        (backend, pin.class, pin.bump_epoch),
+        (C, PinClass::Exception, false)
+    );
+}
+
+#[test]
+fn a_new_syn_goes_to_the_owner_and_is_held_and_counted_near_a_switch() {
+    let inp = inputs(moved(), Packet::Syn { seq: 7 }, 12 * S);
+    let outcome = decide(&Config::DEFAULT, &inp);
+    assert_eq!(
+        outcome,
+        Outcome::Forward {
+            backend: C,
+            by: By::SynToOwner,
+            write: Write::HoldSyn,
+            note: Some(Note::SynMaybeSplit)
+        }
+    );
+    let later = inputs(
+        moved(),
+        Packet::Syn { seq: 7 },
+        10 * S + DUPLICATE_SYN_WINDOW_NS + 3 * S,
+    );
+    assert!(matches!(
+        decide(&Config::DEFAULT, &later),
+        Outcome::Forward { note: None, .. }
+    ));
+}
+
+#[test]
+fn a_retransmitted_syn_follows_its_held_syn_and_the_ack_promotes_it() {
+    let mut inp = inputs(moved(), Packet::Syn { seq: 7 }, 12 * S);
+    inp.held = HeldView::Own {
+        backend: A,
+        liveness: Liveness::Active,
+        seq: 7,
+        syn_ns: 9 * S,
+    };
+    assert_eq!(
+        backend_of(decide(&Config::DEFAULT, &inp)),
+        (A, By::HeldRetransmit)
+    );
+    inp.packet = Packet::Tcp { rst: false };
+    let Outcome::Forward {
+        backend,
+        write: Write::Pin(pin),
+        ..
+    } = decide(&Config::DEFAULT, &inp)
+    else {
+        panic!("no pin");
+    };
+    assert_eq!((backend, pin.isn, pin.free_held), (A, 7, true));
+}
+
+#[test]
+fn a_syn_whose_cache_slot_is_live_is_pinned_at_the_syn() {
+    // Past the duplicate-SYN window of the switch: no residual note comes first.
+    let now = 10 * S + DUPLICATE_SYN_WINDOW_NS + 3 * S;
+    let mut inp = inputs(moved(), Packet::Syn { seq: 7 }, now);
+    inp.held = HeldView::Other { syn_ns: now - S };
+    let Outcome::Forward {
+        backend,
+        write: Write::Pin(pin),
+        note,
+        ..
+    } = decide(&Config::DEFAULT, &inp)
+    else {
+        panic!("no pin");
+    };
+    assert_eq!((backend, pin.isn, pin.class), (C, 7, PinClass::Exception));
+    assert_eq!((pin.on_full, note), (OnFull::Drop, None));
+    inp.held = HeldView::Other {
+        syn_ns: now - DEFAULT_SYN_HOLD_NS - S,
+    };
+    assert!(matches!(
+        decide(&Config::DEFAULT, &inp),
+        Outcome::Forward {
+            write: Write::HoldSyn,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_udp_miss_goes_to_the_clean_owner_only_within_the_idle_timeout() {
+    let cfg = Config::DEFAULT;
+    let mut inp = inputs(moved(), Packet::Udp, 11 * S);
+    inp.clean_owner = Liveness::Draining;
+    let Outcome::Forward { backend, note, .. } = decide(&cfg, &inp) else {
+        panic!("gave up");
+    };
+    assert_eq!((backend, note), (A, Some(Note::UdpToDraining)));
+    inp.now_ns = 10 * S + cfg.udp_timeout_ns + 3 * S;
+    assert_eq!(backend_of(decide(&cfg, &inp)), (C, By::MissToOwner));
+}
+
+#[test]
+fn a_stale_pin_falls_to_the_miss_rule_and_to_the_owner_without_a_clean_owner() {
+    let mut inp = inputs(moved(), Packet::Tcp { rst: false }, 11 * S);
+    inp.clean_owner = Liveness::Down;
+    inp.pin = Some(PinView {
+        backend: D,
+        liveness: Liveness::Down,
+        stamp_ns: S,
+        isn: 0,
+    });
+    let Outcome::Forward {
+        backend,
+        by,
+        note,
+        write: Write::Pin(pin),
+    } = decide(&Config::DEFAULT, &inp)
+    else {
+        panic!("no pin");
+    };
+    assert_eq!(
+        (backend, by, note, pin.replace),
+        (C, By::Repick, Some(Note::Repicked), true)
+    );
+}
+
+#[test]
+fn cleaning_waits_for_the_quiet_time_and_aborts_when_the_epoch_moved() {
+    let cfg = Config {
+        quiet_ns: 100 * S,
+        tcp_idle_ns: 100 * S,
+        ..Config::DEFAULT
+    };
+    let slot = moved();
+    assert_eq!(clean_check(&cfg, &slot, 50 * S, false), CleanCheck::Recent);
+    assert_eq!(clean_check(&cfg, &slot, 200 * S, true), CleanCheck::Foreign);
+    let CleanCheck::Candidate { epoch } = clean_check(&cfg, &slot, 200 * S, false) else {
+        panic!("not a candidate");
+    };
+    assert_eq!(clean_commit(&slot.bumped(), epoch), None);
+    let clean = clean_commit(&slot, epoch).expect("commits");
+    assert!(!clean.is_dirty());
+    assert_eq!((clean.owner(), clean.clean_owner()), (C, C));
+}
+
+#[test]
+fn the_quiet_time_is_never_below_the_tcp_idle_time() {
+    let cfg = Config {
+        quiet_ns: S,
+        ..Config::DEFAULT
+    };
+    assert_eq!(cfg.effective_quiet_ns(), DEFAULT_TCP_IDLE_NS);
+}
+
+#[test]
+fn only_live_pins_and_held_syns_naming_another_backend_block_cleaning() {
+    let cfg = Config::DEFAULT;
+    let slot = moved();
+    let pin = PinView {
+        backend: A,
+        liveness: Liveness::Active,
+        stamp_ns: S,
+        isn: 0,
+    };
+    assert!(pin_blocks_cleaning(
+        &cfg,
+        &slot,
+        &pin,
+        false,
+        20 * S,
+        30 * S
+    ));
+    let idle = 20 * S + cfg.tcp_idle_ns + S;
+    assert!(!pin_blocks_cleaning(&cfg, &slot, &pin, false, 20 * S, idle));
+    let owners = PinView { backend: C, ..pin };
+    assert!(!pin_blocks_cleaning(
+        &cfg,
+        &slot,
+        &owners,
+        false,
+        20 * S,
+        30 * S
+    ));
+    let held = HeldView::Own {
+        backend: A,
+        liveness: Liveness::Active,
+        seq: 1,
+        syn_ns: 20 * S,
+    };
+    assert!(held_blocks_cleaning(&cfg, &slot, &held, 30 * S));
+    assert!(!held_blocks_cleaning(&cfg, &slot, &held, 200 * S));
+}
+
+#[test]
+fn a_new_syn_during_a_drains_lead_reaches_the_draining_owner_counted() {
+    let slot = SlotState::clean(A).marked(10 * S);
+    let mut inp = inputs(slot, Packet::Syn { seq: 7 }, 11 * S);
+    inp.owner = Liveness::Draining;
+    inp.clean_owner = Liveness::Draining;
+    assert_eq!(
+        decide(&Config::DEFAULT, &inp),
+        Outcome::Forward {
+            backend: A,
+            by: By::SynToOwner,
+            write: Write::HoldSyn,
+            note: Some(Note::SynToDraining)
+        }
+    );
+}
+
+#[test]
+fn cleaning_deletes_the_pins_naming_another_backend() {
+    let slot = moved();
+    assert!(
+        !pin_outlived_cleaning(&slot, A),
+        "dirty: nothing is deleted"
+    );
+    let clean = clean_commit(&slot, slot.epoch).expect("commits");
+    assert!(pin_outlived_cleaning(&clean, A));
+    assert!(!pin_outlived_cleaning(&clean, C));
+}
