@@ -301,7 +301,11 @@ pub fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<PanelQuery> {
     }
     let mut out = Vec::new();
     panels(&dashboard["panels"], &mut out);
-    for v in dashboard["templating"]["list"].as_array().into_iter().flatten() {
+    for v in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         let definition = v["definition"].as_str().unwrap_or("");
         let inner = definition
             .strip_prefix("label_values(")

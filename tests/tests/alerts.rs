@@ -184,7 +184,11 @@ fn connections(bed: &TestBed, n: usize) -> Vec<traffic::Greeted> {
 /// Polls `q` (its variables substituted) until it returns samples, all numbers.
 fn returns_data(prom: &Prometheus<'_>, q: &PanelQuery, vars: &[(&str, &str)]) -> Vec<Sample> {
     let expr = substitute(&q.expr, vars);
-    assert!(!expr.contains('$'), "{}: a variable left in {expr}", q.title);
+    assert!(
+        !expr.contains('$'),
+        "{}: a variable left in {expr}",
+        q.title
+    );
     prom.wait(&expr, Duration::from_secs(20), |s| {
         !s.is_empty() && s.iter().all(|s| s.value.is_finite())
     })
