@@ -1,7 +1,9 @@
 //! The metrics tests' tools: a plain HTTP/1.0 GET from inside a namespace ([`get`]), a
 //! real Prometheus server (Debian's `prometheus`) started in the LB namespace with a
 //! generated configuration ([`Prometheus::start`]), its HTTP query API
-//! ([`Prometheus::query`]), and `promtool check metrics` ([`promtool_check`]).
+//! ([`Prometheus::query`]), and `promtool check metrics` ([`promtool_check`]); for the
+//! dashboard and alert rules of `dist/`: [`promtool`], the dashboard's queries
+//! ([`dashboard_queries`]) and its variables' values ([`substitute`]).
 //!
 //! The server scrapes the daemon's endpoint every second, keeps its data in a temporary
 //! directory, and is killed (and the directory removed) when the [`Prometheus`] is
@@ -245,4 +247,85 @@ pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The repository's `dist/` directory (the dashboard and the alert rules).
+pub fn dist_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist")
+}
+
+/// Runs `promtool ARGS...` in `dir`; its output.
+///
+/// # Errors
+/// When promtool cannot run or exits non-zero (the message has its output).
+pub fn promtool(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .context("starting promtool (Debian package prometheus; cargo xtask setup installs it)")?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("promtool {}: {text}", args.join(" "));
+    }
+    Ok(text)
+}
+
+/// One PromQL query of a Grafana dashboard: where it is and its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PanelQuery {
+    /// The panel's title (or `variable NAME`).
+    pub title: String,
+    /// The query, with the dashboard's variables as written.
+    pub expr: String,
+}
+
+/// Every `expr` of the dashboard's panels (rows' nested panels included), and each
+/// query variable's `label_values(SELECTOR, LABEL)` as `count by (LABEL) (SELECTOR)`.
+pub fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<PanelQuery> {
+    fn panels(list: &serde_json::Value, out: &mut Vec<PanelQuery>) {
+        for p in list.as_array().into_iter().flatten() {
+            let title = p["title"].as_str().unwrap_or("").to_owned();
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(expr) = t["expr"].as_str() {
+                    let (title, expr) = (title.clone(), expr.to_owned());
+                    out.push(PanelQuery { title, expr });
+                }
+            }
+            panels(&p["panels"], out);
+        }
+    }
+    let mut out = Vec::new();
+    panels(&dashboard["panels"], &mut out);
+    for v in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let definition = v["definition"].as_str().unwrap_or("");
+        let inner = definition
+            .strip_prefix("label_values(")
+            .and_then(|d| d.strip_suffix(')'));
+        if let Some((selector, label)) = inner.and_then(|i| i.rsplit_once(',')) {
+            out.push(PanelQuery {
+                title: format!("variable {}", v["name"].as_str().unwrap_or("")),
+                expr: format!("count by ({}) ({selector})", label.trim()),
+            });
+        }
+    }
+    out
+}
+
+/// `expr` with each `$name` of `values` replaced by its value, longest names first
+/// (so `$__rate_interval` is not read as `$__range`'s prefix or the reverse).
+pub fn substitute(expr: &str, values: &[(&str, &str)]) -> String {
+    let mut sorted = values.to_vec();
+    sorted.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+    sorted.iter().fold(expr.to_owned(), |e, (name, value)| {
+        e.replace(&format!("${name}"), value)
+    })
 }

@@ -51,6 +51,8 @@ const EXPECTED_FILES: &[&str] = &[
     "usr/share/zsh/vendor-completions/_lb",
     "usr/share/fish/vendor_completions.d/lb.fish",
     "usr/share/lintian/overrides/lb",
+    "usr/share/lb/grafana/lb.json",
+    "usr/share/lb/prometheus/lb-alerts.yml",
 ];
 
 /// Runs `cargo xtask package`.
