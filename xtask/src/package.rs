@@ -4,7 +4,8 @@
 //! toolchain); then the generated inputs in `target/release/lb-package/` (man pages and
 //! completion scripts printed by the binary's own `lb manpage` / `lb completions`,
 //! lb.toml(5) rendered from the book's configuration chapter by [`manpage`], the
-//! commented-out conffile made from lb.example.toml, the changelog, the gzipped README,
+//! commented-out conffile made from lb.example.toml, the changelog, the gzipped README
+//! and book (docs/src's Markdown, in usr/share/doc/lb/book/),
 //! the list of linked crates); then cargo-deb (`--no-build`), which reads
 //! `[package.metadata.deb]` of lb/Cargo.toml and takes the unit from
 //! dist/systemd/lb.service. The version is [`deb_version`].
@@ -52,6 +53,34 @@ const EXPECTED_FILES: &[&str] = &[
     "usr/share/fish/vendor_completions.d/lb.fish",
     "usr/share/lintian/overrides/lb",
 ];
+
+/// Where the book's Markdown (docs/src, each file gzipped as the README) goes in the
+/// package; its files are expected besides [`EXPECTED_FILES`] ([`book_files`]).
+const BOOK_DIR: &str = "usr/share/doc/lb/book";
+
+/// The book's Markdown files, relative to docs/src, sorted.
+///
+/// # Errors
+/// docs/src could not be read.
+pub(crate) fn book_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let src = root.join("docs/src");
+    let mut files = Vec::new();
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(rel) = dirs.pop() {
+        let dir = src.join(&rel);
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let entry = entry?;
+            let path = rel.join(entry.file_name());
+            if entry.file_type()?.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
 
 /// Runs `cargo xtask package`.
 pub(crate) fn run(args: &PackageArgs) -> anyhow::Result<()> {
@@ -206,6 +235,16 @@ fn generate(
     std::fs::write(out.join("lb.toml"), commented_config(&example))?;
     std::fs::copy(root.join("README.md"), out.join("README.md"))?;
     gzip(&out.join("README.md"))?;
+    // The book's Markdown, in its layout: lb/Cargo.toml's `book/**/*.md.gz` asset.
+    for file in book_files(root)? {
+        let to = out.join("book").join(&file);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::copy(root.join("docs/src").join(&file), &to)
+            .with_context(|| format!("copying docs/src/{}", file.display()))?;
+        gzip(&to)?;
+    }
     let maintainer = deb_maintainer(root)?;
     let date = commit
         .and_then(|c| git(&["show", "-s", "--format=%cD", c]))
@@ -523,6 +562,11 @@ fn check_contents(built: &Built) -> anyhow::Result<()> {
             .pages
             .iter()
             .map(|p| format!("usr/share/man/man8/{p}.gz")),
+    );
+    expected.extend(
+        book_files(&cmd::workspace_root())?
+            .iter()
+            .map(|f| format!("{BOOK_DIR}/{}.gz", f.display())),
     );
     let missing: Vec<&String> = expected
         .iter()
