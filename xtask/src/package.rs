@@ -68,7 +68,9 @@ pub(crate) fn book_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut dirs = vec![PathBuf::new()];
     while let Some(rel) = dirs.pop() {
         let dir = src.join(&rel);
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
             let entry = entry?;
             let path = rel.join(entry.file_name());
             if entry.file_type()?.is_dir() {
@@ -934,6 +936,29 @@ mod tests {
                 "odd 1.0.0 (no licence declared)"
             ]
         );
+    }
+
+    #[test]
+    fn the_package_expects_every_chapter_of_the_book() {
+        let files = book_files(&cmd::workspace_root()).expect("docs/src");
+        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        assert!(names.iter().any(|f| f == "SUMMARY.md"), "{names:?}");
+        // Every chapter SUMMARY.md links, in its directory.
+        let summary = std::fs::read_to_string(cmd::workspace_root().join("docs/src/SUMMARY.md"))
+            .expect("SUMMARY.md");
+        let linked: Vec<&str> = summary
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+            .filter(|target| target.ends_with(".md"))
+            .collect();
+        assert!(linked.len() > 10, "{linked:?}");
+        for chapter in linked {
+            assert!(
+                names.iter().any(|f| f == chapter),
+                "{chapter} not in {names:?}"
+            );
+        }
     }
 
     #[test]
