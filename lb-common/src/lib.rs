@@ -9,7 +9,8 @@
 //! declares), [`types`] (map keys and values, one file per map family), [`stats`]
 //! (counter layouts, verdict reasons and their XDP actions), [`probe`] (the socket mark
 //! that sends a health probe to one backend), [`trace`] (the packet trace's filter and
-//! decision codes), and the two decisions both sides make,
+//! decision codes), [`csum`] (the Internet checksum arithmetic of the XDP program, here
+//! for host tests), and the two decisions both sides make,
 //! written once: [`hash`] (the flow hash, which picks a flow's Maglev slot) and
 //! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend).
 //! [`fastpath`] holds the fast path's slot state and decisions (issue 30), which the
@@ -85,6 +86,7 @@
 #![no_std]
 
 pub mod conntrack;
+pub mod csum;
 pub mod defaults;
 pub mod fastpath;
 pub mod hash;

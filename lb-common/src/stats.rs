@@ -86,8 +86,9 @@ pub enum Reason {
     /// IP header and 8 bytes) or inconsistent (another IP version, its source not the
     /// address the error came to).
     DropIcmpMalformed,
-    /// An ICMP error to a VIP address about a packet of no VIP (other port or protocol):
-    /// handed to the stack.
+    /// An ICMP error to a VIP address about a packet of no VIP (other port or protocol,
+    /// a later fragment, more IPv6 extension headers than the walk follows): handed to
+    /// the stack.
     PassIcmpUnmatched,
     /// A packet to a VIP with allowed source prefixes, from a client outside them.
     DropSourceRefused,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! Internet checksums: the one's-complement sum of 16-bit words (RFC 1071), folded with
-//! every carry, its incremental update (RFC 1624), and sums over frame bytes with the
+//! every carry, its incremental update (RFC 1624; the arithmetic is
+//! [`lb_common::csum`]'s, tested on the host), and sums over frame bytes with the
 //! `bpf_csum_diff` helper.
 //!
 //! Words are summed in memory order (the 16-bit value of two wire bytes as loaded): the
@@ -14,28 +15,12 @@ use crate::headers::Ipv4Hdr;
 /// Most bytes one `bpf_csum_diff` call sums (`sizeof(sp->diff)` in net/core/filter.c).
 const CSUM_DIFF_MAX: usize = 512;
 
-/// `sum` folded to 16 bits with every carry added back (not complemented).
-#[inline(always)]
-pub(crate) fn fold(mut sum: u64) -> u16 {
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    #[expect(clippy::cast_possible_truncation, reason = "folded to 16 bits above")]
-    let folded = sum as u16;
-    folded
-}
+pub(crate) use lb_common::csum::{fold, update, update_nonzero};
 
 /// The sum of a 32-bit word in memory order: its two 16-bit halves.
 #[inline(always)]
 pub(crate) fn word32(w: u32) -> u64 {
     u64::from(w & 0xffff) + u64::from(w >> 16)
-}
-
-/// The checksum field `check` after one 16-bit word of the covered data changes from
-/// `old` to `new`: `~(~check + ~old + new)` (RFC 1624 equation 3).
-#[inline(always)]
-pub(crate) fn update(check: u16, old: u16, new: u16) -> u16 {
-    !fold(u64::from(!check) + u64::from(!old) + u64::from(new))
 }
 
 /// RFC 1071 checksum of an IPv4 header without options whose checksum field is zero.

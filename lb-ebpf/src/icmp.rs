@@ -8,7 +8,9 @@
 //! Ethernet and IP addresses swapped, TTL / hop limit 64, type 0 (ICMP) or 129
 //! (ICMPv6), identifier, sequence number, data and IPv4 options kept — and goes back
 //! out with `XDP_TX`. The checksums are updated incrementally (RFC 1624) for the words
-//! that change; swapping the addresses leaves every sum as it was. An ICMPv6 request
+//! that change; swapping the addresses leaves every sum as it was. An ICMP reply that is
+//! all zero but for its checksum gets 0xffff, the checksum of an all-zero message
+//! (equation 3 alone gives 0x0000: [`lb_common::csum`]). An ICMPv6 request
 //! behind extension headers passes (its reply would need them rewritten). Replies are
 //! rate-limited (`ratelimit`, kind `ICMP_RATE_ECHO`); echo requests are answered
 //! whatever the VIPs' allowed source prefixes, which are per port.
@@ -124,7 +126,9 @@ fn reply_v4(ctx: &XdpContext, l4: usize) -> Option<()> {
         ip.check = csum::update(ip.check, old, u16::from_ne_bytes([ip.ttl, ip.proto]));
         let [head, check] = *icmp;
         let new = u16::from_ne_bytes([ICMP_ECHO_REPLY, 0]);
-        *icmp = [new, csum::update(check, head, new)];
+        // A request whose identifier, sequence number and data are zero has an
+        // all-zero reply, whose checksum is 0xffff (`update_nonzero`).
+        *icmp = [new, csum::update_nonzero(check, head, new)];
     }
     Some(())
 }

@@ -14,10 +14,15 @@
 //! No state is written. The error is forwarded unchanged, with the flow's hash (its
 //! outer source and flow label are the flow's).
 //!
-//! Dropped (`drop_icmp_malformed`): a quote shorter than an IP header and 8 bytes, of
-//! another IP version, or whose source is not the address the error came to. Passed
-//! (`pass_icmp_unmatched`): a quote of a protocol other than TCP/UDP, behind IPv6
-//! extension headers, or of no VIP (another port).
+//! An IPv6 quote's extension headers (hop-by-hop, routing, destination options, a
+//! fragment header with offset 0, authentication) are walked as the main parser walks
+//! them ([`parse`](crate::parse)), at most [`MAX_IPV6_EXT_HEADERS`].
+//!
+//! Dropped (`drop_icmp_malformed`): a quote shorter than an IP header, its extension
+//! headers and 8 bytes, of another IP version, or whose source is not the address the
+//! error came to. Passed (`pass_icmp_unmatched`): a quote of a protocol other than
+//! TCP/UDP, of a later fragment (no ports), behind more extension headers than the walk
+//! follows, or of no VIP (another port).
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
@@ -35,13 +40,21 @@ use crate::{
     forward::{self, Sent},
     headers::{Ipv4Hdr, Ipv6Hdr, Ports, addr_words},
     packet::{frame_len, ptr_at},
-    parse::{ETH_LEN, ICMP_HDR_LEN, IcmpAt, MAX_L4_OFFSET, Parsed, flow_key},
+    parse::{
+        ETH_LEN, ICMP_HDR_LEN, IPV6_OFFSET_MASK, IcmpAt, MAX_IPV6_EXT_HEADERS, MAX_L4_OFFSET,
+        NEXTHDR_AUTH, NEXTHDR_FRAGMENT, Parsed, flow_key, is_ext_header,
+    },
     source::{self, Source},
     stats, table, vip,
 };
 
 /// Bytes of the quoted TCP/UDP header an error must carry (RFC 792: 64 bits).
 const QUOTED_L4: usize = 8;
+
+/// Bound of the quoted packet's L4 offset after its extension headers (each at most
+/// 2,048 bytes), for the verifier.
+const MAX_QUOTED_L4: usize =
+    MAX_L4_OFFSET + ICMP_HDR_LEN + size_of::<Ipv6Hdr>() + MAX_IPV6_EXT_HEADERS * 2048;
 
 #[inline(always)]
 fn verdict(reason: Reason) -> (u32, Reason) {
@@ -149,7 +162,8 @@ fn quoted_flow(ctx: &XdpContext, at: &IcmpAt, key: &mut FlowKey) -> Result<(), R
         if u32::from_be(ip.vtcfl) >> 28 != 6 || !same {
             return Err(Reason::DropIcmpMalformed);
         }
-        (ip.src, ip.dst, ip.next, inner + size_of::<Ipv6Hdr>())
+        let (proto, l4) = quoted_v6_l4(ctx, ip.next, inner + size_of::<Ipv6Hdr>(), end)?;
+        (ip.src, ip.dst, proto, l4)
     };
     let ports = ptr_at::<[u8; QUOTED_L4]>(ctx, ports_at).ok_or(Reason::DropIcmpMalformed)?;
     if ports_at + QUOTED_L4 > end {
@@ -170,4 +184,46 @@ fn quoted_flow(ctx: &XdpContext, at: &IcmpAt, key: &mut FlowKey) -> Result<(), R
     key.vip.port = ports.src;
     key.sport = ports.dst;
     Ok(())
+}
+
+/// The upper-layer protocol of the quoted IPv6 packet and its offset: the extension
+/// headers from `off` (the first one's type is `next`) walked, inside the quote (which
+/// ends at `end`).
+#[inline(always)]
+fn quoted_v6_l4(
+    ctx: &XdpContext,
+    mut next: u8,
+    mut off: usize,
+    end: usize,
+) -> Result<(u8, usize), Reason> {
+    for _ in 0..MAX_IPV6_EXT_HEADERS {
+        if next != NEXTHDR_FRAGMENT && !is_ext_header(next) {
+            return Ok((next, off));
+        }
+        // One four-byte read: next header, length, and a fragment header's offset.
+        let ext = ptr_at::<[u8; 4]>(ctx, off).ok_or(Reason::DropIcmpMalformed)?;
+        // SAFETY: ptr_at checked the four bytes.
+        let [nh, units, hi, lo] = unsafe { *ext };
+        off += if next == NEXTHDR_FRAGMENT {
+            // A later fragment carries no ports.
+            if u16::from_be_bytes([hi, lo]) & IPV6_OFFSET_MASK != 0 {
+                return Err(Reason::PassIcmpUnmatched);
+            }
+            8
+        } else if next == NEXTHDR_AUTH {
+            // AH counts 4-octet units minus 2 (RFC 4302); the others 8-octet units
+            // minus 1 (RFC 8200).
+            (usize::from(units) + 2) * 4
+        } else {
+            (usize::from(units) + 1) * 8
+        };
+        next = nh;
+        if off > end || off > MAX_QUOTED_L4 {
+            return Err(Reason::DropIcmpMalformed);
+        }
+    }
+    if next == NEXTHDR_FRAGMENT || is_ext_header(next) {
+        return Err(Reason::PassIcmpUnmatched);
+    }
+    Ok((next, off))
 }

@@ -48,7 +48,7 @@ const IPV4_FRAG_MASK: u16 = 0x3fff_u16.to_be();
 const IPV4_OFFSET_MASK: u16 = 0x1fff_u16.to_be();
 /// IPv6 fragment header: offset (13 bits, in 8-octet units, shifted left 3) in the
 /// third and fourth bytes, host order of those two bytes.
-const IPV6_OFFSET_MASK: u16 = 0xfff8;
+pub(crate) const IPV6_OFFSET_MASK: u16 = 0xfff8;
 /// IPv6 fragment header: the M (more fragments) flag.
 const IPV6_MORE_FRAGMENTS: u16 = 0x0001;
 /// ICMP and ICMPv6 header length (type, code, checksum, 4 bytes that depend on the
@@ -57,9 +57,9 @@ pub(crate) const ICMP_HDR_LEN: usize = 8;
 
 const NEXTHDR_HOP: u8 = 0;
 const NEXTHDR_ROUTING: u8 = 43;
-const NEXTHDR_FRAGMENT: u8 = 44;
+pub(crate) const NEXTHDR_FRAGMENT: u8 = 44;
 const NEXTHDR_ESP: u8 = 50;
-const NEXTHDR_AUTH: u8 = 51;
+pub(crate) const NEXTHDR_AUTH: u8 = 51;
 const NEXTHDR_DEST: u8 = 60;
 const NEXTHDR_MOBILITY: u8 = 135;
 const NEXTHDR_HIP: u8 = 139;
@@ -372,9 +372,10 @@ fn parse_v6(ctx: &XdpContext) -> Parse {
     }
 }
 
-/// Whether `next` is an extension header the walk follows.
+/// Whether `next` is an extension header the walk follows (the fragment header
+/// aside).
 #[inline(always)]
-fn is_ext_header(next: u8) -> bool {
+pub(crate) fn is_ext_header(next: u8) -> bool {
     matches!(
         next,
         NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST | NEXTHDR_AUTH

@@ -4,7 +4,8 @@
 //! toolchain); then the generated inputs in `target/release/lb-package/` (man pages and
 //! completion scripts printed by the binary's own `lb manpage` / `lb completions`,
 //! lb.toml(5) rendered from the book's configuration chapter by [`manpage`], the
-//! commented-out conffile made from lb.example.toml, the changelog, the gzipped README,
+//! commented-out conffile made from lb.example.toml, the changelog, the gzipped README
+//! and book (docs/src's Markdown, in usr/share/doc/lb/book/),
 //! the list of linked crates); then cargo-deb (`--no-build`), which reads
 //! `[package.metadata.deb]` of lb/Cargo.toml and takes the unit from
 //! dist/systemd/lb.service. The version is [`deb_version`].
@@ -54,6 +55,36 @@ const EXPECTED_FILES: &[&str] = &[
     "usr/share/lb/grafana/lb.json",
     "usr/share/lb/prometheus/lb-alerts.yml",
 ];
+
+/// Where the book's Markdown (docs/src, each file gzipped as the README) goes in the
+/// package; its files are expected besides [`EXPECTED_FILES`] ([`book_files`]).
+const BOOK_DIR: &str = "usr/share/doc/lb/book";
+
+/// The book's Markdown files, relative to docs/src, sorted.
+///
+/// # Errors
+/// docs/src could not be read.
+pub(crate) fn book_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let src = root.join("docs/src");
+    let mut files = Vec::new();
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(rel) = dirs.pop() {
+        let dir = src.join(&rel);
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let entry = entry?;
+            let path = rel.join(entry.file_name());
+            if entry.file_type()?.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
 
 /// Runs `cargo xtask package`.
 pub(crate) fn run(args: &PackageArgs) -> anyhow::Result<()> {
@@ -208,6 +239,16 @@ fn generate(
     std::fs::write(out.join("lb.toml"), commented_config(&example))?;
     std::fs::copy(root.join("README.md"), out.join("README.md"))?;
     gzip(&out.join("README.md"))?;
+    // The book's Markdown, in its layout: lb/Cargo.toml's `book/**/*.md.gz` asset.
+    for file in book_files(root)? {
+        let to = out.join("book").join(&file);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::copy(root.join("docs/src").join(&file), &to)
+            .with_context(|| format!("copying docs/src/{}", file.display()))?;
+        gzip(&to)?;
+    }
     let maintainer = deb_maintainer(root)?;
     let date = commit
         .and_then(|c| git(&["show", "-s", "--format=%cD", c]))
@@ -525,6 +566,11 @@ fn check_contents(built: &Built) -> anyhow::Result<()> {
             .pages
             .iter()
             .map(|p| format!("usr/share/man/man8/{p}.gz")),
+    );
+    expected.extend(
+        book_files(&cmd::workspace_root())?
+            .iter()
+            .map(|f| format!("{BOOK_DIR}/{}.gz", f.display())),
     );
     let missing: Vec<&String> = expected
         .iter()
@@ -892,6 +938,29 @@ mod tests {
                 "odd 1.0.0 (no licence declared)"
             ]
         );
+    }
+
+    #[test]
+    fn the_package_expects_every_chapter_of_the_book() {
+        let files = book_files(&cmd::workspace_root()).expect("docs/src");
+        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        assert!(names.iter().any(|f| f == "SUMMARY.md"), "{names:?}");
+        // Every chapter SUMMARY.md links, in its directory.
+        let summary = std::fs::read_to_string(cmd::workspace_root().join("docs/src/SUMMARY.md"))
+            .expect("SUMMARY.md");
+        let linked: Vec<&str> = summary
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+            .filter(|target| target.ends_with(".md"))
+            .collect();
+        assert!(linked.len() > 10, "{linked:?}");
+        for chapter in linked {
+            assert!(
+                names.iter().any(|f| f == chapter),
+                "{chapter} not in {names:?}"
+            );
+        }
     }
 
     #[test]

@@ -236,7 +236,12 @@ fn signals_section(roff: &mut Roff) {
         ),
         (
             "SIGTERM, SIGINT",
-            "Detach the XDP program, remove the control socket and exit 0.",
+            "Stop the daemon and exit 0: remove the control socket and detach the \
+             tunnel-probe program. The XDP program stays attached and pinned and keeps \
+             forwarding with its last state; health checks and changes pause until the \
+             next start, which adopts it. With detach_on_exit = true (lb.toml(5)) the \
+             daemon detaches the XDP program and removes its pins instead; lb detach \
+             removes a datapath left behind.",
         ),
     ];
     tagged_paragraphs(roff, &signals);

@@ -117,6 +117,37 @@ fn echo_requests_to_a_vip_are_answered_from_the_vip() {
     );
 }
 
+/// An echo request whose identifier, sequence number and data are all zero (Katran's
+/// fixture): its reply is all zero but for the checksum, which must be 0xffff (the
+/// complement of +0, the sum of all-zero words; RFC 1071). 0x0000, what RFC 1624's
+/// equation 3 gives here (it never gives 0xffff), fails the client's verification.
+#[test]
+fn an_all_zero_echo_reply_carries_checksum_0xffff() {
+    let mut lb = Lb::standard();
+    let request = {
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+            .ipv4(CLIENT4.octets(), VIP4.octets(), 61)
+            .icmpv4_echo_request(0, 0)
+            .write(&mut frame, &[0; 16])
+            .expect("write");
+        frame
+    };
+    // Type 8, code 0, checksum 0xf7ff, identifier 0, sequence 0, 16 zero bytes.
+    let icmp = 14 + 20;
+    assert_eq!(request[icmp..icmp + 4], [8, 0, 0xf7, 0xff]);
+    assert!(request[icmp + 4..].iter().all(|b| *b == 0));
+    let out = expect(&mut lb, &request, XDP_TX, Reason::TxIcmpEchoReply);
+    assert_eq!(out.len(), request.len());
+    assert_eq!(
+        out[icmp..icmp + 4],
+        [0, 0, 0xff, 0xff],
+        "type 0, checksum 0xffff"
+    );
+    assert!(out[icmp + 4..].iter().all(|b| *b == 0));
+    assert_eq!(out, reply4(&request), "IPv4 reply bytes");
+}
+
 #[test]
 fn a_tagged_echo_request_is_answered_on_its_vlan() {
     let mut lb = Lb::standard();

@@ -189,6 +189,87 @@ fn ipv6_packet_too_big_goes_to_the_owning_backend() {
     }
 }
 
+const NEXTHDR_HOP: u8 = 0;
+const NEXTHDR_ROUTING: u8 = 43;
+const NEXTHDR_FRAGMENT: u8 = 44;
+const NEXTHDR_DEST: u8 = 60;
+
+/// `quote` of an IPv6 TCP segment (VIP6:80 to CLIENT6:`cport`) with the 8-byte
+/// extension headers `chain` between the IPv6 header and `l4` TCP bytes; a fragment
+/// header carries `frag_offset` (8-octet units) and M set.
+fn quote_ext(cport: u16, chain: &[u8], frag_offset: u16, l4: usize) -> Vec<u8> {
+    let plain = quote(VIP6.into(), 80, CLIENT6.into(), cport, IpNumber::TCP, l4);
+    let (ip, tcp) = plain.split_at(40);
+    let mut out = ip.to_vec();
+    out[6] = chain.first().copied().unwrap_or(PROTO_TCP);
+    for (i, kind) in chain.iter().enumerate() {
+        let next = chain.get(i + 1).copied().unwrap_or(PROTO_TCP);
+        let header: [u8; 8] = match *kind {
+            // Next header, length 0 (8 bytes), a PadN option of 4 bytes.
+            NEXTHDR_HOP | NEXTHDR_DEST => [next, 0, 1, 4, 0, 0, 0, 0],
+            // Next header, length 0, routing type 0, segments left 0.
+            NEXTHDR_ROUTING => [next, 0, 0, 0, 0, 0, 0, 0],
+            NEXTHDR_FRAGMENT => {
+                let [hi, lo] = ((frag_offset << 3) | 1).to_be_bytes();
+                [next, 0, hi, lo, 0, 0, 0x12, 0x34]
+            }
+            other => panic!("no extension header {other}"),
+        };
+        out.extend_from_slice(&header);
+    }
+    out.extend_from_slice(tcp);
+    out
+}
+
+#[test]
+fn ipv6_errors_quoting_extension_headers_go_to_the_owning_backend() {
+    // Issue 29 item 6: the quoted packet's extension headers are walked as the main
+    // parser walks them; before, such an error counted pass_icmp_unmatched.
+    let mut lb = Lb::standard();
+    let flow = flow6(40000, 80);
+    let owner = pin_then_move(&mut lb, 2, &flow, [11, 12]);
+    for chain in [
+        &[NEXTHDR_HOP][..],
+        &[NEXTHDR_ROUTING],
+        &[NEXTHDR_DEST],
+        &[NEXTHDR_FRAGMENT],
+        &[
+            NEXTHDR_HOP,
+            NEXTHDR_DEST,
+            NEXTHDR_ROUTING,
+            NEXTHDR_FRAGMENT,
+            NEXTHDR_DEST,
+        ],
+    ] {
+        for l4 in [8, 64] {
+            let frame = error6(
+                Icmpv6Type::PacketTooBig { mtu: 1400 },
+                &quote_ext(40000, chain, 0, l4),
+            );
+            expect_forwarded(&mut lb, &frame, owner, Reason::TxIcmpForward);
+        }
+    }
+    // A quoted later fragment has no ports: the stack's. A quote cut inside the
+    // extension headers or before 8 TCP bytes is malformed.
+    let later = error6(
+        Icmpv6Type::PacketTooBig { mtu: 1400 },
+        &quote_ext(40000, &[NEXTHDR_FRAGMENT], 185, 8),
+    );
+    expect(&mut lb, &later, XDP_PASS, Reason::PassIcmpUnmatched);
+    let chain = [NEXTHDR_HOP, NEXTHDR_ROUTING];
+    let full = quote_ext(40000, &chain, 0, 8);
+    for cut in [44, 56, 62] {
+        let short = error6(Icmpv6Type::PacketTooBig { mtu: 1400 }, &full[..cut]);
+        expect(&mut lb, &short, XDP_DROP, Reason::DropIcmpMalformed);
+    }
+    // More extension headers than the main parser walks: the stack's.
+    let long = error6(
+        Icmpv6Type::PacketTooBig { mtu: 1400 },
+        &quote_ext(40000, &[NEXTHDR_DEST; 7], 0, 8),
+    );
+    expect(&mut lb, &long, XDP_PASS, Reason::PassIcmpUnmatched);
+}
+
 #[test]
 fn truncated_or_inconsistent_quotes_are_dropped_and_others_pass() {
     // BR-19.T5: never forwarded to an arbitrary backend.

@@ -66,6 +66,16 @@ fn pages_are_section_8_with_title_synopsis_and_see_also() {
     assert!(top.roff.contains("/etc/lb/lb.toml"));
     // The daemon's page says what its signals do.
     assert!(run.roff.contains(".SH SIGNALS") && run.roff.contains("SIGHUP"));
+    // A stop leaves the datapath forwarding (issue 29 item 7); only detach_on_exit
+    // detaches it.
+    let signals = run.roff.split(".SH SIGNALS").nth(1).expect("SIGNALS");
+    let signals = signals.split("\n.SH ").next().expect("its text");
+    assert!(
+        signals.contains("stays attached") && signals.contains("keeps forwarding"),
+        "{signals}"
+    );
+    assert!(signals.contains("detach_on_exit"), "{signals}");
+    assert!(!signals.contains("Detach the XDP program"), "{signals}");
     assert!(!top.roff.contains(".SH SIGNALS"));
     // One apostrophe preamble although two renderings make up the page.
     assert_eq!(top.roff.matches(".ie \\n(.g").count(), 1, "{}", top.roff);
