@@ -630,7 +630,8 @@ impl<D: Dataplane> Service<D> {
         let connections = |vip: &Vip, key: &BackendKey| {
             let id = ids.get(&(vip.to_string(), key.to_string()))?;
             let c = self.connections.of(*id)?;
-            Some(c.established + c.closing + c.syn_only)
+            // A connection whose client sent a FIN or RST has ended (its entry lingers).
+            Some(c.established + c.syn_only)
         };
         let ended = self
             .drains

@@ -60,8 +60,20 @@ fn backends(s: &Service<FakeDataplane>) -> Vec<(String, String, u32)> {
         .collect()
 }
 
-/// A census with `n` connections to backend `address`.
+/// A census with `n` open connections to backend `address`.
 fn census(s: &Service<FakeDataplane>, address: &str, n: u64) -> Census {
+    counted(
+        s,
+        address,
+        ConnectionCounts {
+            established: n,
+            ..ConnectionCounts::default()
+        },
+    )
+}
+
+/// A census with `counts` for backend `address`.
+fn counted(s: &Service<FakeDataplane>, address: &str, counts: ConnectionCounts) -> Census {
     let id = s.status().vips[0]
         .backends
         .iter()
@@ -69,13 +81,7 @@ fn census(s: &Service<FakeDataplane>, address: &str, n: u64) -> Census {
         .unwrap()
         .id;
     let mut c = Census::default();
-    c.backends.insert(
-        id,
-        ConnectionCounts {
-            established: n,
-            ..ConnectionCounts::default()
-        },
-    );
+    c.backends.insert(id, counts);
     c
 }
 
@@ -168,8 +174,13 @@ fn a_timed_drain_ends_with_the_last_connection() {
     );
     s.set_census(census(&s, "198.51.100.11", 2));
     assert_eq!(backends(&s).len(), 2, "connections keep it");
+    // Connections whose client sent a FIN or RST have ended.
+    let closing = ConnectionCounts {
+        closing: 2,
+        ..ConnectionCounts::default()
+    };
     let ended = {
-        s.connections.set(census(&s, "198.51.100.11", 0));
+        s.connections.set(counted(&s, "198.51.100.11", closing));
         s.end_drains(Instant::now())
     };
     assert_eq!(
