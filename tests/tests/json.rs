@@ -199,14 +199,26 @@ fn backend_json_of_every_action_matches_the_schema() {
     with_daemon(|_, lb| {
         let vip = vip_text(false, true);
         let b3 = backend_addr(3, false).to_string();
-        for action in ["add", "drain", "undrain", "drain", "remove"] {
-            let text = lb
-                .cli(&["backend", action, "--json", "--vip", &vip, "--backend", &b3])
-                .expect("lb backend");
+        let steps: [(&str, &[&str]); 7] = [
+            ("add", &[]),
+            ("weight", &["2"]),
+            ("drain", &[]),
+            ("undrain", &[]),
+            ("drain", &["--timeout", "1h"]),
+            ("drain", &["--keep"]),
+            ("remove", &[]),
+        ];
+        for (action, extra) in steps {
+            let mut args = vec!["backend", action, "--json", "--vip", &vip, "--backend", &b3];
+            args.extend_from_slice(extra);
+            let text = lb.cli(&args).expect("lb backend");
             matches("lb backend", &text);
             let change: Value = serde_json::from_str(&text).expect("JSON");
             assert_eq!(change["action"], action);
-            assert_eq!(change["changed"], true, "{text}");
+            let timed = extra.contains(&"--timeout");
+            assert_eq!(change["drain_timeout_secs"].is_null(), !timed, "{text}");
+            // `--keep` on a drained backend changes nothing but its pending removal.
+            assert_eq!(change["changed"], !extra.contains(&"--keep"), "{text}");
             assert_eq!(change["after"].is_null(), action == "remove", "{text}");
         }
     });

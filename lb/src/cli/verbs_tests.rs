@@ -2,10 +2,10 @@
 
 use clap::Parser;
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use super::{
-    backend::BackendArgs,
+    backend::{BackendArgs, parse_timeout},
     flow::{FlowArgs, flow_text},
 };
 use crate::{
@@ -59,10 +59,70 @@ fn arguments_parse_into_typed_values() {
     assert_eq!(f.client, "192.0.2.10:40000".parse::<SocketAddr>().unwrap());
 }
 
+/// `lb backend weight ... N` and `drain --timeout|--keep` parse into typed values.
+#[test]
+fn lifecycle_arguments_parse() {
+    let base = [
+        "backend",
+        "--vip",
+        "203.0.113.10:80/tcp",
+        "--backend",
+        "198.51.100.11",
+    ];
+    let with = |extra: &[&'static str]| -> Result<BackendArgs, clap::Error> {
+        let mut args = base.to_vec();
+        args.splice(1..1, extra.iter().copied());
+        match parse(&args)? {
+            Verb::Backend(b) => Ok(b),
+            Verb::Flow(_) => panic!("backend"),
+        }
+    };
+    let b = with(&["weight", "3"]).unwrap();
+    assert_eq!((b.action, b.n), (BackendAction::Weight, Some(3)));
+    let b = with(&["drain", "--timeout", "5m"]).unwrap();
+    assert_eq!(b.timeout, Some(Duration::from_secs(300)));
+    assert!(with(&["drain", "--keep"]).unwrap().keep);
+    let err = with(&["weight"]).unwrap_err();
+    assert!(err.to_string().contains("<N>"), "{err}");
+    let err = with(&["drain", "--timeout", "5m", "--keep"]).unwrap_err();
+    assert!(err.to_string().contains("cannot be used with"), "{err}");
+    let err = with(&["weight", "3", "--weight", "4"]).unwrap_err();
+    assert!(err.to_string().contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn timeouts_read_seconds_minutes_and_hours() {
+    let ok = |t| parse_timeout(t).unwrap().as_secs();
+    assert_eq!(
+        [ok("90s"), ok("90"), ok("5m"), ok("2h")],
+        [90, 90, 300, 7200]
+    );
+    for bad in ["0", "0m", "5d", "m", "", "-1s", "1.5m"] {
+        assert_eq!(
+            parse_timeout(bad).unwrap_err(),
+            format!("expected a duration above zero such as 90s, 5m or 1h, got `{bad}`")
+        );
+    }
+}
+
 #[test]
 fn bad_arguments_are_refused_naming_the_flag_and_the_value() {
     // These never reach the daemon: the CLI refuses them (usage error, exit status 2).
-    let cases: [(&[&str], &str, &str); 3] = [
+    let cases: [(&[&str], &str, &str); 4] = [
+        (
+            &[
+                "backend",
+                "drain",
+                "--vip",
+                "203.0.113.10:80/tcp",
+                "--backend",
+                "198.51.100.13",
+                "--timeout",
+                "5x",
+            ],
+            "'--timeout <DURATION>'",
+            "expected a duration above zero such as 90s, 5m or 1h, got `5x`",
+        ),
         (
             &[
                 "backend",

@@ -1,4 +1,4 @@
-//! The answer to a change (`lb backend add|remove|drain|undrain`): [`Change`], what the
+//! The answer to a change (`lb backend add|remove|drain|undrain|weight`): [`Change`], what the
 //! change did to the running state — each VIP's new table (slots moved, generation,
 //! fingerprint), the backend as it is now, the warnings and the log lines.
 
@@ -15,6 +15,11 @@ pub struct Change {
     pub vip: String,
     /// The backend (canonical address).
     pub backend: String,
+    /// What changed of the backend, in words (the text output's first line).
+    pub summary: String,
+    /// A timed drain's timeout (seconds): the backend is removed when its last
+    /// connection ends or when this passes; `None` without a pending removal.
+    pub drain_timeout_secs: Option<u64>,
     /// Whether anything was written to the data plane (false: it already was so).
     pub changed: bool,
     /// The backend after the change; `None` once removed.

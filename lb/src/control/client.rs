@@ -86,7 +86,7 @@ impl Client {
         self.call(&Request::Stats)
     }
 
-    /// `lb backend ACTION`: what the change did.
+    /// `lb backend ACTION`, with a drain's `(timeout, keep)`: what the change did.
     ///
     /// # Errors
     /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
@@ -96,12 +96,15 @@ impl Client {
         vip: Vip,
         backend: BackendKey,
         weight: Option<u32>,
+        (timeout, keep): (Option<Duration>, bool),
     ) -> Result<Change, ClientError> {
         self.call(&Request::Backend {
             action,
             vip,
             backend,
             weight,
+            timeout_secs: timeout.map(|t| t.as_secs()),
+            keep,
         })
     }
 

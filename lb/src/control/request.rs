@@ -16,10 +16,26 @@ pub enum BackendAction {
     Add,
     /// Remove a backend: its flows are re-picked on the new table.
     Remove,
-    /// Drain: no new flows, established flows stay.
+    /// Drain: no new flows, established flows stay (with `--timeout`, removed when the
+    /// last one ends or the timeout passes, whichever is first).
     Drain,
     /// Undo a drain (and set `--weight` if given).
     Undrain,
+    /// Set the weight, keeping the state.
+    Weight,
+}
+
+impl BackendAction {
+    /// The verb as typed: `add`, `remove`, `drain`, `undrain`, `weight`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Add => "add",
+            Self::Remove => "remove",
+            Self::Drain => "drain",
+            Self::Undrain => "undrain",
+            Self::Weight => "weight",
+        }
+    }
 }
 
 /// A request to the daemon, one JSON object tagged by `command`, e.g.
@@ -41,8 +57,15 @@ pub enum Request {
         vip: Vip,
         /// The backend (its canonical text on the wire).
         backend: BackendKey,
-        /// Weight (add, undrain).
+        /// Weight (add, undrain; required by weight).
         weight: Option<u32>,
+        /// Drain: remove the backend after this many seconds, or once its last
+        /// connection ends if that is first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u64>,
+        /// Drain: stay drained (cancels a pending timed removal).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep: bool,
     },
     /// `lb trace`: answered with a stream of lines, a [`super::TraceStarted`] then one
     /// [`super::TraceEvent`] per traced packet, until the client closes the connection.

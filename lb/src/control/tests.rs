@@ -16,6 +16,8 @@ fn requests_round_trip_as_tagged_json() {
         vip: "203.0.113.10:80/tcp".parse().unwrap(),
         backend: "198.51.100.11".parse().unwrap(),
         weight: None,
+        timeout_secs: None,
+        keep: false,
     };
     let text = serde_json::to_string(&r).unwrap();
     assert_eq!(

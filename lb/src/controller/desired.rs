@@ -178,13 +178,20 @@ pub enum EditError {
         /// The backend.
         backend: BackendKey,
     },
-    /// The backend is already in the VIP.
-    #[error("backend {backend} is already in VIP {vip}")]
+    /// The backend is already in the VIP: the answer names the verb that changes it.
+    #[error(
+        "backend {backend} is already in VIP {vip} ({} (weight {})); to change its weight: \
+         lb backend weight --vip {vip} --backend {backend} N",
+        .now.state,
+        .now.weight
+    )]
     DuplicateBackend {
         /// The VIP.
         vip: Vip,
         /// The backend.
         backend: BackendKey,
+        /// What it is now.
+        now: BackendSpec,
     },
     /// The backend cannot belong to the VIP.
     #[error("backend {backend} cannot be added to VIP {vip}: {reason}")]
@@ -297,8 +304,12 @@ impl Desired {
             ));
         }
         let spec = self.vip_mut(vip)?;
-        if spec.backends.contains_key(&backend) {
-            return Err(EditError::DuplicateBackend { vip: *vip, backend });
+        if let Some(now) = spec.backends.get(&backend) {
+            return Err(EditError::DuplicateBackend {
+                vip: *vip,
+                backend,
+                now: *now,
+            });
         }
         spec.backends.insert(
             backend,
@@ -349,5 +360,34 @@ impl Desired {
             spec.weight = w;
         }
         Ok(())
+    }
+
+    /// Sets `backend`'s weight, keeping its state.
+    ///
+    /// # Errors
+    /// Unknown VIP or backend.
+    pub fn set_weight(
+        &mut self,
+        vip: &Vip,
+        backend: &BackendKey,
+        weight: u32,
+    ) -> Result<(), EditError> {
+        let state = self
+            .vips
+            .get(vip)
+            .ok_or(EditError::UnknownVip(*vip))?
+            .backends
+            .get(backend)
+            .ok_or(EditError::UnknownBackend {
+                vip: *vip,
+                backend: *backend,
+            })?
+            .state;
+        self.set_backend(vip, backend, state, Some(weight))
+    }
+
+    /// `backend`'s spec in `vip`, if it is there.
+    pub fn backend(&self, vip: &Vip, backend: &BackendKey) -> Option<&BackendSpec> {
+        self.vips.get(vip).and_then(|v| v.backends.get(backend))
     }
 }

@@ -1,22 +1,62 @@
 //! The answer of `lb backend` ([`Change`]): what an applied change did, from the
 //! controller's report and its state after the change.
 
+use std::time::Duration;
+
+use super::drains::duration_text;
 use crate::{
     config::Vip,
     control::{BackendAction, Change, TableUpdate},
-    controller::{ApplyReport, Controller, VipChange},
+    controller::{ApplyReport, BackendSpec, Controller, VipChange},
 };
 use lb_dataplane::Dataplane;
 use lb_maglev::BackendKey;
 
-/// The [`Change`] of `action` on backend `key` of `vip`, applied as `report`.
+/// One applied `lb backend` change.
+pub(super) struct Edit<'a> {
+    /// The verb.
+    pub action: BackendAction,
+    /// The VIP.
+    pub vip: &'a Vip,
+    /// The backend.
+    pub key: BackendKey,
+    /// The backend before the change (`None`: not in the VIP).
+    pub before: Option<BackendSpec>,
+    /// The pending timed drain's timeout after the change, if any.
+    pub drain: Option<Duration>,
+}
+
+/// The first line of the answer: the backend before and after, and a pending removal.
+fn summary(edit: &Edit<'_>, after: Option<BackendSpec>) -> String {
+    let spec = |b: BackendSpec| format!("{} (weight {})", b.state, b.weight);
+    let what = match (edit.before, after) {
+        (None, Some(a)) => format!("added, {}", spec(a)),
+        (Some(b), None) => format!("removed (was {})", spec(b)),
+        (Some(b), Some(a)) if b == a => format!("unchanged, {}", spec(a)),
+        (Some(b), Some(a)) => format!("{} -> {}", spec(b), spec(a)),
+        (None, None) => "not in the VIP".to_owned(),
+    };
+    let mut line = format!("backend {} of VIP {}: {what}", edit.key, edit.vip);
+    if let Some(t) = edit.drain {
+        line.push_str(&format!(
+            "; removed when its last connection ends or in {}, whichever is first",
+            duration_text(t)
+        ));
+    }
+    line
+}
+
+/// The [`Change`] of `edit`, applied as `report`.
 pub(super) fn change<D: Dataplane>(
     controller: &Controller<D>,
-    action: BackendAction,
-    vip: &Vip,
-    key: BackendKey,
+    edit: Edit<'_>,
     report: &ApplyReport,
 ) -> Change {
+    let (action, vip, key) = (edit.action, edit.vip, edit.key);
+    let after_spec = controller
+        .applied()
+        .and_then(|d| d.backend(vip, &key))
+        .copied();
     let address = key.to_string();
     let after = controller
         .vip_statuses()
@@ -45,6 +85,8 @@ pub(super) fn change<D: Dataplane>(
         action,
         vip: vip.to_string(),
         backend: address,
+        summary: summary(&edit, after_spec),
+        drain_timeout_secs: edit.drain.map(|t| t.as_secs()),
         changed: report.operations > 0,
         after,
         tables,

@@ -35,6 +35,11 @@ impl Latest {
         self.census = Some((census, Instant::now()));
     }
 
+    /// When the last walk ended, if one did.
+    pub fn walked_at(&self) -> Option<Instant> {
+        self.census.as_ref().map(|(_, at)| *at)
+    }
+
     /// The last walk, if any.
     pub fn census(&self) -> Option<&Census> {
         self.census.as_ref().map(|(c, _)| c)

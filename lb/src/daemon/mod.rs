@@ -26,6 +26,7 @@ pub mod announce;
 mod change;
 pub mod connections;
 mod datapath;
+pub mod drains;
 pub mod health;
 mod http;
 pub mod metrics;

@@ -4,14 +4,20 @@
 //! they are applied), status, stats and flow lookups. Generic over the data plane, so
 //! it is unit-tested against the in-memory fake.
 
-use std::path::PathBuf;
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use tokio::{runtime::Handle, sync::mpsc};
+use tracing::info;
 
 use super::{
     announce::{self, Announcer},
     change,
     connections::Latest,
+    drains::Drains,
     health::HealthChecks,
     nexthop::NexthopMonitor,
     state_file::{StateFile, StateFileError},
@@ -21,7 +27,8 @@ use crate::{
     config::{BackendState, Config, HealthChecker, Loaded, Nexthop, Vip, XdpMode},
     control::{BackendAction, OverrideStatus, OverridesReport, Request, Response, Stats, Status},
     controller::{
-        ApplyError, ApplyReport, Controller, Desired, EditError, FlowError, Override, Overrides,
+        ApplyError, ApplyReport, BackendSpec, Controller, Desired, EditError, FlowError, Override,
+        Overrides,
     },
     defaults,
 };
@@ -42,6 +49,9 @@ pub enum ServiceError {
     /// The runtime change does not fit the VIP.
     #[error(transparent)]
     Edit(#[from] EditError),
+    /// A flag of the request is missing, out of range or does not apply.
+    #[error("{0}")]
+    Flag(String),
     /// After the change the VIP's table would be smaller than its backends.
     #[error("table_size {table_size} is smaller than backend count {in_table}")]
     TableTooSmall {
@@ -160,6 +170,8 @@ pub struct Service<D> {
     announce: Announcer,
     /// The runtime changes in force.
     overrides: Overrides,
+    /// The timed drains' pending removals.
+    drains: Drains,
     /// Where they are kept (`None`: not kept, in unit tests).
     state_file: Option<StateFile>,
     /// The pinned datapath's directory and layout stamp, for `lb status`.
@@ -219,6 +231,7 @@ impl<D: Dataplane> Service<D> {
             health: None,
             nexthops: None,
             overrides: kept,
+            drains: Drains::default(),
             state_file,
             datapath: (None, None),
             detach_on_exit: loaded.config.detach_on_exit,
@@ -394,19 +407,29 @@ impl<D: Dataplane> Service<D> {
                 vip,
                 backend,
                 weight,
-            } => match self.backend(action, &vip, backend, weight) {
-                Ok(report) => {
-                    log(&report);
-                    Response::ok(change::change(
-                        &self.controller,
-                        action,
-                        &vip,
-                        backend,
-                        &report,
-                    ))
+                timeout_secs,
+                keep,
+            } => {
+                let timeout = timeout_secs.map(Duration::from_secs);
+                match self.backend_request(action, &vip, backend, weight, (timeout, keep)) {
+                    Ok((report, before)) => {
+                        log(&report);
+                        let drain = self.drains.timeout_of(&vip, &backend);
+                        Response::ok(change::change(
+                            &self.controller,
+                            change::Edit {
+                                action,
+                                vip: &vip,
+                                key: backend,
+                                before,
+                                drain,
+                            },
+                            &report,
+                        ))
+                    }
+                    Err(e) => Response::error(e),
                 }
-                Err(e) => Response::error(e),
-            },
+            }
             Request::Trace { .. } => {
                 Response::error("lb trace is a stream: the daemon's event loop serves it")
             }
@@ -470,6 +493,50 @@ impl<D: Dataplane> Service<D> {
         ))
     }
 
+    /// `lb backend` with the drain's `(timeout, keep)`: checks the flags, applies the
+    /// change and starts or cancels a timed drain. Returns the report and the backend
+    /// as it was before.
+    fn backend_request(
+        &mut self,
+        action: BackendAction,
+        vip: &Vip,
+        key: BackendKey,
+        weight: Option<u32>,
+        (timeout, keep): (Option<Duration>, bool),
+    ) -> Result<(ApplyReport, Option<BackendSpec>), ServiceError> {
+        if action != BackendAction::Drain && (timeout.is_some() || keep) {
+            return Err(ServiceError::Flag(format!(
+                "--timeout and --keep apply to drain only, not to {}",
+                action.name()
+            )));
+        }
+        if keep && timeout.is_some() {
+            return Err(ServiceError::Flag(
+                "--keep and --timeout exclude each other".to_owned(),
+            ));
+        }
+        if timeout == Some(Duration::ZERO) {
+            return Err(ServiceError::Flag(
+                "--timeout 0: expected a duration above zero".to_owned(),
+            ));
+        }
+        let before = self
+            .controller
+            .applied()
+            .and_then(|d| d.backend(vip, &key))
+            .copied();
+        let report = self.backend(action, vip, key, weight)?;
+        match (action, timeout) {
+            (BackendAction::Drain, Some(t)) => self.drains.start(*vip, key, t, Instant::now()),
+            (BackendAction::Drain, None) if !keep => {}
+            (BackendAction::Weight, _) => {}
+            _ => {
+                self.drains.cancel(vip, &key);
+            }
+        }
+        Ok((report, before))
+    }
+
     /// `lb backend`: applies the change to the running state, after recording it in
     /// the state file (restored if the change fails).
     fn backend(
@@ -489,6 +556,15 @@ impl<D: Dataplane> Service<D> {
             BackendAction::Remove => desired.remove_backend(vip, &key),
             BackendAction::Drain => desired.set_backend(vip, &key, BackendState::Drain, weight),
             BackendAction::Undrain => desired.set_backend(vip, &key, BackendState::Active, weight),
+            BackendAction::Weight => {
+                let Some(w) = weight else {
+                    return Err(ServiceError::Flag(
+                        "lb backend weight needs the weight N (e.g. `lb backend weight --vip V --backend B 3`)"
+                            .to_owned(),
+                    ));
+                };
+                desired.set_weight(vip, &key, w)
+            }
         }?;
         if let Some(spec) = desired.vips.get(vip) {
             let in_table = spec
@@ -524,6 +600,57 @@ impl<D: Dataplane> Service<D> {
     /// Records the last conntrack walk (live connections per backend).
     pub fn set_census(&mut self, census: lb_dataplane::Census) {
         self.connections.set(census);
+        for line in self.end_drains(Instant::now()) {
+            info!("{line}");
+        }
+    }
+
+    /// Removes the backends whose timed drain has ended at `now` (the timeout passed,
+    /// or the last walk found no connection); returns the log lines. A backend no longer
+    /// drained (undrained, or changed by a reload) loses its pending removal.
+    pub fn end_drains(&mut self, now: Instant) -> Vec<String> {
+        let applied = self.controller.applied().cloned();
+        self.drains.retain(|vip, key| {
+            applied
+                .as_ref()
+                .and_then(|d| d.backend(vip, key))
+                .is_some_and(|b| b.state == BackendState::Drain)
+        });
+        let ids: BTreeMap<(String, String), u32> = self
+            .controller
+            .vip_statuses()
+            .into_iter()
+            .flat_map(|v| {
+                let vip = v.vip;
+                v.backends
+                    .into_iter()
+                    .map(move |b| ((vip.clone(), b.address), b.id))
+            })
+            .collect();
+        let connections = |vip: &Vip, key: &BackendKey| {
+            let id = ids.get(&(vip.to_string(), key.to_string()))?;
+            let c = self.connections.of(*id)?;
+            // A connection whose client sent a FIN or RST has ended (its entry lingers).
+            Some(c.established + c.syn_only)
+        };
+        let ended = self
+            .drains
+            .take_ended(now, self.connections.walked_at(), connections);
+        let mut lines = Vec::new();
+        for (vip, key, ending) in ended {
+            match self.backend(BackendAction::Remove, &vip, key, None) {
+                Ok(report) => {
+                    lines.push(format!(
+                        "drain of backend {key} of VIP {vip} ended ({ending}): removed"
+                    ));
+                    lines.extend(report.lines());
+                }
+                Err(e) => lines.push(format!(
+                    "drain of backend {key} of VIP {vip} ended ({ending}); removing it failed, it stays drained: {e}"
+                )),
+            }
+        }
+        lines
     }
 
     /// The last conntrack walk, with the capacities beside it.
@@ -645,5 +772,7 @@ pub(super) fn apply_batch(
     }
 }
 
+#[cfg(test)]
+mod lifecycle_tests;
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,8 @@
 //! | fragments and ICMP errors reach the owner with no daemon and after a restart that adopts the datapath (issue 16 with 18) | [`adoption::the_rare_paths_run_without_a_daemon_and_after_an_adopting_restart`] |
 //! | a source list narrowed or removed while no daemon ran is enforced by the adopting start | [`adoption::a_source_list_changed_while_no_daemon_runs_is_enforced_by_the_adopting_start`] |
 //!
+//! | `lb backend weight`; `drain --timeout` removes at the timeout or the last connection (issue 32) | [`lifecycle`] |
+//!
 //! | issue 10 (health checks) | [`health`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
@@ -33,6 +35,7 @@ mod handshake;
 mod harness;
 mod health;
 mod ipv6;
+mod lifecycle;
 mod pmtu;
 mod removal;
 mod stats;

@@ -28,6 +28,8 @@ fn backend(s: &mut Service<FakeDataplane>, action: BackendAction, address: &str)
             vip: "203.0.113.10:80/tcp".parse().unwrap(),
             backend: address.parse().unwrap(),
             weight: None,
+            timeout_secs: None,
+            keep: false,
         },
         &mut |_| {},
     );

@@ -45,6 +45,8 @@ fn backend(action: BackendAction, address: &str) -> Request {
         vip: vip("203.0.113.10:80/tcp"),
         backend: address.parse().unwrap(),
         weight: None,
+        timeout_secs: None,
+        keep: false,
     }
 }
 
@@ -144,12 +146,16 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
                 vip: vip("203.0.113.10:81/tcp"),
                 backend: "198.51.100.13".parse().unwrap(),
                 weight: None,
+                timeout_secs: None,
+                keep: false,
             },
             "VIP 203.0.113.10:81/tcp is not configured",
         ),
         (
             backend(BackendAction::Add, "198.51.100.11"),
-            "backend 198.51.100.11 is already in VIP 203.0.113.10:80/tcp",
+            "backend 198.51.100.11 is already in VIP 203.0.113.10:80/tcp (active (weight 1)); \
+             to change its weight: lb backend weight --vip 203.0.113.10:80/tcp --backend \
+             198.51.100.11 N",
         ),
         (
             backend(BackendAction::Remove, "198.51.100.99"),
@@ -229,7 +235,7 @@ fn stats_report_counters_and_rates() {
             },
         );
     }
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(20));
     let stats = s.stats().unwrap();
     assert!(stats.interval_secs > 0.0);
     assert_eq!(stats.reasons.len(), 1);
