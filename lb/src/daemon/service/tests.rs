@@ -267,6 +267,21 @@ fn stats_rates_cover_the_window_not_the_last_tick() {
     assert!(packets.rate > 0.0, "{}", packets.rate);
 }
 
+/// `lb status` has each VIP's allowed source prefixes, sorted; none: every client.
+#[test]
+fn status_shows_the_allowed_sources_of_each_vip() {
+    let file = FILE.replace(
+        "table_size = 1009\n",
+        "table_size = 1009\nallowed_sources = [\"198.18.0.0/15\", \"192.0.2.0/24\"]\n",
+    );
+    let status = start_with(FakeDataplane::new(), None, &file).status();
+    assert_eq!(
+        status.vips[0].allowed_sources,
+        ["192.0.2.0/24", "198.18.0.0/15"]
+    );
+    assert!(start().status().vips[0].allowed_sources.is_empty());
+}
+
 #[test]
 fn flow_and_status_requests_answer() {
     let mut s = start();
