@@ -187,11 +187,31 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Writes why the verb failed on standard error: as text, or under `--log-format json`
+/// as an ERROR log line like the daemon's others (a JSON object even when `RUST_LOG`
+/// turns logging off).
+fn report_failure(format: LogFormat, failure: &Failure) {
+    match format {
+        LogFormat::Text => eprintln!("{}", failure.message),
+        LogFormat::Json if tracing::enabled!(target: "lb", tracing::Level::ERROR) => {
+            tracing::error!(target: "lb", exit_status = failure.status, "{}", failure.message);
+        }
+        LogFormat::Json => eprintln!(
+            "{}",
+            serde_json::json!({
+                "level": "ERROR",
+                "fields": { "message": failure.message, "exit_status": failure.status },
+                "target": "lb",
+            })
+        ),
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     if let Err(failure) = run(cli.command).and_then(|output| print(&output)) {
-        eprintln!("{}", failure.message);
+        report_failure(cli.log_format, &failure);
         std::process::exit(failure.status);
     }
 }

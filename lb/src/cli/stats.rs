@@ -22,7 +22,13 @@ pub fn stats(args: &ReadArgs) -> Result<Output, ClientError> {
 /// The text form of `lb stats`.
 pub fn stats_text(s: &Stats) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "rates over the last {:.1} s", s.interval_secs);
+    let _ = writeln!(
+        out,
+        "rates over the last {:.1} s (a window of {} s of samples; since start when the \
+         daemon is younger)",
+        s.interval_secs,
+        crate::daemon::RATE_WINDOW.as_secs()
+    );
     out.push_str(&conntrack_line(s.conntrack.as_ref()));
     let _ = writeln!(out, "verdicts:");
     for c in &s.reasons {

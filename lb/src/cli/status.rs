@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Output, ReadArgs, json};
-use crate::control::{ClientError, ConnectionCounts, ConntrackStatus, Status};
+use crate::control::{ClientError, ConnectionCounts, ConntrackStatus, Status, VipStatus};
 
 /// Runs `lb status`.
 ///
@@ -55,6 +55,7 @@ pub fn status_text(s: &Status) -> String {
             "\nVIP {} (id {}): table {} slots, generation {}, fingerprint {}",
             v.vip, v.id, v.table_size, v.generation, v.fingerprint
         );
+        out.push_str(&allowed_sources_line(v));
         health::policy(&mut out, v);
         announce::vip(&mut out, v);
         let _ = writeln!(
@@ -147,3 +148,37 @@ pub(super) fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
 
 mod announce;
 mod health;
+
+/// The clients a VIP accepts: its `allowed_sources`, or every client.
+fn allowed_sources_line(v: &VipStatus) -> String {
+    if v.allowed_sources.is_empty() {
+        "  allowed sources: every client\n".to_owned()
+    } else {
+        format!("  allowed sources: {}\n", v.allowed_sources.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vip(sources: &[&str]) -> VipStatus {
+        serde_json::from_value(serde_json::json!({
+            "vip": "203.0.113.10:80/tcp", "id": 0, "table_size": 1009, "generation": 1,
+            "fingerprint": "", "backends": [], "allowed_sources": sources,
+        }))
+        .expect("a VIP's status")
+    }
+
+    #[test]
+    fn each_vip_says_which_clients_it_accepts() {
+        assert_eq!(
+            allowed_sources_line(&vip(&["192.0.2.0/24", "198.18.0.0/15"])),
+            "  allowed sources: 192.0.2.0/24, 198.18.0.0/15\n"
+        );
+        assert_eq!(
+            allowed_sources_line(&vip(&[])),
+            "  allowed sources: every client\n"
+        );
+    }
+}

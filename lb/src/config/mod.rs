@@ -3,7 +3,7 @@
 //! [`health`] (the probes' own types are `lb_health`'s), the VIP announcements'
 //! in [`announce`].
 //!
-//! Every error names the key path and the value, e.g.
+//! Every error names the key path, the value and the line of the key, e.g.
 //! `vip[1].backend[2].weight: expected an integer >= 0 and <= 4294967295, got "abc" (line 14)`.
 //! Array indices in paths count from 0 in file order. Unknown keys are errors. An
 //! example file with every key is `lb.example.toml` at the repository root.

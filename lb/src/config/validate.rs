@@ -1,5 +1,6 @@
 //! From [`FileConfig`] to [`Config`]: parse errors with their key path and line, then
-//! every semantic check, collected (not just the first).
+//! every semantic check, collected (not just the first), each with the line of its key
+//! ([`lines`]).
 //!
 //! Semantic rules, each guarding against a failure seen in other balancers (the
 //! failure scenarios of `docs/src/operations/failure-scenarios.md` named in brackets):
@@ -23,6 +24,7 @@
 mod announce;
 mod datapath;
 mod health;
+mod lines;
 mod metrics;
 mod vips;
 
@@ -62,19 +64,15 @@ const MAX_TYPE_ERRORS: usize = 64;
 /// deserialised again. A required key taken out that way is not reported again as
 /// missing. The value checks run once the types are right.
 pub(super) fn parse(text: &str) -> Result<Loaded, ConfigErrors> {
-    let mut doc = toml::de::DeTable::parse(text).map_err(|e| {
-        ConfigErrors(vec![ConfigError {
-            path: String::new(),
-            message: e.message().to_owned(),
-            line: e.span().map(|s| line_of(text, s.start)),
-        }])
-    })?;
+    let original = toml::de::DeTable::parse(text).map_err(|e| syntax_error(text, &e))?;
+    let lines = lines::Lines::new(text, original.get_ref());
+    let mut doc = original.clone();
     let mut errors = Vec::new();
     let mut removed: Vec<String> = Vec::new();
     loop {
         let deserializer = toml::Deserializer::from(doc.clone());
         let error = match serde_path_to_error::deserialize::<_, FileConfig>(deserializer) {
-            Ok(file) if errors.is_empty() => return validate(file),
+            Ok(file) if errors.is_empty() => return validate(file, &lines),
             Ok(_) => break,
             Err(e) => e,
         };
@@ -95,10 +93,11 @@ pub(super) fn parse(text: &str) -> Result<Loaded, ConfigErrors> {
                 removed.contains(&full)
             });
         if !missing_removed {
+            let line = inner.span().map(|s| lines::line_of(text, s.start));
             errors.push(ConfigError {
+                line: line.or_else(|| lines.line(&path, None)),
                 path: path.clone(),
                 message,
-                line: inner.span().map(|s| line_of(text, s.start)),
             });
         }
         if missing_removed
@@ -110,6 +109,22 @@ pub(super) fn parse(text: &str) -> Result<Loaded, ConfigErrors> {
         removed.push(path);
     }
     Err(ConfigErrors(errors))
+}
+
+/// A file that is not TOML: the parser's message and line; a duplicate key is named
+/// by its key path.
+fn syntax_error(text: &str, e: &toml::de::Error) -> ConfigErrors {
+    let path = match e.span() {
+        Some(span) if e.message() == "duplicate key" => {
+            lines::duplicate_key_path(text, span).unwrap_or_default()
+        }
+        _ => String::new(),
+    };
+    ConfigErrors(vec![ConfigError {
+        path,
+        message: e.message().to_owned(),
+        line: e.span().map(|s| lines::line_of(text, s.start)),
+    }])
 }
 
 /// Removes the key at `path` from `table`; `false` when the path does not end in a
@@ -138,16 +153,14 @@ fn remove_in(value: &mut toml::de::DeValue<'_>, path: &[serde_path_to_error::Seg
     }
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text.get(..offset)
-        .map_or(1, |t| t.matches('\n').count() + 1)
-}
-
 /// Collected problems and warnings.
 #[derive(Default)]
 struct Report {
     errors: Vec<ConfigError>,
     warnings: Vec<String>,
+    /// The key whose line an error takes when its own key is not in the file (index of
+    /// the error, key path).
+    anchors: Vec<(usize, String)>,
 }
 
 impl Report {
@@ -157,6 +170,30 @@ impl Report {
             message: message.into(),
             line: None,
         });
+    }
+
+    /// An error at `path` that takes the line of `anchor` when `path` is not in the
+    /// file (a required key left out, a default that conflicts).
+    fn error_near(
+        &mut self,
+        path: impl Into<String>,
+        anchor: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.anchors.push((self.errors.len(), anchor.into()));
+        self.error(path, message);
+    }
+
+    /// The errors, each with the line of its key (or anchor).
+    fn into_errors(self, lines: &lines::Lines<'_>) -> ConfigErrors {
+        let mut errors = self.errors;
+        for (i, e) in errors.iter_mut().enumerate() {
+            let anchor = self.anchors.iter().find(|(at, _)| *at == i);
+            e.line = e
+                .line
+                .or_else(|| lines.line(&e.path, anchor.map(|(_, a)| a.as_str())));
+        }
+        ConfigErrors(errors)
     }
 }
 
@@ -434,7 +471,7 @@ fn fragment_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
 }
 
 /// Every section in turn; every problem collected.
-fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
+fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, ConfigErrors> {
     let mut r = Report::default();
     let top = top_level(&file, &mut r);
     let encap = encap(&file.encap, &mut r);
@@ -450,7 +487,7 @@ fn validate(file: FileConfig) -> Result<Loaded, ConfigErrors> {
     let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
-        return Err(ConfigErrors(r.errors));
+        return Err(r.into_errors(lines));
     }
     Ok(Loaded {
         config: Config {

@@ -140,6 +140,10 @@ pub struct VipStatus {
     pub generation: u32,
     /// Table fingerprint (hex).
     pub fingerprint: String,
+    /// Client prefixes allowed to reach the VIP (`allowed_sources`), sorted; empty:
+    /// every client.
+    #[serde(default)]
+    pub allowed_sources: Vec<String>,
     /// Backends.
     pub backends: Vec<BackendStatus>,
     /// How the VIP is balanced (its multi-failure policy's mode).

@@ -148,6 +148,12 @@ fn vip_status(
         table_size: applied.spec.table_size,
         generation: applied.generation,
         fingerprint: table.fingerprint().to_string(),
+        allowed_sources: applied
+            .spec
+            .allowed_sources
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         backends,
         policy: mode.map(|m| PolicyStatus::new(m, &applied.spec.policy)),
         announce: None,

@@ -11,9 +11,10 @@
 //!   `lb_backend_new_flows_total`, `lb_backend_connections{state}` (`established`,
 //!   `syn_only`, `closing`), `lb_backend_connections_idle`, `lb_backend_weight`,
 //!   `lb_backend_slots`, `lb_backend_state{state}` (1 for the current state, 0 for the
-//!   others), `lb_backend_state_transitions_total{to}`; for a probed backend, from the
-//!   health checks: `lb_backend_healthy`, `lb_backend_health_transitions_total{to}`,
-//!   `lb_backend_health_probes_total`, `lb_backend_health_probe_failures_total`;
+//!   others), `lb_backend_state_transitions_total{to}` (every state, from 0); for a
+//!   probed backend, from the health checks: `lb_backend_healthy`,
+//!   `lb_backend_health_transitions_total{to}`, `lb_backend_health_probes_total`,
+//!   `lb_backend_health_probe_failures_total`;
 //! - per VIP with health checks: `lb_vip_policy_mode{mode}` (its multi-failure policy);
 //! - per VIP with `[announce]` on: `lb_vip_announced` (1 while its address's route is
 //!   in the announcement table, so BGP announces it from this instance);
@@ -22,6 +23,9 @@
 //!   `lb_conntrack_walk_seconds`, `lb_table_info{vip,generation,fingerprint,size}`,
 //!   `lb_table_build_duration_seconds` and `lb_table_swap_duration_seconds`
 //!   (histograms), `lb_reloads_total{result}`, `lb_changes_total`, `lb_build_info`.
+//!
+//! A counter with a label is exported for every value of that label from the start, at
+//! 0 until its first event, so `rate()` and `increase()` see the first event.
 //!
 //! A removed backend: its id stays bound to it (`controller::ids`) and the kernel
 //! counters of that id are not reset, so its series stay exported with their last
@@ -80,6 +84,13 @@ pub enum ReloadResult {
 }
 
 impl ReloadResult {
+    /// Every result, each exported (at zero) from the start.
+    const ALL: [ReloadResult; 3] = [
+        ReloadResult::Applied,
+        ReloadResult::Invalid,
+        ReloadResult::Refused,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             ReloadResult::Applied => "applied",
@@ -102,12 +113,21 @@ impl Default for Recorder {
         // 100 µs to 6.6 s in steps of 4: a table of 65,537 slots builds in about a
         // millisecond, one of 4 million in about a second.
         let buckets = || exponential_buckets(1e-4, 4.0, 9);
+        let reloads: Family<Labels, Counter> = Family::default();
+        for result in ReloadResult::ALL {
+            drop(reloads.get_or_create(&reload_labels(result)));
+        }
         Self {
             builds: Histogram::new(buckets()),
             swaps: Histogram::new(buckets()),
-            reloads: Family::default(),
+            reloads,
         }
     }
+}
+
+/// The labels of `lb_reloads_total` for `result`.
+fn reload_labels(result: ReloadResult) -> Labels {
+    vec![("result", result.label().to_owned())]
 }
 
 impl Recorder {
@@ -125,9 +145,7 @@ impl Recorder {
 
     /// Records how a reload ended.
     pub fn reload(&self, result: ReloadResult) {
-        self.reloads
-            .get_or_create(&vec![("result", result.label().to_owned())])
-            .inc();
+        self.reloads.get_or_create(&reload_labels(result)).inc();
     }
 }
 
@@ -690,9 +708,12 @@ impl Snapshot {
             "Times the backend entered each state (its first state counts once)",
             MetricType::Counter,
             self.backends.iter().flat_map(|b| {
-                b.transitions
-                    .iter()
-                    .map(move |(to, n)| (with(backend_label(b), "to", to.clone()), *n))
+                let mut all = b.transitions.clone();
+                for state in STATES {
+                    all.entry(state.to_owned()).or_insert(0);
+                }
+                all.into_iter()
+                    .map(move |(to, n)| (with(backend_label(b), "to", to), n))
             }),
             counter,
         )?;

@@ -73,6 +73,7 @@ use lb_health::coalesce::Batch;
 use metrics::{Recorder, ReloadResult};
 use service::Service;
 use state_file::StateFile;
+pub use stats::RATE_WINDOW;
 use watch::LastSeen;
 
 /// Quiet time after a file change before reloading.

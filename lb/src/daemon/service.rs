@@ -21,7 +21,7 @@ use super::{
     health::HealthChecks,
     nexthop::NexthopMonitor,
     state_file::{StateFile, StateFileError},
-    stats::{self, Sample},
+    stats::{self, Sample, Window},
 };
 use crate::{
     config::{BackendState, Config, HealthChecker, Loaded, Nexthop, Vip, XdpMode},
@@ -159,7 +159,8 @@ pub struct Service<D> {
     if_mac: [u8; 6],
     interface: String,
     mode: String,
-    previous: Option<Sample>,
+    /// The counters of the last seconds, for the rates of `lb stats`.
+    samples: Window,
     /// The last conntrack walk (live connections per backend).
     connections: Latest,
     /// The health checks, once started ([`Self::start_health`]).
@@ -222,7 +223,7 @@ impl<D: Dataplane> Service<D> {
             if_mac,
             interface: loaded.config.interface.clone(),
             mode,
-            previous: None,
+            samples: Window::default(),
             connections: Latest::new(
                 loaded.config.ct_capacity,
                 loaded.config.ct_syn_capacity,
@@ -723,11 +724,11 @@ impl<D: Dataplane> Service<D> {
         &mut self.announce
     }
 
-    /// Records the counters, so that the next `lb stats` reports rates over the time
-    /// since (the daemon calls this every second).
+    /// Records the counters, so that `lb stats` reports rates over the last
+    /// [`stats::RATE_WINDOW`] (the daemon calls this every second).
     pub fn tick(&mut self) {
         if let Ok(s) = Sample::take(&self.controller) {
-            self.previous = Some(s);
+            self.samples.push(s);
         }
     }
 
@@ -740,7 +741,7 @@ impl<D: Dataplane> Service<D> {
         Ok(stats::report(
             &self.controller,
             &now,
-            self.previous.as_ref(),
+            self.samples.oldest(),
             &self.connections,
         ))
     }

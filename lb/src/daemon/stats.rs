@@ -1,7 +1,11 @@
-//! `lb stats`: the data plane's counters sampled every second, and the rates between
-//! two samples.
+//! `lb stats`: the data plane's counters sampled every second, and the rates over the
+//! last [`RATE_WINDOW`] of samples (since start while the daemon is younger), so light
+//! traffic does not read 0.0/s between two ticks.
 
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::{HashMap, VecDeque},
+    time::{Duration, Instant},
+};
 
 use lb_common::stats::{BackendStats, GlobalStats, Reason, VipStats};
 
@@ -55,6 +59,36 @@ impl Sample {
     }
 }
 
+/// How far back the rates of `lb stats` look.
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// The samples of the last [`RATE_WINDOW`]: the newest one at least that old, and
+/// every one since.
+#[derive(Default)]
+pub(super) struct Window {
+    samples: VecDeque<Sample>,
+}
+
+impl Window {
+    /// Adds `sample` (the newest) and forgets those no rate needs any more.
+    pub(super) fn push(&mut self, sample: Sample) {
+        let at = sample.at;
+        self.samples.push_back(sample);
+        while self
+            .samples
+            .get(1)
+            .is_some_and(|s| at.duration_since(s.at) >= RATE_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The sample rates are taken since.
+    pub(super) fn oldest(&self) -> Option<&Sample> {
+        self.samples.front()
+    }
+}
+
 /// The per-VIP counters of `lb stats`, by name.
 fn vip_fields(v: &VipStats) -> [(&'static str, u64); 9] {
     [
@@ -70,7 +104,8 @@ fn vip_fields(v: &VipStats) -> [(&'static str, u64); 9] {
     ]
 }
 
-/// `lb stats` of `controller` at `now`, with rates since `prev` (zero without one).
+/// `lb stats` of `controller` at `now`, with rates since `prev` (zero without one):
+/// the oldest sample of the [`Window`].
 pub(super) fn report<D: Dataplane>(
     controller: &Controller<D>,
     now: &Sample,

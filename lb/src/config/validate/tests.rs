@@ -217,8 +217,10 @@ fn the_example_file_states_exactly_the_defaults() {
     assert!(text.contains(&format!("# {} (default)", defaults::BACKEND_STATE)));
 }
 
+/// Every bad file is rejected with the key path, the value and the line of the key: type,
+/// range, semantic and duplicate-key errors alike.
 #[test]
-fn bad_files_are_rejected_with_the_key_path_and_value() {
+fn bad_files_are_rejected_with_the_key_path_value_and_line() {
     let with_vip = |extra: &str| format!("{BASE}{VIP}{extra}");
     let cases: Vec<(String, &str)> = vec![
         // Types: the key path, the value, the line.
@@ -257,107 +259,107 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         // Semantics.
         (
             with_vip("").replace("protocol = \"tcp\"", "protocol = \"sctp\""),
-            "vip[0].protocol: expected \"tcp\" or \"udp\", got \"sctp\"",
+            "vip[0].protocol: expected \"tcp\" or \"udp\", got \"sctp\" (line 10)",
         ),
         (
             with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 65536\n"),
-            "vip[0].table_size: table_size 65536 is not prime (nearest primes: 65521 and 65537)",
+            "vip[0].table_size: table_size 65536 is not prime (nearest primes: 65521 and 65537) (line 8)",
         ),
         (
             with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 1\n"),
-            "vip[0].table_size: table_size must be a prime >= 2 (got 1)",
+            "vip[0].table_size: table_size must be a prime >= 2 (got 1) (line 8)",
         ),
         (
             with_vip("").replace("[[vip]]\n", "[[vip]]\ntable_size = 10000019\n"),
-            "vip[0].table_size: table_size 10000019 exceeds maximum 4000037",
+            "vip[0].table_size: table_size 10000019 exceeds maximum 4000037 (line 8)",
         ),
         (
             with_vip("")
                 .replace("[[vip]]\n", "[[vip]]\ntable_size = 2\n")
                 .replace("state = \"drain\"", "state = \"active\""),
-            "vip[0].table_size: table_size 2 is smaller than backend count 3",
+            "vip[0].table_size: table_size 2 is smaller than backend count 3 (line 8)",
         ),
         (
             with_vip("").replace("198.51.100.12", "198.51.100.11"),
-            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0])",
+            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0]) (line 14)",
         ),
         (
             with_vip("").replace("198.51.100.12", "::ffff:198.51.100.11"),
-            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0])",
+            "vip[0].backend[1].address: duplicate backend 198.51.100.11 in VIP 203.0.113.10:80/tcp (also backend[0]) (line 14)",
         ),
         (
             with_vip("").replace("198.51.100.12", "198.51.100.12:8080"),
-            "vip[0].backend[1].address: backend port not supported with IP-in-IP encapsulation (the VIP's port is kept), got \"198.51.100.12:8080\"",
+            "vip[0].backend[1].address: backend port not supported with IP-in-IP encapsulation (the VIP's port is kept), got \"198.51.100.12:8080\" (line 14)",
         ),
         (
             with_vip("").replace("198.51.100.12", "203.0.113.10"),
-            "vip[0].backend[1].address: backend 203.0.113.10 is the VIP or the LB's own address (a forwarding loop)",
+            "vip[0].backend[1].address: backend 203.0.113.10 is the VIP or the LB's own address (a forwarding loop) (line 14)",
         ),
         (
             with_vip("").replace("198.51.100.12", "192.0.2.1"),
-            "vip[0].backend[1].address: backend 192.0.2.1 is the VIP or the LB's own address (a forwarding loop)",
+            "vip[0].backend[1].address: backend 192.0.2.1 is the VIP or the LB's own address (a forwarding loop) (line 14)",
         ),
         (
             with_vip("").replace("198.51.100.12", "2001:db8:b::12"),
-            "vip[0].backend[1].address: backend 2001:db8:b::12 is not of the same address family as VIP 203.0.113.10:80/tcp",
+            "vip[0].backend[1].address: backend 2001:db8:b::12 is not of the same address family as VIP 203.0.113.10:80/tcp (line 14)",
         ),
         (
             with_vip("").replace("198.51.100.12", "not-an-address"),
-            "vip[0].backend[1].address: invalid backend address \"not-an-address\": expected ADDR, ADDR:PORT or [V6ADDR]:PORT",
+            "vip[0].backend[1].address: invalid backend address \"not-an-address\": expected ADDR, ADDR:PORT or [V6ADDR]:PORT (line 14)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "state = \"paused\""),
-            "vip[0].backend[2].state: expected \"active\", \"drain\" or \"down\", got \"paused\"",
+            "vip[0].backend[2].state: expected \"active\", \"drain\" or \"down\", got \"paused\" (line 18)",
         ),
         (
             format!("{BASE}{VIP}{VIP}"),
-            "vip[1]: duplicate VIP 203.0.113.10:80/tcp (also vip[0])",
+            "vip[1]: duplicate VIP 203.0.113.10:80/tcp (also vip[0]) (line 20)",
         ),
         (
             format!("interface = \"eth0\"\n{VIP}"),
-            "encap.source_v4: required by vip[0] (203.0.113.10:80/tcp): the outer IPv4 source address",
+            "encap.source_v4: required by vip[0] (203.0.113.10:80/tcp): the outer IPv4 source address (line 3)",
         ),
         (
             format!("{BASE}[nexthop]\nmode = \"gateway\"\n"),
-            "nexthop.gateway_mac: required with mode = \"gateway\"",
+            "nexthop.gateway_mac: required with mode = \"gateway\" (line 6)",
         ),
         (
             format!("{BASE}[nexthop]\nmode = \"gateway\"\ngateway_mac = \"01:00:5e:00:00:01\"\n"),
-            "nexthop.gateway_mac: expected a unicast MAC like \"02:00:00:00:00:fe\", got \"01:00:5e:00:00:01\"",
+            "nexthop.gateway_mac: expected a unicast MAC like \"02:00:00:00:00:fe\", got \"01:00:5e:00:00:01\" (line 8)",
         ),
         (
             format!("{BASE}[conntrack]\ncapacity = 10\n"),
-            "conntrack.capacity: expected a value from 1024 to 67108864, got 10",
+            "conntrack.capacity: expected a value from 1024 to 67108864, got 10 (line 7)",
         ),
         (
             format!("{BASE}[nexthop]\ncache_ms = 60000\n"),
-            "nexthop.cache_ms: expected a value from 0 to 10000, got 60000",
+            "nexthop.cache_ms: expected a value from 0 to 10000, got 60000 (line 7)",
         ),
         (
             format!(
                 "{BASE}[nexthop]\nmode = \"gateway\"\ngateway_mac = \"02:00:00:00:00:fe\"\ncache_ms = 5\n"
             ),
-            "nexthop.cache_ms: only used with mode = \"fib\" (gateway mode looks nothing up)",
+            "nexthop.cache_ms: only used with mode = \"fib\" (gateway mode looks nothing up) (line 9)",
         ),
         (
             format!("{BASE}[conntrack]\nsyn_capacity = 10000\n"),
-            "conntrack.syn_capacity: expected a power of two (SYN cache slots), got 10000; the nearest are 8192 and 16384",
+            "conntrack.syn_capacity: expected a power of two (SYN cache slots), got 10000; the nearest are 8192 and 16384 (line 7)",
         ),
         (
             format!("{BASE}[conntrack]\nsyn_capacity = 8388608\n"),
-            "conntrack.syn_capacity: expected a value from 256 to 4194304, got 8388608",
+            "conntrack.syn_capacity: expected a value from 256 to 4194304, got 8388608 (line 7)",
         ),
         (
             format!("{BASE}[metrics]\nlisten = \"localhost:9469\"\n"),
-            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"localhost:9469\"",
+            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"localhost:9469\" (line 7)",
         ),
         (
             format!("{BASE}[metrics]\nlisten = \"127.0.0.1:0\"\n"),
-            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"127.0.0.1:0\"",
+            "metrics.listen: expected ADDR:PORT with a port from 1 to 65535 (IPv6 in brackets), got \"127.0.0.1:0\" (line 7)",
         ),
         (
             format!("{BASE}[metrics]\nconnections_interval_ms = 10\n"),
-            "metrics.connections_interval_ms: expected a value from 100 to 3600000, got 10",
+            "metrics.connections_interval_ms: expected a value from 100 to 3600000, got 10 (line 7)",
         ),
         (
             format!("{BASE}[metrics]\nenabled = \"yes\"\n"),
@@ -365,30 +367,108 @@ fn bad_files_are_rejected_with_the_key_path_and_value() {
         ),
         (
             format!("xdp_mode = \"offload\"{BASE}"),
-            "xdp_mode: expected \"auto\", \"native\" or \"skb\", got \"offload\"",
+            "xdp_mode: expected \"auto\", \"native\" or \"skb\", got \"offload\" (line 1)",
         ),
         (
             format!("max_table_memory_mib = 1{}", with_vip(""))
                 .replace("[[vip]]\n", "[[vip]]\ntable_size = 4000037\n"),
-            "max_table_memory_mib: table memory 62 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)",
+            "max_table_memory_mib: table memory 62 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel) (line 1)",
         ),
         (
             format!("{BASE}[announce]\ntable = 254\n"),
-            "announce.table: expected a routing table of its own (1 to 4294967295 but 253, 254 and 255, the kernel's default, main and local tables), got 254",
+            "announce.table: expected a routing table of its own (1 to 4294967295 but 253, 254 and 255, the kernel's default, main and local tables), got 254 (line 7)",
         ),
         (
             format!("{BASE}[announce]\nprotocol = 12\n"),
-            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 12",
+            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 12 (line 7)",
         ),
         (
             format!("{BASE}[announce]\nprotocol = 256\n"),
-            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 256",
+            "announce.protocol: expected a route protocol number from 5 to 255 but 12 (0 to 4 are the kernel's, 12 is BIRD's own, which BIRD never learns), got 256 (line 7)",
         ),
         (
             format!("{BASE}[announce]\nenabled = \"yes\"\n"),
             "announce.enabled: invalid type: string \"yes\", expected a boolean (line 7)",
         ),
+        // Duplicate keys: the key path of the first definition, the line of the second.
+        (
+            with_vip("").replace("port = 80\n", "port = 80\nport = 81\n"),
+            "vip[0].port: duplicate key (line 10)",
+        ),
+        (
+            format!("{BASE}[encap]\nflow_label = \"hash\"\n"),
+            "encap: duplicate key (line 6)",
+        ),
+        (
+            format!("mtu = 1500\nmtu = 1400\n{BASE}"),
+            "mtu: duplicate key (line 2)",
+        ),
+        // More semantics, keys given and keys left out.
+        (
+            BASE.replace("\"eth0\"", "\"eth0/1\""),
+            "interface: expected an interface name of 1 to 15 characters, got \"eth0/1\" (line 2)",
+        ),
+        (
+            format!("control_socket = \"lb.sock\"{BASE}"),
+            "control_socket: expected an absolute path, got \"lb.sock\" (line 1)",
+        ),
+        (
+            format!("mtu = 1000{}", with_vip(""))
+                .replace("203.0.113.10", "2001:db8::10")
+                .replace("198.51.100.1", "2001:db8:b::1"),
+            "mtu: IPv6 VIP [2001:db8::10]:80/tcp needs at least 1280, got 1000 (line 1)",
+        ),
+        (
+            format!("{BASE}flow_label = \"random\"\n"),
+            "encap.flow_label: expected \"inner\" or \"hash\", got \"random\" (line 6)",
+        ),
+        (
+            format!("{BASE}source_prefix_v4 = \"10.0.0.0/32\"\n"),
+            "encap.source_prefix_v4: expected a prefix length from 8 to 31 (its host bits come from the flow hash), got 10.0.0.0/32 (line 6)",
+        ),
+        (
+            format!("{BASE}[icmp]\nrate_limit = 0\n"),
+            "icmp.rate_limit: expected a value from 1 to 1000000, got 0 (line 7)",
+        ),
+        (
+            format!("{BASE}[health]\ncoalesce_ms = 0\n"),
+            "health.coalesce_ms: expected a value from 1 to 10000, got 0 (line 7)",
+        ),
+        (
+            with_vip("").replace("port = 80", "port = 0"),
+            "vip[0].port: expected a port from 1 to 65535, got 0 (line 9)",
+        ),
+        (
+            with_vip("").replace("address = \"203.0.113.10\"", "address = \"vip.example\""),
+            "vip[0].address: expected an IP address, got \"vip.example\" (line 8)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\nbackend_family = \"ipx\"\n"),
+            "vip[0].backend_family: expected \"ipv4\" or \"ipv6\", got \"ipx\" (line 8)",
+        ),
+        (
+            with_vip("").replace(
+                "[[vip]]\n",
+                "[[vip]]\nallowed_sources = [\n  \"10.0.0.0/8\",\n  \"2001:db8::/32\",\n]\n",
+            ),
+            "vip[0].allowed_sources[1]: 2001:db8::/32 is not of the address family of VIP 203.0.113.10:80/tcp (its clients) (line 10)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\nallowed_sources = []\n"),
+            "vip[0].allowed_sources: an empty list would refuse every client; leave the key out to allow all (line 8)",
+        ),
+        (
+            format!("{BASE}{VIP}")
+                .replace("source_v6 = \"2001:db8:c::1\"\n", "")
+                .replace("[[vip]]\n", "[[vip]]\nbackend_family = \"ipv6\"\n")
+                .replace("198.51.100.1", "2001:db8:b::1"),
+            "encap.source_v6: required by vip[0] (203.0.113.10:80/tcp): the outer IPv6 source address (line 6)",
+        ),
     ];
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    for (_, expected) in &cases {
+        assert!(expected.contains(" (line "), "no line in {expected}");
+    }
     let mut mismatches = Vec::new();
     for (text, expected) in cases {
         let got = errors(&text);
@@ -427,7 +507,7 @@ fn table_memory_counts_both_buffers_of_each_vip() {
     assert_eq!(
         errors(&one_vip),
         [
-            "max_table_memory_mib: table memory 2 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel)"
+            "max_table_memory_mib: table memory 2 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel) (line 1)"
         ]
     );
     let loaded = load(&one_vip.replace("[[vip]]\n", "[[vip]]\ntable_size = 65521\n"))

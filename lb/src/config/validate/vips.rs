@@ -215,16 +215,18 @@ fn lb_source(
 ) -> Option<IpAddr> {
     if !ipv6_backends {
         if encap.source_v4.is_none() && !encap.v4_given {
-            r.error(
+            r.error_near(
                 "encap.source_v4",
+                path,
                 format!("required by {path} ({vip}): the outer IPv4 source address"),
             );
         }
         return encap.source_v4.map(IpAddr::V4);
     }
     if encap.source_v6.is_none() && !encap.v6_given {
-        r.error(
+        r.error_near(
             "encap.source_v6",
+            path,
             format!("required by {path} ({vip}): the outer IPv6 source address"),
         );
     }
@@ -320,8 +322,9 @@ pub(super) fn table_memory_limit(vips: &[VipConfig], max_mib: u32, r: &mut Repor
         .map(|v| lb_dataplane::table_memory(v.table_size))
         .sum();
     if need > limit {
-        r.error(
+        r.error_near(
             "max_table_memory_mib",
+            "vip",
             format!(
                 "table memory {} MiB exceeds limit {max_mib} MiB (two table buffers per VIP, \
                  each slot 8 bytes in the kernel)",

@@ -142,6 +142,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
                 table_size: 1009,
                 generation: 1,
                 fingerprint: String::new(),
+                allowed_sources: Vec::new(),
                 backends: Vec::new(),
                 policy: None,
                 announce: None,

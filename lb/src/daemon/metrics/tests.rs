@@ -204,6 +204,30 @@ fn reloads_and_table_builds_are_recorded() {
     assert!(text.contains("# TYPE lb_table_build_duration_seconds histogram"));
 }
 
+/// Counters with a label are exported for every label value from the start, at 0, so
+/// the first reload or state change is seen by `increase()`.
+#[test]
+fn labelled_counters_are_exported_at_zero_before_their_first_event() {
+    let mut s = start();
+    let text = scrape(&mut s, Duration::ZERO, false);
+    for result in ["applied", "invalid", "refused"] {
+        let label = format!("result=\"{result}\"");
+        assert_eq!(
+            value(&text, "lb_reloads_total", &[&label]),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    for to in ["drain", "down", "unhealthy", "removed"] {
+        let label = format!("to=\"{to}\"");
+        assert_eq!(
+            value(&text, "lb_backend_state_transitions_total", &[B11, &label]),
+            Some(0.0),
+            "{text}"
+        );
+    }
+}
+
 /// Health checks in the exposition: a backend whose probes failed is in state
 /// `unhealthy` (with the transition counted) and back to `active` when they pass; the
 /// health checker's own counters of a probed backend and the VIP's policy mode are

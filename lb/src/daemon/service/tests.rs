@@ -251,6 +251,43 @@ fn stats_report_counters_and_rates() {
     assert_eq!(vip.backends[1].packets.value, 0);
 }
 
+/// Light traffic: packets counted before the last tick still show in the rate, which
+/// covers the window since the first tick, not the time since the last.
+#[test]
+fn stats_rates_cover_the_window_not_the_last_tick() {
+    let mut s = start();
+    s.tick();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    s.controller_mut().dataplane_mut().vip_counters.insert(
+        0,
+        VipStats {
+            packets: 5,
+            ..VipStats::default()
+        },
+    );
+    s.tick();
+    let stats = s.stats().unwrap();
+    assert!(stats.interval_secs >= 0.02, "{}", stats.interval_secs);
+    let packets = &stats.vips[0].counters[0];
+    assert_eq!((packets.name.as_str(), packets.value), ("packets", 5));
+    assert!(packets.rate > 0.0, "{}", packets.rate);
+}
+
+/// `lb status` has each VIP's allowed source prefixes, sorted; none: every client.
+#[test]
+fn status_shows_the_allowed_sources_of_each_vip() {
+    let file = FILE.replace(
+        "table_size = 1009\n",
+        "table_size = 1009\nallowed_sources = [\"198.18.0.0/15\", \"192.0.2.0/24\"]\n",
+    );
+    let status = start_with(FakeDataplane::new(), None, &file).status();
+    assert_eq!(
+        status.vips[0].allowed_sources,
+        ["192.0.2.0/24", "198.18.0.0/15"]
+    );
+    assert!(start().status().vips[0].allowed_sources.is_empty());
+}
+
 #[test]
 fn flow_and_status_requests_answer() {
     let mut s = start();

@@ -46,60 +46,60 @@ fn the_issues_bad_configurations_are_refused_naming_the_key() {
     let cases = [
         (
             file("kind = \"icmp\"", ""),
-            "vip[0].health.kind: expected \"tcp\", \"http\", \"https\", \"dns\" or \"none\", got \"icmp\"",
+            "vip[0].health.kind: expected \"tcp\", \"http\", \"https\", \"dns\" or \"none\", got \"icmp\" (line 10)",
         ),
         (
             file("kind = \"tcp\"\ninterval_ms = 1000\ntimeout_ms = 1000", ""),
-            "vip[0].health.timeout_ms: expected a value below interval_ms (1000 ms), got 1000",
+            "vip[0].health.timeout_ms: expected a value below interval_ms (1000 ms), got 1000 (line 12)",
         ),
         (
             file("kind = \"tcp\"\nrise = 0", ""),
-            "vip[0].health.rise: expected a value from 1 to 100, got 0",
+            "vip[0].health.rise: expected a value from 1 to 100, got 0 (line 11)",
         ),
         (
             file("kind = \"tcp\"\nfall = 0", ""),
-            "vip[0].health.fall: expected a value from 1 to 100, got 0",
+            "vip[0].health.fall: expected a value from 1 to 100, got 0 (line 11)",
         ),
         (
             file("kind = \"http\"\npath = \"healthz\"", ""),
-            "vip[0].health.path: expected a path starting with '/', got \"healthz\"",
+            "vip[0].health.path: expected a path starting with '/', got \"healthz\" (line 11)",
         ),
         (
             file("kind = \"http\"\nstatus = \"\"", ""),
-            "vip[0].health.status: expected status codes from 100 to 599 or ranges of them like \"200-399\" (comma-separated), got \"\"",
+            "vip[0].health.status: expected status codes from 100 to 599 or ranges of them like \"200-399\" (comma-separated), got \"\" (line 11)",
         ),
         (
             file("kind = \"http\"\nstatus = \"399-200\"", ""),
-            "vip[0].health.status: expected status codes from 100 to 599 or ranges of them like \"200-399\" (comma-separated), got \"399-200\"",
+            "vip[0].health.status: expected status codes from 100 to 599 or ranges of them like \"200-399\" (comma-separated), got \"399-200\" (line 11)",
         ),
         // The same in a backend's table: the backend's key is named.
         (
             file("kind = \"tcp\"", "kind = \"ping\""),
-            "vip[0].backend[1].health.kind: expected \"tcp\", \"http\", \"https\", \"dns\" or \"none\", got \"ping\"",
+            "vip[0].backend[1].health.kind: expected \"tcp\", \"http\", \"https\", \"dns\" or \"none\", got \"ping\" (line 16)",
         ),
         (
             file("kind = \"tcp\"\ninterval_ms = 500", "timeout_ms = 800"),
-            "vip[0].backend[1].health.timeout_ms: expected a value below interval_ms (500 ms), got 800",
+            "vip[0].backend[1].health.timeout_ms: expected a value below interval_ms (500 ms), got 800 (line 17)",
         ),
         (
             file("kind = \"http\"", "rise = 0"),
-            "vip[0].backend[1].health.rise: expected a value from 1 to 100, got 0",
+            "vip[0].backend[1].health.rise: expected a value from 1 to 100, got 0 (line 16)",
         ),
         (
             file("kind = \"http\"", "path = \"x\""),
-            "vip[0].backend[1].health.path: expected a path starting with '/', got \"x\"",
+            "vip[0].backend[1].health.path: expected a path starting with '/', got \"x\" (line 16)",
         ),
         (
             file("kind = \"tcp\"", "all_down = \"closed\""),
-            "vip[0].backend[1].health.all_down: only allowed in the VIP's health table (it applies to all its backends)",
+            "vip[0].backend[1].health.all_down: only allowed in the VIP's health table (it applies to all its backends) (line 16)",
         ),
         (
             format!("{BASE}[health]\ncoalesce_ms = 0\n"),
-            "health.coalesce_ms: expected a value from 1 to 10000, got 0",
+            "health.coalesce_ms: expected a value from 1 to 10000, got 0 (line 5)",
         ),
         (
             format!("{BASE}[health]\nmax_concurrent_probes = 0\n"),
-            "health.max_concurrent_probes: expected a value from 1 to 65536, got 0",
+            "health.max_concurrent_probes: expected a value from 1 to 65536, got 0 (line 5)",
         ),
     ];
     let mut mismatches = Vec::new();
