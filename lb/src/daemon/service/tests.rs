@@ -257,7 +257,7 @@ fn stats_report_counters_and_rates() {
 fn stats_rates_cover_the_window_not_the_last_tick() {
     let mut s = start();
     s.tick();
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(20));
     s.controller_mut().dataplane_mut().vip_counters.insert(
         0,
         VipStats {
