@@ -13,7 +13,8 @@ use std::{
 
 use clap::{CommandFactory as _, Parser};
 use lb::cli::{
-    self, Output, backend, detach, docs, flow, hash, overrides, stats, status, table, trace, vip,
+    self, Output, backend, config, detach, docs, flow, hash, overrides, stats, status, table,
+    trace, vip,
 };
 
 /// XDP layer-4 load balancer with Maglev hashing.
@@ -84,6 +85,9 @@ enum Command {
     Table(table::TableArgs),
     /// Compare consistent-hashing schemes on the same keys offline (no root needed).
     Hash(Box<hash::HashArgs>),
+    /// Check a configuration file without root or a daemon (exit status 1 on any
+    /// problem, each named with its key path and line).
+    Config(config::ConfigArgs),
     /// Print facts about the embedded XDP object (size in bytes).
     Object {
         /// Print `{"bytes": N}`.
@@ -146,6 +150,15 @@ fn run(command: Command) -> Result<Output, Failure> {
             };
             Failure::new(format!("lb hash: error: {e}"), status)
         }),
+        Command::Config(args) => {
+            let checked = config::run(&args);
+            if checked.valid {
+                Ok(checked.output)
+            } else {
+                print(&checked.output)?;
+                Err(Failure::new("lb config check: the file has problems", 1))
+            }
+        }
         Command::Object { json } => Ok(cli::object(json)),
         Command::Completions(args) => Ok(Output::text(docs::completions(&args, Cli::command()))),
         Command::Manpage(args) => docs::manpage(&args, Cli::command())

@@ -101,6 +101,36 @@ fn hash_json_matches_the_schema() {
 }
 
 #[test]
+fn config_check_json_matches_the_schema_valid_or_not() {
+    let dir = TempDir::new("lb-json-config-").expect("temp dir");
+    let good = dir.path().join("good.toml");
+    let text = "interface = \"eth0\"\n[encap]\nsource_v4 = \"192.0.2.1\"\n[[vip]]\n\
+                address = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\n\
+                [[vip.backend]]\naddress = \"198.51.100.11\"\n";
+    std::fs::write(&good, text).expect("write");
+    let good = good.to_str().expect("UTF-8 path");
+    matches(
+        "lb config check",
+        &offline(&["config", "check", good, "--json"]),
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, text.replace("port = 80", "port = 80\ntable_size = 4")).expect("write");
+    let out = Command::new(lb_binary())
+        .args([
+            "config",
+            "check",
+            bad.to_str().expect("UTF-8 path"),
+            "--json",
+        ])
+        .output()
+        .expect("lb");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    matches("lb config check", &text);
+    assert!(text.contains("\"vip[0].table_size\""), "{text}");
+}
+
+#[test]
 fn object_completions_and_manpage_json_match_the_schema() {
     matches("lb object", &offline(&["object", "--json"]));
     matches(

@@ -9,6 +9,7 @@
 //! - [`status`], [`stats`], [`backend`], [`flow`], [`overrides`]: the verbs of the same
 //!   names, through the daemon's control socket ([`crate::control`]);
 //! - [`detach`]: `lb detach`, which removes a pinned datapath without a daemon;
+//! - [`config`]: `lb config check`, a configuration file validated without a daemon;
 //! - [`vip`]: `lb vip withdraw|announce`, a VIP address's BGP announcement, through the
 //!   same socket;
 //! - [`trace`]: `lb trace`, the daemon's stream of traced packets.
@@ -16,6 +17,7 @@
 //! Every verb takes `--json`; docs/src/guide/json.md is the schema of what each prints.
 
 pub mod backend;
+pub mod config;
 pub mod detach;
 pub mod docs;
 pub mod flow;

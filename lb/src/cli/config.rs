@@ -1,0 +1,191 @@
+//! `lb config check FILE`: validates a configuration file without root and without a
+//! daemon, as `lb run` and a reload would, and reports every problem at once, each with
+//! its key path and line. The exit status is 0 for a valid file and 1 otherwise, so a CI
+//! pipeline can gate a change on it.
+
+use std::{fmt::Write as _, path::PathBuf};
+
+use super::{Output, json};
+use crate::config::{Config, ConfigErrors};
+
+/// `lb config`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ConfigArgs {
+    /// What to do with the file.
+    #[command(subcommand)]
+    pub action: ConfigAction,
+}
+
+/// The `lb config` verbs.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum ConfigAction {
+    /// Validate a configuration file (no root, no daemon): every problem with its key
+    /// path and line; exit status 1 when there is any.
+    Check {
+        /// The configuration file (TOML).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// What `lb config check` found: the file's problems, or its facts and warnings.
+#[derive(Debug)]
+pub struct Checked {
+    /// The output to print (text or JSON).
+    pub output: Output,
+    /// Whether the file is valid.
+    pub valid: bool,
+}
+
+/// Runs `lb config`.
+pub fn run(args: &ConfigArgs) -> Checked {
+    let ConfigAction::Check {
+        file,
+        json: as_json,
+    } = &args.action;
+    check(file, &Config::load(file), *as_json)
+}
+
+/// The report of one check of `file`, whose loading gave `loaded`.
+fn check(
+    file: &std::path::Path,
+    loaded: &Result<crate::config::Loaded, ConfigErrors>,
+    as_json: bool,
+) -> Checked {
+    let shown = file.display();
+    match loaded {
+        Ok(loaded) => {
+            let vips = loaded.config.vips.len();
+            let backends: usize = loaded.config.vips.iter().map(|v| v.backends.len()).sum();
+            let output = if as_json {
+                json(&serde_json::json!({
+                    "file": shown.to_string(), "valid": true, "errors": [],
+                    "warnings": loaded.warnings, "vips": vips, "backends": backends,
+                }))
+            } else {
+                let mut out = format!("{shown}: valid: {vips} VIPs, {backends} backends\n");
+                for warning in &loaded.warnings {
+                    let _ = writeln!(out, "{shown}: warning: {warning}");
+                }
+                Output::text(out)
+            };
+            Checked {
+                output,
+                valid: true,
+            }
+        }
+        Err(errors) => Checked {
+            output: problems(&shown.to_string(), errors, as_json),
+            valid: false,
+        },
+    }
+}
+
+/// Every problem of `errors`, one `FILE:LINE: KEY: MESSAGE` line each (the form
+/// compilers use, which editors and CI annotate), or as JSON.
+fn problems(file: &str, errors: &ConfigErrors, as_json: bool) -> Output {
+    if as_json {
+        let list: Vec<_> = errors
+            .0
+            .iter()
+            .map(|e| serde_json::json!({ "path": e.path, "message": e.message, "line": e.line }))
+            .collect();
+        return json(&serde_json::json!({
+            "file": file, "valid": false, "errors": list, "warnings": [],
+            "vips": null, "backends": null,
+        }));
+    }
+    let mut out = String::new();
+    for e in &errors.0 {
+        let at = e.line.map_or_else(String::new, |l| format!("{l}:"));
+        let key = if e.path.is_empty() {
+            String::new()
+        } else {
+            format!(" {}:", e.path)
+        };
+        let _ = writeln!(out, "{file}:{at}{key} {}", e.message);
+    }
+    let count = errors.0.len();
+    let noun = if count == 1 { "problem" } else { "problems" };
+    let _ = writeln!(out, "{file}: {count} {noun}");
+    Output::text(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &str = "interface = \"eth0\"\n[encap]\nsource_v4 = \"192.0.2.1\"\n\n\
+                         [[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"tcp\"\n\n\
+                         [[vip.backend]]\naddress = \"198.51.100.11\"\n";
+
+    fn checked(text: &str, as_json: bool) -> Checked {
+        check(
+            std::path::Path::new("lb.toml"),
+            &Config::from_toml(text),
+            as_json,
+        )
+    }
+
+    #[test]
+    fn a_valid_file_is_valid_and_counted() {
+        let c = checked(VALID, false);
+        assert!(c.valid, "{}", c.output.text);
+        assert_eq!(c.output.text, "lb.toml: valid: 1 VIPs, 1 backends\n");
+    }
+
+    #[test]
+    fn every_problem_is_a_line_with_file_line_and_key() {
+        // A value of the wrong kind stops the parse; range problems are all reported.
+        let sctp = checked(&VALID.replace("\"tcp\"", "\"sctp\""), false);
+        assert!(!sctp.valid);
+        assert!(
+            sctp.output.text.starts_with("lb.toml:8: vip[0].protocol:"),
+            "{}",
+            sctp.output.text
+        );
+        let two = VALID
+            .replace("port = 80", "port = 80\ntable_size = 65536")
+            .replace(
+                "198.51.100.11\"",
+                "198.51.100.11\"\nweight = 0\n[[vip.backend]]\naddress = \"x\"",
+            );
+        let c = checked(&two, false);
+        let lines: Vec<&str> = c.output.text.lines().collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("lb.toml:8: vip[0].table_size:")),
+            "{}",
+            c.output.text
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("lb.toml:15: vip[0].backend[1].address:")),
+            "{}",
+            c.output.text
+        );
+        assert_eq!(lines.last(), Some(&"lb.toml: 2 problems"));
+    }
+
+    #[test]
+    fn json_lists_the_errors_with_path_and_line() {
+        let c = checked(
+            &VALID.replace("port = 80", "port = 80\ntable_size = 65536"),
+            true,
+        );
+        let v: serde_json::Value = serde_json::from_str(&c.output.text).unwrap();
+        assert_eq!(v["valid"], false);
+        assert_eq!(v["errors"][0]["path"], "vip[0].table_size");
+        assert_eq!(v["errors"][0]["line"], 8);
+        let ok: serde_json::Value =
+            serde_json::from_str(&checked(VALID, true).output.text).unwrap();
+        assert_eq!(
+            (ok["valid"].clone(), ok["vips"].clone()),
+            (true.into(), 1.into())
+        );
+    }
+}
