@@ -10,6 +10,12 @@
 //! block of RFC 2544) and the port `1024 + (x mod 2^32) mod 64512`; a duplicate is
 //! drawn again. Each key has one request.
 //!
+//! [`KeySet::mulberry32_users`] makes the keys of the consistent-hashing tutorial:
+//! `"user:" + floor(r * 1e9)` with `r = u / 2^32` and `u` the next output of mulberry32
+//! (Tommy Ettinger's 32-bit generator, as the tutorial's JavaScript writes it) from a
+//! 32-bit seed. Every draw is one request, repeats included: a repeat adds a request to
+//! the key's first draw, so the set has fewer keys than requests.
+//!
 //! # Popularity
 //! [`KeySet::apply_zipf`] gives the key of rank `r` (1-based, in key order) a share
 //! `r^-s / H(n, s)` of `R` requests (`H` the generalised harmonic number), rounded by the
@@ -108,6 +114,36 @@ impl KeySet {
         })
     }
 
+    /// `requests` draws of the tutorial's `user:N` keys from mulberry32 at `seed` (module
+    /// documentation); a repeated key counts one more request, not one more key.
+    ///
+    /// # Errors
+    /// `requests` is 0 or above [`MAX_KEYS`].
+    pub fn mulberry32_users(requests: usize, seed: u32) -> Result<Self, String> {
+        if requests == 0 || requests > MAX_KEYS {
+            return Err(format!("{requests} keys: give 1 to {MAX_KEYS}"));
+        }
+        let mut state = seed;
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(requests);
+        let mut set = Self {
+            keys: Vec::with_capacity(requests),
+            counts: Vec::with_capacity(requests),
+            counted: false,
+        };
+        for _ in 0..requests {
+            let r = f64::from(mulberry32(&mut state)) / 4_294_967_296.0;
+            let key = format!("user:{}", floor_u64(r * 1e9));
+            if let Some(&at) = index.get(&key) {
+                set.counts[at] += 1;
+                continue;
+            }
+            index.insert(key.clone(), set.keys.len());
+            set.keys.push(key);
+            set.counts.push(1);
+        }
+        Ok(set)
+    }
+
     /// Replaces the counts with a Zipf(`s`) popularity over `requests` requests (module
     /// documentation). `s` must be finite and > 0 (the caller checks).
     pub fn apply_zipf(&mut self, s: f64, requests: u64) {
@@ -164,6 +200,17 @@ pub fn splitmix64(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// One mulberry32 step (Tommy Ettinger, 2017; public domain), 32-bit wrapping
+/// arithmetic exactly as JavaScript's `| 0`, `>>>` and `Math.imul` compute it.
+#[must_use]
+pub fn mulberry32(state: &mut u32) -> u32 {
+    *state = state.wrapping_add(0x6d2b_79f5);
+    let s = *state;
+    let mut t = (s ^ (s >> 15)).wrapping_mul(1 | s);
+    t = t.wrapping_add((t ^ (t >> 7)).wrapping_mul(61 | t)) ^ t;
+    t ^ (t >> 14)
 }
 
 /// `total` split in proportion to `weights` (all > 0): floors, then one more to the
@@ -243,6 +290,21 @@ mod tests {
         assert!(a.keys().iter().all(|k| k.starts_with("198.1")));
         assert!(KeySet::generate(0, 1).is_err());
         assert_eq!(a.requests(), 5_000);
+    }
+
+    #[test]
+    fn mulberry32_users_count_repeats_as_requests() {
+        // The tutorial's first draws from seed 16 (its JavaScript run by hand).
+        let mut state = 16;
+        let first = mulberry32(&mut state);
+        assert_eq!(state, 16_u32.wrapping_add(0x6d2b_79f5));
+        assert_ne!(first, mulberry32(&mut state));
+        let set = KeySet::mulberry32_users(100_000, 16).unwrap();
+        assert_eq!(set.requests(), 100_000);
+        assert_eq!(set.len(), 100_000 - 7);
+        assert!(!set.is_counted());
+        assert!(set.keys().iter().all(|k| k.starts_with("user:")));
+        assert!(KeySet::mulberry32_users(0, 16).is_err());
     }
 
     #[test]
