@@ -13,12 +13,13 @@ use super::{
     keys::KeySet,
     report::{
         Disagreement, EventReport, HotKey, HotKeysReport, HotRow, LabReport, MembershipReport,
-        Movement, SchemeReport, ServerLoad, SweepRow,
+        Movement, SchemeReport, SchemeTheory, ServerLoad, SweepRow,
     },
     ring::Ring,
     scheme::{BuildError, Params, Scheme, SchemeKind},
     servers::{Server, check_set},
     stats::Balance,
+    theory,
 };
 use lb_maglev::MaglevError;
 
@@ -186,6 +187,12 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
             added: applied.added.clone(),
             removed: applied.removed.clone(),
             servers_after: applied.servers.len(),
+            theory_mod_n_kept: (input.servers.len() != applied.servers.len())
+                .then(|| {
+                    theory::mod_n_kept(input.servers.len() as u64, applied.servers.len() as u64)
+                })
+                .flatten(),
+            theory_minimum_moved: minimum_moved(&input.servers, &applied.servers),
             schemes: movements,
         });
         after_lists.push(applied.servers);
@@ -260,6 +267,38 @@ fn validate(input: &LabInput) -> Result<(), LabError> {
         return Err(LabError::new(Input::Replicas, "0 replicas: give 1 or more"));
     }
     check_set(&input.servers).map_err(|problem| LabError::new(Input::Servers, problem))
+}
+
+/// The least share of keys an event must move: the weight of the servers that joined
+/// or left over the total ([`theory::minimum_moved`]).
+fn minimum_moved(before: &[Server], after: &[Server]) -> Option<theory::Ratio> {
+    let weight_of = |list: &[Server], others: &[Server]| -> u64 {
+        list.iter()
+            .filter(|s| !others.iter().any(|o| o.name == s.name))
+            .map(|s| u64::from(s.weight))
+            .sum()
+    };
+    let total: u64 = before.iter().map(|s| u64::from(s.weight)).sum();
+    theory::minimum_moved(total, weight_of(after, before), weight_of(before, after))
+}
+
+/// The expected values of a scheme on `servers` servers ([`theory`]).
+fn scheme_theory(scheme: &Scheme, servers: usize) -> Option<SchemeTheory> {
+    match scheme {
+        Scheme::Ring(ring) => Some(ring_theory(servers, ring.points())),
+        Scheme::Jump(_) => Some(SchemeTheory::Jump {
+            loops: theory::jump_loops(servers),
+        }),
+        _ => None,
+    }
+}
+
+fn ring_theory(servers: usize, points: usize) -> SchemeTheory {
+    SchemeTheory::Ring {
+        sd_avg: theory::ring_sd_avg(servers, points),
+        memory_bytes: theory::ring_memory_bytes(points),
+        comparisons: theory::ring_comparisons(points),
+    }
 }
 
 /// Why a scheme did not follow an event as asked, if it did not.
@@ -353,6 +392,7 @@ impl Lab<'_> {
                 .collect(),
             memory_bytes: scheme.memory_bytes(keys.len()),
             ns_per_lookup,
+            theory: scheme_theory(scheme, active(placed.servers)),
         }
     }
 
@@ -399,7 +439,11 @@ impl Lab<'_> {
             vnodes,
             points,
             keys: report.keys,
+            requests: report.requests,
+            theory_sd_avg: theory::ring_sd_avg(active(servers), points),
             memory_bytes: report.memory_bytes,
+            theory_memory_bytes: theory::ring_memory_bytes(points),
+            comparisons: theory::ring_comparisons(points),
             ns_per_lookup: report.ns_per_lookup,
             requests_max_avg: report.requests.max_avg,
             moved_fraction,
@@ -569,6 +613,11 @@ impl Diff {
         }
         diff
     }
+}
+
+/// Servers of weight > 0.
+fn active(servers: &[Server]) -> usize {
+    servers.iter().filter(|s| s.weight > 0).count()
 }
 
 /// A count as a divisor (1 for 0, so empty totals give 0 fractions).

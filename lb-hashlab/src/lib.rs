@@ -12,8 +12,8 @@
 //!
 //! Around them: [`hashes`] (the three key hashes), [`servers`] and [`keys`] (inputs),
 //! [`events`] (membership changes), [`scheme`] (one interface over the six), [`stats`]
-//! (balance), [`lab`] (the runs), [`report`] (what is printed, text and JSON) and
-//! [`plot`] (the SVG charts).
+//! (balance), [`theory`] (the expected values), [`lab`] (the runs), [`report`] (what
+//! is printed, text and JSON) and [`plot`] (the SVG charts).
 
 pub mod bounded;
 pub mod events;
@@ -30,6 +30,7 @@ pub mod ring;
 pub mod scheme;
 pub mod servers;
 pub mod stats;
+pub mod theory;
 
 pub use events::Event;
 pub use hashes::KeyHash;

@@ -6,7 +6,11 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{servers::Server, stats::Balance};
+use super::{
+    servers::Server,
+    stats::Balance,
+    theory::{self, Ratio},
+};
 
 /// The whole report of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,6 +64,27 @@ pub struct SchemeReport {
     pub memory_bytes: usize,
     /// Measured ns per lookup, the key hash excluded (bounded load: per key placed).
     pub ns_per_lookup: f64,
+    /// The expected values beside these measurements (ring and jump; `None` otherwise).
+    pub theory: Option<SchemeTheory>,
+}
+
+/// A scheme's expected balance and cost ([`crate::theory`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum SchemeTheory {
+    /// The ring with `points` points on `servers` servers.
+    Ring {
+        /// Expected sd/avg of keys per server, `sqrt((N - 1)/(N·V))`.
+        sd_avg: f64,
+        /// `N·V·16` bytes, the tutorial's count of (token, server) pairs.
+        memory_bytes: usize,
+        /// `ceil(log2(N·V))` comparisons per lookup.
+        comparisons: u32,
+    },
+    /// Jump hash on `n` buckets.
+    Jump {
+        /// Expected loop iterations per lookup, about `ln n`.
+        loops: f64,
+    },
 }
 
 /// One server's load under one scheme.
@@ -84,6 +109,12 @@ pub struct EventReport {
     pub removed: Vec<String>,
     /// Servers after the event.
     pub servers_after: usize,
+    /// Share of keys mod-N keeps, `min(a, b)/lcm(a, b)` from `a` to `b` servers (it
+    /// moves `1 -` this); `None` when the count does not change.
+    pub theory_mod_n_kept: Option<Ratio>,
+    /// The least share any scheme must move: the weight that joined or left over the
+    /// total; `None` for weight changes.
+    pub theory_minimum_moved: Option<Ratio>,
     /// One entry per scheme.
     pub schemes: Vec<Movement>,
 }
@@ -122,8 +153,16 @@ pub struct SweepRow {
     pub points: usize,
     /// Balance of keys per server.
     pub keys: Balance,
+    /// Balance of requests per server (differs from `keys` when keys repeat).
+    pub requests: Balance,
+    /// Expected sd/avg of keys, `sqrt((N - 1)/(N·V))`.
+    pub theory_sd_avg: f64,
     /// Bytes of the ring.
     pub memory_bytes: usize,
+    /// `N·V·16` bytes, the tutorial's count.
+    pub theory_memory_bytes: usize,
+    /// `ceil(log2(N·V))` comparisons per lookup.
+    pub comparisons: u32,
     /// Measured ns per lookup.
     pub ns_per_lookup: f64,
     /// Largest request load over its fair share.
@@ -218,6 +257,7 @@ impl LabReport {
             self.key_hash_ns
         );
         self.balance_text(&mut t, counted);
+        self.theory_text(&mut t);
         self.per_server_text(&mut t, counted);
         for event in &self.events {
             event_text(&mut t, event);
@@ -276,6 +316,37 @@ impl LabReport {
         }
     }
 
+    /// The expected values of the ring and jump rows ([`crate::theory`]).
+    fn theory_text(&self, t: &mut String) {
+        for s in &self.schemes {
+            match &s.theory {
+                Some(SchemeTheory::Ring {
+                    sd_avg,
+                    memory_bytes,
+                    comparisons,
+                }) => {
+                    let _ = writeln!(
+                        t,
+                        "theory: {} {}: sd/avg ~ sqrt((N-1)/(N*V)) = {}, memory N*V*16 = {}, \
+                         ceil(log2(N*V)) = {comparisons} comparisons per lookup",
+                        s.scheme,
+                        s.detail,
+                        percent1(*sd_avg),
+                        bytes(*memory_bytes)
+                    );
+                }
+                Some(SchemeTheory::Jump { loops }) => {
+                    let _ = writeln!(
+                        t,
+                        "theory: {} {}: about ln n = {loops:.2} loops per lookup",
+                        s.scheme, s.detail
+                    );
+                }
+                None => {}
+            }
+        }
+    }
+
     fn per_server_text(&self, t: &mut String, counted: bool) {
         let width = self
             .servers
@@ -306,14 +377,25 @@ impl LabReport {
     }
 
     fn sweep_text(&self, t: &mut String, counted: bool) {
-        if self.vnodes_sweep.is_empty() {
+        let Some(first) = self.vnodes_sweep.first() else {
             return;
-        }
+        };
         let _ = writeln!(t, "\nring by virtual nodes per server (V)");
         let _ = write!(
             t,
-            "{:>6}  {:>8}  {:>7}  {:>7}  {:>7}  {:>6}  {:>10}  {:>9}",
-            "V", "points", "min", "max", "max/avg", "sd/avg", "memory", "ns/lookup"
+            "{:>6}  {:>8}  {:>7}  {:>7}  {:>8}  {:>7}  {:>6}  {:>6}  {:>10}  {:>10}  {:>3}  {:>9}",
+            "V",
+            "points",
+            "min",
+            "max",
+            "sd",
+            "max/avg",
+            "sd/avg",
+            "theory",
+            "memory",
+            "N*V*16",
+            "cmp",
+            "ns/lookup"
         );
         if counted {
             t.push_str("  req max/avg");
@@ -325,14 +407,19 @@ impl LabReport {
         for row in &self.vnodes_sweep {
             let _ = write!(
                 t,
-                "{:>6}  {:>8}  {:>7}  {:>7}  {:>7.4}  {:>6.4}  {:>10}  {:>9.1}",
+                "{:>6}  {:>8}  {:>7}  {:>7}  {:>8.1}  {:>7.4}  {:>6.4}  {:>6.4}  {:>10}  {:>10}  \
+                 {:>3}  {:>9.1}",
                 row.vnodes,
                 row.points,
                 row.keys.min,
                 row.keys.max,
+                row.keys.sd,
                 row.keys.max_avg,
                 row.keys.sd_avg,
+                row.theory_sd_avg,
                 bytes(row.memory_bytes),
+                bytes(row.theory_memory_bytes),
+                row.comparisons,
                 row.ns_per_lookup
             );
             if counted {
@@ -343,6 +430,55 @@ impl LabReport {
             }
             t.push('\n');
         }
+        let _ = writeln!(t, "average per server = {} keys", first.keys.mean);
+        if counted {
+            self.sweep_requests_text(t);
+        }
+        self.sweep_theory_text(t);
+    }
+
+    /// The sweep per request, as the tutorial counts a repeated key (each time).
+    fn sweep_requests_text(&self, t: &mut String) {
+        let _ = writeln!(
+            t,
+            "\nring by V, requests per server (a repeated key each time)"
+        );
+        let _ = writeln!(
+            t,
+            "{:>6}  {:>8}  {:>7}  {:>7}  {:>8}  {:>7}  {:>6}",
+            "V", "points", "min", "max", "sd", "max/avg", "sd/avg"
+        );
+        for row in &self.vnodes_sweep {
+            let r = &row.requests;
+            let _ = writeln!(
+                t,
+                "{:>6}  {:>8}  {:>7}  {:>7}  {:>8.1}  {:>7.4}  {:>6.4}",
+                row.vnodes, row.points, r.min, r.max, r.sd, r.max_avg, r.sd_avg
+            );
+        }
+        if let Some(first) = self.vnodes_sweep.first() {
+            let _ = writeln!(t, "average per server = {} requests", first.requests.mean);
+        }
+    }
+
+    /// The formula behind the theory column and the `V` a target sd/avg needs.
+    fn sweep_theory_text(&self, t: &mut String) {
+        let n = self.servers.iter().filter(|s| s.weight > 0).count();
+        let need = |c: f64| {
+            format!(
+                "{} needs V ~ {:.0} (1/c^2 = {:.0})",
+                percent1(c),
+                theory::vnodes_for(n, c),
+                1.0 / (c * c)
+            )
+        };
+        let _ = writeln!(
+            t,
+            "theory: sd/avg ~ sqrt((N-1)/(N*V)), N = {n}; a target sd/avg c needs \
+             V ~ (N-1)/(N*c^2) ~ 1/c^2: {}, {}",
+            need(0.10),
+            need(0.05)
+        );
     }
 }
 
@@ -378,6 +514,33 @@ fn event_text(t: &mut String, event: &EventReport) {
             m.between_stayed,
             percent(m.requests_moved_fraction),
             m.keys_after.max_avg
+        );
+    }
+    if let Some(kept) = event.theory_mod_n_kept {
+        let _ = write!(
+            t,
+            "theory: mod-N moves 1 - {}/{} = {}",
+            kept.num,
+            kept.den,
+            percent1(1.0 - kept.value)
+        );
+        if let Some(least) = event.theory_minimum_moved {
+            let _ = write!(
+                t,
+                ", minimum possible {}/{} = {}",
+                least.num,
+                least.den,
+                percent1(least.value)
+            );
+        }
+        t.push('\n');
+    } else if let Some(least) = event.theory_minimum_moved {
+        let _ = writeln!(
+            t,
+            "theory: minimum possible {}/{} = {}",
+            least.num,
+            least.den,
+            percent1(least.value)
         );
     }
     for m in &event.schemes {
@@ -453,6 +616,11 @@ fn membership_text(t: &mut String, m: &MembershipReport) {
 /// `12.34%`.
 fn percent(fraction: f64) -> String {
     format!("{:.2}%", fraction * 100.0)
+}
+
+/// `80.0%`: a theory value, to the tutorial's precision.
+fn percent1(fraction: f64) -> String {
+    format!("{:.1}%", fraction * 100.0)
 }
 
 /// `a, b` or `-`.
