@@ -168,35 +168,7 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .map(|(kind, scheme, placed)| lab.scheme_report(*kind, scheme, placed))
         .collect();
 
-    let mut events = Vec::new();
-    let mut after_lists = Vec::new();
-    for (n, event) in input.events.iter().enumerate() {
-        let applied = event
-            .apply(&input.servers)
-            .map_err(|problem| LabError::new(Input::Event(n), problem))?;
-        let mut movements = Vec::new();
-        for (kind, _, before) in &built {
-            let scheme = lab.build(*kind, &applied.servers, Input::Event(n))?;
-            let after = lab.place(&scheme, &applied.servers);
-            let mut movement = lab.movement(*kind, before, &after);
-            movement.note = event_note(*kind, event, applied.renumbered_from);
-            movements.push(movement);
-        }
-        events.push(EventReport {
-            event: event.to_string(),
-            added: applied.added.clone(),
-            removed: applied.removed.clone(),
-            servers_after: applied.servers.len(),
-            theory_mod_n_kept: (input.servers.len() != applied.servers.len())
-                .then(|| {
-                    theory::mod_n_kept(input.servers.len() as u64, applied.servers.len() as u64)
-                })
-                .flatten(),
-            theory_minimum_moved: minimum_moved(&input.servers, &applied.servers),
-            schemes: movements,
-        });
-        after_lists.push(applied.servers);
-    }
+    let (events, after_lists) = lab.events(&built)?;
 
     let vnodes_sweep = input
         .vnodes_sweep
@@ -414,6 +386,43 @@ impl Lab<'_> {
             keys_after: Balance::of(&key_loads, &weights_for(kind, after.servers)),
             note: None,
         }
+    }
+
+    /// Every event against the run's servers: the movements of each scheme, and the
+    /// server list after each (for the `V` sweep's moved columns).
+    fn events(
+        &self,
+        built: &[(SchemeKind, Scheme, Placed<'_>)],
+    ) -> Result<(Vec<EventReport>, Vec<Vec<Server>>), LabError> {
+        let mut events = Vec::new();
+        let mut after_lists = Vec::new();
+        for (n, event) in self.input.events.iter().enumerate() {
+            let applied = event
+                .apply(&self.input.servers)
+                .map_err(|problem| LabError::new(Input::Event(n), problem))?;
+            let (before, after) = (self.input.servers.len(), applied.servers.len());
+            let mut movements = Vec::new();
+            for (kind, _, placed) in built {
+                let scheme = self.build(*kind, &applied.servers, Input::Event(n))?;
+                let after_placed = self.place(&scheme, &applied.servers);
+                let mut movement = self.movement(*kind, placed, &after_placed);
+                movement.note = event_note(*kind, event, applied.renumbered_from);
+                movements.push(movement);
+            }
+            events.push(EventReport {
+                event: event.to_string(),
+                added: applied.added.clone(),
+                removed: applied.removed.clone(),
+                servers_after: after,
+                theory_mod_n_kept: (before != after)
+                    .then(|| theory::mod_n_kept(before as u64, after as u64))
+                    .flatten(),
+                theory_minimum_moved: minimum_moved(&self.input.servers, &applied.servers),
+                schemes: movements,
+            });
+            after_lists.push(applied.servers);
+        }
+        Ok((events, after_lists))
     }
 
     fn sweep_row(&self, vnodes: u32, after_lists: &[Vec<Server>]) -> Result<SweepRow, LabError> {

@@ -516,7 +516,18 @@ fn event_text(t: &mut String, event: &EventReport) {
             m.keys_after.max_avg
         );
     }
-    if let Some(kept) = event.theory_mod_n_kept {
+    event_theory_text(t, event);
+    for m in &event.schemes {
+        if let Some(note) = &m.note {
+            let _ = writeln!(t, "  {}: {note}", m.scheme);
+        }
+    }
+}
+
+/// The event's theory line: what mod-N moves (when it ran) and the least any scheme must.
+fn event_theory_text(t: &mut String, event: &EventReport) {
+    let has_mod_n = event.schemes.iter().any(|m| m.scheme == "modn");
+    if let Some(kept) = event.theory_mod_n_kept.filter(|_| has_mod_n) {
         let _ = write!(
             t,
             "theory: mod-N moves 1 - {}/{} = {}",
@@ -542,11 +553,6 @@ fn event_text(t: &mut String, event: &EventReport) {
             least.den,
             percent1(least.value)
         );
-    }
-    for m in &event.schemes {
-        if let Some(note) = &m.note {
-            let _ = writeln!(t, "  {}: {note}", m.scheme);
-        }
     }
 }
 
