@@ -68,8 +68,10 @@ pub struct SchemeReport {
     pub theory: Option<SchemeTheory>,
 }
 
-/// A scheme's expected balance and cost ([`crate::theory`]).
+/// A scheme's expected balance and cost ([`crate::theory`]); in JSON `{"ring": {...}}`
+/// or `{"jump": {"loops": ...}}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SchemeTheory {
     /// The ring with `points` points on `servers` servers.
     Ring {
@@ -441,18 +443,18 @@ impl LabReport {
     fn sweep_requests_text(&self, t: &mut String) {
         let _ = writeln!(
             t,
-            "\nring by V, requests per server (a repeated key each time)"
+            "\nring by V, requests per server (a key counted once per request)"
         );
         let _ = writeln!(
             t,
-            "{:>6}  {:>8}  {:>7}  {:>7}  {:>8}  {:>7}  {:>6}",
+            "{:>6}  {:>8}  {:>7}  {:>7}  {:>10}  {:>7}  {:>6}",
             "V", "points", "min", "max", "sd", "max/avg", "sd/avg"
         );
         for row in &self.vnodes_sweep {
             let r = &row.requests;
             let _ = writeln!(
                 t,
-                "{:>6}  {:>8}  {:>7}  {:>7}  {:>8.1}  {:>7.4}  {:>6.4}",
+                "{:>6}  {:>8}  {:>7}  {:>7}  {:>10.1}  {:>7.4}  {:>6.4}",
                 row.vnodes, row.points, r.min, r.max, r.sd, r.max_avg, r.sd_avg
             );
         }
