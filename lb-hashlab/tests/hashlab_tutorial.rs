@@ -172,3 +172,18 @@ fn section_7_rendezvous_removal_and_jump_growth() {
         "{text}"
     );
 }
+
+/// The same draws written one per line (repeats kept) and read back as a key file are
+/// the same input: 99,993 keys, 100,000 requests.
+#[test]
+fn a_key_file_of_the_draws_is_the_same_input() {
+    let drawn = KeySet::mulberry32_users(100_000, 16).unwrap();
+    let mut text = String::new();
+    for (key, &count) in drawn.keys().iter().zip(drawn.counts()) {
+        for _ in 0..count {
+            text.push_str(key);
+            text.push('\n');
+        }
+    }
+    assert_eq!(KeySet::parse(&text).unwrap(), drawn);
+}
