@@ -202,7 +202,7 @@ pub fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// One mulberry32 step (Tommy Ettinger, 2017; public domain), 32-bit wrapping
+/// One mulberry32 step (Tommy Ettinger; public domain), 32-bit wrapping
 /// arithmetic exactly as JavaScript's `| 0`, `>>>` and `Math.imul` compute it.
 #[must_use]
 pub fn mulberry32(state: &mut u32) -> u32 {
@@ -294,11 +294,12 @@ mod tests {
 
     #[test]
     fn mulberry32_users_count_repeats_as_requests() {
-        // The tutorial's first draws from seed 16 (its JavaScript run by hand).
-        let mut state = 16;
-        let first = mulberry32(&mut state);
-        assert_eq!(state, 16_u32.wrapping_add(0x6d2b_79f5));
-        assert_ne!(first, mulberry32(&mut state));
+        // The first three keys the tutorial's JavaScript draws from seed 16 (run in Node).
+        let first = KeySet::mulberry32_users(3, 16).unwrap();
+        assert_eq!(
+            first.keys(),
+            ["user:631395207", "user:144321889", "user:752337801"]
+        );
         let set = KeySet::mulberry32_users(100_000, 16).unwrap();
         assert_eq!(set.requests(), 100_000);
         assert_eq!(set.len(), 100_000 - 7);
