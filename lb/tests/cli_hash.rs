@@ -303,3 +303,35 @@ fn bad_input_is_rejected_naming_the_option() {
     );
     rejects(&["--keys", "10", "--key-file", "x"], "cannot be used with");
 }
+
+#[test]
+fn the_tutorials_user_keys_count_requests_and_distinct_keys() {
+    let out = lb(&[
+        "--key-gen",
+        "users",
+        "--key-seed",
+        "16",
+        "--keys",
+        "100000",
+        "--hash",
+        "fnv1a32-fmix32",
+        "--schemes",
+        "modn",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = report.to_string();
+    assert!(shown.contains("mulberry32 user:N, seed 16"), "{shown}");
+    assert!(
+        shown.contains("99993"),
+        "the 7 repeated draws are not distinct keys: {shown}"
+    );
+    let wide = lb(&["--key-gen", "users", "--key-seed", "4294967296"]);
+    assert_eq!(wide.status.code(), Some(2));
+    assert!(
+        text(&wide.stderr).contains("--key-seed"),
+        "{}",
+        text(&wide.stderr)
+    );
+}

@@ -43,9 +43,20 @@ pub struct HashArgs {
     /// Keys from a file: one per line, `KEY` or `KEY COUNT` (a repeated key adds its count).
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
-    /// Seed of the key generator.
+    /// Seed of the key generator (a 32-bit seed for `--key-gen users`).
     #[arg(long, value_name = "S", default_value_t = 1, value_parser = parse_seed)]
     pub key_seed: u64,
+    /// The generated keys: `endpoints` (client endpoints, SplitMix64) or `users`
+    /// (`user:N` drawn with mulberry32 as the consistent-hashing tutorial does; a
+    /// repeated draw is one more request for its key). `--keys` counts draws.
+    #[arg(
+        long,
+        value_name = "KIND",
+        default_value = "endpoints",
+        value_enum,
+        conflicts_with = "key_file"
+    )]
+    pub key_gen: KeyGen,
     /// Give the keys a Zipf(S) popularity (S > 0) over --requests requests, by key order.
     #[arg(long, value_name = "S", value_parser = parse_positive)]
     pub zipf: Option<f64>,
@@ -172,6 +183,34 @@ pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
     Ok(Output::text(output))
 }
 
+/// What `--key-gen` generates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeyGen {
+    /// Distinct client endpoints in 198.18.0.0/15 (seeded SplitMix64).
+    Endpoints,
+    /// The tutorial's `user:N` keys from mulberry32 (repeats kept as requests).
+    Users,
+}
+
+/// The generated keys of `args` and their description.
+fn generated_keys(args: &HashArgs) -> Result<(KeySet, String), HashCliError> {
+    let keys = match args.key_gen {
+        KeyGen::Endpoints => KeySet::generate(args.keys, args.key_seed),
+        KeyGen::Users => {
+            let seed = u32::try_from(args.key_seed).map_err(|_| {
+                HashCliError::argument("--key-seed", "--key-gen users takes a 32-bit seed")
+            })?;
+            KeySet::mulberry32_users(args.keys, seed)
+        }
+    }
+    .map_err(|problem| HashCliError::argument("--keys", problem))?;
+    let source = match args.key_gen {
+        KeyGen::Endpoints => format!("generated, seed {}", args.key_seed),
+        KeyGen::Users => format!("mulberry32 user:N, seed {}", args.key_seed),
+    };
+    Ok((keys, source))
+}
+
 /// The lab's input from the arguments (reads `--key-file`).
 fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
     let (mut keys, key_source) = match &args.key_file {
@@ -184,11 +223,7 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
             })?;
             (keys, path.display().to_string())
         }
-        None => (
-            KeySet::generate(args.keys, args.key_seed)
-                .map_err(|problem| HashCliError::argument("--keys", problem))?,
-            format!("generated, seed {}", args.key_seed),
-        ),
+        None => generated_keys(args)?,
     };
     if let Some(s) = args.zipf {
         if keys.is_counted() {
