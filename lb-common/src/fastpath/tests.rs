@@ -28,6 +28,19 @@ fn inputs(slot: SlotState, packet: Packet, now_ns: u64) -> Inputs {
     }
 }
 
+/// The backend, rule, note and pin of an outcome that writes a pin.
+fn pinned(outcome: Outcome) -> (u32, By, Option<Note>, PinWrite) {
+    match outcome {
+        Outcome::Forward {
+            backend,
+            by,
+            note,
+            write: Write::Pin(pin),
+        } => (backend, by, note, pin),
+        other => panic!("no pin: {other:?}"),
+    }
+}
+
 fn backend_of(outcome: Outcome) -> (u32, By) {
     match outcome {
         Outcome::Forward { backend, by, .. } => (backend, by),
@@ -107,15 +120,7 @@ fn a_clean_slot_forwards_to_its_owner_whatever_else() {
 #[test]
 fn a_non_syn_miss_goes_to_the_clean_owner_and_pins_derivably() {
     let inp = inputs(moved(), Packet::Tcp { rst: false }, 11 * S);
-    let Outcome::Forward {
-        backend,
-        by,
-        write: Write::Pin(pin),
-        ..
-    } = decide(&Config::DEFAULT, &inp)
-    else {
-        panic!("no pin");
-    };
+    let (backend, by, _, pin) = pinned(decide(&Config::DEFAULT, &inp));
     assert_eq!((backend, by), (A, By::MissToCleanOwner));
     assert_eq!(pin.class, PinClass::Derivable);
     assert!(pin.bump_epoch, "A is not the owner");
@@ -125,14 +130,7 @@ fn a_non_syn_miss_goes_to_the_clean_owner_and_pins_derivably() {
 fn a_miss_whose_clean_owner_is_down_goes_to_the_owner_as_an_exception() {
     let mut inp = inputs(moved(), Packet::Tcp { rst: false }, 11 * S);
     inp.clean_owner = Liveness::Down;
-    let Outcome::Forward {
-        backend,
-        write: Write::Pin(pin),
-        ..
-    } = decide(&Config::DEFAULT, &inp)
-    else {
-        panic!("no pin");
-    };
+    let (backend, _, _, pin) = pinned(decide(&Config::DEFAULT, &inp));
     assert_eq!(
         (backend, pin.class, pin.bump_epoch),
         (C, PinClass::Exception, false)
@@ -177,14 +175,7 @@ fn a_retransmitted_syn_follows_its_held_syn_and_the_ack_promotes_it() {
         (A, By::HeldRetransmit)
     );
     inp.packet = Packet::Tcp { rst: false };
-    let Outcome::Forward {
-        backend,
-        write: Write::Pin(pin),
-        ..
-    } = decide(&Config::DEFAULT, &inp)
-    else {
-        panic!("no pin");
-    };
+    let (backend, _, _, pin) = pinned(decide(&Config::DEFAULT, &inp));
     assert_eq!((backend, pin.isn, pin.free_held), (A, 7, true));
 }
 
@@ -194,15 +185,7 @@ fn a_syn_whose_cache_slot_is_live_is_pinned_at_the_syn() {
     let now = 10 * S + DUPLICATE_SYN_WINDOW_NS + 3 * S;
     let mut inp = inputs(moved(), Packet::Syn { seq: 7 }, now);
     inp.held = HeldView::Other { syn_ns: now - S };
-    let Outcome::Forward {
-        backend,
-        write: Write::Pin(pin),
-        note,
-        ..
-    } = decide(&Config::DEFAULT, &inp)
-    else {
-        panic!("no pin");
-    };
+    let (backend, _, note, pin) = pinned(decide(&Config::DEFAULT, &inp));
     assert_eq!((backend, pin.isn, pin.class), (C, 7, PinClass::Exception));
     assert_eq!((pin.on_full, note), (OnFull::Drop, None));
     inp.held = HeldView::Other {
@@ -240,15 +223,7 @@ fn a_stale_pin_falls_to_the_miss_rule_and_to_the_owner_without_a_clean_owner() {
         stamp_ns: S,
         isn: 0,
     });
-    let Outcome::Forward {
-        backend,
-        by,
-        note,
-        write: Write::Pin(pin),
-    } = decide(&Config::DEFAULT, &inp)
-    else {
-        panic!("no pin");
-    };
+    let (backend, by, note, pin) = pinned(decide(&Config::DEFAULT, &inp));
     assert_eq!(
         (backend, by, note, pin.replace),
         (C, By::Repick, Some(Note::Repicked), true)

@@ -120,6 +120,20 @@ fn ce2b_a_handshake_longer_than_the_hold_is_kept_by_its_own_held_syn() {
     assert_eq!(fast.flows[0].trail, [C, C, C]);
 }
 
+/// CE3's events: f0 established on A, a change to C, then f1's handshake, both talking.
+fn ce3_events() -> [(u64, Ev); 8] {
+    [
+        (0, Ev::Syn(0)),
+        (100, Ev::Seg(0)),
+        (1_000, Ev::Tab(vec![C])),
+        (10_000, Ev::Syn(1)),
+        (10_100, Ev::Seg(1)),
+        (11_000, Ev::Seg(0)),
+        (12_000, Ev::Seg(1)),
+        (13_000, Ev::Seg(0)),
+    ]
+}
+
 /// CE3: conntrack holds one entry. f1's handshake pin (C, not the clean owner) goes to
 /// the exceptions map, which never evicts it; f0's miss pin (A) to the LRU. Both kept,
 /// where today's LRU evicts f0's pin and breaks it.
@@ -130,16 +144,7 @@ fn ce3_a_pin_the_miss_rule_cannot_rederive_is_never_evicted() {
         exc_cap: 1,
         ..Setup::micro(2)
     };
-    let events = [
-        (0, Ev::Syn(0)),
-        (100, Ev::Seg(0)),
-        (1_000, Ev::Tab(vec![C])),
-        (10_000, Ev::Syn(1)),
-        (10_100, Ev::Seg(1)),
-        (11_000, Ev::Seg(0)),
-        (12_000, Ev::Seg(1)),
-        (13_000, Ev::Seg(0)),
-    ];
+    let events = ce3_events();
     let (today, fast) = both(&setup, &events);
     assert_eq!(fates(&today), [Fate::Broken, Fate::Kept]);
     assert_eq!(fates(&fast), kept(2));
@@ -154,16 +159,7 @@ fn ce3_with_the_exceptions_map_full_the_held_syn_keeps_deciding_counted() {
         exc_cap: 0,
         ..Setup::micro(2)
     };
-    let events = [
-        (0, Ev::Syn(0)),
-        (100, Ev::Seg(0)),
-        (1_000, Ev::Tab(vec![C])),
-        (10_000, Ev::Syn(1)),
-        (10_100, Ev::Seg(1)),
-        (11_000, Ev::Seg(0)),
-        (12_000, Ev::Seg(1)),
-        (13_000, Ev::Seg(0)),
-    ];
+    let events = ce3_events();
     let (_, fast) = both(&setup, &events);
     assert_eq!(fates(&fast), kept(2));
     assert_eq!(fast.counter("fp_held_kept"), 2);

@@ -276,6 +276,24 @@ struct Inst {
     syn: Vec<SynEntry>,
 }
 
+impl Inst {
+    /// Today's VIP entry and what today's decision reads of this instance at `now`.
+    fn today_view<'a>(&'a self, states: &'a [Liveness; 3], now: u64) -> (VipEntry, View<'a>) {
+        let vip = VipEntry {
+            vip_id: VIP_ID,
+            flags: 0,
+            epoch: self.epoch,
+        };
+        let view = View {
+            states,
+            syn: &self.syn,
+            owners: &self.owners,
+            now,
+        };
+        (vip, view)
+    }
+}
+
 /// A SYN cache slot as today's decision holds it: its index and a copy.
 struct SlotRef {
     index: usize,
@@ -566,17 +584,6 @@ impl World {
     fn today_syn(&mut self, i: usize, key: &FlowKey, seq: u32) -> Option<u32> {
         let now = self.now;
         let inst = &mut self.insts[i];
-        let vip = VipEntry {
-            vip_id: VIP_ID,
-            flags: 0,
-            epoch: inst.epoch,
-        };
-        let mut view = View {
-            states: &self.states,
-            syn: &inst.syn,
-            owners: &inst.owners,
-            now,
-        };
         // The program reads the pin for a SYN only in the window after a change.
         let recent = now.saturating_sub(inst.changed_ns) < DUPLICATE_SYN_WINDOW_NS;
         let entry = if recent {
@@ -584,6 +591,7 @@ impl World {
         } else {
             None
         };
+        let (vip, mut view) = inst.today_view(&self.states, now);
         match conntrack::decide_syn(&mut view, key, seq, &vip, entry.as_ref(), &self.lb) {
             SynDecision::Pin(b) | SynDecision::HeldSyn(b) => Some(b),
             SynDecision::Table { hash } => {
@@ -601,23 +609,13 @@ impl World {
     /// `conntrack::decide`, carried out.
     fn today_packet(&mut self, i: usize, fid: usize, packet: Packet) -> Option<u32> {
         let key = self.flows[fid].key;
-        let now = self.now;
-        let inst = &mut self.insts[i];
-        let vip = VipEntry {
-            vip_id: VIP_ID,
-            flags: 0,
-            epoch: inst.epoch,
-        };
-        let mut view = View {
-            states: &self.states,
-            syn: &inst.syn,
-            owners: &inst.owners,
-            now,
-        };
         if let Packet::Syn { seq } = packet {
             return self.today_syn(i, &key, seq);
         }
+        let now = self.now;
+        let inst = &mut self.insts[i];
         let entry = inst.lru.get(&key).copied();
+        let (vip, mut view) = inst.today_view(&self.states, now);
         let mut stats = VipStats::default();
         let decision = conntrack::decide(
             &mut view,
