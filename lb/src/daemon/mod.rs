@@ -445,10 +445,10 @@ fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
         );
     }
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let loaded: Loaded = String::from_utf8(bytes.clone())
+    let loaded: Loaded = std::str::from_utf8(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: not UTF-8 text: {e}", path.display()))
         .and_then(|text| {
-            Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+            Config::from_toml(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
         })?;
     for w in &loaded.warnings {
         warn!("{w}");
