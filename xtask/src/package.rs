@@ -170,7 +170,8 @@ pub(crate) fn build() -> anyhow::Result<Built> {
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let pages = generate(&root, &lb, &out, &version, commit)?;
+    let program = version_line.strip_prefix("lb ").unwrap_or(&version_line);
+    let pages = generate(&root, &lb, &out, &version, program, commit)?;
 
     let debian = target_dir().join("debian");
     for old in std::fs::read_dir(&debian).into_iter().flatten().flatten() {
@@ -203,11 +204,14 @@ pub(crate) fn build() -> anyhow::Result<Built> {
 }
 
 /// Writes the generated package inputs into `out`; returns the man page file names.
+/// `version` is the package's; `program` the one `lb --version` prints, which every
+/// manual page shows (lb.toml(5) as lb(8) does).
 fn generate(
     root: &Path,
     lb: &Path,
     out: &Path,
     version: &str,
+    program: &str,
     commit: Option<&str>,
 ) -> anyhow::Result<Vec<String>> {
     let man = out.join("man8");
@@ -227,7 +231,7 @@ fn generate(
     std::fs::create_dir_all(&man5)?;
     let chapter = std::fs::read_to_string(root.join(manpage::SOURCE))
         .with_context(|| format!("reading {}", manpage::SOURCE))?;
-    std::fs::write(man5.join("lb.toml.5"), manpage::render(&chapter, version))?;
+    std::fs::write(man5.join("lb.toml.5"), manpage::render(&chapter, program))?;
     gzip(&man5.join("lb.toml.5"))?;
     let completions = out.join("completions");
     std::fs::create_dir_all(&completions)?;
