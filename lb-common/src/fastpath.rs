@@ -141,6 +141,46 @@ impl SlotState {
         }
     }
 
+    /// Rules P1, P3 and P4 at a table change: what the new table buffer carries for a
+    /// slot that held `self` and is given `owner` at `now_ns`. A new owner switches it.
+    /// A dirty slot keeping its owner keeps its state with the epoch bumped, so a
+    /// cleaning walk that read it before the change cannot commit (CE5). A clean slot
+    /// keeping its owner is copied as it is.
+    #[inline(always)]
+    #[must_use]
+    pub fn republished(self, owner: u32, now_ns: u64) -> Self {
+        if self.owner() != owner {
+            self.switched(owner, now_ns)
+        } else if self.is_dirty() {
+            self.bumped()
+        } else {
+            self
+        }
+    }
+
+    /// A slot of a table whose size changed at `now_ns`: its flows come from many old
+    /// slots, so it has no clean owner (0) and stays dirty until the cleaning. The
+    /// chapter says how the data path treats it.
+    #[inline(always)]
+    #[must_use]
+    pub fn resized(owner: u32, now_ns: u64) -> Self {
+        Self {
+            owner: id16(owner),
+            ..Self::default().marked(now_ns)
+        }
+        .without_clean_owner()
+    }
+
+    /// The same state with no clean owner.
+    #[inline(always)]
+    #[must_use]
+    fn without_clean_owner(self) -> Self {
+        Self {
+            clean_owner: 0,
+            ..self
+        }
+    }
+
     /// Rule P4: the state after the data path pinned a flow, on this dirty slot, to a
     /// backend other than the owner (the XDP program does it with an atomic add).
     #[inline(always)]

@@ -38,7 +38,7 @@
 //!   no packet can still read it.
 //! - **Generation**: the controller's count of a VIP's table versions: 1 for a new VIP,
 //!   one more for every new table built for it. It is stored in the table's header
-//!   ([`maps::TABLE_GENERATION_INDEX`]), logged and shown by `lb status`, for operators;
+//!   ([`types::TableHeader::generation`]), logged and shown by `lb status`, for operators;
 //!   the XDP program never reads it.
 //! - **Epoch**: the data plane's counter of table installs, over all VIPs: every install
 //!   takes the next value, never 0 ([`types::VipEntry::epoch`]). It is written into the

@@ -8,7 +8,7 @@
 /// compared by themselves when a restarted daemon adopts a pinned datapath; bump this
 /// when a key or value changes meaning without changing size (a field renamed to another
 /// use, a flag bit reassigned), so that a pinned datapath of the old meaning is refused.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
@@ -210,16 +210,13 @@ pub const MAX_SOURCE_RANGES: u32 = 65_536;
 /// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).
 pub const MAX_BACKENDS: u32 = 65_536;
 
-/// Number of `u32` header entries before the slots in an inner table map:
-/// entry 0 = table size M, entry 1 = table generation (low 32 bits). Slots follow:
-/// entry `TABLE_HEADER_LEN + i` = backend id of slot `i` (0 = no backend). Keeping M in
-/// the same map as the slots means a packet can never pair one table's size with another
-/// table's slots.
-pub const TABLE_HEADER_LEN: u32 = 2;
-/// Index of the table size M in an inner table map.
-pub const TABLE_SIZE_INDEX: u32 = 0;
-/// Index of the table generation in an inner table map.
-pub const TABLE_GENERATION_INDEX: u32 = 1;
+/// Cells before the slots in an inner table map: cell 0 is the header (the table size
+/// M and its generation, [`crate::types::TableHeader`]); cell `TABLE_HEADER_LEN + i` is
+/// slot `i`, its owner and state ([`crate::fastpath::SlotState`]). Every cell is a
+/// 16-byte [`crate::types::TableCell`].
+pub const TABLE_HEADER_LEN: u32 = 1;
+/// Index of the header cell in an inner table map.
+pub const TABLE_HEADER_INDEX: u32 = 0;
 /// Largest table size M the data plane accepts (bounds the slot index the program
 /// computes; the controller's own maximum must not exceed it).
 pub const MAX_TABLE_SIZE: u32 = 4_194_301;

@@ -67,6 +67,59 @@ fn layout_is_sixteen_bytes_with_the_state_word_first() {
 }
 
 #[test]
+fn a_table_cell_holds_the_slot_in_its_byte_layout_and_the_header() {
+    use crate::types::{TableCell, TableHeader};
+    let slot = SlotState {
+        epoch: 0x0403_0201,
+        clean_owner: 0x0605,
+        state: SLOT_DIRTY,
+        owner: 0x0a09,
+        changed_ticks: 0x100f_0e0d,
+        ..SlotState::default()
+    };
+    let cell = TableCell::of_slot(&slot);
+    // SAFETY: both types are repr(C), 16 bytes, integers only, no implicit padding.
+    let (a, b): ([u8; 16], [u8; 16]) = unsafe {
+        (
+            core::mem::transmute::<SlotState, [u8; 16]>(slot),
+            core::mem::transmute::<TableCell, [u8; 16]>(cell),
+        )
+    };
+    assert_eq!(a, b, "the cell's words are the slot's bytes");
+    assert_eq!(cell.slot(), slot);
+    assert_eq!((cell.owner(), cell.is_clean()), (0x0a09, false));
+    assert!(TableCell::of_slot(&SlotState::clean(7)).is_clean());
+    let header = TableHeader {
+        size: 65_537,
+        generation: 0xdead_beef,
+    };
+    assert_eq!(TableCell::of_header(header).header(), header);
+}
+
+#[test]
+fn a_publication_switches_moved_slots_and_bumps_dirty_ones() {
+    let clean = SlotState::clean(A);
+    assert_eq!(
+        clean.republished(A, 5 * S),
+        clean,
+        "a kept clean slot is copied"
+    );
+    let moved_now = clean.republished(C, 5 * S);
+    assert_eq!(moved_now, clean.switched(C, 5 * S));
+    let again = moved_now.republished(C, 9 * S);
+    assert_eq!(
+        again,
+        moved_now.bumped(),
+        "a kept dirty slot aborts a walk's commit"
+    );
+    assert_eq!(clean_commit(&again, moved_now.epoch), None);
+    let resized = SlotState::resized(D, 5 * S);
+    assert!(resized.is_dirty());
+    assert_eq!((resized.owner(), resized.clean_owner()), (D, 0));
+    assert_eq!(resized.changed_ticks, ct_ticks(5 * S));
+}
+
+#[test]
 fn a_switch_keeps_the_first_clean_owner_and_bumps_the_epoch() {
     let slot = moved();
     assert!(slot.is_dirty());

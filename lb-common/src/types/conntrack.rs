@@ -114,6 +114,27 @@ impl FlowKey4 {
         // (every bit pattern is valid); its alignment (4) equals the array's.
         unsafe { core::mem::transmute::<[u32; 4], Self>(words) }
     }
+
+    /// The full key of this IPv4 flow (inverse of [`FlowKey::v4`]): what the flow hash
+    /// and a walk of `CONNTRACK_V4` need.
+    #[must_use]
+    pub fn widen(&self) -> FlowKey {
+        let mut addr = [0; 16];
+        addr[..4].copy_from_slice(&self.dst);
+        let mut src = [0; 16];
+        src[..4].copy_from_slice(&self.src);
+        FlowKey {
+            vip: VipKey {
+                addr,
+                port: self.dport,
+                proto: self.proto,
+                family: super::FAMILY_V4,
+            },
+            src,
+            sport: self.sport,
+            _pad: [0; 2],
+        }
+    }
 }
 
 /// [`CtEntry::closing`]: the connection is open (no FIN or RST seen from the client).

@@ -2,7 +2,7 @@
 //! Map keys and values shared by the XDP program and userspace, one file per map family:
 //! the VIP maps, the per-backend arrays, connection tracking (flow keys, conntrack
 //! entries, SYN cache slots), fragment tracking, allowed source prefixes, the
-//! configuration, and the benchmark harness's frame.
+//! table buffers' cells, the configuration, and the benchmark harness's frame.
 //! Everything is re-exported here: a type's path is `lb_common::types::Name` whichever
 //! file defines it.
 //!
@@ -18,6 +18,7 @@ mod config;
 mod conntrack;
 mod fragment;
 mod source;
+mod table;
 mod vip;
 
 pub use backend::*;
@@ -26,6 +27,7 @@ pub use config::*;
 pub use conntrack::*;
 pub use fragment::*;
 pub use source::*;
+pub use table::*;
 pub use vip::*;
 
 /// `family` value of an IPv4 key or entry.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! Tests of the shared types.
 
-use super::{FlowKey, SynEntry};
+use super::{FAMILY_V4, FlowKey, PROTO_TCP, SynEntry, VipKey};
 
 fn entry(key: FlowKey, hash: u32, backend_id: u16, epoch: u32, syn_ns: u64) -> SynEntry {
     SynEntry {
@@ -52,4 +52,20 @@ fn a_syn_slot_mixing_two_writers_fields_reads_as_empty() {
         );
     }
     assert!(!a.holds(&b_key, hb), "another flow's key");
+}
+
+#[test]
+fn a_v4_conntrack_key_widens_back_to_its_flow_key() {
+    let key = FlowKey {
+        vip: VipKey {
+            addr: [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            port: 80u16.to_be(),
+            proto: PROTO_TCP,
+            family: FAMILY_V4,
+        },
+        src: [192, 0, 2, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        sport: 40_000u16.to_be(),
+        _pad: [0; 2],
+    };
+    assert_eq!(key.v4().widen(), key);
 }
