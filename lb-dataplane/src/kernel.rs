@@ -18,6 +18,7 @@
 //! `lb` binary (the eBPF object is built without them, see `lb-dataplane/build.rs`).
 
 mod activity;
+mod cleaning;
 mod conntrack;
 mod counters;
 #[cfg(feature = "test-harness")]
@@ -44,6 +45,7 @@ use aya::{
     maps::{Array, HashMap, IterableMap as _, MapData, PerCpuArray},
     programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
+pub use cleaning::{Cleaner, Cleaning, SlotCounts};
 use counters::{on_every_cpu, sum_per_cpu, sum_per_cpu_many};
 #[cfg(feature = "test-harness")]
 pub use harness::{BenchSpec, BenchTarget, TableWriter, TestRunOutput};
@@ -119,6 +121,8 @@ pub struct KernelDataplane {
     trace_reader: Option<TraceReader>,
     /// The walker of the conntrack maps, until the daemon takes it.
     walker: Option<ConntrackWalker>,
+    /// The fast path's cleaning walk, until the daemon takes it.
+    cleaner: Option<Cleaner>,
     /// The writer of the activity tick, until the daemon takes it.
     activity: Option<ActivityClock>,
     /// The pins, for a data plane opened with [`KernelDataplane::load_pinned`].
@@ -220,6 +224,22 @@ impl KernelDataplane {
     /// taken.
     pub fn take_conntrack_walker(&mut self) -> Option<ConntrackWalker> {
         self.walker.take()
+    }
+
+    /// The slot states of VIP `vip_id`'s live table (owners included), if it has one.
+    ///
+    /// # Errors
+    /// When the table buffer cannot be read.
+    pub fn slot_states(
+        &self,
+        vip_id: u32,
+    ) -> Result<Option<Vec<lb_common::fastpath::SlotState>>, DataplaneError> {
+        lock(&self.tables).states(vip_id)
+    }
+
+    /// The fast path's cleaning walk ([`Cleaner`]); `None` once taken.
+    pub fn take_cleaner(&mut self) -> Option<Cleaner> {
+        self.cleaner.take()
     }
 
     /// The writer of the activity tick ([`ActivityClock`]); `None` once taken.

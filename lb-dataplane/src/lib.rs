@@ -42,9 +42,9 @@ use lb_common::{
 pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 pub use kernel::{
-    ActivityClock, Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened,
-    Pinning, TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root, may_load_xdp,
-    missing_capabilities,
+    ActivityClock, Census, Cleaner, Cleaning, ConnectionCounts, ConntrackWalker, KernelDataplane,
+    LoadOptions, Opened, Pinning, SlotCounts, TraceReader, TraceRecord, WalkSettings,
+    conntrack_now_ns, is_root, may_load_xdp, missing_capabilities,
 };
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};
@@ -176,9 +176,9 @@ impl std::fmt::Display for AttachMode {
 
 /// Kernel memory (bytes) a VIP's tables of `table_size` slots take: both of its
 /// buffers — once the VIP's table has changed, the live one and the previous one — each
-/// of `table_size + TABLE_HEADER_LEN` entries in 8-byte array cells (`tables`,
-/// `table_map`). The kernel's page rounding of mmapable maps, under one page per
-/// buffer, is not counted. A 65,537-slot table takes just over 1 MiB.
+/// of `table_size + TABLE_HEADER_LEN` 16-byte cells, a slot's owner and fast-path state
+/// (`tables`, `table_map`). The kernel's page rounding of mmapable maps, under one page
+/// per buffer, is not counted. A 65,537-slot table takes just over 2 MiB.
 pub fn table_memory(table_size: u32) -> u64 {
     let entries = u64::from(table_size) + u64::from(lb_common::maps::TABLE_HEADER_LEN);
     tables::BUFFERS_PER_VIP * entries * table_map::CELL_BYTES

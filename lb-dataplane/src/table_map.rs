@@ -1,13 +1,18 @@
 //! Inner Maglev table maps, created and filled directly: `BPF_MAP_CREATE` of a
-//! `BPF_MAP_TYPE_ARRAY` of `u32` with `lb_common::maps::TABLE_MAP_FLAGS`
-//! (`BPF_F_INNER_MAP | BPF_F_MMAPABLE`), then the header and slots written through an
-//! `mmap` of the map (kernel doc: `Documentation/bpf/map_array.rst`, "BPF_F_MMAPABLE").
-//! One pass over memory instead of one `bpf_map_update_elem` per slot keeps a
-//! 65,537-slot table fill in the tens of microseconds.
+//! `BPF_MAP_TYPE_ARRAY` of 16-byte cells (`lb_common::types::TableCell`) with
+//! `lb_common::maps::TABLE_MAP_FLAGS` (`BPF_F_INNER_MAP | BPF_F_MMAPABLE`), then the
+//! header and slots written through an `mmap` of the map (kernel doc:
+//! `Documentation/bpf/map_array.rst`, "BPF_F_MMAPABLE"). One pass over memory instead
+//! of one `bpf_map_update_elem` per slot keeps a 65,537-slot table fill in the tens of
+//! microseconds.
+//!
+//! Each slot carries its owner and its fast-path state (`lb_common::fastpath`). A new
+//! table's states follow from the live table's ([`SlotState::republished`]); the
+//! cleaning turns a dirty slot clean with a compare-and-swap on its state word, in the
+//! live mapping ([`Mapping::commit_clean`]).
 //!
 //! The kernel stores array elements at a stride of `round_up(value_size, 8)` bytes
-//! (`kernel/bpf/arraymap.c`), so in the mapping entry `i` is the first `u32` of the
-//! `i`-th 8-byte cell.
+//! (`kernel/bpf/arraymap.c`): 16, the cell itself.
 //!
 //! aya 0.14 can create standalone maps but exposes neither the flags' effect nor an
 //! mmap of them: the map is created through [`bpf_sys`] (where every raw BPF definition
@@ -21,16 +26,18 @@ use std::{
 
 use super::bpf_sys;
 
-use lb_common::maps::{
-    TABLE_GENERATION_INDEX, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SIZE_INDEX,
+use lb_common::{
+    fastpath::SlotState,
+    maps::{TABLE_HEADER_INDEX, TABLE_HEADER_LEN, TABLE_MAP_FLAGS},
+    types::{TableCell, TableHeader},
 };
 
-/// Creates an empty table map for `size` slots (`size + TABLE_HEADER_LEN` entries).
+/// Creates an empty table map for `size` slots (`size + TABLE_HEADER_LEN` cells).
 pub(crate) fn create(size: u32) -> io::Result<OwnedFd> {
     let shape = bpf_sys::MapShape {
         map_type: bpf_sys::BPF_MAP_TYPE_ARRAY,
         key_size: 4,
-        value_size: 4,
+        value_size: CELL_VALUE_SIZE,
         max_entries: size
             .checked_add(TABLE_HEADER_LEN)
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?,
@@ -39,11 +46,15 @@ pub(crate) fn create(size: u32) -> io::Result<OwnedFd> {
     bpf_sys::create_map(shape, "lb_table")
 }
 
-/// One array element as laid out in the mapping: the `u32` value, then padding.
-type Cell = [u32; 2];
+/// One array element as laid out in the mapping.
+type Cell = TableCell;
 
-/// Bytes the kernel stores per entry of a table map (`round_up(4, 8)`).
+/// Bytes the kernel stores per entry of a table map (16, a multiple of 8).
 pub(crate) const CELL_BYTES: u64 = size_of::<Cell>() as u64;
+const _: () = assert!(CELL_BYTES.is_multiple_of(8));
+/// The map's value size: one cell (16 bytes).
+const CELL_VALUE_SIZE: u32 = 16;
+const _: () = assert!(CELL_VALUE_SIZE as u64 == CELL_BYTES);
 
 /// A shared memory mapping of a table map's entries, unmapped on drop.
 pub(crate) struct Mapping {
@@ -100,59 +111,122 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.entries) }
     }
 
-    /// Entry `i`.
-    fn get(&self, i: usize) -> Option<u32> {
-        self.cells().get(i).map(|cell| cell[0])
+    /// The header.
+    fn header(&self) -> Option<TableHeader> {
+        self.cells()
+            .get(TABLE_HEADER_INDEX as usize)
+            .map(TableCell::header)
     }
 
-    /// Writes a table: header (size, generation) then the slots (backend ids, `u32` or
-    /// the controller's compact `u16`). The mapping must hold exactly
-    /// `slots.len() + TABLE_HEADER_LEN` entries.
+    /// The slot cells of the table the header describes.
+    fn slot_cells(&self) -> io::Result<&[Cell]> {
+        let invalid = || io::Error::from(io::ErrorKind::InvalidData);
+        let size = self.header().ok_or_else(invalid)?.size as usize;
+        let header = TABLE_HEADER_LEN as usize;
+        self.cells().get(header..header + size).ok_or_else(invalid)
+    }
+
+    /// Writes a table: the slots (backend ids, `u32` or the controller's compact `u16`)
+    /// with their states, then the header. `live`: the slots of the table in force,
+    /// from which the states follow ([`SlotState::republished`]); a table of another
+    /// size gives every slot [`SlotState::resized`], no table clean slots. The mapping
+    /// must hold exactly `slots.len() + TABLE_HEADER_LEN` cells.
     pub(crate) fn write_table<T: Copy + Into<u32>>(
         &mut self,
         generation: u32,
         slots: &[T],
+        live: Option<&[SlotState]>,
+        now_ns: u64,
     ) -> io::Result<()> {
         let size =
             u32::try_from(slots.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         if slots.len() + TABLE_HEADER_LEN as usize != self.entries {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
-        self.write(TABLE_HEADER_LEN as usize, slots);
-        self.write(TABLE_GENERATION_INDEX as usize, &[generation]);
-        self.write(TABLE_SIZE_INDEX as usize, &[size]);
+        let header = TABLE_HEADER_LEN as usize;
+        let cells = &mut self.cells_mut()[header..];
+        match live {
+            Some(live) if live.len() == slots.len() => {
+                for ((cell, owner), old) in cells.iter_mut().zip(slots).zip(live) {
+                    *cell = TableCell::of_slot(&old.republished((*owner).into(), now_ns));
+                }
+            }
+            Some(_) => {
+                for (cell, owner) in cells.iter_mut().zip(slots) {
+                    *cell = TableCell::of_slot(&SlotState::resized((*owner).into(), now_ns));
+                }
+            }
+            None => {
+                for (cell, owner) in cells.iter_mut().zip(slots) {
+                    *cell = TableCell::of_slot(&SlotState::clean((*owner).into()));
+                }
+            }
+        }
+        self.cells_mut()[TABLE_HEADER_INDEX as usize] =
+            TableCell::of_header(TableHeader { size, generation });
         Ok(())
     }
 
-    /// Writes `entries` verbatim from entry 0 (header included).
+    /// Writes a header of size `size` and clean slots owned by `slots`, unchecked (the
+    /// data plane's guard tests: a size of 0 or beyond the map).
     #[cfg(feature = "test-harness")]
-    pub(crate) fn write_raw(&mut self, entries: &[u32]) {
-        self.write(0, entries);
-    }
-
-    /// Reads (generation, slots) of the table in the mapping.
-    pub(crate) fn read_table(&self) -> io::Result<(u32, Vec<u32>)> {
-        let invalid = || io::Error::from(io::ErrorKind::InvalidData);
-        let size = self.get(TABLE_SIZE_INDEX as usize).ok_or_else(invalid)? as usize;
-        let generation = self
-            .get(TABLE_GENERATION_INDEX as usize)
-            .ok_or_else(invalid)?;
+    pub(crate) fn write_raw(&mut self, size: u32, slots: &[u32]) {
         let header = TABLE_HEADER_LEN as usize;
-        let cells = self
-            .cells()
-            .get(header..header + size)
-            .ok_or_else(invalid)?;
-        Ok((generation, cells.iter().map(|cell| cell[0]).collect()))
+        for (cell, owner) in self.cells_mut()[header..].iter_mut().zip(slots) {
+            *cell = TableCell::of_slot(&SlotState::clean(*owner));
+        }
+        self.cells_mut()[TABLE_HEADER_INDEX as usize] = TableCell::of_header(TableHeader {
+            size,
+            generation: 0,
+        });
     }
 
-    /// Writes `values` into entries `start..start + values.len()`.
-    fn write<T: Copy + Into<u32>>(&mut self, start: usize, values: &[T]) {
-        for (cell, value) in self.cells_mut()[start..start + values.len()]
-            .iter_mut()
-            .zip(values)
-        {
-            cell[0] = (*value).into();
+    /// Reads (generation, slots' owners) of the table in the mapping.
+    pub(crate) fn read_table(&self) -> io::Result<(u32, Vec<u32>)> {
+        let generation = self
+            .header()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?
+            .generation;
+        Ok((
+            generation,
+            self.slot_cells()?.iter().map(TableCell::owner).collect(),
+        ))
+    }
+
+    /// Reads the slots' states (owner included) of the table in the mapping.
+    pub(crate) fn read_states(&self) -> io::Result<Vec<SlotState>> {
+        Ok(self.slot_cells()?.iter().map(TableCell::slot).collect())
+    }
+
+    /// Rule C4: turns slot `slot` clean when its state word still holds `read` (the
+    /// state the walk read), with one atomic compare-and-swap on the word (a concurrent
+    /// epoch bump by the XDP program makes it fail). Whether it committed; `false` too
+    /// for a slot beyond the table or a state the commit refuses
+    /// (`lb_common::fastpath::clean_commit`).
+    pub(crate) fn commit_clean(&self, slot: usize, read: &SlotState) -> bool {
+        let Some(clean) = lb_common::fastpath::clean_commit(read, read.epoch) else {
+            return false;
+        };
+        let Ok(size) = self.slot_cells().map(<[Cell]>::len) else {
+            return false;
+        };
+        if slot >= size {
+            return false;
         }
+        let index = TABLE_HEADER_LEN as usize + slot;
+        // SAFETY: `index` is within the mapping (checked above); the word is 8-byte
+        // aligned (cells are 16-byte, page-aligned mapping) and shared with the kernel,
+        // which only ever accesses it atomically or by plain loads.
+        let word = unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(&raw mut (*self.ptr.as_ptr().add(index)).lo)
+        };
+        word.compare_exchange(
+            TableCell::of_slot(read).lo,
+            TableCell::of_slot(&clean).lo,
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        )
+        .is_ok()
     }
 }
 

@@ -33,6 +33,7 @@ use std::{
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 use lb_common::{
+    fastpath::SlotState,
     maps::{self, TABLE_HEADER_LEN},
     types::{VIP_TABLE_B, VipEntry, VipInfo, VipKey},
 };
@@ -95,6 +96,20 @@ pub(crate) struct TableSet {
 
 fn index(vip_id: u32, buffer: usize) -> u32 {
     vip_id * 2 + u32::from(buffer == 1)
+}
+
+/// The slot states of `vip`'s live buffer (VIP id `vip_id`), if it has one.
+fn live_states(vip: &VipBuffers, vip_id: u32) -> Result<Option<Vec<SlotState>>, DataplaneError> {
+    let Some(buffer) = vip.live.and_then(|l| vip.buffers[l].as_ref()) else {
+        return Ok(None);
+    };
+    buffer
+        .mapping
+        .read_states()
+        .map(Some)
+        .map_err(syscall_err(format!(
+            "reading the slot states of VIP id {vip_id}"
+        )))
 }
 
 impl TableSet {
@@ -288,12 +303,16 @@ impl TableSet {
         if self.by_id.get(&vip_id).is_some_and(|v| v.stale[target]) {
             self.quiesce()?;
         }
+        let now_ns = crate::kernel::conntrack_now_ns();
         let vip = self.by_id.entry(vip_id).or_default();
+        // A live table whose header is unreadable (corrupt) tells no clean owner: its
+        // slots are published as after a new size.
+        let live = live_states(vip, vip_id).unwrap_or(Some(Vec::new()));
         match &mut vip.buffers[target] {
             Some(buffer) if buffer.entries == entries => {
                 buffer
                     .mapping
-                    .write_table(generation, slots)
+                    .write_table(generation, slots, live.as_deref(), now_ns)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
             }
             slot => {
@@ -303,7 +322,7 @@ impl TableSet {
                 let mut mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
                     .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
                 mapping
-                    .write_table(generation, slots)
+                    .write_table(generation, slots, live.as_deref(), now_ns)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
                 let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
                 // Not live yet: the kernel's grace-period wait in this update is the
@@ -427,23 +446,23 @@ impl TableSet {
         Ok(())
     }
 
-    /// Installs `raw` entries verbatim as VIP `vip_id`'s live buffer (tests of the data
-    /// plane's guards).
+    /// Installs a header of size `size` and clean `slots`, unchecked, as VIP `vip_id`'s
+    /// live buffer (tests of the data plane's guards).
     #[cfg(feature = "test-harness")]
-    pub(crate) fn install_raw(&mut self, vip_id: u32, raw: &[u32]) -> Result<(), DataplaneError> {
-        let slots = u32::try_from(raw.len())
-            .ok()
-            .and_then(|n| n.checked_sub(TABLE_HEADER_LEN))
-            .ok_or_else(|| {
-                DataplaneError::OutOfRange("raw table shorter than its header".into())
-            })?;
+    pub(crate) fn install_raw(
+        &mut self,
+        vip_id: u32,
+        size: u32,
+        slots: &[u32],
+    ) -> Result<(), DataplaneError> {
+        let cells = slots.len() + TABLE_HEADER_LEN as usize;
         let vip = self.by_id.entry(vip_id).or_default();
         let target = vip.live.unwrap_or(0);
-        let fd =
-            table_map::create(slots).map_err(syscall_err("creating a raw table map".into()))?;
-        let mut mapping = table_map::Mapping::new(fd.as_fd(), raw.len(), true)
+        let fd = table_map::create(u32::try_from(slots.len()).unwrap_or(u32::MAX))
+            .map_err(syscall_err("creating a raw table map".into()))?;
+        let mut mapping = table_map::Mapping::new(fd.as_fd(), cells, true)
             .map_err(syscall_err("mapping a raw table".into()))?;
-        mapping.write_raw(raw);
+        mapping.write_raw(size, slots);
         let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
         self.outer
             .set(index(vip_id, target), &map, 0)
@@ -451,7 +470,7 @@ impl TableSet {
         vip.buffers[target] = Some(Buffer {
             map,
             mapping,
-            entries: raw.len(),
+            entries: cells,
         });
         vip.live = Some(target);
         Ok(())
@@ -497,6 +516,35 @@ impl TableSet {
             .read_table()
             .map_err(syscall_err(format!("reading the table of VIP id {vip_id}")))?;
         Ok(Some(InstalledTable { generation, slots }))
+    }
+
+    /// The slot states of VIP `vip_id`'s live table (owners included).
+    pub(crate) fn states(&self, vip_id: u32) -> Result<Option<Vec<SlotState>>, DataplaneError> {
+        let vip = self.by_id.get(&vip_id);
+        vip.map_or(Ok(None), |vip| live_states(vip, vip_id))
+    }
+
+    /// Rule C4 on VIP `vip_id`'s live table: slot `slot` turns clean if its state word
+    /// still holds `read` ([`table_map::Mapping::commit_clean`]). A table installed
+    /// since the read bumped every dirty slot's epoch ([`SlotState::republished`]), so
+    /// the commit fails then.
+    pub(crate) fn commit_clean(&self, vip_id: u32, slot: usize, read: &SlotState) -> bool {
+        self.by_id
+            .get(&vip_id)
+            .and_then(|v| v.live.and_then(|l| v.buffers[l].as_ref()))
+            .is_some_and(|buffer| buffer.mapping.commit_clean(slot, read))
+    }
+
+    /// The VIP ids with a live table.
+    pub(crate) fn vip_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self
+            .by_id
+            .iter()
+            .filter(|(_, v)| v.live.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The `VIPS` entry of `key` (its id, live buffer and table epoch), if it has one.

@@ -22,7 +22,7 @@ use lb_common::{
     trace::{TraceFilter, TracedPacket},
     types::{
         BackendEntry, CtEntry, FlowKey, FlowKey4, FragEntry, FragKey, LbConfig, NextHopEntry,
-        SourceData, SynEntry, VipAddrKey, VipEntry, VipInfo, VipKey,
+        SourceData, SynEntry, TableCell, VipAddrKey, VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -31,11 +31,11 @@ use crate::records::{Carried, RareWork, Scratch};
 const VIPS_MAX: usize = MAX_VIPS as usize;
 const BACKENDS_MAX: usize = MAX_BACKENDS as usize;
 
-/// One Maglev table (template of the inner maps of [`TABLES`]): `u32` entries, header
+/// One Maglev table (template of the inner maps of [`TABLES`]): 16-byte cells, header
 /// first (`lb_common::maps::TABLE_HEADER_LEN`). Real tables have `M + TABLE_HEADER_LEN`
-/// entries; `BPF_F_INNER_MAP` lets their size differ from this template's.
+/// cells; `BPF_F_INNER_MAP` lets their size differ from this template's.
 pub(crate) type TableMap =
-    Array<u32, { TABLE_HEADER_LEN as usize + 1 }, { TABLE_MAP_FLAGS as usize }>;
+    Array<TableCell, { TABLE_HEADER_LEN as usize + 1 }, { TABLE_MAP_FLAGS as usize }>;
 
 /// The global settings (one element).
 #[btf_map]

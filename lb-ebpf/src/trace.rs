@@ -24,7 +24,6 @@ use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::info;
 use lb_common::{
     hash::flow_hash,
-    maps::{MAX_TABLE_SIZE, TABLE_SIZE_INDEX},
     stats::Reason,
     trace::{NO_SLOT, Path, TracedPacket},
     types::{FAMILY_V4, FlowKey},
@@ -180,8 +179,5 @@ fn table_slot(key: &FlowKey) -> u32 {
     let Some(table) = TABLES.get(vip.table_index()) else {
         return NO_SLOT;
     };
-    match table.get(TABLE_SIZE_INDEX) {
-        Some(&size) if size != 0 && size <= MAX_TABLE_SIZE => flow_hash(key, cfg.hash_seed) % size,
-        _ => NO_SLOT,
-    }
+    crate::table::size(table).map_or(NO_SLOT, |size| flow_hash(key, cfg.hash_seed) % size)
 }

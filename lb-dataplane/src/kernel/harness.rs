@@ -330,15 +330,20 @@ impl KernelDataplane {
         Ok(info.verified_instruction_count())
     }
 
-    /// Installs a table map whose entries, header included, are `raw` verbatim, without
-    /// any validation: for tests of the data plane's guards against a corrupt table (a
-    /// size field of 0 or larger than the map).
+    /// Installs a table map of clean `slots` whose header says `size`, without any
+    /// validation: for tests of the data plane's guards against a corrupt table (a size
+    /// field of 0 or larger than the map).
     ///
     /// # Errors
     /// Failures creating, filling or swapping the map.
-    pub fn install_raw_table(&mut self, vip_id: u32, raw: &[u32]) -> Result<(), DataplaneError> {
+    pub fn install_raw_table(
+        &mut self,
+        vip_id: u32,
+        size: u32,
+        slots: &[u32],
+    ) -> Result<(), DataplaneError> {
         check_vip_id(vip_id)?;
-        lock(&self.tables).install_raw(vip_id, raw)
+        lock(&self.tables).install_raw(vip_id, size, slots)
     }
 
     /// A second handle on the tables, usable from another thread.

@@ -485,6 +485,13 @@ impl KernelDataplane {
             dup_fd(&ebpf, maps::CONNTRACK_V6)?,
             dup_fd(&ebpf, maps::SYN_CACHE)?,
         );
+        let cleaner_fds = [
+            dup_fd(&ebpf, maps::CONNTRACK_V4)?,
+            dup_fd(&ebpf, maps::CONNTRACK_V6)?,
+            dup_fd(&ebpf, maps::SYN_CACHE)?,
+            dup_fd(&ebpf, maps::BACKENDS)?,
+            dup_fd(&ebpf, maps::CONFIG)?,
+        ];
         let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
         let tables = TableSet::new(
             take(&mut ebpf, maps::TABLES)?,
@@ -493,6 +500,8 @@ impl KernelDataplane {
             take(&mut ebpf, maps::VIP_INFO)?,
             pins,
         );
+        let tables = Arc::new(Mutex::new(tables));
+        let cleaner = super::Cleaner::new(Arc::clone(&tables), cleaner_fds);
         let sources = SourceMaps::new(
             take(&mut ebpf, maps::SOURCE_RANGES)?,
             take(&mut ebpf, maps::SOURCE_FILTER)?,
@@ -502,6 +511,7 @@ impl KernelDataplane {
         let activity = super::ActivityClock::new(take(&mut ebpf, maps::ACTIVITY_TICK)?);
         Ok(Self {
             walker: Some(walker),
+            cleaner: Some(cleaner),
             activity: Some(activity),
             trace_filter: take(&mut ebpf, maps::TRACE_FILTER)?,
             tracing: false,
@@ -509,7 +519,7 @@ impl KernelDataplane {
             config: take(&mut ebpf, maps::CONFIG)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
             vip_filter: take(&mut ebpf, maps::VIP_FILTER)?,
-            tables: Arc::new(Mutex::new(tables)),
+            tables,
             backends: take(&mut ebpf, maps::BACKENDS)?,
             conntrack_v4: take(&mut ebpf, maps::CONNTRACK_V4)?,
             conntrack_v6: take(&mut ebpf, maps::CONNTRACK_V6)?,

@@ -123,7 +123,7 @@ pub fn conntrack_now_ns() -> u64 {
 
 /// Reads every entry of map `fd` (keys of `K`, values of `V`) with batch lookups,
 /// calling `each` per entry.
-fn for_each<K: Copy + Default, V: Copy + Default>(
+pub(super) fn for_each<K: Copy + Default, V: Copy + Default>(
     fd: &OwnedFd,
     name: &'static str,
     mut each: impl FnMut(&K, &V),

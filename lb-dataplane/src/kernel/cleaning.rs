@@ -1,0 +1,354 @@
+//! The fast path's cleaning walk: dirty table slots turn clean once nothing on them
+//! names another backend than their owner and the quiet time has passed (rules C1-C5
+//! of `lb_common::fastpath`, chapter "The fast path" of the book).
+//!
+//! One walk ([`Cleaner::clean`]):
+//! 1. reads every VIP's live slot states; a dirty slot past the quiet time is a
+//!    candidate, with the state (and epoch) read (C2, C3);
+//! 2. reads the backends' states and walks both conntrack maps and the SYN cache with
+//!    batch lookups: a live pin or held SYN of a candidate's flows naming another
+//!    backend removes the candidate (C1);
+//! 3. commits each remaining candidate with a compare-and-swap on its state word, which
+//!    fails if a change or a pin moved its epoch since the read (C4);
+//! 4. deletes the pins of the cleaned slots that name another backend (C5).
+//!
+//! The walker owns duplicates of the maps' file descriptors and a handle on the table
+//! buffers, so it runs on a thread of its own; it takes the tables' lock only to read
+//! the states and to commit.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    os::fd::{AsFd as _, OwnedFd},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use lb_common::{
+    fastpath::{
+        self, CleanCheck, HeldView, Liveness, PinView, SlotState, clean_check,
+        held_blocks_cleaning, pin_blocks_cleaning, pin_outlived_cleaning,
+    },
+    hash::flow_hash,
+    maps::{self, MAX_BACKENDS},
+    types::{
+        BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4,
+        LbConfig, PROTO_UDP, SynEntry,
+    },
+};
+
+use super::{lock, walk::for_each};
+use crate::{DataplaneError, bpf_sys, tables::TableSet};
+
+/// One walk's result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cleaning {
+    /// Per VIP id, its slots after the walk.
+    pub vips: BTreeMap<u32, SlotCounts>,
+    /// Slots turned clean by this walk (C4 committed).
+    pub cleaned: u64,
+    /// Candidates whose commit failed: their epoch moved during the walk (C4).
+    pub aborted: u64,
+    /// Pins deleted after their slot turned clean (C5).
+    pub pins_deleted: u64,
+    /// How long the walk took.
+    pub took: Duration,
+}
+
+/// The slots of one VIP's live table by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SlotCounts {
+    /// Slots of the table (its size M).
+    pub slots: u64,
+    /// Dirty slots.
+    pub dirty: u64,
+    /// Of those, younger than the quiet time (C2).
+    pub recent: u64,
+    /// Of those, held by a live pin or held SYN naming another backend (C1).
+    pub foreign: u64,
+}
+
+/// A dirty slot that may turn clean: the state the walk read.
+struct Candidate {
+    read: SlotState,
+    foreign: bool,
+}
+
+/// What the walk knows of one VIP: its table size and candidates by slot index.
+struct VipSlots {
+    size: u32,
+    candidates: HashMap<u32, Candidate>,
+}
+
+/// The VIPs the walk looks at, by id.
+type Walked = HashMap<u32, VipSlots>;
+
+/// A pin of a candidate slot naming another backend than the owner (C5, if it cleans).
+struct Outlived {
+    vip_id: u32,
+    slot: u32,
+    backend: u32,
+    key: FlowKeyOf,
+}
+
+/// A conntrack key and its map.
+enum FlowKeyOf {
+    V4(FlowKey4),
+    V6(FlowKey),
+}
+
+/// Walks the table states, the conntrack maps and the SYN cache of one data plane and
+/// cleans what it may.
+pub struct Cleaner {
+    tables: Arc<Mutex<TableSet>>,
+    v4: OwnedFd,
+    v6: OwnedFd,
+    syn: OwnedFd,
+    backends: OwnedFd,
+    config: OwnedFd,
+}
+
+impl Cleaner {
+    /// A cleaner over duplicates of the maps' file descriptors and the table buffers.
+    pub(super) fn new(tables: Arc<Mutex<TableSet>>, fds: [OwnedFd; 5]) -> Self {
+        let [v4, v6, syn, backends, config] = fds;
+        Self {
+            tables,
+            v4,
+            v6,
+            syn,
+            backends,
+            config,
+        }
+    }
+
+    /// One walk (see the module documentation) with the fast path's times `cfg`.
+    ///
+    /// # Errors
+    /// When a map cannot be read; nothing was committed then.
+    pub fn clean(&self, cfg: &fastpath::Config) -> Result<Cleaning, DataplaneError> {
+        let started = Instant::now();
+        let now = super::conntrack_now_ns();
+        let seed = self.hash_seed()?;
+        let (mut vips, counts) = self.candidates(cfg, now)?;
+        let liveness = self.liveness()?;
+        let outlived = self.mark_foreign(cfg, &mut vips, &liveness, seed, now)?;
+        let mut cleaning = Cleaning {
+            vips: counts,
+            ..Cleaning::default()
+        };
+        self.commit(&mut vips, &mut cleaning);
+        cleaning.pins_deleted = self.delete_outlived(&vips, &outlived);
+        cleaning.took = started.elapsed();
+        Ok(cleaning)
+    }
+
+    /// The flow hash's seed in `CONFIG`.
+    fn hash_seed(&self) -> Result<u32, DataplaneError> {
+        let mut value = LbConfig::default();
+        // SAFETY: LbConfig is plain data; the buffer is exactly its size.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut((&raw mut value).cast::<u8>(), size_of::<LbConfig>())
+        };
+        bpf_sys::lookup(self.config.as_fd(), &0u32.to_ne_bytes(), bytes).map_err(|error| {
+            DataplaneError::Syscall {
+                op: format!("reading {}", maps::CONFIG),
+                error,
+            }
+        })?;
+        Ok(value.hash_seed)
+    }
+
+    /// Step 1: every VIP's candidates, and its slots by state.
+    fn candidates(
+        &self,
+        cfg: &fastpath::Config,
+        now: u64,
+    ) -> Result<(Walked, BTreeMap<u32, SlotCounts>), DataplaneError> {
+        let tables = lock(&self.tables);
+        let (mut vips, mut counts) = (HashMap::new(), BTreeMap::new());
+        for vip_id in tables.vip_ids() {
+            let Some(states) = tables.states(vip_id)? else {
+                continue;
+            };
+            let mut count = SlotCounts {
+                slots: states.len() as u64,
+                ..SlotCounts::default()
+            };
+            let mut candidates = HashMap::new();
+            for (slot, state) in (0u32..).zip(&states) {
+                match clean_check(cfg, state, now, false) {
+                    CleanCheck::Clean | CleanCheck::Foreign => {}
+                    CleanCheck::Recent => count.recent += 1,
+                    CleanCheck::Candidate { .. } => {
+                        candidates.insert(
+                            slot,
+                            Candidate {
+                                read: *state,
+                                foreign: false,
+                            },
+                        );
+                    }
+                }
+                count.dirty += u64::from(state.is_dirty());
+            }
+            let size = u32::try_from(states.len()).unwrap_or(u32::MAX);
+            vips.insert(vip_id, VipSlots { size, candidates });
+            counts.insert(vip_id, count);
+        }
+        Ok((vips, counts))
+    }
+
+    /// Every backend's [`Liveness`], by id.
+    fn liveness(&self) -> Result<Vec<Liveness>, DataplaneError> {
+        let mut liveness = vec![Liveness::Down; MAX_BACKENDS as usize];
+        for_each::<u32, BackendEntry>(&self.backends, maps::BACKENDS, |id, entry| {
+            if let Some(l) = liveness.get_mut(*id as usize) {
+                *l = match entry.state {
+                    BACKEND_ACTIVE => Liveness::Active,
+                    BACKEND_DRAINING => Liveness::Draining,
+                    _ => Liveness::Down,
+                };
+            }
+        })?;
+        Ok(liveness)
+    }
+
+    /// Step 2: marks the candidates a live pin or held SYN names another backend on
+    /// (C1); returns the pins that name another backend, for step 4.
+    fn mark_foreign(
+        &self,
+        cfg: &fastpath::Config,
+        vips: &mut HashMap<u32, VipSlots>,
+        liveness: &[Liveness],
+        seed: u32,
+        now: u64,
+    ) -> Result<Vec<Outlived>, DataplaneError> {
+        let mut outlived = Vec::new();
+        let mut pin = |key: &FlowKey, entry: &CtEntry, of: FlowKeyOf| {
+            let Some((slot, candidate)) = candidate_of(vips, entry.vip_id, key, seed) else {
+                return;
+            };
+            if entry.backend_id == candidate.read.owner() {
+                return;
+            }
+            let view = PinView {
+                backend: entry.backend_id,
+                liveness: backend_liveness(liveness, entry.backend_id),
+                stamp_ns: entry.stamp_ns,
+                isn: entry.isn,
+            };
+            let udp = key.vip.proto == PROTO_UDP;
+            let seen_ns = if udp {
+                entry.stamp_ns
+            } else {
+                u64::from(entry.seen_ticks) << CT_TICK_SHIFT
+            };
+            candidate.foreign |=
+                pin_blocks_cleaning(cfg, &candidate.read, &view, udp, seen_ns, now);
+            outlived.push(Outlived {
+                vip_id: entry.vip_id,
+                slot,
+                backend: entry.backend_id,
+                key: of,
+            });
+        };
+        for_each::<FlowKey4, CtEntry>(&self.v4, maps::CONNTRACK_V4, |k, e| {
+            pin(&k.widen(), e, FlowKeyOf::V4(*k));
+        })?;
+        for_each::<FlowKey, CtEntry>(&self.v6, maps::CONNTRACK_V6, |k, e| {
+            pin(k, e, FlowKeyOf::V6(*k));
+        })?;
+        for_each::<u32, SynEntry>(&self.syn, maps::SYN_CACHE, |_, s| {
+            if s.key.vip.family == 0 {
+                return;
+            }
+            let vip_id = u32::from(s.vip_id);
+            let Some((_, candidate)) = candidate_of(vips, vip_id, &s.key, seed) else {
+                return;
+            };
+            let backend = u32::from(s.backend_id);
+            let held = HeldView::Own {
+                backend,
+                liveness: backend_liveness(liveness, backend),
+                seq: s.seq,
+                syn_ns: s.syn_ns,
+            };
+            candidate.foreign |= held_blocks_cleaning(cfg, &candidate.read, &held, now);
+        })?;
+        Ok(outlived)
+    }
+
+    /// Step 3: commits every candidate no pin blocks (C4), and counts.
+    fn commit(&self, vips: &mut HashMap<u32, VipSlots>, cleaning: &mut Cleaning) {
+        let tables = lock(&self.tables);
+        for (vip_id, vip) in vips.iter_mut() {
+            let count = cleaning.vips.entry(*vip_id).or_default();
+            vip.candidates.retain(|slot, candidate| {
+                if candidate.foreign {
+                    count.foreign += 1;
+                    return false;
+                }
+                let committed = tables.commit_clean(*vip_id, *slot as usize, &candidate.read);
+                if committed {
+                    cleaning.cleaned += 1;
+                    count.dirty -= 1;
+                } else {
+                    cleaning.aborted += 1;
+                }
+                committed
+            });
+        }
+    }
+
+    /// Step 4: deletes the pins of cleaned slots that name another backend (C5). The
+    /// walk read them before the commit, so each was made before it. Returns how many.
+    fn delete_outlived(&self, vips: &HashMap<u32, VipSlots>, outlived: &[Outlived]) -> u64 {
+        let mut deleted = 0;
+        for pin in outlived {
+            let Some(candidate) = vips
+                .get(&pin.vip_id)
+                .and_then(|v| v.candidates.get(&pin.slot))
+            else {
+                continue;
+            };
+            let clean = SlotState {
+                state: fastpath::SLOT_CLEAN,
+                ..candidate.read
+            };
+            if !pin_outlived_cleaning(&clean, pin.backend) {
+                continue;
+            }
+            let removed = match &pin.key {
+                FlowKeyOf::V4(k) => bpf_sys::delete(self.v4.as_fd(), pod_bytes(k)),
+                FlowKeyOf::V6(k) => bpf_sys::delete(self.v6.as_fd(), pod_bytes(k)),
+            };
+            deleted += u64::from(removed.is_ok());
+        }
+        deleted
+    }
+}
+
+/// The candidate slot of flow `key` of VIP `vip_id`, if its slot is one.
+fn candidate_of<'a>(
+    vips: &'a mut HashMap<u32, VipSlots>,
+    vip_id: u32,
+    key: &FlowKey,
+    seed: u32,
+) -> Option<(u32, &'a mut Candidate)> {
+    let vip = vips.get_mut(&vip_id)?;
+    if vip.size == 0 || vip.candidates.is_empty() {
+        return None;
+    }
+    let slot = flow_hash(key, seed) % vip.size;
+    vip.candidates.get_mut(&slot).map(|c| (slot, c))
+}
+
+fn backend_liveness(liveness: &[Liveness], id: u32) -> Liveness {
+    liveness.get(id as usize).copied().unwrap_or(Liveness::Down)
+}
+
+/// The bytes of a map key.
+fn pod_bytes<T: aya::Pod>(value: &T) -> &[u8] {
+    // SAFETY: T is plain data (aya::Pod); the slice covers exactly its bytes.
+    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(value).cast::<u8>(), size_of::<T>()) }
+}

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//! The fast path (the book's chapter "The fast path"): for a VIP whose entry carries
+//! `VIP_FAST_PATH`, the table decides alone on a clean slot. A packet other than a SYN
+//! on a clean slot goes to the slot's owner with no conntrack lookup and no write (rule
+//! T1 of `lb_common::fastpath`). On a dirty slot the pins decide as on today's path; a
+//! miss there takes the clean owner (rules M1, M2, [`pick_miss`]), and a pin naming
+//! another backend than the owner bumps the slot's epoch (rule P4, [`note_pin`]), so a
+//! cleaning walk that read the slot before cannot commit. SYNs take today's path on
+//! every slot: each is held in the SYN cache, so a SYN retransmitted across a change
+//! follows its first (the simulation's CE1).
+//!
+//! `FAST_FILTER` comes first: a VIP packet whose bit is clear takes today's path with
+//! no `VIPS` lookup before its conntrack lookup.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use lb_common::{
+    fastpath::{Liveness, SlotState, miss_backend},
+    hash::vip_filter_bit,
+    maps::{TABLE_HEADER_LEN, TABLE_HEADER_INDEX},
+    stats::Reason,
+    types::{LbConfig, TableCell, VIP_FAST_PATH, VipEntry, VipKey},
+};
+
+use crate::{
+    backend::{self, Choice},
+    maps::{FAST_FILTER, TABLES},
+    table,
+};
+
+/// False when no VIP hashing to `key`'s filter bit takes the fast path.
+#[inline(always)]
+pub(crate) fn maybe_fast(key: &VipKey) -> bool {
+    let bit = vip_filter_bit(key);
+    FAST_FILTER
+        .get(bit / 64)
+        .is_some_and(|word| word & (1u64 << (bit % 64)) != 0)
+}
+
+/// Whether VIP `vip` takes the fast path.
+#[inline(always)]
+pub(crate) fn is_fast(vip: &VipEntry) -> bool {
+    vip.flags & VIP_FAST_PATH != 0
+}
+
+/// The cell of slot `hash % M` of the VIP's live table; `drop_bad_config` as
+/// [`table::slot`].
+#[inline(always)]
+fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
+    let table = TABLES.get(vip.table_index()).ok_or(Reason::DropBadConfig)?;
+    let size = table::size(table).ok_or(Reason::DropBadConfig)?;
+    let _ = TABLE_HEADER_INDEX;
+    table
+        .get_ptr_mut(hash % size + TABLE_HEADER_LEN)
+        .ok_or(Reason::DropBadConfig)
+}
+
+/// Rule T1: the owner of the packet's slot when the slot is clean and its owner keeps
+/// flows; `None` when the slot is dirty (pins decide) or unreadable (today's path
+/// counts it).
+#[inline(always)]
+pub(crate) fn clean_owner(vip: &VipEntry, hash: u32) -> Option<Choice> {
+    let cell = cell(vip, hash).ok()?;
+    // SAFETY: a successful lookup's element, read once by value.
+    let cell = unsafe { *cell };
+    if !cell.is_clean() {
+        return None;
+    }
+    backend::keeps_flows(cell.owner())
+}
+
+/// Rules M1 and M2: the backend of a miss (no pin, no held SYN) on VIP `vip`'s slot
+/// `hash % M` ([`miss_backend`]): on a dirty slot the clean owner, if it keeps flows
+/// (UDP only within the UDP idle timeout of the slot's last change); else the owner,
+/// which must take new flows.
+#[inline(always)]
+pub(crate) fn pick_miss(
+    vip: &VipEntry,
+    hash: u32,
+    udp: bool,
+    now_ns: u64,
+    cfg: &LbConfig,
+) -> Result<Choice, Reason> {
+    // SAFETY: a successful lookup's element, read once by value.
+    let slot = unsafe { *cell(vip, hash)? }.slot();
+    let clean = slot.clean_owner();
+    let clean_liveness = match backend::keeps_flows(clean) {
+        Some(_) if clean != 0 => Liveness::Active,
+        _ => Liveness::Down,
+    };
+    let id = miss_backend(&slot, udp, clean_liveness, now_ns, cfg.udp_timeout_ns);
+    if id != slot.owner() {
+        return backend::keeps_flows(id).ok_or(Reason::DropNoBackend);
+    }
+    if id == 0 {
+        return Err(Reason::DropNoBackend);
+    }
+    backend::for_new_flow(id)
+}
+
+/// Rule P4: a pin of VIP `vip`'s flow on slot `hash % M` was made naming backend
+/// `backend`; on a dirty slot whose owner is another backend, the slot's epoch moves
+/// (one atomic add on the low word of its state word).
+#[inline(always)]
+pub(crate) fn note_pin(vip: &VipEntry, hash: u32, backend: u32) {
+    let Ok(cell) = cell(vip, hash) else {
+        return;
+    };
+    // SAFETY: a successful lookup's element; the read is a plain copy.
+    let slot: SlotState = unsafe { *cell }.slot();
+    if !slot.is_dirty() || slot.owner() == backend {
+        return;
+    }
+    // SAFETY: the epoch is the first 4 bytes of the 8-byte aligned cell (little
+    // endian), which userspace changes only by compare-and-swap on the whole word.
+    let epoch = unsafe { AtomicU32::from_ptr(cell.cast::<u32>()) };
+    epoch.fetch_add(1, Ordering::Relaxed);
+}
