@@ -37,11 +37,11 @@ pub const MTU: u16 = 1500;
 pub const HASH_SEED: u32 = 0x6c62_5f31;
 
 /// `max_table_memory_mib`: the cap on the kernel memory of all Maglev table maps (MiB),
-/// so that many services on one host cannot exhaust kernel memory. The kernel stores
-/// each `u32` slot in an 8-byte cell and each VIP has two table buffers
+/// so that many services on one host cannot exhaust kernel memory. Each slot is a
+/// 16-byte cell (its owner and fast-path state) and each VIP has two table buffers
 /// ([`lb_dataplane::table_memory`]): a VIP with a 65,537-slot table takes just over
-/// 1 MiB, so the default allows 511 such VIPs.
-pub const MAX_TABLE_MEMORY_MIB: u32 = 512;
+/// 2 MiB, so the default allows 511 such VIPs.
+pub const MAX_TABLE_MEMORY_MIB: u32 = 1_024;
 
 /// `nexthop.mode`: `bpf_fib_lookup` (the kernel's routes and neighbours).
 pub const NEXTHOP_MODE: &str = "fib";
@@ -52,6 +52,19 @@ pub const NEXTHOP_CACHE_MS: u32 = 100;
 
 /// `conntrack.udp_timeout_secs`: UDP flows idle longer than this are re-picked.
 pub const UDP_TIMEOUT_SECS: u32 = 30;
+
+/// `conntrack.tcp_idle_secs`: two hours, Linux's `tcp_keepalive_time`, the longest a
+/// TCP connection with keepalives on stays silent
+/// (`lb_common::fastpath::DEFAULT_TCP_IDLE_NS`).
+pub const TCP_IDLE_SECS: u32 = 7_200;
+
+/// `conntrack.quiet_secs`: a dirty table slot stays dirty this long after its last
+/// change; never below `conntrack.tcp_idle_secs` (the fast path's rule C3).
+pub const QUIET_SECS: u32 = 7_200;
+
+/// `conntrack.clean_interval_secs`: the cleaning walk reads both conntrack maps and
+/// the SYN cache; once a minute keeps its cost small against a quiet time of hours.
+pub const CLEAN_INTERVAL_SECS: u32 = 60;
 
 /// `conntrack.new_pin_rate`: new conntrack pins per second per CPU (mid-flow misses,
 /// new UDP flows, handshakes completing). Beyond it, packets are forwarded by the table

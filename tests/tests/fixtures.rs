@@ -523,11 +523,11 @@ fn corrupt_or_missing_configuration_drops() {
     // slot outside the table) and one larger than its map: dropped as bad configuration
     // (BR-04.T9).
     lb.dp
-        .install_raw_table(0, &[0, 1, 1, 1, 1])
+        .install_raw_table(0, 0, &[1, 1, 1])
         .expect("raw table");
     assert_verdict(&mut lb, &syn, XDP_DROP, Reason::DropBadConfig);
     lb.dp
-        .install_raw_table(0, &[1000, 1, 1, 1, 1])
+        .install_raw_table(0, 1000, &[1, 1, 1])
         .expect("raw table");
     assert_verdict(&mut lb, &syn, XDP_DROP, Reason::DropBadConfig);
     lb.table(0, &round_robin(7, &[1, 2, 3]));

@@ -20,8 +20,9 @@ use lb_tests::{
 /// Offset of the IPv4 source address in the frame.
 const V4_SRC: u32 = 26;
 /// Conntrack capacity of the flood tests: room for the established flows and for
-/// what the rate limit lets a flood add.
-const CT: u32 = 65_536;
+/// what the rate limit lets a flood add (10,000 pins a second: 26 s of flood on a slow
+/// machine, where the 4,000,000 packets may take 15 s).
+const CT: u32 = 262_144;
 /// The tests' rate of new pins per CPU: 10,000 per second (an interval of 100 us), with
 /// bursts of 100 ms (1,000 pins).
 const INTERVAL_NS: u64 = 100_000;
@@ -124,10 +125,10 @@ fn an_ack_flood_from_new_4tuples_leaves_established_flows_pinned() {
 
 #[test]
 fn without_the_rate_limit_a_smaller_flood_evicts_established_flows() {
-    // The control: with no limit every flood packet makes a pin, and 200,000 new pins
-    // in a 65,536-entry map evict the established flows (least recently used first).
+    // The control: with no limit every flood packet makes a pin, and 800,000 new pins
+    // in a 262,144-entry map evict the established flows (least recently used first).
     let (mut lb, flows) = established();
-    flood(&mut lb, 200_000);
+    flood(&mut lb, 800_000);
     let kept = pinned(&lb, &flows);
     assert!(kept < flows.len() / 2, "{kept} of {} kept", flows.len());
 }

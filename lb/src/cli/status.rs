@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 
 use super::{Output, ReadArgs, json};
-use crate::control::{ClientError, ConnectionCounts, ConntrackStatus, Status, VipStatus};
+use crate::control::{
+    CleaningStatus, ClientError, ConnectionCounts, ConntrackStatus, Status, VipStatus,
+};
 
 /// Runs `lb status`.
 ///
@@ -40,6 +42,7 @@ pub fn status_text(s: &Status) -> String {
         s.changes, s.table_builds
     );
     out.push_str(&conntrack_line(s.conntrack.as_ref()));
+    out.push_str(&cleaning_line(s.cleaning.as_ref()));
     health::summary(&mut out, &s.health);
     announce::summary(&mut out, &s.announce);
     if let Some(dir) = &s.pin_dir {
@@ -56,6 +59,7 @@ pub fn status_text(s: &Status) -> String {
             v.vip, v.id, v.table_size, v.generation, v.fingerprint
         );
         out.push_str(&allowed_sources_line(v));
+        out.push_str(&slot_states_line(v));
         health::policy(&mut out, v);
         announce::vip(&mut out, v);
         let _ = writeln!(
@@ -143,6 +147,40 @@ pub(super) fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
             c.idle_secs
         ),
         None => "conntrack: connections not counted yet\n".to_owned(),
+    }
+}
+
+/// The fast path's cleaning line of `lb status` (nothing before the first walk).
+fn cleaning_line(c: Option<&CleaningStatus>) -> String {
+    let Some(c) = c else {
+        return String::new();
+    };
+    let mut line = format!(
+        "cleaning: {} slots turned clean, {} pins deleted, {} commits aborted since start; \
+         last walk {:.1} s ago in {:.1} ms",
+        c.cleaned_total, c.pins_deleted_total, c.aborted_total, c.age_secs, c.walk_ms
+    );
+    if let Some(e) = &c.last_error {
+        let _ = write!(
+            line,
+            "; FAILING ({} failures since start, last: {e})",
+            c.failures_total
+        );
+    }
+    line.push('\n');
+    line
+}
+
+/// A VIP's dirty table slots (nothing before the first cleaning walk).
+fn slot_states_line(v: &VipStatus) -> String {
+    match v.slot_states {
+        Some(s) if s.dirty == 0 => "  slots: all clean\n".to_owned(),
+        Some(s) => format!(
+            "  slots: {} dirty ({} within the quiet time, {} held by pins or held SYNs \
+             naming another backend)\n",
+            s.dirty, s.recent, s.held
+        ),
+        None => String::new(),
     }
 }
 

@@ -146,6 +146,15 @@ pub struct ConntrackFile {
     /// Datagrams whose first fragment was seen (fragment tracking entries).
     #[serde(default)]
     pub fragment_capacity: Option<UInt<u32>>,
+    /// The established-TCP idle time (seconds) the fast path's cleaning assumes.
+    #[serde(default)]
+    pub tcp_idle_secs: Option<UInt<u32>>,
+    /// The quiet time (seconds) before a dirty table slot may turn clean.
+    #[serde(default)]
+    pub quiet_secs: Option<UInt<u32>>,
+    /// Period (seconds) of the cleaning walk.
+    #[serde(default)]
+    pub clean_interval_secs: Option<UInt<u32>>,
 }
 
 /// `[icmp]`.

@@ -176,6 +176,8 @@ pub struct Config {
     pub nexthop_cache: Duration,
     /// Fragment tracking entries (datagrams whose first fragment was seen).
     pub frag_capacity: u32,
+    /// The fast path's cleaning of dirty table slots.
+    pub cleaning: CleaningConfig,
     /// The ICMP messages the data plane sends.
     pub icmp: IcmpConfig,
     /// Per-flow outer headers.
@@ -188,6 +190,18 @@ pub struct Config {
     pub announce: Announce,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
+}
+
+/// The fast path's cleaning (`conntrack.tcp_idle_secs`, `quiet_secs`,
+/// `clean_interval_secs`; rules C1-C5 of `lb_common::fastpath`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleaningConfig {
+    /// The established-TCP idle time: a pin not seen this long blocks no cleaning.
+    pub tcp_idle: Duration,
+    /// A dirty slot stays dirty this long after its last change (at least `tcp_idle`).
+    pub quiet: Duration,
+    /// Period of the cleaning walk.
+    pub interval: Duration,
 }
 
 /// `[metrics]`: the Prometheus endpoint and the periodic conntrack walk behind the live

@@ -35,7 +35,7 @@ use std::{
 };
 
 use super::{
-    Config, ConfigError, ConfigErrors, Loaded, Nexthop, XdpMode,
+    CleaningConfig, Config, ConfigError, ConfigErrors, Loaded, Nexthop, XdpMode,
     file::{ConntrackFile, EncapFile, FileConfig, NexthopFile, UInt},
 };
 use crate::defaults;
@@ -46,6 +46,10 @@ const CT_SYN_CAPACITY_RANGE: (u32, u32) = (256, 1 << 22);
 const UDP_TIMEOUT_RANGE: (u32, u32) = (1, 86_400);
 /// `conntrack.new_pin_rate`: 0 (no limit) to 100 million pins per second per CPU.
 const NEW_PIN_RATE_RANGE: (u32, u32) = (0, 100_000_000);
+/// `conntrack.tcp_idle_secs` and `conntrack.quiet_secs`: a minute to a week.
+const IDLE_RANGE: (u32, u32) = (60, 604_800);
+/// `conntrack.clean_interval_secs`: a second to an hour.
+const CLEAN_INTERVAL_RANGE: (u32, u32) = (1, 3_600);
 /// Fragment tracking entries: 256 to 1,048,576.
 const FRAG_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
@@ -470,6 +474,49 @@ fn fragment_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
     )
 }
 
+/// `conntrack.tcp_idle_secs`, `quiet_secs` and `clean_interval_secs`: the fast path's
+/// cleaning. The quiet time may not be below the TCP idle time (rule C3 of
+/// `lb_common::fastpath`).
+fn cleaning(file: &ConntrackFile, r: &mut Report) -> CleaningConfig {
+    let mut secs = |key, value, default, range| {
+        Duration::from_secs(u64::from(in_range(r, key, uint(value, default), range)))
+    };
+    let tcp_idle = secs(
+        "conntrack.tcp_idle_secs",
+        file.tcp_idle_secs,
+        defaults::TCP_IDLE_SECS,
+        IDLE_RANGE,
+    );
+    let quiet = secs(
+        "conntrack.quiet_secs",
+        file.quiet_secs,
+        defaults::QUIET_SECS,
+        IDLE_RANGE,
+    );
+    let interval = secs(
+        "conntrack.clean_interval_secs",
+        file.clean_interval_secs,
+        defaults::CLEAN_INTERVAL_SECS,
+        CLEAN_INTERVAL_RANGE,
+    );
+    if quiet < tcp_idle {
+        r.error(
+            "conntrack.quiet_secs",
+            format!(
+                "expected at least conntrack.tcp_idle_secs ({}), got {} (a slot cleaned \
+                 sooner could break a flow silent for less than the idle time)",
+                tcp_idle.as_secs(),
+                quiet.as_secs()
+            ),
+        );
+    }
+    CleaningConfig {
+        tcp_idle,
+        quiet,
+        interval,
+    }
+}
+
 /// Every section in turn; every problem collected.
 fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, ConfigErrors> {
     let mut r = Report::default();
@@ -479,6 +526,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
     let (ct_capacity, ct_syn_capacity, udp_timeout, new_pin_rate) =
         conntrack(&file.conntrack, &mut r);
     let frag_capacity = fragment_capacity(&file.conntrack, &mut r);
+    let cleaning = cleaning(&file.conntrack, &mut r);
     let icmp = datapath::icmp(&file.icmp, &mut r);
     let outer = datapath::outer(&file.encap, &mut r);
     let metrics = metrics::metrics(&file.metrics, &mut r);
@@ -510,6 +558,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
             new_pin_rate,
             nexthop_cache,
             frag_capacity,
+            cleaning,
             icmp,
             outer,
             metrics,

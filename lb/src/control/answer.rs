@@ -82,6 +82,42 @@ pub struct Status {
     /// first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<ConntrackStatus>,
+    /// The fast path's cleaning walk (none before the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaning: Option<CleaningStatus>,
+}
+
+/// What the fast path's cleaning walks did (`lb status`): dirty table slots turned
+/// clean, by rules C1-C5 of the book's chapter "The fast path".
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CleaningStatus {
+    /// Slots turned clean since start.
+    pub cleaned_total: u64,
+    /// Commits that failed since start because a change or a pin moved the slot's
+    /// epoch during the walk (the slot stays dirty until a later walk).
+    pub aborted_total: u64,
+    /// Pins deleted since start because their slot turned clean naming another backend.
+    pub pins_deleted_total: u64,
+    /// Walks that failed since start.
+    pub failures_total: u64,
+    /// The last failure's message, until a walk succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// How long the last successful walk took (ms).
+    pub walk_ms: f64,
+    /// How long ago it ended (s).
+    pub age_secs: f64,
+}
+
+/// A VIP's table slots by fast-path state, at the last cleaning walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotStatus {
+    /// Dirty slots: their owner changed since they were last clean.
+    pub dirty: u64,
+    /// Of those, younger than the quiet time.
+    pub recent: u64,
+    /// Of those, held dirty by a live pin or held SYN naming another backend.
+    pub held: u64,
 }
 
 /// What the last conntrack walk found (`lb status`, `lb stats`).
@@ -152,6 +188,9 @@ pub struct VipStatus {
     /// Whether its address is announced for BGP, and why (with `[announce]` enabled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub announce: Option<VipAnnouncement>,
+    /// Its table slots by fast-path state, at the last cleaning walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_states: Option<SlotStatus>,
 }
 
 /// A backend in `lb status`.

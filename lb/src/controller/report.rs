@@ -157,6 +157,7 @@ fn vip_status(
         backends,
         policy: mode.map(|m| PolicyStatus::new(m, &applied.spec.policy)),
         announce: None,
+        slot_states: None,
     }
 }
 

@@ -360,23 +360,23 @@ fn table_memory_over_the_limit_is_refused_before_writing() {
     ));
     d.max_table_memory = 1 << 20;
     let err = c.apply(&d).unwrap_err();
-    assert_eq!(err.to_string(), "table memory 3 MiB exceeds limit 1 MiB");
+    assert_eq!(err.to_string(), "table memory 5 MiB exceeds limit 1 MiB");
     assert!(c.dataplane().ops.is_empty());
 }
 
 #[test]
 fn table_memory_counts_both_buffers_of_each_vip() {
-    // One 65,537-slot buffer (512 KiB) fits 1 MiB, but the data plane keeps two per VIP
+    // One 32,771-slot buffer (512 KiB) fits 1 MiB, but the data plane keeps two per VIP
     // once its table changed: the estimate counts both, so this is refused up front
     // rather than after the first change.
     let mut c = controller();
-    let mut d = desired(&vip_toml(80, 65_537, &[(11, 1, "active")]));
+    let mut d = desired(&vip_toml(80, 32_771, &[(11, 1, "active")]));
     d.max_table_memory = 1 << 20;
     let err = c.apply(&d).unwrap_err();
     assert_eq!(err.to_string(), "table memory 2 MiB exceeds limit 1 MiB");
     assert!(c.dataplane().ops.is_empty());
-    // 2 x (65,521 + 2 header entries) x 8 bytes fits.
-    let mut d = desired(&vip_toml(80, 65_521, &[(11, 1, "active")]));
+    // 2 x (32,749 + 1 header cell) x 16 bytes fits.
+    let mut d = desired(&vip_toml(80, 32_749, &[(11, 1, "active")]));
     d.max_table_memory = 1 << 20;
     c.apply(&d).unwrap();
     d.add_backend(&vip80(), key(12), 1).unwrap();

@@ -20,7 +20,10 @@
 //!   in the announcement table, so BGP announces it from this instance);
 //! - global: `lb_verdicts_total{reason,action}`, `lb_conntrack_entries{family}`,
 //!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`,
-//!   `lb_conntrack_walk_seconds`, `lb_table_info{vip,generation,fingerprint,size}`,
+//!   `lb_conntrack_walk_seconds`, `lb_slots_cleaned_total`,
+//!   `lb_cleaning_pins_deleted_total`, `lb_cleaning_aborted_total`,
+//!   `lb_cleaning_failures_total`, `lb_cleaning_walk_seconds`, `lb_vip_dirty_slots{vip}`
+//!   (the fast path's cleaning, once a walk ran), `lb_table_info{vip,generation,fingerprint,size}`,
 //!   `lb_table_build_duration_seconds` and `lb_table_swap_duration_seconds`
 //!   (histograms), `lb_reloads_total{result}`, `lb_changes_total`, `lb_build_info`.
 //!
@@ -51,7 +54,7 @@ use prometheus_client::{
 
 use super::service::Service;
 use crate::{
-    control::{BackendHealth, ConnectionCounts, ConntrackStatus},
+    control::{BackendHealth, CleaningStatus, ConnectionCounts, ConntrackStatus, SlotStatus},
     controller::{ApplyReport, REMOVED, TableChange, UNHEALTHY, VipChange},
 };
 use lb_dataplane::{Dataplane, DataplaneError};
@@ -166,6 +169,8 @@ pub struct VipSample {
     pub fingerprint: String,
     /// The size M.
     pub table_size: u32,
+    /// Its slots by fast-path state, at the last cleaning walk.
+    pub slot_states: Option<SlotStatus>,
 }
 
 /// A backend at the scrape (configured, or removed within the retention).
@@ -238,6 +243,8 @@ pub struct Snapshot {
     pub backends: Vec<BackendSample>,
     /// Conntrack occupancy from the last walk.
     pub conntrack: Option<ConntrackStatus>,
+    /// The fast path's cleaning walks.
+    pub cleaning: Option<CleaningStatus>,
     /// Changes applied since start.
     pub changes: u64,
 }
@@ -274,6 +281,7 @@ impl Snapshot {
                 generation: v.generation,
                 fingerprint: v.fingerprint.clone(),
                 table_size: v.table_size,
+                slot_states: v.slot_states,
             });
         }
         let configured: BTreeMap<(String, String), Configured> = status
@@ -320,6 +328,7 @@ impl Snapshot {
             vips,
             backends,
             conntrack: service.connections().conntrack(),
+            cleaning: service.cleanings().status(),
             changes: controller.changes(),
         })
     }
@@ -423,6 +432,7 @@ fn action_name(reason: Reason) -> &'static str {
 impl Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> fmt::Result {
         self.encode_global(&mut enc)?;
+        self.encode_cleaning(&mut enc)?;
         self.encode_vips(&mut enc)?;
         self.encode_backends(&mut enc)
     }
@@ -511,6 +521,63 @@ impl Snapshot {
             MetricType::Gauge,
             [(Labels::new(), c.walk_ms / 1e3)],
             gauge_f,
+        )
+    }
+
+    /// The fast path's cleaning walks, once one ran or failed.
+    fn encode_cleaning(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let Some(c) = &self.cleaning else {
+            return Ok(());
+        };
+        for (name, help, n) in [
+            (
+                "lb_slots_cleaned",
+                "Table slots the cleaning walk turned clean",
+                c.cleaned_total,
+            ),
+            (
+                "lb_cleaning_pins_deleted",
+                "Pins deleted because their slot turned clean naming another backend",
+                c.pins_deleted_total,
+            ),
+            (
+                "lb_cleaning_aborted",
+                "Cleaning commits that failed because the slot changed during the walk",
+                c.aborted_total,
+            ),
+            (
+                "lb_cleaning_failures",
+                "Cleaning walks that failed (dirty slots stay dirty)",
+                c.failures_total,
+            ),
+        ] {
+            family(
+                enc,
+                name,
+                help,
+                MetricType::Counter,
+                [(Labels::new(), n)],
+                counter,
+            )?;
+        }
+        family(
+            enc,
+            "lb_cleaning_walk_seconds",
+            "Duration of the last successful cleaning walk",
+            MetricType::Gauge,
+            [(Labels::new(), c.walk_ms / 1e3)],
+            gauge_f,
+        )?;
+        family(
+            enc,
+            "lb_vip_dirty_slots",
+            "Dirty slots of the VIP's table at the last cleaning walk",
+            MetricType::Gauge,
+            self.vips
+                .iter()
+                .filter_map(|v| Some((vip_label(v), v.slot_states?.dirty)))
+                .collect::<Vec<_>>(),
+            gauge,
         )
     }
 

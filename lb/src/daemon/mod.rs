@@ -24,6 +24,7 @@
 
 pub mod announce;
 mod change;
+pub mod cleaning;
 pub mod connections;
 mod datapath;
 pub mod drains;
@@ -618,6 +619,10 @@ fn take_tasks(
     Tasks {
         trace_reader: dp.take_trace_reader(),
         walker: dp.take_conntrack_walker(),
+        cleaner: dp
+            .take_cleaner()
+            .map(|c| (c, cleaning::times(&config.cleaning, config.udp_timeout))),
+        clean_interval: config.cleaning.interval,
         activity: dp.take_activity_clock(),
         walk: WalkSettings {
             udp_timeout: config.udp_timeout,
@@ -699,6 +704,9 @@ fn leave_announcements(service: &mut Service<KernelDataplane>, detaching: bool) 
 struct Tasks {
     trace_reader: Option<TraceReader>,
     walker: Option<ConntrackWalker>,
+    /// The cleaning walk and its times.
+    cleaner: Option<(lb_dataplane::Cleaner, lb_common::fastpath::Config)>,
+    clean_interval: Duration,
     activity: Option<ActivityClock>,
     walk: WalkSettings,
     metrics_listener: Option<std::net::TcpListener>,
@@ -745,6 +753,14 @@ fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Contex
             walker,
             tasks.walk,
             config.metrics.connections_interval,
+            Arc::clone(service),
+        ));
+    }
+    if let Some((cleaner, times)) = tasks.cleaner {
+        tokio::spawn(cleaning::run(
+            cleaner,
+            times,
+            tasks.clean_interval,
             Arc::clone(service),
         ));
     }

@@ -163,6 +163,8 @@ pub struct Service<D> {
     samples: Window,
     /// The last conntrack walk (live connections per backend).
     connections: Latest,
+    /// The fast path's cleaning walks.
+    cleanings: super::cleaning::Cleanings,
     /// The health checks, once started ([`Self::start_health`]).
     health: Option<HealthChecks>,
     /// The backends' next hops, once watched ([`Self::set_nexthop_monitor`]).
@@ -229,6 +231,7 @@ impl<D: Dataplane> Service<D> {
                 loaded.config.ct_syn_capacity,
                 loaded.config.metrics.idle,
             ),
+            cleanings: super::cleaning::Cleanings::default(),
             health: None,
             nexthops: None,
             overrides: kept,
@@ -659,6 +662,16 @@ impl<D: Dataplane> Service<D> {
         &self.connections
     }
 
+    /// The fast path's cleaning walks.
+    pub fn cleanings(&self) -> &super::cleaning::Cleanings {
+        &self.cleanings
+    }
+
+    /// The fast path's cleaning walks, to record one.
+    pub fn cleanings_mut(&mut self) -> &mut super::cleaning::Cleanings {
+        &mut self.cleanings
+    }
+
     /// `lb status`.
     pub fn status(&self) -> Status {
         let mut vips = self.controller.vip_statuses();
@@ -688,9 +701,11 @@ impl<D: Dataplane> Service<D> {
             health: crate::control::HealthSummary::default(),
             announce: crate::control::AnnounceSummary::default(),
             conntrack: None,
+            cleaning: None,
         };
         self.announce.annotate(&mut status);
         self.connections.annotate(&mut status);
+        self.cleanings.annotate(&mut status);
         if let Some(health) = &self.health {
             health.annotate(&mut status, &self.controller);
         }

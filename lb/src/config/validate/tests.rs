@@ -127,6 +127,15 @@ fn the_example_file_states_exactly_the_defaults() {
         ),
         ("conntrack.new_pin_rate", int(defaults::NEW_PIN_RATE.into())),
         (
+            "conntrack.tcp_idle_secs",
+            int(defaults::TCP_IDLE_SECS.into()),
+        ),
+        ("conntrack.quiet_secs", int(defaults::QUIET_SECS.into())),
+        (
+            "conntrack.clean_interval_secs",
+            int(defaults::CLEAN_INTERVAL_SECS.into()),
+        ),
+        (
             "conntrack.fragment_capacity",
             int(defaults::FRAG_CAPACITY.into()),
         ),
@@ -372,7 +381,7 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
         (
             format!("max_table_memory_mib = 1{}", with_vip(""))
                 .replace("[[vip]]\n", "[[vip]]\ntable_size = 4000037\n"),
-            "max_table_memory_mib: table memory 62 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel) (line 1)",
+            "max_table_memory_mib: table memory 123 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 16 bytes in the kernel) (line 1)",
         ),
         (
             format!("{BASE}[announce]\ntable = 254\n"),
@@ -501,17 +510,18 @@ fn metrics_are_served_on_the_default_address_unless_disabled() {
 
 #[test]
 fn table_memory_counts_both_buffers_of_each_vip() {
-    // One 65,537-slot buffer takes 512 KiB and would fit 1 MiB; the kernel holds two per
+    // One 32,771-slot buffer takes 512 KiB and would fit 1 MiB; the kernel holds two per
     // VIP once its table changed (the live one and the previous), just over 1 MiB.
-    let one_vip = format!("max_table_memory_mib = 1{BASE}{VIP}");
+    let one_vip = format!("max_table_memory_mib = 1{BASE}{VIP}")
+        .replace("[[vip]]\n", "[[vip]]\ntable_size = 32771\n");
     assert_eq!(
         errors(&one_vip),
         [
-            "max_table_memory_mib: table memory 2 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 8 bytes in the kernel) (line 1)"
+            "max_table_memory_mib: table memory 2 MiB exceeds limit 1 MiB (two table buffers per VIP, each slot 16 bytes in the kernel) (line 1)"
         ]
     );
-    let loaded = load(&one_vip.replace("[[vip]]\n", "[[vip]]\ntable_size = 65521\n"))
-        .expect("2 x 65,523 cells of 8 bytes fit 1 MiB");
+    let loaded = load(&one_vip.replace("table_size = 32771", "table_size = 32749"))
+        .expect("2 x 32,750 cells of 16 bytes fit 1 MiB");
     assert_eq!(loaded.config.max_table_memory, 1 << 20);
 }
 

@@ -327,7 +327,7 @@ pub(super) fn table_memory_limit(vips: &[VipConfig], max_mib: u32, r: &mut Repor
             "vip",
             format!(
                 "table memory {} MiB exceeds limit {max_mib} MiB (two table buffers per VIP, \
-                 each slot 8 bytes in the kernel)",
+                 each slot 16 bytes in the kernel)",
                 need.div_ceil(1 << 20)
             ),
         );

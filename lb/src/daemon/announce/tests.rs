@@ -146,11 +146,13 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
                 backends: Vec::new(),
                 policy: None,
                 announce: None,
+                slot_states: None,
             })
             .collect(),
         health: crate::control::HealthSummary::default(),
         announce: AnnounceSummary::default(),
         conntrack: None,
+        cleaning: None,
         overrides: Vec::new(),
         pin_dir: None,
         layout: None,

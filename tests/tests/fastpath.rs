@@ -1,0 +1,163 @@
+//! The fast path's slot state in the real maps (issue 30, stage 2): what a table change
+//! publishes beside each slot's owner, and the cleaning walk over the real conntrack
+//! maps (rules P1-P4 and C1-C5 of the book's chapter "The fast path"). The data path
+//! does not decide by the state yet: these tests only read and clean it.
+
+use std::time::Duration;
+
+use lb_common::{fastpath, types::PROTO_TCP};
+use lb_maglev::flow::slot_of;
+use lb_tests::{
+    fixture::{Lb, SEED, XDP_TX, flow_key, round_robin},
+    packets::{ACK, CLIENT4, Flow, L4, VIP4},
+};
+
+/// Table size of these tests: small, so a change moves few, known slots.
+const M: usize = 7;
+/// [`M`] as the flow hash's modulus.
+const M32: u32 = 7;
+
+/// VIP4:80/tcp (id 0) over backends 1..=3, round-robin over `M` slots.
+fn small() -> Lb {
+    let mut lb = Lb::new();
+    lb.backends(3, false);
+    lb.table(0, &round_robin(M, &[1, 2, 3]));
+    lb.vip(0, VIP4, 80, PROTO_TCP);
+    lb
+}
+
+fn states(lb: &Lb) -> Vec<fastpath::SlotState> {
+    lb.dp.slot_states(0).expect("read").expect("a live table")
+}
+
+/// The slot of `flow` in the `M`-slot table.
+fn slot(flow: &Flow) -> usize {
+    usize::try_from(slot_of(&flow_key(flow, PROTO_TCP), SEED, M32).expect("slot")).expect("fits")
+}
+
+/// A flow (from source port 40000 up) whose slot is `want`.
+fn flow_on(want: usize) -> Flow {
+    (40_000..41_000)
+        .map(|port| Flow::new(CLIENT4, port, VIP4, 80))
+        .find(|f| slot(f) == want)
+        .expect("some port lands on the slot")
+}
+
+/// Cleaning times: a quiet time and a TCP idle time of `tcp_idle`.
+fn times(tcp_idle: Duration) -> fastpath::Config {
+    let ns = u64::try_from(tcp_idle.as_nanos()).expect("fits");
+    fastpath::Config {
+        quiet_ns: ns,
+        tcp_idle_ns: ns,
+        ..fastpath::Config::DEFAULT
+    }
+}
+
+#[test]
+fn a_change_publishes_dirty_slots_with_their_clean_owner_and_keeps_the_others() {
+    let mut lb = small();
+    let first = states(&lb);
+    assert!(first.iter().all(|s| !s.is_dirty()), "a new table is clean");
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[2] = 1;
+    lb.table(0, &next);
+    let after = states(&lb);
+    for (i, (old, new)) in first.iter().zip(&after).enumerate() {
+        assert_eq!(new.owner(), next[i], "slot {i}'s owner");
+        if i == 2 {
+            assert!(new.is_dirty(), "the moved slot is dirty");
+            assert_eq!(
+                new.clean_owner(),
+                old.owner(),
+                "its clean owner is the old owner"
+            );
+            assert_eq!(new.epoch, old.epoch + 1);
+        } else {
+            assert_eq!(new, old, "slot {i} did not move: copied as it was");
+        }
+    }
+    // A second change keeps the first clean owner and bumps the dirty slot again.
+    next[2] = 2;
+    lb.table(0, &next);
+    let again = states(&lb);
+    assert_eq!(
+        (again[2].owner(), again[2].clean_owner()),
+        (2, first[2].owner())
+    );
+    assert_eq!(again[2].epoch, after[2].epoch + 1);
+    // A new size: every slot dirty, no clean owner.
+    lb.table(0, &round_robin(M + 2, &[1, 2, 3]));
+    let resized = lb.dp.slot_states(0).expect("read").expect("table");
+    assert!(resized.iter().all(|s| s.is_dirty() && s.clean_owner() == 0));
+}
+
+#[test]
+fn the_walk_cleans_slots_without_live_foreign_pins_and_then_deletes_the_dead_ones() {
+    let mut lb = small();
+    let cleaner = lb.dp.take_cleaner().expect("a cleaner");
+    // A flow pinned on slot 2 (owner 3 in the round-robin table) by a mid-flow ACK.
+    let flow = flow_on(2);
+    let out = lb.run(&flow.frame(L4::Tcp(ACK), b"x"));
+    assert_eq!(out.action, XDP_TX);
+    assert_eq!(lb.dp.conntrack_len().expect("len").0, 1);
+    // Slots 1 and 2 move to backend 1: both dirty; the flow's pin names the old owner.
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[1] = 1;
+    next[2] = 1;
+    lb.table(0, &next);
+    // Within the quiet time nothing is cleaned.
+    let walk = cleaner
+        .clean(&times(Duration::from_secs(3_600)))
+        .expect("walk");
+    assert_eq!(
+        (walk.cleaned, walk.vips[&0].dirty, walk.vips[&0].recent),
+        (0, 2, 2)
+    );
+    // Past a quiet (and TCP idle) time of 2 s, slot 1 has no pin and turns clean; the
+    // flow's pin, refreshed by a packet just now, holds slot 2 dirty (C1).
+    std::thread::sleep(Duration::from_millis(3_300));
+    assert_eq!(lb.run(&flow.frame(L4::Tcp(ACK), b"y")).action, XDP_TX);
+    let two_secs = times(Duration::from_secs(2));
+    let walk = cleaner.clean(&two_secs).expect("walk");
+    assert_eq!((walk.cleaned, walk.vips[&0].foreign), (1, 1), "{walk:?}");
+    assert_eq!(walk.vips[&0].dirty, 1, "{walk:?}");
+    let s = states(&lb);
+    assert!(!s[1].is_dirty() && s[2].is_dirty());
+    assert_eq!(
+        s[1].clean_owner(),
+        1,
+        "a clean slot's clean owner is its owner"
+    );
+    assert_eq!(
+        lb.dp.conntrack_len().expect("len").0,
+        1,
+        "the live pin stays"
+    );
+    // Silent longer than the idle time, the pin no longer holds the slot: it cleans,
+    // and the pin naming another backend than the owner is deleted (C5).
+    std::thread::sleep(Duration::from_millis(2_500));
+    let walk = cleaner.clean(&two_secs).expect("walk");
+    assert_eq!((walk.cleaned, walk.pins_deleted), (1, 1), "{walk:?}");
+    assert!(states(&lb).iter().all(|s| !s.is_dirty()));
+    assert_eq!(lb.dp.conntrack_len().expect("len").0, 0);
+}
+
+#[test]
+fn a_change_after_the_read_makes_the_commit_fail_and_a_later_walk_cleans() {
+    let mut lb = small();
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[4] = 1;
+    lb.table(0, &next);
+    let read = states(&lb)[4];
+    assert!(read.is_dirty());
+    // Another change republishes the dirty slot with its epoch bumped (P4): a commit
+    // against the state read before it fails (C4), and the slot stays dirty.
+    lb.table(0, &next);
+    let now = states(&lb)[4];
+    assert_eq!(now.epoch, read.epoch + 1);
+    assert_eq!(fastpath::clean_commit(&now, read.epoch), None);
+    let cleaner = lb.dp.take_cleaner().expect("a cleaner");
+    std::thread::sleep(Duration::from_millis(2_300));
+    let walk = cleaner.clean(&times(Duration::ZERO)).expect("walk");
+    assert_eq!(walk.cleaned, 1, "a walk that read the new state commits");
+}
