@@ -796,6 +796,31 @@ fn decide_udp(cfg: &Config, inp: &Inputs) -> Outcome {
     outcome
 }
 
+/// Rules M1 and M2 as the data path applies them to a miss on a fast-path VIP's slot
+/// (no pin that holds, no held SYN of the flow; a stale or expired pin counts as a
+/// miss): on a dirty slot, the clean owner when it keeps flows (`clean_owner`), a UDP
+/// flow only within the UDP idle timeout of the slot's last change; otherwise, and on a
+/// clean slot, the owner. Returns the backend id (0: none).
+#[inline(always)]
+#[must_use]
+pub fn miss_backend(
+    slot: &SlotState,
+    udp: bool,
+    clean_owner: Liveness,
+    now_ns: u64,
+    udp_timeout_ns: u64,
+) -> u32 {
+    let to_clean = slot.is_dirty()
+        && slot.clean_owner != 0
+        && clean_owner.keeps_flows()
+        && (!udp || within_ticks(slot.changed_ticks, now_ns, udp_timeout_ns));
+    if to_clean {
+        slot.clean_owner()
+    } else {
+        slot.owner()
+    }
+}
+
 /// What the cleaning walk found for one slot ([`clean_check`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CleanCheck {

@@ -59,6 +59,11 @@ pub const VIP_FILTER: &str = "VIP_FILTER";
 /// `vip_id` stands for. A conntrack hit whose VIP still matches is forwarded without
 /// the `VIPS` lookup.
 pub const VIP_INFO: &str = "VIP_INFO";
+/// `BPF_MAP_TYPE_ARRAY` of `u64`, indexed like [`VIP_FILTER`]: a set bit means some VIP
+/// whose filter bit it is takes the fast path ([`crate::types::VIP_FAST_PATH`]). A
+/// packet whose bit is clear takes today's path with no `VIPS` lookup before its
+/// conntrack lookup.
+pub const FAST_FILTER: &str = "FAST_FILTER";
 /// `BPF_MAP_TYPE_HASH`: [`crate::types::VipAddrKey`] → `u32` (number of VIPs on the
 /// address). Consulted only for packets whose port cannot be read (fragments, truncated
 /// L4), to tell "for a VIP address" from "for someone else".

@@ -274,8 +274,11 @@ pub struct VipStats {
     /// whose handshake had not completed there (SYN floods, or more handshakes in
     /// flight than slots; BR-16 in `docs/src/operations/failure-scenarios.md`).
     pub ct_syn_only_evicted: u64,
+    /// Packets the fast path forwarded by a clean slot's owner, with no conntrack
+    /// lookup (`lb_common::fastpath`'s rule T1; VIPs with the fast path on).
+    pub clean_slot_hits: u64,
 }
-const _: () = assert!(size_of::<VipStats>() == 72);
+const _: () = assert!(size_of::<VipStats>() == 80);
 
 impl VipStats {
     /// Adds `other` field by field (summing per-CPU copies).
@@ -291,6 +294,7 @@ impl VipStats {
         self.ct_syn_only_evicted = self
             .ct_syn_only_evicted
             .wrapping_add(other.ct_syn_only_evicted);
+        self.clean_slot_hits = self.clean_slot_hits.wrapping_add(other.clean_slot_hits);
     }
 }
 

@@ -119,17 +119,20 @@ pub enum Path {
     SynCache = 4,
     /// Conntrack miss: the VIP's table decided (and the flow was pinned, unless RST).
     Table = 5,
+    /// The fast path: a clean slot's owner decided, with no conntrack lookup.
+    CleanSlot = 6,
 }
 
 impl Path {
     /// Every path, by code.
-    pub const ALL: [Path; 6] = [
+    pub const ALL: [Path; 7] = [
         Path::None,
         Path::CtFast,
         Path::CtPin,
         Path::Syn,
         Path::SynCache,
         Path::Table,
+        Path::CleanSlot,
     ];
 
     /// The path of code `code`, if any.
@@ -148,13 +151,14 @@ impl Path {
             Path::Syn => "syn",
             Path::SynCache => "syn-cache",
             Path::Table => "conntrack-miss",
+            Path::CleanSlot => "clean-slot",
         }
     }
 
     /// Whether a table slot was read (the record's `slot=` is meaningful).
     #[must_use]
     pub const fn reads_table(self) -> bool {
-        matches!(self, Path::Syn | Path::Table)
+        matches!(self, Path::Syn | Path::Table | Path::CleanSlot)
     }
 }
 

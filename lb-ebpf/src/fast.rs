@@ -12,12 +12,10 @@
 //! `FAST_FILTER` comes first: a VIP packet whose bit is clear takes today's path with
 //! no `VIPS` lookup before its conntrack lookup.
 
-use core::sync::atomic::{AtomicU32, Ordering};
-
 use lb_common::{
     fastpath::{Liveness, SlotState, miss_backend},
     hash::vip_filter_bit,
-    maps::{TABLE_HEADER_LEN, TABLE_HEADER_INDEX},
+    maps::{TABLE_HEADER_INDEX, TABLE_HEADER_LEN},
     stats::Reason,
     types::{LbConfig, TableCell, VIP_FAST_PATH, VipEntry, VipKey},
 };
@@ -98,9 +96,14 @@ pub(crate) fn pick_miss(
     backend::for_new_flow(id)
 }
 
-/// Rule P4: a pin of VIP `vip`'s flow on slot `hash % M` was made naming backend
-/// `backend`; on a dirty slot whose owner is another backend, the slot's epoch moves
-/// (one atomic add on the low word of its state word).
+/// Rule P4: a pin of VIP `vip`'s flow on slot `hash % M` is about to be made naming
+/// backend `backend`; on a dirty slot whose owner is another backend, the slot's epoch
+/// moves first, so a cleaning walk that read the slot before cannot commit. The
+/// 64-bit state word is read and written back with its epoch (low 32 bits) plus one:
+/// two 8-byte accesses, which do not tear. The BPF target has no atomic add here; the
+/// race is safe. Two CPUs bumping at once may leave one bump, which still fails the
+/// walk's compare-and-swap. A walk committing between the read and the write is undone:
+/// the slot is written back dirty, and pins decide there again.
 #[inline(always)]
 pub(crate) fn note_pin(vip: &VipEntry, hash: u32, backend: u32) {
     let Ok(cell) = cell(vip, hash) else {
@@ -111,8 +114,8 @@ pub(crate) fn note_pin(vip: &VipEntry, hash: u32, backend: u32) {
     if !slot.is_dirty() || slot.owner() == backend {
         return;
     }
-    // SAFETY: the epoch is the first 4 bytes of the 8-byte aligned cell (little
-    // endian), which userspace changes only by compare-and-swap on the whole word.
-    let epoch = unsafe { AtomicU32::from_ptr(cell.cast::<u32>()) };
-    epoch.fetch_add(1, Ordering::Relaxed);
+    let bumped = TableCell::of_slot(&slot.bumped()).lo;
+    // SAFETY: the state word is the first 8 bytes of the 8-byte aligned cell of a
+    // successful lookup; one aligned 8-byte store.
+    unsafe { core::ptr::write_volatile(&raw mut (*cell).lo, bumped) };
 }

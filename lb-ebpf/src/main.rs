@@ -48,6 +48,7 @@ mod bench;
 mod conntrack;
 mod csum;
 mod encap;
+mod fast;
 mod forward;
 mod frag;
 mod full_path;
@@ -75,9 +76,10 @@ mod vlan;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
+    hash::flow_hash,
     stats::{Reason, VipStats},
     trace::Path,
-    types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig},
+    types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig, VipEntry},
 };
 use parse::{Parse, Parsed};
 use source::Source;
@@ -261,12 +263,40 @@ fn vip_packet<const FULL: bool>(
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN looks conntrack up only shortly after its VIP's table changed (see `select`).
     let syn = parsed.is_syn();
+    // The fast path (`fast`): a fast-path VIP's packet other than a SYN on a clean slot
+    // goes to the slot's owner with no conntrack lookup (rule T1).
+    // The VIP entry when it was looked up for the fast path (a zeroed entry and `false`
+    // otherwise: an `Option` would leave its payload uninitialised, and LLVM may spill
+    // that from any register, which the verifier refuses to read).
+    let mut fast_vip = (VipEntry::default(), false);
+    if let Some(cfg) = cfg
+        && !syn
+        && fast::maybe_fast(&parsed.key.vip)
+        && let Some(vip) = vip::find_vip(&parsed.key.vip)
+        && fast::is_fast(&vip)
+    {
+        if let Some(choice) = fast::clean_owner(&vip, flow_hash(&parsed.key, cfg.hash_seed))
+            && let Some(vip_stats) = stats::vip(vip.vip_id)
+        {
+            vip_stats.packets += 1;
+            vip_stats.bytes += bytes;
+            vip_stats.clean_slot_hits += 1;
+            traced.set(Path::CleanSlot, choice.id);
+            let sending = Sending {
+                vip_id: vip.vip_id,
+                bytes,
+                new_flow: false,
+            };
+            return send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
+        }
+        fast_vip = (vip, true);
+    }
     let ct = if syn {
         None
     } else {
         conntrack::lookup_flow(&parsed.key)
     };
-    // Established flows: no VIPS lookup.
+    // Established flows: no VIPS lookup (a fast-path VIP's was looked up already).
     if let Some(cfg) = cfg
         && let Some((vip_id, choice)) = select::established(parsed, ct, cfg)
         && let Some(vip_stats) = stats::vip(vip_id)
@@ -282,7 +312,12 @@ fn vip_packet<const FULL: bool>(
         };
         return send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
     }
-    let Some(vip) = vip::find_vip(&parsed.key.vip) else {
+    let found = if fast_vip.1 {
+        Some(fast_vip.0)
+    } else {
+        vip::find_vip(&parsed.key.vip)
+    };
+    let Some(vip) = found else {
         return pending(verdict(Reason::PassNonVip));
     };
     let Some(vip_stats) = stats::vip(vip.vip_id) else {
@@ -349,7 +384,7 @@ fn send<const FULL: bool>(
         Ok(sent) => {
             stats::backend(id, sending.bytes, sending.new_flow);
             if FULL && let Some(tag) = full_path::first_fragment() {
-                let hash = lb_common::hash::flow_hash(&parsed.key, cfg.hash_seed);
+                let hash = flow_hash(&parsed.key, cfg.hash_seed);
                 frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
             }
             Processed::Pending((sent.action, sent.reason))

@@ -49,6 +49,11 @@ pub(crate) static VIPS: HashMap<VipKey, VipEntry, VIPS_MAX> = HashMap::new();
 #[btf_map]
 pub(crate) static VIP_FILTER: Array<u64, { VIP_FILTER_WORDS as usize }> = Array::new();
 
+/// Bitmap indexed like [`VIP_FILTER`]: a set bit means some VIP there takes the fast
+/// path.
+#[btf_map]
+pub(crate) static FAST_FILTER: Array<u64, { VIP_FILTER_WORDS as usize }> = Array::new();
+
 /// VIP id → the VIP it names, whether it is live, and its table epoch.
 #[btf_map]
 pub(crate) static VIP_INFO: Array<VipInfo, VIPS_MAX> = Array::new();

@@ -26,6 +26,7 @@ use lb_common::{
     conntrack::{
         Decision, Lookups, PinLookups, PinState, SynDecision, decide, decide_syn, pin_state,
     },
+    hash::flow_hash,
     stats::{Reason, VipStats},
     trace::Path,
     types::{LbConfig, PROTO_UDP, SynEntry, VipEntry},
@@ -34,7 +35,7 @@ use lb_common::{
 use crate::{
     backend::{self, Choice},
     conntrack::{self, CtHit, now_coarse_ns},
-    new_pin_rate,
+    fast, new_pin_rate,
     parse::Parsed,
     syn_cache, table, table_seen,
     trace::Decision as Traced,
@@ -218,6 +219,9 @@ pub(crate) fn pick_backend(
                 return Ok(backend);
             }
             let pin = record.entry(backend.id);
+            if fast::is_fast(vip) {
+                fast::note_pin(vip, flow_hash(&p.key, cfg.hash_seed), backend.id);
+            }
             let (recorded, choice) = conntrack::pin_flow(&p.key, &pin, backend, record.replace);
             if recorded {
                 syn_cache::free(slot);
@@ -233,7 +237,13 @@ pub(crate) fn pick_backend(
             if let Some(slot) = stale_slot {
                 syn_cache::free(slot);
             }
-            let choice = table::pick(vip, hash)?;
+            let fast = fast::is_fast(vip);
+            let choice = if fast {
+                let udp = p.key.vip.proto == PROTO_UDP;
+                fast::pick_miss(vip, hash, udp, now_coarse_ns(), cfg)?
+            } else {
+                table::pick(vip, hash)?
+            };
             let Some(record) = record else {
                 return Ok(choice);
             };
@@ -244,6 +254,9 @@ pub(crate) fn pick_backend(
             stats.new_flows += 1;
             traced.new_flow = true;
             let pin = record.entry(choice.id);
+            if fast {
+                fast::note_pin(vip, hash, choice.id);
+            }
             Ok(conntrack::pin_flow(&p.key, &pin, choice, record.replace).1)
         }
     }

@@ -378,3 +378,37 @@ fn cleaning_deletes_the_pins_naming_another_backend() {
     assert!(pin_outlived_cleaning(&clean, A));
     assert!(!pin_outlived_cleaning(&clean, C));
 }
+
+#[test]
+fn the_data_paths_miss_rule_takes_the_clean_owner_on_a_dirty_slot_only() {
+    let udp_timeout = 30 * S;
+    let active = Liveness::Active;
+    let clean = SlotState::clean(A);
+    assert_eq!(miss_backend(&clean, false, active, 20 * S, udp_timeout), A);
+    let slot = moved();
+    assert_eq!(
+        miss_backend(&slot, false, active, 20 * S, udp_timeout),
+        A,
+        "M1"
+    );
+    assert_eq!(
+        miss_backend(&slot, false, Liveness::Down, 20 * S, udp_timeout),
+        C,
+        "M2"
+    );
+    assert_eq!(
+        miss_backend(&slot, true, active, 20 * S, udp_timeout),
+        A,
+        "UDP, recent"
+    );
+    assert_eq!(
+        miss_backend(&slot, true, active, 100 * S, udp_timeout),
+        C,
+        "UDP, later"
+    );
+    let resized = SlotState::resized(D, 10 * S);
+    assert_eq!(
+        miss_backend(&resized, false, active, 20 * S, udp_timeout),
+        D
+    );
+}

@@ -32,7 +32,7 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 pub struct VipEntry {
     /// Index into `VIP_STATS`, and (times two) into `TABLES`; `0..MAX_VIPS`.
     pub vip_id: u32,
-    /// Bit set: [`VIP_TABLE_B`]; other bits zero.
+    /// Bit set: [`VIP_TABLE_B`], [`VIP_FAST_PATH`]; other bits zero.
     pub flags: u32,
     /// Table epoch: a data-plane-wide counter, incremented by every table install of
     /// any VIP (never reused, never 0 for an installed table). Pins and held SYNs record
@@ -87,6 +87,10 @@ impl VipKey {
 /// `VipEntry::flags`: the VIP's live table is buffer B (`TABLES[2 * vip_id + 1]`);
 /// clear means buffer A (`TABLES[2 * vip_id]`).
 pub const VIP_TABLE_B: u32 = 1;
+/// `VipEntry::flags`: the VIP takes the fast path (`crate::fastpath`): on a clean slot
+/// the table decides a packet other than a SYN with no conntrack lookup, and a miss on
+/// a dirty slot takes the clean owner.
+pub const VIP_FAST_PATH: u32 = 2;
 
 impl VipEntry {
     /// Index of the VIP's live table in `TABLES`.
