@@ -90,6 +90,10 @@ pub struct FakeDataplane {
     /// Whether [`Dataplane::adopted`] reports what this fake holds (a restarted
     /// daemon's view of a pinned data plane) instead of `None`.
     pub survived: bool,
+    /// The VIP ids that take the fast path.
+    pub fast: std::collections::BTreeSet<u32>,
+    /// Dirty slots per VIP id (seeded by tests).
+    pub dirty: HashMap<u32, u64>,
 }
 
 impl FakeDataplane {
@@ -242,6 +246,32 @@ impl Dataplane for FakeDataplane {
         }
         self.ops.push(Op::RemoveVip(*key));
         Ok(())
+    }
+
+    fn set_fast_path(
+        &mut self,
+        _key: &VipKey,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError> {
+        if vip_id >= MAX_VIPS {
+            return Err(DataplaneError::OutOfRange(format!("VIP id {vip_id}")));
+        }
+        self.mutate("set_fast_path")?;
+        if on {
+            self.fast.insert(vip_id);
+        } else {
+            self.fast.remove(&vip_id);
+        }
+        Ok(())
+    }
+
+    fn fast_path(&self, vip_id: u32) -> bool {
+        self.fast.contains(&vip_id)
+    }
+
+    fn dirty_slots(&self, vip_id: u32) -> Result<u64, DataplaneError> {
+        Ok(self.dirty.get(&vip_id).copied().unwrap_or(0))
     }
 
     fn set_sources(

@@ -93,6 +93,10 @@ pub struct KernelDataplane {
     config: Array<MapData, LbConfig>,
     vip_addrs: HashMap<MapData, VipAddrKey, u32>,
     vip_filter: Array<MapData, u64>,
+    /// `FAST_FILTER`: one bit per fast-path VIP, indexed like `VIP_FILTER`.
+    fast_filter: Array<MapData, u64>,
+    /// The VIPs that take the fast path, to keep `FAST_FILTER` words exact.
+    fast_keys: std::collections::HashSet<VipKey>,
     tables: Arc<Mutex<TableSet>>,
     backends: Array<MapData, BackendEntry>,
     conntrack_v4: HashMap<MapData, FlowKey4, CtEntry>,
@@ -272,6 +276,20 @@ impl KernelDataplane {
             .map_err(map_err(maps::VIP_FILTER, "update"))
     }
 
+    /// Rewrites the `FAST_FILTER` word holding `key`'s bit from [`Self::fast_keys`].
+    fn write_fast_word(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        let word = vip_filter_bit(key) / 64;
+        let value = self
+            .fast_keys
+            .iter()
+            .map(vip_filter_bit)
+            .filter(|bit| bit / 64 == word)
+            .fold(0u64, |w, bit| w | 1u64 << (bit % 64));
+        self.fast_filter
+            .set(word, value, 0)
+            .map_err(map_err(maps::FAST_FILTER, "update"))
+    }
+
     /// Decrements the `VIP_ADDRS` count of `addr`, deleting it at zero.
     fn release_address(&mut self, addr: &VipAddrKey) -> Result<(), DataplaneError> {
         let count = self.vip_addrs.get(addr, 0).unwrap_or(0);
@@ -407,7 +425,35 @@ impl Dataplane for KernelDataplane {
         Ok(())
     }
 
+    fn set_fast_path(&mut self, key: &VipKey, vip_id: u32, on: bool) -> Result<(), DataplaneError> {
+        check_vip_id(vip_id)?;
+        // The entry's flag and the filter bit are both needed: either order is safe.
+        lock(&self.tables).set_fast_path(vip_id, on)?;
+        let changed = if on {
+            self.fast_keys.insert(*key)
+        } else {
+            self.fast_keys.remove(key)
+        };
+        if changed {
+            self.write_fast_word(key)?;
+        }
+        Ok(())
+    }
+
+    fn fast_path(&self, vip_id: u32) -> bool {
+        lock(&self.tables).fast_path(vip_id)
+    }
+
+    fn dirty_slots(&self, vip_id: u32) -> Result<u64, DataplaneError> {
+        check_vip_id(vip_id)?;
+        let states = lock(&self.tables).states(vip_id)?;
+        Ok(states.map_or(0, |s| s.iter().filter(|s| s.is_dirty()).count() as u64))
+    }
+
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        if self.fast_keys.remove(key) {
+            self.write_fast_word(key)?;
+        }
         lock(&self.tables).remove_vip(key)?;
         if self.vip_keys.remove(key).is_some() {
             // After the VIPS entry (and its id's info) is gone: the filter bit.

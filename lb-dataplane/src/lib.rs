@@ -360,6 +360,26 @@ pub trait Dataplane {
     /// When a map update fails.
     fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError>;
 
+    /// Sets whether VIP `key` (id `vip_id`) takes the fast path
+    /// (`lb_common::types::VIP_FAST_PATH` in its `VIPS` entry, and its `FAST_FILTER`
+    /// bit): a packet other than a SYN on a clean slot goes to the slot's owner with no
+    /// conntrack lookup, and a miss on a dirty slot to the clean owner.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map; a failed map update
+    /// (the previous setting stays).
+    fn set_fast_path(&mut self, key: &VipKey, vip_id: u32, on: bool) -> Result<(), DataplaneError>;
+
+    /// Whether VIP `vip_id` takes the fast path ([`Self::set_fast_path`]).
+    fn fast_path(&self, vip_id: u32) -> bool;
+
+    /// Dirty slots of VIP `vip_id`'s live table (0 without one): slots whose owner
+    /// changed since they were last clean (`lb_common::fastpath`).
+    ///
+    /// # Errors
+    /// When the table cannot be read.
+    fn dirty_slots(&self, vip_id: u32) -> Result<u64, DataplaneError>;
+
     /// Sets the client prefixes allowed to reach VIP `key` (id `vip_id`), all of the
     /// VIP's family; empty: every client. The data plane checks them for every packet
     /// of the VIP before any conntrack lookup, so a narrowed list stops the removed

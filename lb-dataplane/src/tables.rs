@@ -35,7 +35,7 @@ use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 use lb_common::{
     fastpath::SlotState,
     maps::{self, TABLE_HEADER_LEN},
-    types::{VIP_TABLE_B, VipEntry, VipInfo, VipKey},
+    types::{VIP_FAST_PATH, VIP_TABLE_B, VipEntry, VipInfo, VipKey},
 };
 
 use super::{
@@ -75,6 +75,8 @@ struct VipBuffers {
     key: Option<VipKey>,
     /// Epoch of the live buffer's table (0 before the first install).
     epoch: u32,
+    /// Whether the VIP takes the fast path (`VIP_FAST_PATH` in its entry).
+    fast: bool,
 }
 
 /// The `TABLES` and `VIPS` maps and the buffer bookkeeping.
@@ -169,6 +171,7 @@ impl TableSet {
                 live: Some(usize::from(entry.flags & VIP_TABLE_B != 0)),
                 key: Some(key),
                 epoch: entry.epoch,
+                fast: entry.flags & VIP_FAST_PATH != 0,
                 ..VipBuffers::default()
             };
             epoch = epoch.max(entry.epoch);
@@ -234,9 +237,11 @@ impl TableSet {
     /// Points VIP `vip_id`'s `VIPS` entry at its live buffer and epoch.
     fn write_vip(&mut self, key: &VipKey, vip_id: u32) -> Result<(), DataplaneError> {
         let vip = self.by_id.entry(vip_id).or_default();
+        let table = if vip.live == Some(1) { VIP_TABLE_B } else { 0 };
+        let fast = if vip.fast { VIP_FAST_PATH } else { 0 };
         let entry = VipEntry {
             vip_id,
-            flags: if vip.live == Some(1) { VIP_TABLE_B } else { 0 },
+            flags: table | fast,
             epoch: vip.epoch,
         };
         self.vips
@@ -518,6 +523,27 @@ impl TableSet {
         Ok(Some(InstalledTable { generation, slots }))
     }
 
+    /// Sets whether VIP `vip_id` takes the fast path, and rewrites its `VIPS` entry if
+    /// it has one (the table buffer and epoch unchanged).
+    pub(crate) fn set_fast_path(&mut self, vip_id: u32, on: bool) -> Result<(), DataplaneError> {
+        let vip = self.by_id.entry(vip_id).or_default();
+        let previous = vip.fast;
+        vip.fast = on;
+        let Some(key) = vip.key else {
+            return Ok(());
+        };
+        let written = self.write_vip(&key, vip_id);
+        if written.is_err() {
+            self.by_id.entry(vip_id).or_default().fast = previous;
+        }
+        written
+    }
+
+    /// Whether VIP `vip_id` takes the fast path.
+    pub(crate) fn fast_path(&self, vip_id: u32) -> bool {
+        self.by_id.get(&vip_id).is_some_and(|v| v.fast)
+    }
+
     /// The slot states of VIP `vip_id`'s live table (owners included).
     pub(crate) fn states(&self, vip_id: u32) -> Result<Option<Vec<SlotState>>, DataplaneError> {
         let vip = self.by_id.get(&vip_id);
@@ -579,6 +605,7 @@ impl TableSet {
             self.write_info(id, None, 0)?;
             if let Some(v) = self.by_id.get_mut(&id) {
                 v.key = None;
+                v.fast = false;
             }
         }
         Ok(())

@@ -1,15 +1,20 @@
-//! The fast path's slot state in the real maps (issue 30, stage 2): what a table change
-//! publishes beside each slot's owner, and the cleaning walk over the real conntrack
-//! maps (rules P1-P4 and C1-C5 of the book's chapter "The fast path"). The data path
-//! does not decide by the state yet: these tests only read and clean it.
+//! The fast path in the real maps and program: what a table change publishes beside each
+//! slot's owner, the cleaning walk over the real conntrack maps (rules P1-P4 and C1-C5
+//! of the book's chapter "The fast path"), and the XDP program's decisions for a VIP
+//! with the fast path on, through `BPF_PROG_TEST_RUN` (rules T1, M1, M2, P4, and the
+//! simulation's CE1).
 
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
-use lb_common::{fastpath, types::PROTO_TCP};
+use lb_common::{
+    fastpath,
+    types::{BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP},
+};
+use lb_dataplane::Dataplane as _;
 use lb_maglev::flow::slot_of;
 use lb_tests::{
-    fixture::{Lb, SEED, XDP_TX, flow_key, round_robin},
-    packets::{ACK, CLIENT4, Flow, L4, VIP4},
+    fixture::{Lb, SEED, XDP_TX, flow_key, round_robin, vip_key},
+    packets::{ACK, CLIENT4, Flow, L4, SYN, VIP4, backend4},
 };
 
 /// Table size of these tests: small, so a change moves few, known slots.
@@ -160,4 +165,161 @@ fn a_change_after_the_read_makes_the_commit_fail_and_a_later_walk_cleans() {
     std::thread::sleep(Duration::from_millis(2_300));
     let walk = cleaner.clean(&times(Duration::ZERO)).expect("walk");
     assert_eq!(walk.cleaned, 1, "a walk that read the new state commits");
+}
+
+// ---- stage 3: the data path decides by the slot state ----
+
+/// [`small`] with the fast path on for VIP4:80/tcp.
+fn fast() -> Lb {
+    let mut lb = small();
+    let key = vip_key(VIP4.into(), 80, PROTO_TCP);
+    lb.dp.set_fast_path(&key, 0, true).expect("fast path on");
+    lb
+}
+
+/// Sends `frame`; the backend id (1..=3) it went to.
+fn sent_to(lb: &mut Lb, frame: &[u8]) -> u32 {
+    let (action, dst) = lb.send(frame);
+    assert_eq!(action, XDP_TX, "forwarded");
+    let dst = dst.expect("an outer destination");
+    (1..=3u8)
+        .find(|k| IpAddr::from(backend4(*k)) == dst)
+        .map(u32::from)
+        .expect("one of the backends")
+}
+
+fn pins(lb: &Lb) -> usize {
+    lb.dp.conntrack_len().expect("len").0
+}
+
+#[test]
+fn on_a_clean_slot_a_mid_flow_packet_goes_to_the_owner_with_no_pin() {
+    let mut lb = fast();
+    let flow = flow_on(2);
+    let owner = states(&lb)[2].owner();
+    let before = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"x")), owner);
+    assert_eq!(pins(&lb), 0, "the table decided: no conntrack entry");
+    let after = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(after.clean_slot_hits, before.clean_slot_hits + 1);
+    assert_eq!(
+        after.ct_misses_non_syn, before.ct_misses_non_syn,
+        "no lookup missed"
+    );
+    // Today's path (the fast path off) pins the same packet.
+    let key = vip_key(VIP4.into(), 80, PROTO_TCP);
+    lb.dp.set_fast_path(&key, 0, false).expect("off");
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"x")), owner);
+    assert_eq!(pins(&lb), 1);
+}
+
+#[test]
+fn on_a_dirty_slot_an_unpinned_flow_keeps_its_clean_owner_and_is_pinned() {
+    let mut lb = fast();
+    let old_flow = flow_on(2);
+    let clean_owner = states(&lb)[2].owner();
+    assert_eq!(
+        sent_to(&mut lb, &old_flow.frame(L4::Tcp(ACK), b"x")),
+        clean_owner
+    );
+    assert_eq!(pins(&lb), 0);
+    // Slot 2 moves to another backend: the old flow, which has no pin, stays (M1) and
+    // is pinned; the pin names another backend than the owner, so the epoch moves (P4).
+    let mut next = round_robin(M, &[1, 2, 3]);
+    let new_owner = if clean_owner == 1 { 2 } else { 1 };
+    next[2] = new_owner;
+    lb.table(0, &next);
+    let epoch = states(&lb)[2].epoch;
+    assert_eq!(
+        sent_to(&mut lb, &old_flow.frame(L4::Tcp(ACK), b"y")),
+        clean_owner
+    );
+    assert_eq!(pins(&lb), 1, "pinned to its clean owner");
+    assert_eq!(
+        states(&lb)[2].epoch,
+        epoch + 1,
+        "a foreign pin bumps the epoch"
+    );
+    // Its next packets follow the pin.
+    assert_eq!(
+        sent_to(&mut lb, &old_flow.frame(L4::Tcp(ACK), b"z")),
+        clean_owner
+    );
+    // A new connection on the slot goes to the owner: SYN held, ACK promoted.
+    let new_flow = (41_000..42_000)
+        .map(|port| Flow::new(CLIENT4, port, VIP4, 80))
+        .find(|f| slot(f) == 2)
+        .expect("another flow on slot 2");
+    assert_eq!(
+        sent_to(&mut lb, &new_flow.frame(L4::Tcp(SYN), &[])),
+        new_owner
+    );
+    assert_eq!(
+        sent_to(&mut lb, &new_flow.frame(L4::Tcp(ACK), b"a")),
+        new_owner
+    );
+    assert_eq!(
+        sent_to(&mut lb, &new_flow.frame(L4::Tcp(ACK), b"b")),
+        new_owner
+    );
+    // Other slots stayed clean: no pin there.
+    let elsewhere = flow_on(4);
+    let before = pins(&lb);
+    sent_to(&mut lb, &elsewhere.frame(L4::Tcp(ACK), b"x"));
+    assert_eq!(pins(&lb), before);
+}
+
+#[test]
+fn a_syn_retransmitted_across_a_change_follows_its_first() {
+    // The simulation's CE1: the first SYN on a clean slot is held, the slot moves, the
+    // retransmitted SYN and the handshake's ACK reach the first SYN's backend.
+    let mut lb = fast();
+    let flow = flow_on(3);
+    let syn = flow.frame(L4::Tcp(SYN), &[]);
+    let first = sent_to(&mut lb, &syn);
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[3] = if first == 1 { 2 } else { 1 };
+    lb.table(0, &next);
+    assert_eq!(sent_to(&mut lb, &syn), first, "the retransmission");
+    assert_eq!(
+        sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"x")),
+        first,
+        "the ACK"
+    );
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"y")), first);
+}
+
+#[test]
+fn a_drained_clean_owner_keeps_its_flows_and_a_removed_one_hands_them_to_the_owner() {
+    let mut lb = fast();
+    let flow = flow_on(5);
+    let clean_owner = states(&lb)[5].owner();
+    assert_eq!(
+        sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"x")),
+        clean_owner
+    );
+    // Drain: its slots move (the controller's order), the backend keeps its flows.
+    let others: Vec<u32> = [1, 2, 3]
+        .into_iter()
+        .filter(|b| *b != clean_owner)
+        .collect();
+    lb.table(0, &round_robin(M, &others));
+    lb.backend(
+        clean_owner,
+        backend4(u8::try_from(clean_owner).expect("small")),
+        BACKEND_DRAINING,
+    );
+    assert_eq!(
+        sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"y")),
+        clean_owner
+    );
+    // Down: its pin tells nothing (D2) and the clean owner keeps no flows (M2): the
+    // owner takes the flow.
+    lb.backend(
+        clean_owner,
+        backend4(u8::try_from(clean_owner).expect("small")),
+        BACKEND_DOWN,
+    );
+    let owner = states(&lb)[5].owner();
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"z")), owner);
 }

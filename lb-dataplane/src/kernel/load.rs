@@ -397,6 +397,11 @@ impl KernelDataplane {
             tables.vip_entries()?
         };
         self.vip_keys = entries.iter().map(|(k, e)| (*k, e.vip_id)).collect();
+        self.fast_keys = entries
+            .iter()
+            .filter(|(_, e)| e.flags & lb_common::types::VIP_FAST_PATH != 0)
+            .map(|(k, _)| *k)
+            .collect();
         self.sources.adopt(&self.vip_keys)?;
         let config: LbConfig = self
             .config
@@ -519,6 +524,8 @@ impl KernelDataplane {
             config: take(&mut ebpf, maps::CONFIG)?,
             vip_addrs: take(&mut ebpf, maps::VIP_ADDRS)?,
             vip_filter: take(&mut ebpf, maps::VIP_FILTER)?,
+            fast_filter: take(&mut ebpf, maps::FAST_FILTER)?,
+            fast_keys: std::collections::HashSet::new(),
             tables,
             backends: take(&mut ebpf, maps::BACKENDS)?,
             conntrack_v4: take(&mut ebpf, maps::CONNTRACK_V4)?,

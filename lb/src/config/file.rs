@@ -206,6 +206,9 @@ pub struct VipFile {
     /// Client prefixes allowed to reach the VIP (absent: every client).
     #[serde(default)]
     pub allowed_sources: Option<Vec<String>>,
+    /// The fast path: the table decides on clean slots, conntrack only where it changed.
+    #[serde(default)]
+    pub fast_path: Option<bool>,
     /// Its health checks, multi-failure policy and flap damping (`[vip.health]`).
     #[serde(default)]
     pub health: Option<HealthFile>,

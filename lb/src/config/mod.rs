@@ -101,6 +101,9 @@ pub struct VipConfig {
     pub ipv6_backends: bool,
     /// Client prefixes allowed to reach the VIP, sorted; empty: every client.
     pub allowed_sources: Vec<Prefix>,
+    /// The fast path is on (asked for, and this instance is not a fleet member:
+    /// `[announce]` off; `lb_common::fastpath::enabled`).
+    pub fast_path: bool,
     /// Backends, in file order.
     pub backends: Vec<BackendConfig>,
     /// Health checks of its backends, its multi-failure policy.

@@ -35,7 +35,7 @@ use std::{
 };
 
 use super::{
-    CleaningConfig, Config, ConfigError, ConfigErrors, Loaded, Nexthop, XdpMode,
+    CleaningConfig, Config, ConfigError, ConfigErrors, Loaded, Nexthop, VipConfig, XdpMode,
     file::{ConntrackFile, EncapFile, FileConfig, NexthopFile, UInt},
 };
 use crate::defaults;
@@ -517,6 +517,24 @@ fn cleaning(file: &ConntrackFile, r: &mut Report) -> CleaningConfig {
     }
 }
 
+/// Rule F1 of the fast path (`lb_common::fastpath::enabled`): with `[announce]` on,
+/// this instance is one of a fleet behind ECMP, and until the backends' second chance
+/// exists a flow moved between instances would find no pin; the fast path stays off
+/// there, with a warning naming each VIP that asked for it.
+fn fleet_rule(vips: &mut [VipConfig], announced: bool, r: &mut Report) {
+    for v in vips.iter_mut().filter(|v| v.fast_path) {
+        if !lb_common::fastpath::enabled(true, announced, false) {
+            v.fast_path = false;
+            r.warnings.push(format!(
+                "VIP {}: fast_path stays off while [announce] is enabled (a fleet member: \
+                 a flow moved between instances would find no pin without the backends' \
+                 second chance)",
+                v.vip
+            ));
+        }
+    }
+}
+
 /// Every section in turn; every problem collected.
 fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, ConfigErrors> {
     let mut r = Report::default();
@@ -532,7 +550,8 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
     let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let announce = announce::announce(&file.announce, &mut r);
-    let vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
+    let mut vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
+    fleet_rule(&mut vips, announce.enabled, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {
         return Err(r.into_errors(lines));

@@ -145,6 +145,8 @@ pub struct VipSpec {
     pub ipv6_backends: bool,
     /// Allowed client prefixes, sorted; empty: every client.
     pub allowed_sources: Vec<Prefix>,
+    /// The fast path is on (`VIP_FAST_PATH`).
+    pub fast_path: bool,
     /// Backends by key.
     pub backends: BTreeMap<BackendKey, BackendSpec>,
     /// What the VIP does when its backends fail health checks (`[vip.health]`).
@@ -231,6 +233,7 @@ impl Desired {
                         table_size: v.table_size,
                         ipv6_backends: v.ipv6_backends,
                         allowed_sources: v.allowed_sources.clone(),
+                        fast_path: v.fast_path,
                         backends,
                         policy: v.health.policy(),
                     },

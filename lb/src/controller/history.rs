@@ -162,6 +162,7 @@ mod tests {
             table_size: 7,
             ipv6_backends: false,
             allowed_sources: Vec::new(),
+            fast_path: false,
             policy: lb_health::policy::FailurePolicy::default(),
             backends: backends
                 .iter()

@@ -17,6 +17,7 @@
 //! first [`Controller::apply`] then writes only what differs.
 
 pub mod desired;
+mod fast_path;
 mod health;
 mod history;
 mod ids;
@@ -170,6 +171,7 @@ impl<D: Dataplane> Controller<D> {
                 .is_some_and(|v| v.backends.contains_key(key))
         });
         let (effective, modes) = health::effective(desired, &self.unhealthy);
+        self.check_fast_path(&effective)?;
         let plan = plan::plan(&self.state, &effective)?;
         if !plan.ops.is_empty() || self.record_outdated {
             // The record of the next state goes first: it binds every id the maps are

@@ -57,6 +57,7 @@ pub(super) enum Op {
     SetVip(VipKey, u32),
     RemoveVip(VipKey),
     SetSources(VipKey, u32, Arc<Vec<Prefix>>),
+    SetFastPath(VipKey, u32, bool),
     Quiesce,
 }
 
@@ -78,6 +79,10 @@ impl Op {
                     p.len()
                 )
             }
+            Op::SetFastPath(_, vip_id, on) => format!(
+                "turning the fast path of VIP id {vip_id} {}",
+                if *on { "on" } else { "off" }
+            ),
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
     }
@@ -102,6 +107,7 @@ impl Op {
             Op::SetVip(k, vip_id) => dp.set_vip(k, *vip_id),
             Op::RemoveVip(k) => dp.remove_vip(k),
             Op::SetSources(k, vip_id, p) => dp.set_sources(k, *vip_id, p),
+            Op::SetFastPath(k, vip_id, on) => dp.set_fast_path(k, *vip_id, *on),
             Op::Quiesce => dp.quiesce(),
         }
     }
@@ -121,6 +127,15 @@ pub enum ApplyError {
     /// Out of ids.
     #[error("{0}")]
     Ids(IdError),
+    /// A change the fast path cannot make safely now (see the book's chapter "The
+    /// fast path").
+    #[error("VIP {vip}: {reason}")]
+    FastPath {
+        /// The VIP.
+        vip: Vip,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// The tables would take more memory than allowed.
     #[error("table memory {need_mib} MiB exceeds limit {limit_mib} MiB")]
     Memory {
@@ -267,6 +282,10 @@ impl<'a> Planner<'a> {
         }
         if old.is_none() {
             self.tables.push(Op::SetVip(vip.key(), vip_id));
+        }
+        if spec.fast_path != old.is_some_and(|o| o.spec.fast_path) {
+            self.tables
+                .push(Op::SetFastPath(vip.key(), vip_id, spec.fast_path));
         }
         Ok(applied)
     }
@@ -500,6 +519,8 @@ struct Shadow {
     vips: HashMap<VipKey, u32>,
     /// Allowed source prefixes of VIPs that have them.
     sources: HashMap<VipKey, (u32, Arc<Vec<Prefix>>)>,
+    /// The VIPs that take the fast path.
+    fast: HashMap<VipKey, u32>,
 }
 
 impl Shadow {
@@ -522,6 +543,12 @@ impl Shadow {
                 .iter()
                 .filter(|(_, v)| !v.spec.allowed_sources.is_empty())
                 .map(|(vip, v)| (vip.key(), (v.id, Arc::new(v.spec.allowed_sources.clone()))))
+                .collect(),
+            fast: state
+                .vips
+                .iter()
+                .filter(|(_, v)| v.spec.fast_path)
+                .map(|(vip, v)| (vip.key(), v.id))
                 .collect(),
         }
     }
@@ -552,6 +579,9 @@ impl Shadow {
                 Some((id, prefixes)) => Op::SetSources(*key, *id, Arc::clone(prefixes)),
                 None => Op::SetSources(*key, *vip_id, Arc::new(Vec::new())),
             },
+            Op::SetFastPath(key, vip_id, _) => {
+                Op::SetFastPath(*key, *vip_id, self.fast.contains_key(key))
+            }
         })
     }
 
@@ -584,6 +614,13 @@ impl Shadow {
                     self.sources.remove(k);
                 } else {
                     self.sources.insert(*k, (*id, Arc::clone(p)));
+                }
+            }
+            Op::SetFastPath(k, id, on) => {
+                if *on {
+                    self.fast.insert(*k, *id);
+                } else {
+                    self.fast.remove(k);
                 }
             }
         }

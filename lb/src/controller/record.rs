@@ -124,15 +124,16 @@ impl VipRecord {
         })
     }
 
-    /// The spec of `vip` this entry records, with `allowed_sources` (which the maps
-    /// hold). The policy is not recorded: it changes no table by itself (the plan
-    /// compares table inputs), and the next apply brings the configured one.
-    fn spec(&self, vip: &Vip, allowed_sources: Vec<Prefix>) -> VipSpec {
+    /// The spec of `vip` this entry records, with `allowed_sources` and `fast_path`
+    /// (which the maps hold). The policy is not recorded: it changes no table by itself
+    /// (the plan compares table inputs), and the next apply brings the configured one.
+    fn spec(&self, vip: &Vip, allowed_sources: Vec<Prefix>, fast_path: bool) -> VipSpec {
         let backends: BTreeMap<BackendKey, BackendSpec> = self.backends.iter().copied().collect();
         VipSpec {
             table_size: self.table_size,
             ipv6_backends: ipv6_backends(vip, &backends),
             allowed_sources,
+            fast_path,
             backends,
             policy: FailurePolicy::default(),
         }
@@ -262,7 +263,7 @@ impl Checker {
         let mut keys: Vec<TableKey> = Vec::new();
         let mut wanted: HashMap<TableKey, usize> = HashMap::new();
         for r in entries.filter(|r| r.recorded(comparable).is_none()) {
-            let key = table_key(&r.spec(&r.vip, Vec::new()));
+            let key = table_key(&r.spec(&r.vip, Vec::new(), false));
             let count = wanted.entry(key.clone()).or_default();
             if *count == 0 {
                 keys.push(key);
@@ -378,6 +379,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             id: *vip_id,
             installed,
             allowed_sources,
+            fast_path: dp.fast_path(*vip_id),
         };
         let applied_vip = recover_vip(
             dp,
@@ -431,6 +433,8 @@ struct Found {
     installed: InstalledTable,
     /// The source list the maps hold for it.
     allowed_sources: Vec<Prefix>,
+    /// Whether its `VIPS` entry takes the fast path.
+    fast_path: bool,
 }
 
 /// The applied state of `found`: its recorded spec when `recorded` (of the installed
@@ -447,7 +451,7 @@ fn recover_vip<D: Dataplane>(
 ) -> Result<AppliedVip, DataplaneError> {
     let vip = found.vip;
     let verified = recorded.and_then(|r| {
-        let spec = r.spec(&vip, found.allowed_sources.clone());
+        let spec = r.spec(&vip, found.allowed_sources.clone(), found.fast_path);
         let (table, slots) = checker.check(&vip, r, &spec, &state.ids, &found.installed.slots)?;
         Some((spec, table, slots))
     });
@@ -490,6 +494,7 @@ fn unverified_vip<D: Dataplane>(
         id: vip_id,
         installed,
         allowed_sources,
+        fast_path,
     } = found;
     let in_table = table::distinct_ids(&installed.slots);
     used_ids.extend(in_table.iter().copied());
@@ -521,6 +526,7 @@ fn unverified_vip<D: Dataplane>(
             table_size: size,
             ipv6_backends: ipv6_backends(&vip, &backends),
             allowed_sources,
+            fast_path,
             backends,
             policy: FailurePolicy::default(),
         },

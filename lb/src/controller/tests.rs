@@ -660,3 +660,49 @@ fn a_failed_change_puts_the_previous_source_list_back() {
     assert!(c.apply(&change).is_err());
     assert_eq!(c.dataplane().sources, before);
 }
+
+/// [`three`] with the fast path `on`.
+fn three_fast(on: bool, size: u32) -> Desired {
+    desired(
+        &vip_toml(
+            80,
+            size,
+            &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+        )
+        .replace("table_size", &format!("fast_path = {on}\ntable_size")),
+    )
+}
+
+#[test]
+fn the_fast_path_is_switched_on_and_off_in_the_data_plane() {
+    let mut c = controller();
+    c.apply(&three_fast(true, 1009)).unwrap();
+    assert!(c.dataplane().fast_path(0));
+    c.apply(&three_fast(false, 1009)).unwrap();
+    assert!(!c.dataplane().fast_path(0));
+    c.apply(&three_fast(true, 1009)).unwrap();
+    assert!(c.dataplane().fast_path(0));
+}
+
+#[test]
+fn a_fast_path_vip_keeps_its_table_size_and_its_switch_while_slots_are_dirty() {
+    let mut c = controller();
+    c.apply(&three_fast(true, 1009)).unwrap();
+    let err = c.apply(&three_fast(true, 1013)).unwrap_err().to_string();
+    assert!(
+        err.contains("table_size cannot change from 1009 to 1013"),
+        "{err}"
+    );
+    let err = c.apply(&three_fast(false, 1013)).unwrap_err().to_string();
+    assert!(err.contains("while the fast path is on"), "{err}");
+    // Off is refused while a slot is dirty, then applied once all are clean.
+    c.dataplane_mut().dirty.insert(0, 3);
+    let err = c.apply(&three_fast(false, 1009)).unwrap_err().to_string();
+    assert!(err.contains("while 3 of its slots are dirty"), "{err}");
+    assert!(c.dataplane().fast_path(0), "nothing changed");
+    c.dataplane_mut().dirty.insert(0, 0);
+    c.apply(&three_fast(false, 1009)).unwrap();
+    assert!(!c.dataplane().fast_path(0));
+    // Off, the size may change.
+    c.apply(&three_fast(false, 1013)).unwrap();
+}

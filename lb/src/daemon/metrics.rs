@@ -613,7 +613,8 @@ impl Snapshot {
             "lb_vip_conntrack_events",
             "Conntrack events of the VIP's packets: hit, miss_non_syn (mid-flow packet without \
              state), stale_repicked (pin on a removed or down backend), udp_expired, \
-             syn_only_evicted (a SYN lost its slot before its ACK)",
+             syn_only_evicted (a SYN lost its slot before its ACK), clean_slot (the fast \
+             path: a clean slot's owner, no lookup)",
             MetricType::Counter,
             self.vips.iter().flat_map(|v| {
                 let s = &v.stats;
@@ -623,6 +624,7 @@ impl Snapshot {
                     ("stale_repicked", s.ct_stale_repicked),
                     ("udp_expired", s.ct_udp_expired),
                     ("syn_only_evicted", s.ct_syn_only_evicted),
+                    ("clean_slot", s.clean_slot_hits),
                 ]
                 .map(|(event, n)| (with(vip_label(v), "event", event), n))
             }),

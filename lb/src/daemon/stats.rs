@@ -90,7 +90,7 @@ impl Window {
 }
 
 /// The per-VIP counters of `lb stats`, by name.
-fn vip_fields(v: &VipStats) -> [(&'static str, u64); 9] {
+fn vip_fields(v: &VipStats) -> [(&'static str, u64); 10] {
     [
         ("packets", v.packets),
         ("bytes", v.bytes),
@@ -101,6 +101,7 @@ fn vip_fields(v: &VipStats) -> [(&'static str, u64); 9] {
         ("ct_udp_expired", v.ct_udp_expired),
         ("drops", v.drops),
         ("ct_syn_only_evicted", v.ct_syn_only_evicted),
+        ("clean_slot_hits", v.clean_slot_hits),
     ]
 }
 

@@ -608,3 +608,23 @@ fn several_type_errors_are_reported_at_once() {
     }
     assert_eq!(shown.len(), 5, "{shown:#?}");
 }
+
+#[test]
+fn the_fast_path_is_off_by_default_and_stays_off_in_a_fleet_with_a_warning() {
+    let plain = load(&format!("{BASE}{VIP}")).expect("valid");
+    assert!(!plain.config.vips[0].fast_path);
+    let vip = VIP.replace("protocol = \"tcp\"", "protocol = \"tcp\"\nfast_path = true");
+    let alone = load(&format!("{BASE}{vip}")).expect("valid");
+    assert!(alone.config.vips[0].fast_path);
+    assert!(alone.warnings.is_empty(), "{:?}", alone.warnings);
+    let fleet = load(&format!("{BASE}[announce]\nenabled = true\n{vip}")).expect("valid");
+    assert!(!fleet.config.vips[0].fast_path, "rule F1");
+    assert_eq!(
+        fleet.warnings,
+        [
+            "VIP 203.0.113.10:80/tcp: fast_path stays off while [announce] is enabled (a fleet \
+          member: a flow moved between instances would find no pin without the backends' \
+          second chance)"
+        ]
+    );
+}

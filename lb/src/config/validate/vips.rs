@@ -136,6 +136,7 @@ fn vip(
         table_size,
         ipv6_backends,
         allowed_sources,
+        fast_path: v.fast_path.unwrap_or(false),
         backends,
         health,
     })
