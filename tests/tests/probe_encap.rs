@@ -133,7 +133,7 @@ fn backend(addr: IpAddr, state: u8) -> BackendEntry {
         addr,
         family,
         state,
-        _pad: [0; 2],
+        gue_port: 0,
     }
 }
 

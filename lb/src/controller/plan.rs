@@ -162,7 +162,7 @@ fn entry(key: &BackendKey, state: BackendState) -> BackendEntry {
             BackendState::Drain => BACKEND_DRAINING,
             BackendState::Down => BACKEND_DOWN,
         },
-        _pad: [0; 2],
+        gue_port: 0,
     }
 }
 
