@@ -161,6 +161,7 @@ mod tests {
         let spec = VipSpec {
             table_size: 7,
             ipv6_backends: false,
+            gue_port: 0,
             allowed_sources: Vec::new(),
             policy: lb_health::policy::FailurePolicy::default(),
             backends: backends
