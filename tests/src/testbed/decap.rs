@@ -394,6 +394,116 @@ impl DecapLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packets::{
+        self, CLIENT4, CLIENT6, Flow, GW_MAC, Gue, L4, LB_MAC, Outer, SYN, VIP4, VIP6,
+        encapsulated_with,
+    };
+
+    /// `BPF_PROG_TEST_RUN`.
+    const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+    /// The `test` part of `union bpf_attr` (up to `duration`).
+    #[repr(C)]
+    #[derive(Default)]
+    struct TestRunAttr {
+        prog_fd: u32,
+        retval: u32,
+        data_size_in: u32,
+        data_size_out: u32,
+        data_in: u64,
+        data_out: u64,
+        repeat: u32,
+        duration: u32,
+    }
+
+    /// Runs the program of `accept` once on `frame`; its action and output frame.
+    fn run(accept: Accept, frame: &[u8]) -> (u32, Vec<u8>) {
+        let prog = load_program(accept).expect("load");
+        let mut out = vec![0u8; frame.len() + 256];
+        let attr = TestRunAttr {
+            prog_fd: u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&prog)).expect("fd"),
+            data_size_in: u32::try_from(frame.len()).expect("small"),
+            data_size_out: u32::try_from(out.len()).expect("small"),
+            data_in: frame.as_ptr() as u64,
+            data_out: out.as_mut_ptr() as u64,
+            repeat: 1,
+            ..TestRunAttr::default()
+        };
+        let size = libc::c_uint::try_from(size_of::<TestRunAttr>()).expect("small");
+        // SAFETY: attr is a live repr(C) prefix of union bpf_attr; the buffers it names
+        // outlive the call and have the lengths given; the kernel writes back retval,
+        // data_size_out and duration into attr.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_TEST_RUN,
+                std::ptr::from_ref(&attr),
+                size,
+            )
+        };
+        assert_eq!(rc, 0, "test run: {}", io::Error::last_os_error());
+        out.truncate(usize::try_from(attr.data_size_out).expect("small"));
+        (attr.retval, out)
+    }
+
+    /// `frame` as the backend's stack sees it after decapsulation: the outer Ethernet
+    /// addresses, then the inner frame's ethertype and packet.
+    fn decapsulated(frame: &[u8]) -> Vec<u8> {
+        let mut out = GW_MAC.to_vec();
+        out.extend_from_slice(&LB_MAC);
+        out.extend_from_slice(&frame[12..]);
+        out
+    }
+
+    fn gue(port: u16) -> Outer {
+        Outer {
+            gue: Some(Gue {
+                sport: 50_000,
+                dport: port,
+            }),
+            ..Outer::default()
+        }
+    }
+
+    #[test]
+    fn gue_and_ip_in_ip_frames_come_out_as_the_inner_frame_others_untouched() {
+        assert!(crate::is_root(), "privileged test: run as root");
+        let port = lb_common::types::GUE_DEFAULT_PORT;
+        let v4 = Flow::new(CLIENT4, 40000, VIP4, 80).frame(L4::Tcp(SYN), b"x");
+        let v6 = Flow::new(CLIENT6, 40000, VIP6, 80).frame(L4::Tcp(SYN), b"x");
+        let b4 = std::net::IpAddr::from(packets::backend4(1));
+        let b6 = std::net::IpAddr::from(packets::backend6(1));
+        // (inner frame, backend, outer fields): 4-in-4, 6-in-6, 4-in-6, by GUE and IP-in-IP.
+        let cases = [
+            (&v4, b4, gue(port)),
+            (&v6, b6, gue(port)),
+            (&v4, b6, gue(port)),
+            (&v4, b4, Outer::default()),
+            (&v6, b6, Outer::default()),
+        ];
+        for (inner, backend, outer) in cases {
+            let frame = encapsulated_with(inner, backend, GW_MAC, LB_MAC, &outer);
+            let (action, out) = run(Accept::default(), &frame);
+            assert_eq!(action, 2, "XDP_PASS");
+            assert_eq!(out, decapsulated(inner), "{backend} {outer:?}");
+            // GUE only: IP-in-IP passes untouched, and the reverse.
+            let only = if outer.gue.is_some() {
+                Accept {
+                    ipip: true,
+                    gue_port: None,
+                }
+            } else {
+                Accept::gue_only()
+            };
+            assert_eq!(run(only, &frame).1, frame, "{only:?} {backend} {outer:?}");
+        }
+        // Another UDP port, or a GUE header with options (Hlen 1), passes untouched.
+        let other = encapsulated_with(&v4, b4, GW_MAC, LB_MAC, &gue(port + 1));
+        assert_eq!(run(Accept::default(), &other).1, other);
+        let mut hlen = encapsulated_with(&v4, b4, GW_MAC, LB_MAC, &gue(port));
+        hlen[42] = 1;
+        assert_eq!(run(Accept::default(), &hlen).1, hlen);
+    }
 
     #[test]
     fn jumps_land_inside_the_program() {
