@@ -35,9 +35,12 @@ use aya_ebpf::{
     helpers::generated::bpf_fib_lookup,
     programs::{TcContext, XdpContext},
 };
-use lb_common::types::{BackendEntry, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6, LbConfig};
+use lb_common::types::{
+    BackendEntry, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6, GUE_HDR_LEN, GUE_UDP_LEN,
+    LbConfig,
+};
 
-use crate::headers::{Ipv4Hdr, Ipv6Hdr, addr_words};
+use crate::headers::{Ipv4Hdr, Ipv6Hdr, UdpGueHdr, addr_words};
 
 /// Bytes of an outer IPv4 header.
 pub(crate) const IPV4_LEN: u32 = 20;
@@ -56,6 +59,19 @@ pub(crate) const OUTER_TTL: u8 = 64;
 pub(crate) const IPPROTO_IPIP: u8 = 4;
 /// An IPv6 packet inside.
 pub(crate) const IPPROTO_IPV6: u8 = 41;
+/// UDP: the outer protocol of GUE.
+pub(crate) const IPPROTO_UDP: u8 = 17;
+/// Bytes GUE adds after the outer IP header: UDP (8) and the GUE base header (4).
+pub(crate) const GUE_LEN: u32 = GUE_UDP_LEN + GUE_HDR_LEN;
+/// [`GUE_LEN`] as a `u16`, for header length fields.
+pub(crate) const GUE_LEN_U16: u16 = 12;
+/// An outer IPv4 header and the GUE headers, as a `u16`.
+pub(crate) const IPV4_GUE_LEN_U16: u16 = 32;
+const _: () = assert!(
+    GUE_LEN as usize == size_of::<UdpGueHdr>()
+        && GUE_LEN_U16 as u32 == GUE_LEN
+        && IPV4_GUE_LEN_U16 as u32 == IPV4_LEN + GUE_LEN
+);
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 /// EtherType IPv4, wire order.
@@ -71,14 +87,15 @@ pub(crate) const IPV4_DF: u16 = 0x4000_u16.to_be();
 
 /// The outer IPv4 header (an expression), `$tot_len` bytes in all (`u16`, host order),
 /// over an inner IPv4 header's `$tos`, `$id` and `$frag`, from `$src` to `$dst` (wire
-/// order); `check` is 0 until the caller sets it
+/// order), of protocol `$proto` ([`IPPROTO_IPIP`], or [`IPPROTO_UDP`] for GUE); `check`
+/// is 0 until the caller sets it
 /// ([`csum::ipv4_header`](crate::csum::ipv4_header)).
 ///
 /// Macros, not functions, so that each header stays one struct literal in its caller:
 /// returned by a function, the same header compiled to other instruction orders and
 /// changed the verifier's instruction counts.
 macro_rules! ipv4 {
-    ($tos:expr, $id:expr, $frag:expr, $tot_len:expr, $src:expr, $dst:expr $(,)?) => {
+    ($tos:expr, $id:expr, $frag:expr, $tot_len:expr, $proto:expr, $src:expr, $dst:expr $(,)?) => {
         $crate::headers::Ipv4Hdr {
             vihl: 0x45,
             tos: $tos,
@@ -86,7 +103,7 @@ macro_rules! ipv4 {
             id: $id,
             frag: $frag & $crate::encap::IPV4_DF,
             ttl: $crate::encap::OUTER_TTL,
-            proto: $crate::encap::IPPROTO_IPIP,
+            proto: $proto,
             check: 0,
             src: $src,
             dst: $dst,
@@ -111,6 +128,27 @@ macro_rules! ipv6 {
     };
 }
 pub(crate) use ipv6;
+
+/// The UDP and GUE headers (an expression) after the outer IP header: source port
+/// `$sport`, destination port `$dport` (both wire order), over an inner packet of
+/// `$inner_len` bytes (`u16`, host order) of kind `$inner` ([`IPPROTO_IPIP`] or
+/// [`IPPROTO_IPV6`], the GUE variant 0 header's Proto/ctype field, whose other fields
+/// are zero: version 0, C 0, Hlen 0, no flags). The UDP checksum is 0: "no checksum"
+/// for IPv4 (RFC 768), and allowed for IPv6 tunnels by RFC 6935 and RFC 6936 (the
+/// backend's decapsulator must accept it, as a Linux `fou` socket does; see the GUE
+/// design note). A macro for the reason [`ipv4!`] gives.
+macro_rules! udp_gue {
+    ($sport:expr, $dport:expr, $inner_len:expr, $inner:expr $(,)?) => {
+        $crate::headers::UdpGueHdr {
+            sport: $sport,
+            dport: $dport,
+            len: ($inner_len + $crate::encap::GUE_LEN_U16).to_be(),
+            check: 0,
+            gue: u32::from_ne_bytes([0, $inner, 0, 0]),
+        }
+    };
+}
+pub(crate) use udp_gue;
 
 /// A client packet's outer IPv4 source: the configured address, or the prefix with the
 /// flow hash in its host bits.

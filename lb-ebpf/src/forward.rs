@@ -1,5 +1,13 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! Forwarding: IP-in-IP encapsulation to the chosen backend and the next-hop MAC.
+//! Forwarding: IP-in-IP or GUE encapsulation to the chosen backend and the next-hop MAC.
+//!
+//! The backend entry chooses ([`BackendEntry::gue_port`]): 0 is IP-in-IP (below); a
+//! port is Generic UDP Encapsulation (draft-ietf-intarea-gue, variant 0): the same
+//! outer IP header with protocol / next header 17, then UDP to that port from a source
+//! port in 49152..=65535 taken from the flow hash (so a backend NIC's receive-side
+//! scaling, which hashes UDP ports, spreads the flows over its queues), checksum 0,
+//! then the 4-byte GUE header whose Proto/ctype names the inner packet (4 or 41):
+//! 12 bytes more than IP-in-IP, counted in the MTU check and the "too big" answer.
 //!
 //! IPv4 backends: IPv4-in-IPv4; IPv6 backends of IPv6 VIPs: IPv6-in-IPv6; IPv6 backends
 //! of IPv4 VIPs: IPv4-in-IPv6, for backend networks that are IPv6 only. (An IPv6 VIP
@@ -37,17 +45,17 @@ use lb_common::{
     stats::Reason,
     types::{
         BackendEntry, CONFIG_FLOW_LABEL_HASH, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6,
-        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY,
+        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY, gue_source_port,
     },
 };
 
 use crate::{
     csum,
     encap::{
-        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_LEN,
-        IPV6_LEN, mac_words, words_mac,
+        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, GUE_LEN, GUE_LEN_U16, IPPROTO_IPIP,
+        IPPROTO_IPV6, IPPROTO_UDP, IPV4_GUE_LEN_U16, IPV4_LEN, IPV6_LEN, mac_words, words_mac,
     },
-    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, addr_words},
+    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, UdpGueHdr, addr_words},
     maps::NEXTHOP_CACHE,
     packet::ptr_at,
     parse::{ETH_LEN, Parsed},
@@ -118,8 +126,9 @@ pub(crate) fn encapsulate(
     }
     let hop = next_hop(ctx, outer.v4, backend_id, backend, cfg)?;
     let inner_v4 = p.key.vip.family == FAMILY_V4;
-    // IPv4-in-IPv6 always takes its flow label from the hash (nothing to copy).
-    let hash = if cfg.flags & HASHED_OUTER == 0 && (outer.v4 || !inner_v4) {
+    // IPv4-in-IPv6 always takes its flow label from the hash (nothing to copy), GUE its
+    // UDP source port.
+    let hash = if cfg.flags & HASHED_OUTER == 0 && (outer.v4 || !inner_v4) && !backend.gue() {
         0
     } else {
         hash.unwrap_or_else(|| flow_hash(&p.key, cfg.hash_seed))
@@ -158,31 +167,28 @@ pub(crate) fn encapsulate(
 /// `drop_bad_config` for an IPv6 VIP with an IPv4 backend (or a backend of no family).
 #[inline(always)]
 fn outer(p: &Parsed, backend: &BackendEntry) -> Result<Outer, Reason> {
-    if backend.family == p.key.vip.family {
-        let v4 = backend.family == FAMILY_V4;
+    let v4 = backend.family == FAMILY_V4;
+    let same = backend.family == p.key.vip.family;
+    if same || (p.key.vip.family == FAMILY_V4 && backend.family == FAMILY_V6) {
         return Ok(Outer {
             v4,
-            len: if v4 { IPV4_LEN } else { IPV6_LEN },
-        });
-    }
-    if p.key.vip.family == FAMILY_V4 && backend.family == FAMILY_V6 {
-        return Ok(Outer {
-            v4: false,
-            len: IPV6_LEN,
+            len: overhead(backend),
         });
     }
     Err(Reason::DropBadConfig)
 }
 
-/// Bytes of outer header a packet of family `family` needs to reach a backend of
-/// `backend_family` (for the MTU an ICMP "too big" announces).
+/// Bytes of outer headers a packet needs to reach `backend` (also the MTU an ICMP "too
+/// big" announces is `mtu` minus this): its family's IP header, and with GUE the UDP
+/// and GUE headers (12 bytes).
 #[inline(always)]
-pub(crate) fn overhead(backend_family: u8) -> u32 {
-    if backend_family == FAMILY_V6 {
+pub(crate) fn overhead(backend: &BackendEntry) -> u32 {
+    let ip = if backend.family == FAMILY_V6 {
         IPV6_LEN
     } else {
         IPV4_LEN
-    }
+    };
+    if backend.gue() { ip + GUE_LEN } else { ip }
 }
 
 /// The next hop of the outer packet.
@@ -294,16 +300,24 @@ fn push_ipv4(
     let (tos, id, frag) = unsafe { ((*inner).tos, (*inner).id, (*inner).frag) };
     // The source in its place in the literal: computed before it, the header compiles
     // to another instruction order.
+    let gue = backend.gue();
     let mut ip = encap::ipv4!(
         tos,
         id,
         frag,
         outer_len,
+        if gue { IPPROTO_UDP } else { IPPROTO_IPIP },
         encap::source_v4(cfg, hash),
         addr_words(&backend.addr)[0],
     );
     ip.check = csum::ipv4_header(&ip);
-    push_head(ctx, IPV4_LEN)?;
+    if gue {
+        push_head(ctx, IPV4_LEN + GUE_LEN)?;
+        let inner_len = outer_len - IPV4_GUE_LEN_U16;
+        push_gue::<{ IPV4_LEN as usize }>(ctx, backend, hash, inner_len, IPPROTO_IPIP)?;
+    } else {
+        push_head(ctx, IPV4_LEN)?;
+    }
     let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropEncapFail)?;
     let outer = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
     // SAFETY: ptr_at checked both headers, which now precede the inner packet.
@@ -311,6 +325,28 @@ fn push_ipv4(
         *eth = eth_header(hop, ETH_P_IP);
         *outer = ip;
     }
+    Ok(())
+}
+
+/// Writes the UDP and GUE headers after an outer IP header of `IP` bytes, in the room
+/// already pushed, over an inner packet of `inner_len` bytes of kind `inner`.
+#[inline(always)]
+fn push_gue<const IP: usize>(
+    ctx: &XdpContext,
+    backend: &BackendEntry,
+    hash: u32,
+    inner_len: u16,
+    inner: u8,
+) -> Result<(), Reason> {
+    let hdr = encap::udp_gue!(
+        gue_source_port(hash).to_be(),
+        backend.gue_port,
+        inner_len,
+        inner
+    );
+    let at = ptr_at::<UdpGueHdr>(ctx, ETH_LEN + IP).ok_or(Reason::DropEncapFail)?;
+    // SAFETY: ptr_at checked the 12 bytes, which now precede the inner packet.
+    unsafe { *at = hdr };
     Ok(())
 }
 
@@ -349,14 +385,20 @@ fn push_ipv6(
         reason = "the inner packet fits the MTU check, a u16"
     )]
     let plen = inner_len as u16;
+    let gue = backend.gue();
     let ip = encap::ipv6!(
         first.to_be(),
-        plen,
-        next,
+        if gue { plen + GUE_LEN_U16 } else { plen },
+        if gue { IPPROTO_UDP } else { next },
         encap::source_v6(cfg, hash),
         addr_words(&backend.addr),
     );
-    push_head(ctx, IPV6_LEN)?;
+    if gue {
+        push_head(ctx, IPV6_LEN + GUE_LEN)?;
+        push_gue::<{ IPV6_LEN as usize }>(ctx, backend, hash, plen, next)?;
+    } else {
+        push_head(ctx, IPV6_LEN)?;
+    }
     let eth = ptr_at::<EthHdr>(ctx, 0).ok_or(Reason::DropEncapFail)?;
     let outer = ptr_at::<Ipv6Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
     // SAFETY: ptr_at checked both headers, which now precede the inner packet.

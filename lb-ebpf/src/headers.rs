@@ -85,6 +85,25 @@ pub(crate) struct Ports {
 }
 const _: () = assert!(size_of::<Ports>() == 4);
 
+/// The UDP header (RFC 768) and the GUE variant 0 base header (draft-ietf-intarea-gue)
+/// that GUE puts between the outer IP header and the inner packet (12 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct UdpGueHdr {
+    /// UDP source port, wire order.
+    pub(crate) sport: u16,
+    /// UDP destination port, wire order.
+    pub(crate) dport: u16,
+    /// UDP length (header, GUE header and inner packet), wire order.
+    pub(crate) len: u16,
+    /// UDP checksum, wire order; 0: none.
+    pub(crate) check: u16,
+    /// The GUE header's four bytes in memory order: version, C and Hlen (0), Proto/ctype
+    /// (the inner packet's IP protocol), Flags (0).
+    pub(crate) gue: u32,
+}
+const _: () = assert!(size_of::<UdpGueHdr>() == 12);
+
 /// The words of 16 address bytes (network order kept: memory order).
 #[inline(always)]
 pub(crate) fn addr_words(bytes: &[u8; 16]) -> [u32; 4] {

@@ -379,7 +379,7 @@ fn send<const FULL: bool>(
     vip_stats: &mut VipStats,
     sending: &Sending,
 ) -> Processed {
-    let (id, backend_family) = (choice.id, choice.backend.family);
+    let (id, overhead) = (choice.id, forward::overhead(choice.backend));
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
         Ok(sent) => {
             stats::backend(id, sending.bytes, sending.new_flow);
@@ -393,7 +393,7 @@ fn send<const FULL: bool>(
             vip_stats.drops += 1;
             Processed::Rare(rare::too_big(
                 parsed.key.vip.family == lb_common::types::FAMILY_V4,
-                forward::overhead(backend_family),
+                overhead,
                 parsed.l3_len,
             ))
         }

@@ -9,7 +9,10 @@
 //! 1. no probe mark: `TC_ACT_OK`, untouched (one load and one compare);
 //! 2. the backend (`BACKENDS`, any state but unused: an unhealthy backend is probed
 //!    too) and the outer source (`CONFIG`) are read as the XDP program reads them;
-//! 3. an outer IPv4 (protocol 4, RFC 2003) or IPv6 (next header 41, RFC 2473) header is
+//! 3. an outer IPv4 (protocol 4, RFC 2003) or IPv6 (next header 41, RFC 2473) header,
+//!    or for a GUE backend (`BackendEntry::gue_port`, the VIP's encapsulation) the
+//!    outer IP header with protocol 17 and the UDP and GUE headers of the XDP path
+//!    (source port from the backend id: a probe is one flow), is
 //!    inserted after the Ethernet header with `bpf_skb_adjust_room` (the kernel records
 //!    the inner headers, so checksum and segmentation offloads still apply to the inner
 //!    packet); the outer header is built as the XDP program builds it
@@ -29,8 +32,8 @@
 
 use aya_ebpf::{
     bindings::{
-        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, TC_ACT_OK, TC_ACT_SHOT,
-        bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
+        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, BPF_F_ADJ_ROOM_ENCAP_L4_UDP,
+        TC_ACT_OK, TC_ACT_SHOT, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
     },
     helpers::generated::{bpf_redirect, bpf_redirect_neigh},
     macros::classifier,
@@ -39,15 +42,16 @@ use aya_ebpf::{
 use lb_common::{
     probe::{ProbeStats, probe_mark_backend},
     types::{
-        BACKEND_UNUSED, BackendEntry, CONFIG_VALID, FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY,
+        BACKEND_UNUSED, BackendEntry, CONFIG_VALID, FAMILY_V4, FAMILY_V6, LbConfig,
+        NEXTHOP_GATEWAY, gue_source_port,
     },
 };
 
 use crate::{
     csum,
     encap::{
-        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, IPPROTO_IPV6, IPV4_LEN, IPV6_LEN,
-        Interface as _, mac_words,
+        self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, GUE_LEN, GUE_LEN_U16, IPPROTO_IPIP,
+        IPPROTO_IPV6, IPPROTO_UDP, IPV4_LEN, IPV6_LEN, Interface as _, mac_words,
     },
     headers::{EthHdr, Ipv4Hdr, addr_words},
     maps::{BACKENDS, CONFIG, PROBE_STATS},
@@ -132,7 +136,8 @@ fn encapsulate(ctx: &TcContext, backend_id: u32) -> Result<i32, Dropped> {
     if backend.family != family {
         return Err(Dropped::NoBackend);
     }
-    let outer_len = inner_len + if v4 { IPV4_LEN } else { IPV6_LEN };
+    let gue = if backend.gue() { GUE_LEN } else { 0 };
+    let outer_len = inner_len + gue + if v4 { IPV4_LEN } else { IPV6_LEN };
     if outer_len > u32::from(cfg.mtu) {
         return Err(Dropped::TooBig);
     }
@@ -140,6 +145,9 @@ fn encapsulate(ctx: &TcContext, backend_id: u32) -> Result<i32, Dropped> {
         push_ipv4(ctx, backend, cfg, outer_len)?;
     } else {
         push_ipv6(ctx, backend, cfg, inner_len)?;
+    }
+    if gue != 0 {
+        push_gue(ctx, backend_id, backend, v4, inner_len)?;
     }
     let action = next_hop(ctx, v4, backend, cfg, proto)?;
     ctx.set_mark(0);
@@ -164,13 +172,45 @@ fn push_ipv4(
         inner.id,
         inner.frag,
         tot_len,
+        if backend.gue() {
+            IPPROTO_UDP
+        } else {
+            IPPROTO_IPIP
+        },
         // The configured source, never the per-flow one (`encap` says why).
         u32::from_ne_bytes(cfg.src_v4),
         addr_words(&backend.addr)[0],
     );
     ip.check = csum::ipv4_header(&ip);
-    grow(ctx, IPV4_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4)?;
+    grow(ctx, IPV4_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, backend)?;
     ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
+}
+
+/// Writes the UDP and GUE headers after the outer IP header (IPv4 when `v4`), over the
+/// inner packet of `inner_len` bytes. The source port: one flow per backend (the probe
+/// packet is not parsed to hash it), from the backend id, in the same range as a
+/// client flow's.
+#[inline(always)]
+fn push_gue(
+    ctx: &TcContext,
+    backend_id: u32,
+    backend: &BackendEntry,
+    v4: bool,
+    inner_len: u32,
+) -> Result<(), Dropped> {
+    let inner_len = u16::try_from(inner_len).map_err(|_| Dropped::TooBig)?;
+    let (at, inner) = if v4 {
+        (ETH_LEN + IPV4_LEN as usize, IPPROTO_IPIP)
+    } else {
+        (ETH_LEN + IPV6_LEN as usize, IPPROTO_IPV6)
+    };
+    let hdr = encap::udp_gue!(
+        gue_source_port(backend_id).to_be(),
+        backend.gue_port,
+        inner_len,
+        inner
+    );
+    ctx.store(at, &hdr, 0).map_err(|_| Dropped::BadPacket)
 }
 
 /// Inserts the outer IPv6 header in front of the inner IPv6 packet of `inner_len`
@@ -187,25 +227,35 @@ fn push_ipv6(
     }
     let vtcfl: u32 = ctx.load(ETH_LEN).map_err(|_| Dropped::BadPacket)?;
     let plen = u16::try_from(inner_len).map_err(|_| Dropped::TooBig)?;
+    let gue = backend.gue();
     let ip = encap::ipv6!(
         vtcfl,
-        plen,
-        IPPROTO_IPV6,
+        if gue { plen + GUE_LEN_U16 } else { plen },
+        if gue { IPPROTO_UDP } else { IPPROTO_IPV6 },
         // As in `push_ipv4`.
         addr_words(&cfg.src_v6),
         addr_words(&backend.addr),
     );
-    grow(ctx, IPV6_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6)?;
+    grow(ctx, IPV6_LEN, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, backend)?;
     ctx.store(ETH_LEN, &ip, 0).map_err(|_| Dropped::BadPacket)
 }
 
-/// Makes `len` bytes of room between the Ethernet header and the packet, as an outer L3
-/// header of the kind `encap_flag` names.
+/// Makes room between the Ethernet header and the packet for an outer L3 header of
+/// `len` bytes of the kind `encap_flag` names, and for `backend`'s GUE, the UDP and
+/// GUE headers (`BPF_F_ADJ_ROOM_ENCAP_L4_UDP`).
 #[inline(always)]
-fn grow(ctx: &TcContext, len: u32, encap_flag: u32) -> Result<(), Dropped> {
-    #[expect(clippy::cast_possible_wrap, reason = "len is the size of an IP header")]
+fn grow(ctx: &TcContext, len: u32, encap_flag: u32, backend: &BackendEntry) -> Result<(), Dropped> {
+    let (len, flags) = if backend.gue() {
+        (len + GUE_LEN, encap_flag | BPF_F_ADJ_ROOM_ENCAP_L4_UDP)
+    } else {
+        (len, encap_flag)
+    };
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "len is the size of the outer headers"
+    )]
     let len = len as i32;
-    ctx.adjust_room(len, BPF_ADJ_ROOM_MAC, u64::from(encap_flag))
+    ctx.adjust_room(len, BPF_ADJ_ROOM_MAC, u64::from(flags))
         .map_err(|_| Dropped::BadPacket)
 }
 

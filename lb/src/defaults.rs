@@ -101,6 +101,13 @@ pub const ICMP_BURST: u32 = 50;
 /// (`inner`); `hash` sets it from the flow hash.
 pub const FLOW_LABEL: &str = "inner";
 
+/// `encap.gue_port`: the UDP destination port of GUE-encapsulated packets (`vip.encap =
+/// "gue"`): 6080, Katran's `GUE_DPORT` (there is no IANA port for GUE).
+pub const GUE_PORT: u16 = lb_common::types::GUE_DEFAULT_PORT;
+
+/// `vip.encap`: IP-in-IP (`ipip`); `gue` is Generic UDP Encapsulation.
+pub const VIP_ENCAP: &str = "ipip";
+
 /// `vip.backend.state`.
 pub const BACKEND_STATE: &str = "active";
 

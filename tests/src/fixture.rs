@@ -193,8 +193,14 @@ impl Lb {
         self.dp.set_config(&cfg).expect("config");
     }
 
-    /// Writes backend `id` at `addr` in `state`.
+    /// Writes backend `id` at `addr` in `state` (IP-in-IP).
     pub fn backend(&mut self, id: u32, addr: impl Into<IpAddr>, state: u8) {
+        self.encap_backend(id, addr, state, 0);
+    }
+
+    /// Writes backend `id` at `addr` in `state`, GUE to UDP port `gue_port` (host
+    /// order; 0: IP-in-IP).
+    pub fn encap_backend(&mut self, id: u32, addr: impl Into<IpAddr>, state: u8, gue_port: u16) {
         let (addr, family) = addr_bytes(addr.into());
         self.dp
             .set_backend(
@@ -203,7 +209,7 @@ impl Lb {
                     addr,
                     family,
                     state,
-                    _pad: [0; 2],
+                    gue_port: gue_port.to_be(),
                 },
             )
             .expect("set backend");

@@ -208,11 +208,41 @@ pub struct Outer {
     pub src: Option<IpAddr>,
     /// IPv6 flow label; default copied from an IPv6 inner header (0 for IPv4 inside).
     pub flow_label: Option<u32>,
+    /// GUE instead of IP-in-IP: the UDP and GUE variant 0 headers after the outer IP
+    /// header.
+    pub gue: Option<Gue>,
+}
+
+/// The UDP ports of a GUE-encapsulated frame (host order); the UDP checksum is 0 and
+/// the GUE header is version 0 without flags or options, Proto/ctype the inner
+/// packet's (4 or 41).
+#[derive(Clone, Copy, Debug)]
+pub struct Gue {
+    /// UDP source port (from the flow hash).
+    pub sport: u16,
+    /// UDP destination port (the configured GUE port).
+    pub dport: u16,
+}
+
+impl Gue {
+    /// The 12 bytes of UDP and GUE header in front of an inner packet of `inner_len`
+    /// bytes of IP protocol `inner`.
+    fn header(&self, inner_len: usize, inner: IpNumber) -> Vec<u8> {
+        let len = u16::try_from(inner_len + 12).expect("fits a UDP length");
+        let mut out = Vec::new();
+        out.extend_from_slice(&self.sport.to_be_bytes());
+        out.extend_from_slice(&self.dport.to_be_bytes());
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&[0, 0, 0, inner.0, 0, 0]);
+        out
+    }
 }
 
 /// [`encapsulated`] with the outer fields of `outer`. The inner packet's family is the
 /// frame's EtherType; an IPv4 packet to an IPv6 backend gets an IPv6 header with next
-/// header 4 (IPv4-in-IPv6) and the inner TOS as traffic class.
+/// header 4 (IPv4-in-IPv6) and the inner TOS as traffic class. With [`Outer::gue`], the
+/// outer header's protocol is UDP, its length 12 bytes more, and the UDP and GUE
+/// headers precede the inner packet.
 pub fn encapsulated_with(
     frame: &[u8],
     backend: IpAddr,
@@ -222,6 +252,15 @@ pub fn encapsulated_with(
 ) -> Vec<u8> {
     let inner = &frame[Ethernet2Header::LEN..];
     let inner_v4 = frame[12..14] == [0x08, 0x00];
+    let inner_proto = if inner_v4 {
+        IpNumber::IPV4
+    } else {
+        IpNumber::IPV6
+    };
+    let (extra, proto) = match outer.gue {
+        Some(_) => (12, IpNumber::UDP),
+        None => (0, inner_proto),
+    };
     let mut out = Vec::new();
     let eth = |ether_type| Ethernet2Header {
         destination: dmac,
@@ -237,7 +276,7 @@ pub fn encapsulated_with(
                 Some(IpAddr::V4(s)) => s,
                 _ => LB4,
             };
-            let mut o = Ipv4Header::new(h.total_len, 64, IpNumber::IPV4, src.octets(), b.octets())
+            let mut o = Ipv4Header::new(h.total_len + extra, 64, proto, src.octets(), b.octets())
                 .expect("outer header");
             o.dscp = h.dscp;
             o.ecn = h.ecn;
@@ -273,8 +312,12 @@ pub fn encapsulated_with(
                 traffic_class,
                 flow_label: etherparse::Ipv6FlowLabel::try_new(outer.flow_label.unwrap_or(label))
                     .expect("20 bits"),
-                payload_length,
-                next_header,
+                payload_length: payload_length + extra,
+                next_header: if outer.gue.is_some() {
+                    IpNumber::UDP
+                } else {
+                    next_header
+                },
                 hop_limit: 64,
                 source: src.octets(),
                 destination: b.octets(),
@@ -282,6 +325,9 @@ pub fn encapsulated_with(
             eth(EtherType::IPV6).write(&mut out).expect("write");
             o.write(&mut out).expect("write");
         }
+    }
+    if let Some(gue) = outer.gue {
+        out.extend_from_slice(&gue.header(inner.len(), inner_proto));
     }
     out.extend_from_slice(inner);
     out

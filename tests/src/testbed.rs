@@ -29,7 +29,8 @@
 //!   2001:db8:b::(10+k)/64, the VIPs on `lo`, on-link routes back to the client prefixes
 //!   (direct server return), `rp_filter` 0 (all, default, lo, b0), and a server
 //!   ([`server`]) on VIP4/VIP6 port 80/tcp and 53/udp answering with `b<k>`.
-//! - Decapsulation: a real backend decapsulates with an `ipip` / `ip6tnl` device (see
+//! - Decapsulation (IP-in-IP and GUE): a real backend decapsulates with an `ipip` /
+//!   `ip6tnl` device, and GUE with `ip fou add port 6080 gue` in front of it (see
 //!   the book, docs/src/guide/real-nic.md), but this kernel has no ipip, ip6tnl, FOU
 //!   or GRE support, so every backend runs a small XDP program on `b0` that strips the
 //!   outer header ([`decap`]).
@@ -288,6 +289,26 @@ impl Backend {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Replaces its decapsulation program by one that decapsulates only what `accept`
+    /// names (a test that must prove packets came by GUE accepts nothing else).
+    ///
+    /// # Errors
+    /// When the program cannot be attached.
+    pub fn set_decap_accepting(&self, accept: decap::Accept) -> anyhow::Result<()> {
+        let mut decap = self
+            .decap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // One XDP program per interface: the old link goes first.
+        decap.take();
+        *decap = Some(
+            self.ns
+                .enter(|| decap::DecapLink::attach_accepting(BACKEND_IFACE, accept))?
+                .context("decapsulation program")?,
+        );
         Ok(())
     }
 

@@ -10,6 +10,9 @@
 //! - An unmarked datagram to the VIP leaves untouched.
 //! - A mark naming a backend id without a `BACKENDS` entry is dropped and counted,
 //!   never sent to the VIP's route.
+//! - A backend entry with a GUE port: the probe leaves GUE-encapsulated (outer
+//!   protocol 17, UDP to the port from the backend id's source port, checksum 0, the
+//!   GUE header naming the inner protocol), IPv4 and IPv6.
 //! - FIB mode: the neighbour's MAC becomes the destination; a backend whose neighbour
 //!   is unknown makes the kernel resolve it (an ARP request for the backend leaves),
 //!   where the XDP path would drop.
@@ -27,7 +30,7 @@ use lb_common::{
     probe::probe_mark,
     types::{
         BACKEND_ACTIVE, BACKEND_DOWN, BackendEntry, CONFIG_VALID, FAMILY_V4, FAMILY_V6, LbConfig,
-        NEXTHOP_FIB, NEXTHOP_GATEWAY,
+        NEXTHOP_FIB, NEXTHOP_GATEWAY, gue_source_port,
     },
 };
 use lb_dataplane::{Dataplane as _, KernelDataplane, LoadOptions};
@@ -133,7 +136,7 @@ fn backend(addr: IpAddr, state: u8) -> BackendEntry {
         addr,
         family,
         state,
-        _pad: [0; 2],
+        gue_port: 0,
     }
 }
 
@@ -395,6 +398,85 @@ fn fib_mode_uses_the_neighbour_and_resolves_an_unknown_one() {
         assert!(
             arp_for_unresolved,
             "no ARP request for the unresolved backend"
+        );
+        assert_eq!(dp.probe_stats().expect("stats").encapsulated, 2);
+    })
+    .expect("enter the namespace");
+}
+
+/// The GUE port of the GUE probe test.
+const GUE_PORT: u16 = 6080;
+
+/// The inner UDP payload of `frame` if it is GUE as the probe program sends it: outer
+/// IPv4 (IPv6 when `v6`) of protocol 17 from the encap source, a valid IPv4 header
+/// checksum, UDP from `sport` to [`GUE_PORT`] with checksum 0 and the length to the
+/// frame's end, the GUE header `[0, inner protocol, 0, 0]`, then the datagram sent to
+/// `vip`.
+fn gue_payload(frame: &[u8], v6: bool, sport: u16, vip: IpAddr) -> Option<Vec<u8>> {
+    let outer = SlicedPacket::from_ethernet(frame).ok()?;
+    let (udp_at, inner_proto) = match outer.net? {
+        NetSlice::Ipv4(ip) if !v6 && ip.header().protocol().0 == 17 => {
+            let h = ip.header().to_header();
+            assert_eq!(
+                h.calc_header_checksum(),
+                h.header_checksum,
+                "outer checksum"
+            );
+            assert_eq!(IpAddr::from(h.source), IpAddr::from(LB4));
+            (34, 4)
+        }
+        NetSlice::Ipv6(ip) if v6 && ip.header().next_header().0 == 17 => {
+            assert_eq!(IpAddr::from(ip.header().source_addr()), IpAddr::from(LB6));
+            (54, 41)
+        }
+        _ => return None,
+    };
+    let udp = frame.get(udp_at..udp_at + 12)?;
+    let word = |i: usize| u16::from_be_bytes([udp[i], udp[i + 1]]);
+    let udp_len = usize::from(word(4));
+    if (word(0), word(2), udp_len, word(6)) != (sport, GUE_PORT, frame.len() - udp_at, 0)
+        || udp[8..12] != [0, inner_proto, 0, 0]
+    {
+        return None;
+    }
+    let inner = SlicedPacket::from_ip(&frame[udp_at + 12..]).ok()?;
+    let to = match inner.net? {
+        NetSlice::Ipv4(ip) => IpAddr::V4(ip.header().destination_addr()),
+        NetSlice::Ipv6(ip) => IpAddr::V6(ip.header().destination_addr()),
+        _ => return None,
+    };
+    match inner.transport? {
+        etherparse::TransportSlice::Udp(u) if to == vip => Some(u.payload().to_vec()),
+        _ => None,
+    }
+}
+
+#[test]
+fn probes_to_a_gue_backend_leave_gue_encapsulated() {
+    let ns = namespace();
+    ns.enter(|| {
+        let (mut dp, cap) = attached(NEXTHOP_GATEWAY, &[]);
+        for (id, addr) in [(7, IpAddr::from(BACKEND4)), (8, BACKEND6.into())] {
+            let entry = BackendEntry {
+                gue_port: GUE_PORT.to_be(),
+                ..backend(addr, BACKEND_ACTIVE)
+            };
+            dp.set_backend(id, &entry).expect("backend");
+        }
+        probe(VIP4.into(), 7, b"gue-7");
+        probe(VIP6.into(), 8, b"gue-8");
+        let got = frames(&cap, Duration::from_millis(300));
+        // One flow per backend: the source port from the backend id.
+        let (sport7, sport8) = (gue_source_port(7), gue_source_port(8));
+        assert!(
+            got.iter()
+                .any(|f| gue_payload(f, false, sport7, VIP4.into()).as_deref() == Some(b"gue-7")),
+            "backend 7's probe, GUE in IPv4"
+        );
+        assert!(
+            got.iter()
+                .any(|f| gue_payload(f, true, sport8, VIP6.into()).as_deref() == Some(b"gue-8")),
+            "backend 8's probe, GUE in IPv6"
         );
         assert_eq!(dp.probe_stats().expect("stats").encapsulated, 2);
     })

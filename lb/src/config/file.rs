@@ -110,6 +110,9 @@ pub struct EncapFile {
     /// Outer IPv6 flow label: `inner` (copied) or `hash` (from the flow hash).
     #[serde(default)]
     pub flow_label: Option<String>,
+    /// UDP destination port of GUE (`vip.encap = "gue"`).
+    #[serde(default)]
+    pub gue_port: Option<UInt<u16>>,
 }
 
 /// `[nexthop]`.
@@ -203,6 +206,9 @@ pub struct VipFile {
     /// `ipv4` or `ipv6`: the backends' family (IPv6 for an IPv4 VIP: IPv4-in-IPv6).
     #[serde(default)]
     pub backend_family: Option<String>,
+    /// `ipip` (default) or `gue`: how packets reach the backends.
+    #[serde(default)]
+    pub encap: Option<String>,
     /// Client prefixes allowed to reach the VIP (absent: every client).
     #[serde(default)]
     pub allowed_sources: Option<Vec<String>>,

@@ -99,6 +99,8 @@ pub struct VipConfig {
     pub table_size: u32,
     /// The backends are IPv6 (for an IPv4 VIP: IPv4-in-IPv6); else of the VIP's family.
     pub ipv6_backends: bool,
+    /// How packets reach the backends (`vip.encap`).
+    pub encap: Encapsulation,
     /// Client prefixes allowed to reach the VIP, sorted; empty: every client.
     pub allowed_sources: Vec<Prefix>,
     /// The fast path is on (asked for, and this instance is not a fleet member:
@@ -124,8 +126,8 @@ pub struct IcmpConfig {
     pub burst: u32,
 }
 
-/// Per-flow outer headers (`[encap]`'s optional keys).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Per-flow outer headers (`[encap]`'s optional keys). The default is the keys' defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OuterConfig {
     /// Outer IPv4 sources: this prefix, host bits from the flow hash.
     pub source_prefix_v4: Option<Prefix>,
@@ -135,6 +137,39 @@ pub struct OuterConfig {
     /// Outer IPv6 flow label from the flow hash (RFC 6438), not copied from the inner
     /// packet.
     pub flow_label_hash: bool,
+    /// UDP destination port of GUE (`encap.gue_port`, host order, 1..=65535).
+    pub gue_port: u16,
+}
+
+impl Default for OuterConfig {
+    fn default() -> Self {
+        Self {
+            source_prefix_v4: None,
+            source_prefix_v6: None,
+            flow_label_hash: false,
+            gue_port: crate::defaults::GUE_PORT,
+        }
+    }
+}
+
+/// How a VIP's packets reach its backends (`vip.encap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encapsulation {
+    /// IP-in-IP: IPv4-in-IPv4 (RFC 2003), IPv6-in-IPv6 and IPv4-in-IPv6 (RFC 2473).
+    #[default]
+    Ipip,
+    /// Generic UDP Encapsulation (draft-ietf-intarea-gue, variant 0) to
+    /// `encap.gue_port`.
+    Gue,
+}
+
+impl fmt::Display for Encapsulation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Encapsulation::Ipip => "ipip",
+            Encapsulation::Gue => "gue",
+        })
+    }
 }
 
 /// A validated configuration.

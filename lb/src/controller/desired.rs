@@ -14,7 +14,7 @@ use lb_common::types::{
     NEXTHOP_GATEWAY,
 };
 
-use crate::config::{BackendState, Config, IcmpConfig, Nexthop, OuterConfig, Vip};
+use crate::config::{BackendState, Config, Encapsulation, IcmpConfig, Nexthop, OuterConfig, Vip};
 use lb_dataplane::prefix::Prefix;
 use lb_health::policy::FailurePolicy;
 use lb_maglev::BackendKey;
@@ -143,6 +143,10 @@ pub struct VipSpec {
     pub table_size: u32,
     /// The backends are IPv6 (for an IPv4 VIP: IPv4-in-IPv6).
     pub ipv6_backends: bool,
+    /// GUE destination port of the VIP's backends (host order); 0: IP-in-IP. Written
+    /// into each backend entry ([`BackendEntry::gue_port`](lb_common::types::BackendEntry::gue_port)),
+    /// which the XDP program and the tunnel-mode probes read.
+    pub gue_port: u16,
     /// Allowed client prefixes, sorted; empty: every client.
     pub allowed_sources: Vec<Prefix>,
     /// The fast path is on (`VIP_FAST_PATH`).
@@ -232,6 +236,10 @@ impl Desired {
                     VipSpec {
                         table_size: v.table_size,
                         ipv6_backends: v.ipv6_backends,
+                        gue_port: match v.encap {
+                            Encapsulation::Ipip => 0,
+                            Encapsulation::Gue => config.outer.gue_port,
+                        },
                         allowed_sources: v.allowed_sources.clone(),
                         fast_path: v.fast_path,
                         backends,

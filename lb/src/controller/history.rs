@@ -161,6 +161,7 @@ mod tests {
         let spec = VipSpec {
             table_size: 7,
             ipv6_backends: false,
+            gue_port: 0,
             allowed_sources: Vec::new(),
             fast_path: false,
             policy: lb_health::policy::FailurePolicy::default(),

@@ -167,7 +167,8 @@ fn rank(state: u8) -> u8 {
     }
 }
 
-fn entry(key: &BackendKey, state: BackendState) -> BackendEntry {
+/// The backend entry of `key` in `state`, GUE to `gue_port` (host order; 0: IP-in-IP).
+fn entry(key: &BackendKey, state: BackendState, gue_port: u16) -> BackendEntry {
     let (addr, family) = addr_bytes(key.ip());
     BackendEntry {
         addr,
@@ -177,7 +178,7 @@ fn entry(key: &BackendKey, state: BackendState) -> BackendEntry {
             BackendState::Drain => BACKEND_DRAINING,
             BackendState::Down => BACKEND_DOWN,
         },
-        _pad: [0; 2],
+        gue_port: gue_port.to_be(),
     }
 }
 
@@ -302,7 +303,7 @@ impl<'a> Planner<'a> {
         for (key, b) in &spec.backends {
             let id = self.next.ids.backend(vip, *key).map_err(ApplyError::Ids)?;
             backend_ids.insert(*key, id);
-            self.set_entry(id, entry(key, b.state));
+            self.set_entry(id, entry(key, b.state, spec.gue_port));
         }
         for (key, &id) in old.iter().flat_map(|o| &o.backend_ids) {
             if !spec.backends.contains_key(key) {

@@ -132,6 +132,9 @@ impl VipRecord {
         VipSpec {
             table_size: self.table_size,
             ipv6_backends: ipv6_backends(vip, &backends),
+            // Not recorded: the backend entries hold it, and the next apply writes the
+            // configured one (it changes no table).
+            gue_port: 0,
             allowed_sources,
             fast_path,
             backends,
@@ -525,6 +528,8 @@ fn unverified_vip<D: Dataplane>(
         spec: VipSpec {
             table_size: size,
             ipv6_backends: ipv6_backends(&vip, &backends),
+            // As in `VipRecord::spec`.
+            gue_port: 0,
             allowed_sources,
             fast_path,
             backends,

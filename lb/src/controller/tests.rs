@@ -129,6 +129,35 @@ fn applying_the_same_state_again_writes_nothing() {
 }
 
 #[test]
+fn a_gue_vip_writes_its_port_into_each_backend_entry_and_a_reload_switches_back() {
+    let mut c = controller();
+    let backends = [(11, 1, "active"), (12, 1, "active")];
+    let gue = vip_toml(80, 1009, &backends).replace("[[vip]]\n", "[[vip]]\nencap = \"gue\"\n");
+    let port =
+        |c: &Controller<FakeDataplane>, last| c.dataplane().backends[&id_of(c, last)].gue_port;
+    // `desired` ends the file's `[encap]` table: the key joins it.
+    c.apply(&desired(&format!("gue_port = 7000\n{gue}")))
+        .unwrap();
+    assert_eq!(
+        port(&c, 11),
+        7000u16.to_be(),
+        "the configured port, wire order"
+    );
+    assert_eq!(port(&c, 12), 7000u16.to_be());
+    // The default port; then back to IP-in-IP: entries rewritten, the table kept.
+    c.apply(&desired(&gue)).unwrap();
+    assert_eq!(port(&c, 11), lb_common::types::GUE_DEFAULT_PORT.to_be());
+    let builds = c.builds_total();
+    c.apply(&desired(&vip_toml(80, 1009, &backends))).unwrap();
+    assert_eq!((port(&c, 11), port(&c, 12)), (0, 0), "IP-in-IP");
+    assert_eq!(
+        c.builds_total(),
+        builds,
+        "the encapsulation changes no table"
+    );
+}
+
+#[test]
 fn adding_a_backend_writes_it_before_the_new_table() {
     let mut c = controller();
     c.apply(&three()).unwrap();

@@ -8,7 +8,9 @@
 //! see its own output) and tail-calls either the load balancer or the empty program.
 //! The two alternate, 5 runs of 1,000,000 repetitions each on a pinned CPU; the table
 //! gives the median of each and the median of the per-run differences ("over empty").
-//! Every long run's action must equal a one-repetition run's. Set-up: 100 backends, 65,537-slot tables, a conntrack map of
+//! Every long run's action must equal a one-repetition run's. Set-up: 100 backends
+//! (IP-in-IP, and the same sent GUE for the VIPs on port 8080, the "GUE" cases),
+//! 65,537-slot tables, a conntrack map of
 //! 1,048,576 entries. The cases that look like traffic (populations of established
 //! flows, uniform and Zipf-skewed; the SYN + ACK handshake on new 4-tuples; the packet
 //! rate through the real `XDP_TX` path) are in `traffic`.
@@ -33,7 +35,7 @@ use lb::{config::Config, controller::Controller};
 use lb_common::{
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY},
     maps::{FULL_PROGRAM, RARE_PROGRAM, UNTRACED_PROGRAM, XDP_PROGRAM},
-    types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
+    types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, GUE_DEFAULT_PORT, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_dataplane::{BenchTarget, Dataplane as _, KernelDataplane, LoadOptions};
 use lb_tests::{
@@ -163,21 +165,36 @@ fn setup(lb: &mut Lb) {
         lb.backend(k, Ipv4Addr::new(198, 51, 100, last), BACKEND_ACTIVE);
         let v6 = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 0x100 + u16::from(last));
         lb.backend(100 + k, v6, BACKEND_ACTIVE);
+        // The same backends sent GUE, for the VIPs on port 8080.
+        let v4 = Ipv4Addr::new(198, 51, 100, last);
+        lb.encap_backend(200 + k, v4, BACKEND_ACTIVE, GUE_DEFAULT_PORT);
+        lb.encap_backend(300 + k, v6, BACKEND_ACTIVE, GUE_DEFAULT_PORT);
     }
     let ids4: Vec<u32> = (1..=100).collect();
     let ids6: Vec<u32> = (101..=200).collect();
+    let gue4: Vec<u32> = (201..=300).collect();
+    let gue6: Vec<u32> = (301..=400).collect();
     lb.table(0, &round_robin(65_537, &ids4));
     lb.table(1, &round_robin(65_537, &ids4));
     lb.table(2, &round_robin(65_537, &ids6));
+    lb.table(3, &round_robin(65_537, &gue4));
+    lb.table(4, &round_robin(65_537, &gue6));
     lb.vip(0, VIP4, 80, PROTO_TCP);
     lb.vip(1, VIP4, 53, PROTO_UDP);
     lb.vip(2, VIP6, 80, PROTO_TCP);
+    lb.vip(3, VIP4, GUE_VIP_PORT, PROTO_TCP);
+    lb.vip(4, VIP6, GUE_VIP_PORT, PROTO_TCP);
 }
+
+/// The port of the benchmark's VIPs whose backends are sent GUE.
+const GUE_VIP_PORT: u16 = 8080;
 
 fn cases() -> Vec<Case> {
     let tcp4 = Flow::new(CLIENT4, 40000, VIP4, 80);
     let tcp6 = Flow::new(CLIENT6, 40000, VIP6, 80);
     let udp4 = Flow::new(CLIENT4, 50000, VIP4, 53);
+    let gue4 = Flow::new(CLIENT4, 40000, VIP4, GUE_VIP_PORT);
+    let gue6 = Flow::new(CLIENT6, 40000, VIP6, GUE_VIP_PORT);
     let other = Flow::new(CLIENT4, 40000, Ipv4Addr::new(203, 0, 113, 99), 80);
     vec![
         Case {
@@ -200,6 +217,20 @@ fn cases() -> Vec<Case> {
             vary: 0,
             action: XDP_TX,
             warm: vec![tcp6.frame(L4::Tcp(SYN), &[]), tcp6.frame(L4::Tcp(ACK), &[])],
+        },
+        Case {
+            name: "TCP v4 CT hit, GUE",
+            frame: sized(&gue4, L4::Tcp(ACK)),
+            vary: 0,
+            action: XDP_TX,
+            warm: vec![gue4.frame(L4::Tcp(SYN), &[]), gue4.frame(L4::Tcp(ACK), &[])],
+        },
+        Case {
+            name: "TCP v6 CT hit, GUE",
+            frame: sized(&gue6, L4::Tcp(ACK)),
+            vary: 0,
+            action: XDP_TX,
+            warm: vec![gue6.frame(L4::Tcp(SYN), &[]), gue6.frame(L4::Tcp(ACK), &[])],
         },
         Case {
             name: "UDP v4 CT hit",

@@ -137,7 +137,7 @@ impl BedLb {
                             addr,
                             family,
                             state: BACKEND_ACTIVE,
-                            _pad: [0; 2],
+                            gue_port: 0,
                         },
                     )
                     .with_context(|| format!("backend {k}"))?;

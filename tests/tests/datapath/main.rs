@@ -18,10 +18,12 @@
 //! | 802.1Q frames balanced and sent with their tag, priority tags, double tags passed (BR-23) | [`vlan`] |
 //! | per-flow outer sources, flow labels, IPv4-in-IPv6 | [`outer`] |
 //! | allowed source prefixes, narrowed while flows run | [`sources`] |
+//! | GUE: exact bytes of both families and IPv4-in-IPv6, source ports from the flow hash, mixed tables, the MTU budget with 12 bytes more (issue 31) | [`gue`] |
 
 mod echo;
 mod errors;
 mod fragments;
+mod gue;
 mod outer;
 mod sources;
 mod too_big;

@@ -49,6 +49,7 @@ fn expected_outer(flow: &packets::Flow) -> Outer {
     Outer {
         src: Some(src),
         flow_label: Some(hash & 0xf_ffff),
+        gue: None,
     }
 }
 
@@ -88,6 +89,7 @@ fn an_ipv4_vip_on_ipv6_backends_is_sent_ipv4_in_ipv6() {
     let outer = Outer {
         src: None,
         flow_label: Some(hash & 0xf_ffff),
+        gue: None,
     };
     let expected = encapsulated_with(&frame, packets::backend6(1).into(), GW_MAC, LB_MAC, &outer);
     assert_eq!(out, expected);
@@ -99,6 +101,7 @@ fn an_ipv4_vip_on_ipv6_backends_is_sent_ipv4_in_ipv6() {
     let outer = Outer {
         src: Some(Ipv6Addr::from(u128::from(PREFIX6) | u128::from(hash)).into()),
         flow_label: Some(hash & 0xf_ffff),
+        gue: None,
     };
     let expected = encapsulated_with(&frame, packets::backend6(1).into(), GW_MAC, LB_MAC, &outer);
     assert_eq!(out, expected);

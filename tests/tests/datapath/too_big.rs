@@ -29,7 +29,7 @@ const V6_QUOTE: usize = 1232;
 /// The expected answer to `invoking` (an IPv4 frame): "fragmentation needed" with
 /// `mtu`, from its destination to its source, TOS 0xc0, identification copied, no
 /// fragment flags, TTL 64, quoting 548 bytes.
-fn frag_needed(invoking: &[u8], mtu: u16) -> Vec<u8> {
+pub(super) fn frag_needed(invoking: &[u8], mtu: u16) -> Vec<u8> {
     let inner = &invoking[14..];
     let h = Ipv4HeaderSlice::from_slice(inner)
         .expect("IPv4")
@@ -50,7 +50,7 @@ fn frag_needed(invoking: &[u8], mtu: u16) -> Vec<u8> {
 }
 
 /// The expected ICMPv6 "packet too big" answer to the IPv6 frame `invoking`.
-fn packet_too_big(invoking: &[u8], mtu: u32) -> Vec<u8> {
+pub(super) fn packet_too_big(invoking: &[u8], mtu: u32) -> Vec<u8> {
     let inner = &invoking[14..];
     let h = Ipv6HeaderSlice::from_slice(inner)
         .expect("IPv6")

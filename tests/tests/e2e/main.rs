@@ -16,6 +16,7 @@
 //! | removing a backend resets only its connections (BR-13.T3) | [`removal::removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it`] |
 //! | UDP flows keep their backend | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
 //! | an IPv6 VIP | [`ipv6::ipv6_vip_serves_tcp_end_to_end`] |
+//! | VIPs with `encap = "gue"` through backends that decapsulate GUE only (issue 31) | [`gue::gue_vips_serve_tcp_and_udp_through_gue_only_backends`] |
 //! | `lb stats` agrees with the traffic | [`stats::lb_stats_counts_exactly_the_packets_the_clients_sent`] |
 //! | a SYN retransmitted after a backend was added completes on its first backend | [`handshake::a_retransmitted_syn_after_a_backend_is_added_completes_on_its_first_backend`] |
 //! | a 1 MB upload over a full-size path completes with the LB's ICMP answers, stalls without (issue 16) | [`pmtu::a_megabyte_upload_completes_thanks_to_the_generated_icmp_and_stalls_without`] |
@@ -31,6 +32,7 @@
 
 mod adoption;
 mod distribution;
+mod gue;
 mod handshake;
 mod harness;
 mod health;

@@ -1,5 +1,5 @@
 //! `[icmp]` and the per-flow outer headers of `[encap]` (`source_prefix_v4`,
-//! `source_prefix_v6`, `flow_label`): the data plane's optional behaviour.
+//! `source_prefix_v6`, `flow_label`, `gue_port`): the data plane's optional behaviour.
 
 use super::{Report, in_range, uint};
 use crate::{
@@ -67,6 +67,12 @@ pub(super) fn outer(file: &EncapFile, r: &mut Report) -> OuterConfig {
             r,
         ),
         flow_label_hash,
+        gue_port: in_range(
+            r,
+            "encap.gue_port",
+            uint(file.gue_port, defaults::GUE_PORT),
+            (1, u16::MAX),
+        ),
     }
 }
 

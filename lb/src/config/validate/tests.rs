@@ -140,6 +140,7 @@ fn the_example_file_states_exactly_the_defaults() {
             int(defaults::FRAG_CAPACITY.into()),
         ),
         ("encap.flow_label", string(defaults::FLOW_LABEL)),
+        ("encap.gue_port", int(defaults::GUE_PORT.into())),
         ("icmp.too_big", toml::Value::Boolean(defaults::ICMP_TOO_BIG)),
         ("icmp.echo", toml::Value::Boolean(defaults::ICMP_ECHO)),
         ("icmp.rate_limit", int(defaults::ICMP_RATE_LIMIT.into())),
@@ -159,6 +160,7 @@ fn the_example_file_states_exactly_the_defaults() {
             int(defaults::REMOVED_RETENTION_SECS.into()),
         ),
         ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
+        ("vip[0].encap", string(defaults::VIP_ENCAP)),
         (
             "health.coalesce_ms",
             int(defaults::HEALTH_COALESCE_MS.into()),
@@ -434,6 +436,14 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
         (
             format!("{BASE}source_prefix_v4 = \"10.0.0.0/32\"\n"),
             "encap.source_prefix_v4: expected a prefix length from 8 to 31 (its host bits come from the flow hash), got 10.0.0.0/32 (line 6)",
+        ),
+        (
+            format!("{BASE}gue_port = 0\n"),
+            "encap.gue_port: expected a value from 1 to 65535, got 0 (line 6)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\nencap = \"vxlan\"\n"),
+            "vip[0].encap: expected \"ipip\" or \"gue\", got \"vxlan\" (line 8)",
         ),
         (
             format!("{BASE}[icmp]\nrate_limit = 0\n"),

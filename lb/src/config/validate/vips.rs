@@ -11,7 +11,7 @@ use lb_common::maps::{MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS};
 use super::{Encap, Report, health, uint};
 use crate::{
     config::{
-        BackendConfig, BackendState, Protocol, Vip, VipConfig,
+        BackendConfig, BackendState, Encapsulation, Protocol, Vip, VipConfig,
         file::{BackendFile, VipFile},
     },
     defaults,
@@ -98,6 +98,7 @@ fn vip(
         r.error(&path, format!("duplicate VIP {vip} (also vip[{first}])"));
     }
     let ipv6_backends = backend_family(&path, v, vip, r);
+    let tunnel = vip_encap(&path, v, r);
     let allowed_sources = allowed_sources(&path, v, vip, r);
     let lb_source = lb_source(&path, vip, ipv6_backends, encap, mtu, r);
     let table_size = uint(v.table_size, defaults::TABLE_SIZE);
@@ -135,11 +136,27 @@ fn vip(
         vip,
         table_size,
         ipv6_backends,
+        encap: tunnel,
         allowed_sources,
         fast_path: v.fast_path.unwrap_or(false),
         backends,
         health,
     })
+}
+
+/// `vip[i].encap`: `ipip` (the default) or `gue`.
+fn vip_encap(path: &str, v: &VipFile, r: &mut Report) -> Encapsulation {
+    match v.encap.as_deref().unwrap_or(defaults::VIP_ENCAP) {
+        "ipip" => Encapsulation::Ipip,
+        "gue" => Encapsulation::Gue,
+        other => {
+            r.error(
+                format!("{path}.encap"),
+                format!("expected \"ipip\" or \"gue\", got {other:?}"),
+            );
+            Encapsulation::Ipip
+        }
+    }
 }
 
 /// `vip[i].backend_family`: whether the VIP's backends are IPv6 (for an IPv4 VIP:
