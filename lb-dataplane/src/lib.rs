@@ -43,8 +43,8 @@ pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 pub use kernel::{
     ActivityClock, Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened,
-    Pinning, TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root, may_load_xdp,
-    missing_capabilities,
+    PinCheck, Pinning, TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root,
+    may_load_xdp, missing_capabilities,
 };
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};

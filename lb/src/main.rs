@@ -134,7 +134,18 @@ fn run(command: Command) -> Result<Output, Failure> {
             detach::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
         }
         Command::Overrides(args) => overrides::overrides(&args).map_err(daemon),
-        Command::Status(args) => status::status(&args).map_err(daemon),
+        Command::Status(args) => {
+            let (output, exit) = status::status(&args).map_err(daemon)?;
+            if exit == 0 {
+                Ok(output)
+            } else {
+                print(&output)?;
+                Err(Failure::new(
+                    "lb status: the datapath is DEGRADED (see above)",
+                    exit,
+                ))
+            }
+        }
         Command::Stats(args) => stats::stats(&args).map_err(daemon),
         Command::Backend(args) => backend::backend(&args).map_err(daemon),
         Command::Flow(args) => flow::flow(&args).map_err(daemon),

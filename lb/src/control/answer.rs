@@ -82,6 +82,29 @@ pub struct Status {
     /// first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<ConntrackStatus>,
+    /// Whether the pinned datapath is whole: its pins and its XDP program.
+    #[serde(default)]
+    pub datapath: DatapathHealth,
+}
+
+/// The pinned datapath's health (`lb status`): the daemon checks its pins and the XDP
+/// link every few seconds and mends what it can (pins again from its descriptors, a
+/// detached program attached again).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatapathHealth {
+    /// Whether something is wrong now that could not be mended (`problems`).
+    pub degraded: bool,
+    /// What is wrong now, each a sentence.
+    pub problems: Vec<String>,
+    /// Pins found missing since start (`lb_pins_lost_total`).
+    pub pins_lost_total: u64,
+    /// Of those, pinned again from the daemon's descriptors.
+    pub pins_restored_total: u64,
+    /// Times the XDP program was found detached and attached again.
+    pub reattached_total: u64,
+    /// The last loss found and what was done about it, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_loss: Option<String>,
 }
 
 /// What the last conntrack walk found (`lb status`, `lb stats`).

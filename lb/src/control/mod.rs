@@ -33,8 +33,9 @@ mod trace;
 
 pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement, VipChange};
 pub use answer::{
-    BackendCounters, BackendStatus, ConnectionCounts, ConntrackStatus, Counter, FlowReport,
-    OverrideStatus, OverridesReport, Pin, Response, Stats, Status, VipCounters, VipStatus,
+    BackendCounters, BackendStatus, ConnectionCounts, ConntrackStatus, Counter, DatapathHealth,
+    FlowReport, OverrideStatus, OverridesReport, Pin, Response, Stats, Status, VipCounters,
+    VipStatus,
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;

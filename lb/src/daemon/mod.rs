@@ -33,6 +33,7 @@ pub mod metrics;
 mod neighbours;
 pub mod nexthop;
 mod notify;
+mod pins;
 pub mod service;
 pub mod state_file;
 mod stats;
@@ -567,6 +568,8 @@ fn attached(
         Ok(monitor) => service.set_nexthop_monitor(monitor),
         Err(e) => warn!("not watching the backends' next hops: {e}"),
     }
+    // The pins as they are now, the link among them: the pin check mends from these.
+    service.controller_mut().dataplane_mut().keep_pins();
     let dp = service.controller().dataplane();
     service.set_datapath(
         dp.pin_dir().map(|d| d.shown().display().to_string()),
@@ -674,6 +677,11 @@ fn stop(mut started: Started) {
             Ok(None) => {}
             Err(e) => error!("detach_on_exit: {e}"),
         }
+    } else if let Some(problems) = pins::at_exit(&mut service) {
+        error!(
+            "the datapath of {} is degraded and does NOT stay whole after this exit: {problems}; start lb run again (it recreates what is missing) or `lb detach --interface {}`",
+            config.interface, config.interface
+        );
     } else {
         info!(
             "the datapath stays attached to {} and forwards with its last state; health checks and changes pause until the next start (`lb detach --interface {}` removes it)",
@@ -794,6 +802,7 @@ async fn event_loop(
         }
     };
     let mut ticker = tokio::time::interval(SAMPLE_PERIOD);
+    let mut pin_check = tokio::time::interval(pins::CHECK_PERIOD);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -815,6 +824,7 @@ async fn event_loop(
                 reload(&service, &path, Trigger::FileChanged, &mut seen, &context);
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
+            _ = pin_check.tick() => pins::check(&mut service.lock().unwrap_or_else(|p| p.into_inner())),
             Some(batch) = batches.recv() => {
                 service::apply_batch(&service, &batch, &mut |report| context.report(report));
             }

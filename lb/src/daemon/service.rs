@@ -177,6 +177,8 @@ pub struct Service<D> {
     state_file: Option<StateFile>,
     /// The pinned datapath's directory and layout stamp, for `lb status`.
     datapath: (Option<String>, Option<String>),
+    /// Whether the pinned datapath is whole (the daemon's pin check, `pins`).
+    datapath_health: crate::control::DatapathHealth,
     detach_on_exit: bool,
 }
 
@@ -235,6 +237,7 @@ impl<D: Dataplane> Service<D> {
             drains: Drains::default(),
             state_file,
             datapath: (None, None),
+            datapath_health: crate::control::DatapathHealth::default(),
             detach_on_exit: loaded.config.detach_on_exit,
             announce: Announcer::new(loaded.config.announce, Box::new(IpRoutes)),
         };
@@ -247,6 +250,11 @@ impl<D: Dataplane> Service<D> {
     /// Records the pinned datapath's directory and layout stamp for `lb status`.
     pub fn set_datapath(&mut self, pin_dir: Option<String>, layout: Option<String>) {
         self.datapath = (pin_dir, layout);
+    }
+
+    /// The pinned datapath's health, which the daemon's pin check keeps.
+    pub fn datapath_health_mut(&mut self) -> &mut crate::control::DatapathHealth {
+        &mut self.datapath_health
     }
 
     /// Whether the datapath is to be detached and its pins removed at exit.
@@ -688,6 +696,7 @@ impl<D: Dataplane> Service<D> {
             health: crate::control::HealthSummary::default(),
             announce: crate::control::AnnounceSummary::default(),
             conntrack: None,
+            datapath: self.datapath_health.clone(),
         };
         self.announce.annotate(&mut status);
         self.connections.annotate(&mut status);

@@ -154,6 +154,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
         overrides: Vec::new(),
         pin_dir: None,
         layout: None,
+        datapath: crate::control::DatapathHealth::default(),
     };
     a.annotate(&mut status);
     status
