@@ -5,7 +5,11 @@
 //!   loss within seconds, pins everything again from its own descriptors, `lb status`
 //!   and the metrics say so (`lb_pins_lost_total`, `lb_datapath_degraded` 0 once
 //!   mended), an established connection and new ones keep working, and after a SIGTERM
-//!   the program still forwards (the next start adopts the mended pins).
+//!   the program still forwards (the next start adopts the mended pins);
+//! - a link flap (the LB's interface down and up), which flushes the neighbour entries
+//!   the daemon has the kernel manage: they are installed again, so new flows to
+//!   backends without health checks (nothing else would resolve their next hops) are
+//!   answered.
 //!
 //! Privileged; needs the `lb` binary (`cargo build -p lb --bin lb`).
 
@@ -137,4 +141,50 @@ fn a_pin_directory_removed_under_the_daemon_is_seen_and_pinned_again() {
         backend
     );
     let _ = connect(&bed, 2);
+}
+
+/// Opens `n` new connections to the IPv4 VIP (clients round-robin, each a new source
+/// port); how many were not answered.
+fn unanswered(bed: &TestBed, n: usize) -> usize {
+    (0..n)
+        .filter(|j| {
+            let src = SocketAddr::new(bed.client_addr(j % bed.client_count(), false), 0);
+            bed.tcp_connect(src, vip_tcp(false))
+                .and_then(|mut c| Ok(c.exchange("hello")?))
+                .is_err()
+        })
+        .count()
+}
+
+#[test]
+fn a_link_flap_installs_the_managed_neighbours_again() {
+    let bed = bed();
+    // No health checks: no probe resolves the backends' next hops after the flap.
+    let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=3)).expect("lb run");
+    assert_eq!(unanswered(&bed, 12), 0, "before the flap");
+    let iface = bed.lb_iface();
+    for state in ["down", "up"] {
+        bed.lb_ns()
+            .exec("ip", &["link", "set", "dev", iface, state])
+            .expect("ip link set");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The routes through the interface went with it: put back, as the host's network
+    // configuration would.
+    for prefix in ["198.51.100.0/24", "2001:db8:b::/64"] {
+        bed.lb_ns()
+            .exec("ip", &["route", "replace", prefix, "dev", iface])
+            .expect("ip route replace");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let no_neigh = lb.reason("drop_fib_no_neigh").expect("lb stats");
+    let failed = unanswered(&bed, 24);
+    let log = lb.log();
+    assert_eq!(failed, 0, "new flows after the flap; log:\n{log}");
+    assert_eq!(
+        lb.reason("drop_fib_no_neigh").expect("lb stats"),
+        no_neigh,
+        "no packet met a missing neighbour"
+    );
+    assert!(log.contains("came up"), "{log}");
 }

@@ -5,8 +5,9 @@
 //! [`crate::control::server`]; `lb trace` streams: `trace`), serves the metrics
 //! endpoint ([`metrics`], `http`), counts live connections with a periodic conntrack
 //! walk ([`connections`]), reloads on SIGHUP and when the file's bytes change
-//! ([`watch`], debounced), samples counters every second (`stats`), and tells systemd
-//! when it is ready ([`notify`]).
+//! ([`watch`], debounced), samples counters every second (`stats`), checks and mends
+//! its pins and its XDP link every second (`pins`), and tells systemd when it is ready
+//! ([`notify`]).
 //!
 //! SIGINT/SIGTERM stop the daemon and leave the datapath forwarding with its last
 //! state (health checks and changes pause until the next start), unless
@@ -29,6 +30,7 @@ mod datapath;
 pub mod drains;
 pub mod health;
 mod http;
+mod link_events;
 pub mod metrics;
 mod neighbours;
 pub mod nexthop;
@@ -124,6 +126,20 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
         .collect::<Vec<_>>();
     neighbours::manage(service.interface(), backends);
     service.watch_nexthops();
+}
+
+/// After an interface came up or a route was added (`events`), installs the backends'
+/// managed neighbour entries again: a link that went down took them with it.
+fn neighbours_again(service: &Service<KernelDataplane>, events: &[link_events::LinkEvent]) {
+    for event in events {
+        if let link_events::LinkEvent::Up(index) = event {
+            info!(
+                "interface {} came up: installing the backends' managed neighbours again",
+                link_events::name_of(*index)
+            );
+        }
+    }
+    manage_neighbours(service);
 }
 
 /// Gives the heap pages freed by the start back to the system: parsing the file and
@@ -803,6 +819,12 @@ async fn event_loop(
     };
     let mut ticker = tokio::time::interval(SAMPLE_PERIOD);
     let mut pin_check = tokio::time::interval(pins::CHECK_PERIOD);
+    let (tx, mut link_events) = mpsc::unbounded_channel();
+    if let Err(e) = link_events::watch(tx) {
+        warn!(
+            "not watching link events ({e}): managed neighbours are not installed again after a link flap"
+        );
+    }
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -825,6 +847,13 @@ async fn event_loop(
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
             _ = pin_check.tick() => pins::check(&mut service.lock().unwrap_or_else(|p| p.into_inner())),
+            Some(event) = link_events.recv() => {
+                let mut events = vec![event];
+                while let Ok(Some(e)) = tokio::time::timeout(DEBOUNCE, link_events.recv()).await {
+                    events.push(e);
+                }
+                neighbours_again(&service.lock().unwrap_or_else(|p| p.into_inner()), &events);
+            }
             Some(batch) = batches.recv() => {
                 service::apply_batch(&service, &batch, &mut |report| context.report(report));
             }
