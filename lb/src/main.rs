@@ -116,7 +116,15 @@ impl Failure {
 }
 
 fn run(command: Command) -> Result<Output, Failure> {
-    let daemon = |e: lb::control::ClientError| Failure::new(format!("lb: {e}"), 1);
+    // 4: a change that got no answer (its outcome is unknown until `lb status`).
+    let daemon = |e: lb::control::ClientError| {
+        let status = if matches!(e, lb::control::ClientError::NoAnswer { .. }) {
+            4
+        } else {
+            1
+        };
+        Failure::new(format!("lb: {e}"), status)
+    };
     match command {
         Command::Run {
             config,

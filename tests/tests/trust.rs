@@ -9,7 +9,10 @@
 //! - a link flap (the LB's interface down and up), which flushes the neighbour entries
 //!   the daemon has the kernel manage: they are installed again, so new flows to
 //!   backends without health checks (nothing else would resolve their next hops) are
-//!   answered.
+//!   answered;
+//! - a change sent to a stopped daemon (SIGSTOP): the CLI says the daemon did not answer
+//!   and that the change may still apply, with its id (exit status 4), and once the
+//!   daemon runs again `lb status` lists that id as applied.
 //!
 //! Privileged; needs the `lb` binary (`cargo build -p lb --bin lb`).
 
@@ -20,7 +23,7 @@ use std::{
 };
 
 use lb_tests::{
-    daemon::{Daemon, DaemonConfig},
+    daemon::{Daemon, DaemonConfig, backend_addr, lb_binary, vip_text},
     prometheus::get,
     testbed::{TestBed, TestBedOptions, vip_tcp},
 };
@@ -187,4 +190,70 @@ fn a_link_flap_installs_the_managed_neighbours_again() {
         "no packet met a missing neighbour"
     );
     assert!(log.contains("came up"), "{log}");
+}
+
+/// Sends `signal` to the daemon.
+fn signal(lb: &Daemon<'_>, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(lb.pid()).expect("pid");
+    // SAFETY: kill(2) with the pid of the test's own daemon.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+}
+
+#[test]
+fn a_change_a_stopped_daemon_did_not_answer_is_found_by_its_id() {
+    let bed = bed();
+    let lb = Daemon::start(&bed, &DaemonConfig::equal(1..=3)).expect("lb run");
+    let vip = vip_text(false, true);
+    let backend = backend_addr(2, false).to_string();
+    signal(&lb, libc::SIGSTOP);
+    let out = std::process::Command::new(lb_binary())
+        .args([
+            "backend",
+            "drain",
+            "--vip",
+            &vip,
+            "--backend",
+            &backend,
+            "--socket",
+        ])
+        .arg(lb.socket_path())
+        .output()
+        .expect("lb backend drain");
+    signal(&lb, libc::SIGCONT);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("did not answer") && stderr.contains("may still apply"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("os error 11"), "{stderr}");
+    let id = stderr
+        .split("with id ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the change's id")
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = lb.status().expect("status");
+        if let Some(change) = status.recent_changes.iter().find(|c| c.id == id) {
+            assert!(change.applied, "{change:?}");
+            let state = status
+                .vips
+                .iter()
+                .find(|v| v.vip == vip)
+                .and_then(|v| v.backends.iter().find(|b| b.address == backend))
+                .map(|b| b.state.clone());
+            assert_eq!(state.as_deref(), Some("drain"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "change {id} not in lb status: {:?}",
+            status.recent_changes
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = lb.cli(&["status"]).expect("lb status");
+    assert!(text.contains(&format!("{id} (backend) applied")), "{text}");
 }

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 
 use super::{Output, ReadArgs, json};
 use crate::control::{
-    ClientError, ConnectionCounts, ConntrackStatus, DatapathHealth, Status, VipStatus,
+    ChangeOutcome, ClientError, ConnectionCounts, ConntrackStatus, DatapathHealth, Status,
+    VipStatus,
 };
 
 /// Runs `lb status`.
@@ -53,6 +54,7 @@ pub fn status_text(s: &Status) -> String {
         );
     }
     datapath_lines(&mut out, &s.datapath);
+    recent_changes_line(&mut out, &s.recent_changes);
     for v in &s.vips {
         let _ = writeln!(
             out,
@@ -135,6 +137,26 @@ fn datapath_lines(out: &mut String, d: &DatapathHealth) {
             d.pins_lost_total, d.pins_restored_total, d.reattached_total
         );
     }
+}
+
+/// The last changes sent with an id (at most five, latest last; `--json` has all the
+/// daemon keeps): whether each applied.
+fn recent_changes_line(out: &mut String, changes: &[ChangeOutcome]) {
+    if changes.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = changes
+        .iter()
+        .rev()
+        .take(5)
+        .rev()
+        .map(|c| match (&c.error, c.applied) {
+            (_, true) => format!("{} ({}) applied", c.id, c.command),
+            (Some(e), false) => format!("{} ({}) refused: {e}", c.id, c.command),
+            (None, false) => format!("{} ({}) refused", c.id, c.command),
+        })
+        .collect();
+    let _ = writeln!(out, "last changes by id: {}", shown.join("; "));
 }
 
 /// The exit status `lb status` ends with: 3 while the datapath is degraded (the

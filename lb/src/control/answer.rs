@@ -85,6 +85,28 @@ pub struct Status {
     /// Whether the pinned datapath is whole: its pins and its XDP program.
     #[serde(default)]
     pub datapath: DatapathHealth,
+    /// The last changes sent with an id (`lb backend`, `lb vip`, `lb overrides
+    /// --clear`), oldest first, at most [`RECENT_CHANGES`]: a client that got no answer
+    /// finds here whether its change applied.
+    #[serde(default)]
+    pub recent_changes: Vec<ChangeOutcome>,
+}
+
+/// How many changes [`Status::recent_changes`] keeps.
+pub const RECENT_CHANGES: usize = 64;
+
+/// What became of a change sent with an id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeOutcome {
+    /// The id the client sent.
+    pub id: String,
+    /// The request's command (`backend`, `vip`, `overrides`).
+    pub command: String,
+    /// Whether it applied.
+    pub applied: bool,
+    /// Why not, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The pinned datapath's health (`lb status`): the daemon checks its pins and the XDP

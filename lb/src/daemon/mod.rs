@@ -298,12 +298,19 @@ async fn serve_one(
     service: Shared,
     context: Context,
 ) -> Result<(), ServeError> {
-    server::serve_streaming(stream, Limits::default(), |request| {
+    server::serve_streaming(stream, Limits::default(), |request, change_id| {
         if let Request::Trace { vip, client } = request {
             return context.tracer.start(&service, *vip, *client);
         }
         let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
         let response = service.handle(request, &mut |report| context.report(report));
+        if let Some(id) = change_id {
+            info!(
+                "change {id}: {}",
+                if response.ok { "applied" } else { "refused" }
+            );
+            service.record_change(id, request, &response);
+        }
         if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
             manage_neighbours(&service);
         }

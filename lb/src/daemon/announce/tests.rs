@@ -155,6 +155,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
         pin_dir: None,
         layout: None,
         datapath: crate::control::DatapathHealth::default(),
+        recent_changes: Vec::new(),
     };
     a.annotate(&mut status);
     status
