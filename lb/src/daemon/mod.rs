@@ -164,6 +164,17 @@ fn log_report(report: &ApplyReport) {
     }
 }
 
+/// Refuses `xdp_mode = "native"` on an interface with receive VLAN offload before the
+/// datapath is opened (see [`attach`]), so that the refused start creates nothing.
+fn refuse_native_early(config: &Config) -> anyhow::Result<()> {
+    if config.xdp_mode == XdpMode::Native
+        && let Some(problem) = offload::native_vlan_problem(&config.interface)
+    {
+        bail!("native XDP refused: {problem}");
+    }
+    Ok(())
+}
+
 /// Attaches in the configured mode; `auto` falls back from native to skb with a
 /// warning. A pinned link is reused in the mode it has.
 ///
@@ -480,8 +491,10 @@ fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
     let config = &loaded.config;
     let if_mac = interface_mac(&config.interface)?;
     let state_file = StateFile::new(&config.state_dir, &config.interface);
-    // Before anything touches the datapath: a corrupt state file stops the start.
+    // Before anything touches the datapath: a corrupt state file stops the start, and
+    // so does an interface native XDP is refused on.
     state_file.load()?;
+    refuse_native_early(config)?;
     let opened = datapath::open(config, options)?;
     let created = CreatedDatapath::new(config, opened.created);
     let file = StartFile {
@@ -512,7 +525,7 @@ fn bring_up(
     state_file: StateFile,
 ) -> anyhow::Result<(Started, Serving)> {
     let config = file.loaded.config.clone();
-    let (fresh, layout) = (opened.created, opened.layout);
+    let (fresh, layout, created_line) = (opened.created, opened.layout, opened.created_line);
     let (controller, recovery) =
         Controller::adopt(opened.dp).context("reading the adopted datapath")?;
     for line in recovery.lines() {
@@ -566,6 +579,9 @@ fn bring_up(
         config,
     };
     created.disarm();
+    if let Some(line) = created_line {
+        info!("{line}");
+    }
     Ok((started, Serving { listener, inputs }))
 }
 
