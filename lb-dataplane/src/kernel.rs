@@ -4,6 +4,7 @@
 //! - `load`: loading the embedded object ([`LoadOptions`]), the privileges it needs,
 //!   and the verifier's refusals as errors;
 //! - `counters`: the per-CPU counter arrays, summed over CPUs, read in batches;
+//! - `mend`: watching the pins and the XDP link while the daemon runs, and mending them;
 //! - `programs`: keeping the running programs on a restart of the same build;
 //! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
@@ -24,6 +25,7 @@ mod counters;
 #[cfg(feature = "test-harness")]
 mod harness;
 mod load;
+mod mend;
 #[cfg(feature = "test-harness")]
 mod pass;
 mod pinning;
@@ -57,6 +59,7 @@ use lb_common::{
 };
 use load::load_err;
 pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp, missing_capabilities};
+pub use mend::PinCheck;
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
 pub use trace::{TraceReader, TraceRecord};
@@ -82,6 +85,8 @@ struct Pinned {
     /// Whether the adopted datapath's programs are kept (this object's, running): then
     /// this handle loaded none.
     kept_programs: bool,
+    /// Descriptors of the pins, to pin them again when they go (`mend`).
+    keeper: crate::pinned::PinKeeper,
 }
 
 /// The loaded XDP program and its maps.

@@ -43,7 +43,7 @@ pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 pub use kernel::{
     ActivityClock, Census, Cleaner, Cleaning, ConnectionCounts, ConntrackWalker, KernelDataplane,
-    LoadOptions, Opened, Pinning, SlotCounts, TraceReader, TraceRecord, WalkSettings,
+    LoadOptions, Opened, PinCheck, Pinning, SlotCounts, TraceReader, TraceRecord, WalkSettings,
     conntrack_now_ns, is_root, may_load_xdp, missing_capabilities,
 };
 #[cfg(feature = "test-harness")]

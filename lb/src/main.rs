@@ -116,7 +116,15 @@ impl Failure {
 }
 
 fn run(command: Command) -> Result<Output, Failure> {
-    let daemon = |e: lb::control::ClientError| Failure::new(format!("lb: {e}"), 1);
+    // 4: a change that got no answer (its outcome is unknown until `lb status`).
+    let daemon = |e: lb::control::ClientError| {
+        let status = if matches!(e, lb::control::ClientError::NoAnswer { .. }) {
+            4
+        } else {
+            1
+        };
+        Failure::new(format!("lb: {e}"), status)
+    };
     match command {
         Command::Run {
             config,
@@ -134,7 +142,18 @@ fn run(command: Command) -> Result<Output, Failure> {
             detach::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
         }
         Command::Overrides(args) => overrides::overrides(&args).map_err(daemon),
-        Command::Status(args) => status::status(&args).map_err(daemon),
+        Command::Status(args) => {
+            let (output, exit) = status::status(&args).map_err(daemon)?;
+            if exit == 0 {
+                Ok(output)
+            } else {
+                print(&output)?;
+                Err(Failure::new(
+                    "lb status: the datapath is DEGRADED (see above)",
+                    exit,
+                ))
+            }
+        }
         Command::Stats(args) => stats::stats(&args).map_err(daemon),
         Command::Backend(args) => backend::backend(&args).map_err(daemon),
         Command::Flow(args) => flow::flow(&args).map_err(daemon),

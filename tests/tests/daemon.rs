@@ -598,6 +598,14 @@ fn native_xdp_is_refused_where_the_nic_strips_vlan_tags() {
         "{stderr}"
     );
     assert_eq!(attached_program(&ns, "lb0"), None);
+    // Refused before the datapath was touched: nothing was created, nothing is left.
+    assert!(!stderr.contains("created the datapath"), "{stderr}");
+    let pins = ns.pin_dir().expect("cookie");
+    assert!(
+        !pins.exists(),
+        "a refused start leaves no pin directory: {:?}",
+        std::fs::read_dir(&pins).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+    );
     // `auto`: skb mode, with the reason in the log.
     std::fs::write(dir.join("lb.toml"), &text).expect("config");
     let daemon = start(&ns, dir);
@@ -607,6 +615,34 @@ fn native_xdp_is_refused_where_the_nic_strips_vlan_tags() {
         "{}",
         daemon.log()
     );
+}
+
+/// A start that fails after it created the datapath (here: its control socket cannot be
+/// bound) removes what it created: no pin directory is left, and the log never said
+/// the datapath was created.
+#[test]
+fn a_start_refused_after_creating_the_datapath_leaves_no_pins() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let ns = veth_namespace_with_vlan_offload("lbt-refused");
+    let tmp = TempDir::new("lbt-refused-").expect("temp dir");
+    let dir = tmp.path();
+    let text = config_text(dir, &[("198.51.100.11", 1)], 65_537);
+    let socket = format!("control_socket = \"{}\"", dir.join("lb.sock").display());
+    // A regular file where the socket's directory should be: the bind fails.
+    std::fs::write(dir.join("file"), "").expect("file");
+    let blocked = format!(
+        "control_socket = \"{}\"",
+        dir.join("file").join("lb.sock").display()
+    );
+    std::fs::write(dir.join("lb.toml"), text.replace(&socket, &blocked)).expect("config");
+    let out = run_to_exit(&ns, dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("binding"), "{stderr}");
+    assert!(!stderr.contains("created the datapath"), "{stderr}");
+    assert_eq!(attached_program(&ns, "lb0"), None);
+    let pins = ns.pin_dir().expect("cookie");
+    assert!(!pins.exists(), "{} is left", pins.display());
 }
 
 #[test]

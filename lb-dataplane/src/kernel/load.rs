@@ -381,6 +381,7 @@ impl KernelDataplane {
             link: None,
             object: digest,
             kept_programs: keep_programs,
+            keeper: crate::pinned::PinKeeper::default(),
         });
         Ok((dp, opened))
     }

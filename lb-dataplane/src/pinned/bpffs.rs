@@ -242,7 +242,9 @@ pub fn resolve(pin_dir: &Path, may_mount: bool) -> Result<Bpffs, BpffsError> {
     }
     let mount = CONVENTIONAL.to_owned();
     let reach = match &host {
-        Err(why) => format!(" in this mount namespace ({why})"),
+        Err(why) => format!(
+            " in this mount namespace ({why}; `ip netns exec` gives its command a private mount namespace, where pins would die with the daemon: start lb run from a process that outlives the start, e.g. `ip netns exec NS lb run ...` from a shell that waits for it, or lb.service with NetworkNamespacePath=)"
+        ),
         Ok(_) => String::new(),
     };
     if !may_mount || !pin_dir.starts_with(CONVENTIONAL) || host.is_err() {

@@ -27,6 +27,7 @@
 
 pub mod bpffs;
 mod detach;
+pub mod keeper;
 pub mod layout;
 pub mod meta;
 
@@ -40,6 +41,7 @@ use std::{
 
 pub use bpffs::{Bpffs, BpffsError};
 pub use detach::{DetachError, Detached, detach};
+pub use keeper::{Mended, PinKeeper};
 pub use layout::{Layout, SizeOverride};
 pub use meta::{Meta, MetaMap, Owner, ProgramIds, Programs};
 
@@ -408,5 +410,18 @@ impl PinLock {
     /// The descriptor of the locked directory.
     pub fn dir(&self) -> std::os::fd::BorrowedFd<'_> {
         self.file.as_fd()
+    }
+
+    /// Takes the lock again on `dir` after the locked directory was removed (an
+    /// `rm -rf` under the running daemon): creates it (and `maps/`, `tables/`) again,
+    /// locks it and writes the owner note.
+    ///
+    /// # Errors
+    /// [`PinError::Held`] when another process took the new directory meanwhile;
+    /// creation failures (bpffs unmounted, for one).
+    pub fn relock(&mut self, dir: &PinDir) -> Result<(), PinError> {
+        let fresh = dir.lock(&self.owner, Duration::ZERO)?;
+        *self = fresh;
+        Ok(())
     }
 }

@@ -5,20 +5,22 @@ use std::fmt::Write as _;
 
 use super::{Output, ReadArgs, json};
 use crate::control::{
-    CleaningStatus, ClientError, ConnectionCounts, ConntrackStatus, Status, VipStatus,
+    ChangeOutcome, CleaningStatus, ClientError, ConnectionCounts, ConntrackStatus, DatapathHealth,
+    Status, VipStatus,
 };
 
 /// Runs `lb status`.
 ///
 /// # Errors
 /// The daemon is unreachable or refused.
-pub fn status(args: &ReadArgs) -> Result<Output, ClientError> {
+pub fn status(args: &ReadArgs) -> Result<(Output, i32), ClientError> {
     let s = args.socket.client().status()?;
-    Ok(if args.json {
+    let output = if args.json {
         json(&s)
     } else {
         Output::text(status_text(&s))
-    })
+    };
+    Ok((output, exit_status(&s)))
 }
 
 /// The text form of `lb status`.
@@ -52,6 +54,8 @@ pub fn status_text(s: &Status) -> String {
             s.layout.as_deref().unwrap_or("?")
         );
     }
+    datapath_lines(&mut out, &s.datapath);
+    recent_changes_line(&mut out, &s.recent_changes);
     for v in &s.vips {
         let _ = writeln!(
             out,
@@ -117,6 +121,50 @@ pub fn status_text(s: &Status) -> String {
         }
     }
     out
+}
+
+/// The datapath's health: `DEGRADED` and each problem while it is, and the losses the
+/// daemon found and mended since start.
+fn datapath_lines(out: &mut String, d: &DatapathHealth) {
+    if d.degraded {
+        let _ = writeln!(out, "datapath DEGRADED:");
+        for p in &d.problems {
+            let _ = writeln!(out, "  - {p}");
+        }
+    }
+    if let Some(last) = &d.last_loss {
+        let _ = writeln!(
+            out,
+            "datapath losses since start: {} pins lost, {} pinned again, {} XDP re-attaches; last: {last}",
+            d.pins_lost_total, d.pins_restored_total, d.reattached_total
+        );
+    }
+}
+
+/// The last changes sent with an id (at most five, latest last; `--json` has all the
+/// daemon keeps): whether each applied.
+fn recent_changes_line(out: &mut String, changes: &[ChangeOutcome]) {
+    if changes.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = changes
+        .iter()
+        .rev()
+        .take(5)
+        .rev()
+        .map(|c| match (&c.error, c.applied) {
+            (_, true) => format!("{} ({}) applied", c.id, c.command),
+            (Some(e), false) => format!("{} ({}) refused: {e}", c.id, c.command),
+            (None, false) => format!("{} ({}) refused", c.id, c.command),
+        })
+        .collect();
+    let _ = writeln!(out, "last changes by id: {}", shown.join("; "));
+}
+
+/// The exit status `lb status` ends with: 3 while the datapath is degraded (the
+/// problems are printed), 0 otherwise.
+pub fn exit_status(s: &Status) -> i32 {
+    if s.datapath.degraded { 3 } else { 0 }
 }
 
 /// The ESTABLISHED, IDLE and SYN cells of a backend (`-` before the first walk).

@@ -85,6 +85,51 @@ pub struct Status {
     /// The fast path's cleaning walk (none before the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleaning: Option<CleaningStatus>,
+    /// Whether the pinned datapath is whole: its pins and its XDP program.
+    #[serde(default)]
+    pub datapath: DatapathHealth,
+    /// The last changes sent with an id (`lb backend`, `lb vip`, `lb overrides
+    /// --clear`), oldest first, at most [`RECENT_CHANGES`]: a client that got no answer
+    /// finds here whether its change applied.
+    #[serde(default)]
+    pub recent_changes: Vec<ChangeOutcome>,
+}
+
+/// How many changes [`Status::recent_changes`] keeps.
+pub const RECENT_CHANGES: usize = 64;
+
+/// What became of a change sent with an id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeOutcome {
+    /// The id the client sent.
+    pub id: String,
+    /// The request's command (`backend`, `vip`, `overrides`).
+    pub command: String,
+    /// Whether it applied.
+    pub applied: bool,
+    /// Why not, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The pinned datapath's health (`lb status`): the daemon checks its pins and the XDP
+/// link every few seconds and mends what it can (pins again from its descriptors, a
+/// detached program attached again).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatapathHealth {
+    /// Whether something is wrong now that could not be mended (`problems`).
+    pub degraded: bool,
+    /// What is wrong now, each a sentence.
+    pub problems: Vec<String>,
+    /// Pins found missing since start (`lb_pins_lost_total`).
+    pub pins_lost_total: u64,
+    /// Of those, pinned again from the daemon's descriptors.
+    pub pins_restored_total: u64,
+    /// Times the XDP program was found detached and attached again.
+    pub reattached_total: u64,
+    /// The last loss found and what was done about it, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_loss: Option<String>,
 }
 
 /// What the fast path's cleaning walks did (`lb status`): dirty table slots turned

@@ -49,6 +49,28 @@ pub enum ClientError {
     /// The daemon refused the request; its message.
     #[error("{0}")]
     Refused(String),
+    /// A change was sent but the daemon did not answer in time (stopped, or busy): it
+    /// may still apply the change; `lb status` tells by its id (`recent_changes`).
+    #[error(
+        "the lb daemon did not answer within {}s (stopped, e.g. SIGSTOP, or overloaded): the change was sent with id {change_id} and may still apply when the daemon resumes; `lb status` lists the last changes by id and whether they applied",
+        .waited.as_secs()
+    )]
+    NoAnswer {
+        /// The change's id.
+        change_id: String,
+        /// How long the client waited.
+        waited: Duration,
+    },
+}
+
+/// A new change id: the client's pid and the time in nanoseconds (hexadecimal), unique
+/// on the host, shown in `lb status` once the daemon has handled the change.
+pub fn new_change_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{nanos:x}", std::process::id())
 }
 
 /// A client of the daemon listening on one socket. Each call is one connection.
@@ -98,7 +120,7 @@ impl Client {
         weight: Option<u32>,
         (timeout, keep): (Option<Duration>, bool),
     ) -> Result<Change, ClientError> {
-        self.call(&Request::Backend {
+        self.change(&Request::Backend {
             action,
             vip,
             backend,
@@ -113,7 +135,11 @@ impl Client {
     /// # Errors
     /// [`ClientError`].
     pub fn overrides(&self, clear: bool) -> Result<OverridesReport, ClientError> {
-        self.call(&Request::Overrides { clear })
+        if clear {
+            self.change(&Request::Overrides { clear })
+        } else {
+            self.call(&Request::Overrides { clear })
+        }
     }
 
     /// `lb flow`: where a flow from `client` to `vip` goes.
@@ -129,7 +155,7 @@ impl Client {
     /// # Errors
     /// [`ClientError`], [`ClientError::Refused`] with the daemon's reason.
     pub fn vip(&self, action: VipAction, address: IpAddr) -> Result<VipChange, ClientError> {
-        self.call(&Request::Vip { action, address })
+        self.change(&Request::Vip { action, address })
     }
 
     /// `lb trace`: starts a trace of the packets to `vip` from `client` (either or both
@@ -144,7 +170,7 @@ impl Client {
         vip: Option<Vip>,
         client: Option<TraceClient>,
     ) -> Result<(TraceStarted, TraceStream), ClientError> {
-        let stream = self.send(&Request::Trace { vip, client })?;
+        let stream = self.send(&Request::Trace { vip, client }, None)?;
         // Events come when packets do: no timeout on reading them.
         stream.set_read_timeout(None)?;
         let mut lines = TraceStream {
@@ -159,15 +185,19 @@ impl Client {
         Ok((started, lines))
     }
 
-    /// Connects and writes `request`.
-    fn send(&self, request: &Request) -> Result<UnixStream, ClientError> {
+    /// Connects and writes `request`, with `change_id` as its `change_id` key.
+    fn send(&self, request: &Request, change_id: Option<&str>) -> Result<UnixStream, ClientError> {
         let stream = UnixStream::connect(&self.socket).map_err(|error| ClientError::Connect {
             path: self.socket.display().to_string(),
             error,
         })?;
         stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
         stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-        let mut line = serde_json::to_string(request)?;
+        let mut value = serde_json::to_value(request)?;
+        if let (Some(id), Some(object)) = (change_id, value.as_object_mut()) {
+            object.insert("change_id".into(), id.into());
+        }
+        let mut line = serde_json::to_string(&value)?;
         line.push('\n');
         (&stream).write_all(line.as_bytes())?;
         Ok(stream)
@@ -179,7 +209,40 @@ impl Client {
     /// [`ClientError`], including the daemon's own error message as
     /// [`ClientError::Refused`].
     pub fn call<T: DeserializeOwned>(&self, request: &Request) -> Result<T, ClientError> {
-        let stream = self.send(request)?;
+        self.exchange(request, None)
+    }
+
+    /// [`Self::call`] for a change: sent with a new id ([`new_change_id`]); no answer
+    /// within [`CLIENT_TIMEOUT`] is [`ClientError::NoAnswer`] with that id.
+    ///
+    /// # Errors
+    /// As [`Self::call`].
+    pub fn change<T: DeserializeOwned>(&self, request: &Request) -> Result<T, ClientError> {
+        let change_id = new_change_id();
+        self.exchange(request, Some(&change_id))
+            .map_err(|e| match e {
+                ClientError::Io(io)
+                    if matches!(
+                        io.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    ClientError::NoAnswer {
+                        change_id,
+                        waited: CLIENT_TIMEOUT,
+                    }
+                }
+                e => e,
+            })
+    }
+
+    /// Sends `request` (with `change_id`) and decodes the answer's data as `T`.
+    fn exchange<T: DeserializeOwned>(
+        &self,
+        request: &Request,
+        change_id: Option<&str>,
+    ) -> Result<T, ClientError> {
+        let stream = self.send(request, change_id)?;
         let mut reader = BufReader::new(stream);
         read_answer(&mut reader)?.ok_or_else(|| {
             ClientError::Io(std::io::Error::new(

@@ -33,13 +33,13 @@ mod trace;
 
 pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement, VipChange};
 pub use answer::{
-    BackendCounters, BackendStatus, CleaningStatus, ConnectionCounts, ConntrackStatus, Counter,
-    FlowReport, OverrideStatus, OverridesReport, Pin, Response, SlotStatus, Stats, Status,
-    VipCounters, VipStatus,
+    BackendCounters, BackendStatus, ChangeOutcome, CleaningStatus, ConnectionCounts,
+    ConntrackStatus, Counter, DatapathHealth, FlowReport, OverrideStatus, OverridesReport, Pin,
+    RECENT_CHANGES, Response, SlotStatus, Stats, Status, VipCounters, VipStatus,
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;
-pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES};
+pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES, new_change_id};
 pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};
 pub use request::{BackendAction, Request};
 pub use server::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};

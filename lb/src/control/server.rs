@@ -88,10 +88,11 @@ pub async fn serve<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    serve_streaming(stream, limits, |request| Reply::Once(handle(request))).await
+    serve_streaming(stream, limits, |request, _| Reply::Once(handle(request))).await
 }
 
-/// [`serve`] for handlers that may answer with a stream ([`Reply::Stream`]): the lines
+/// [`serve`] for handlers that may answer with a stream ([`Reply::Stream`]), and that
+/// read the request's `change_id` (the handler's second argument): the lines
 /// are written as they come, each within `limits.idle_timeout`, while the connection
 /// is watched for the client's end of file (a client that vanishes ends the stream at
 /// once, even when no line is due).
@@ -101,7 +102,7 @@ where
 pub async fn serve_streaming<S>(
     stream: S,
     limits: Limits,
-    handle: impl FnOnce(&Request) -> Reply,
+    handle: impl FnOnce(&Request, Option<&str>) -> Reply,
 ) -> Result<(), ServeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -110,7 +111,7 @@ where
     let mut reader = tokio::io::BufReader::new(read);
     let read = read_request(&mut reader, limits).await;
     let reply = match &read {
-        Ok(request) => handle(request),
+        Ok((request, change_id)) => handle(request, change_id.as_deref()),
         Err(ServeError::Closed | ServeError::Io(_)) => return read.map(|_| ()),
         Err(e) => Reply::Once(Response::error(e)),
     };
@@ -153,7 +154,7 @@ async fn write_line(
 async fn read_request(
     read: &mut (impl AsyncBufRead + Unpin),
     limits: Limits,
-) -> Result<Request, ServeError> {
+) -> Result<(Request, Option<String>), ServeError> {
     let max = limits.max_request_bytes;
     // One byte more than the limit tells a line of exactly `max` bytes without its
     // newline from a longer one.
@@ -168,5 +169,15 @@ async fn read_request(
     if !line.ends_with(b"\n") && line.len() > max {
         return Err(ServeError::TooLarge(max));
     }
-    serde_json::from_slice(&line).map_err(ServeError::Malformed)
+    let request = serde_json::from_slice(&line).map_err(ServeError::Malformed)?;
+    let id: ChangeIdKey = serde_json::from_slice(&line).map_err(ServeError::Malformed)?;
+    Ok((request, id.change_id))
+}
+
+/// The `change_id` key a client may put next to `command` in a change request (see
+/// [`super::Client::change`]).
+#[derive(serde::Deserialize)]
+struct ChangeIdKey {
+    #[serde(default)]
+    change_id: Option<String>,
 }

@@ -205,3 +205,29 @@ async fn a_probe_that_sends_nothing_gets_no_answer() {
     assert!(!handled);
     assert_eq!(answer, "");
 }
+
+#[tokio::test]
+async fn a_change_request_hands_its_id_to_the_handler_and_others_none() {
+    for (line, expected) in [
+        (
+            &b"{\"command\":\"overrides\",\"clear\":true,\"change_id\":\"7-abc\"}\n"[..],
+            Some("7-abc".to_owned()),
+        ),
+        (&b"{\"command\":\"status\"}\n"[..], None),
+    ] {
+        let (mut near, far) = tokio::io::duplex(4096);
+        let mut seen = None;
+        let server = server::serve_streaming(far, SHORT, |_, id| {
+            seen = Some(id.map(ToOwned::to_owned));
+            server::Reply::Once(Response::ok("done"))
+        });
+        let client = async {
+            near.write_all(line).await.expect("write");
+            let mut answer = String::new();
+            let _ = near.read_to_string(&mut answer).await;
+        };
+        let (result, ()) = tokio::join!(server, client);
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(seen, Some(expected));
+    }
+}

@@ -32,6 +32,9 @@ pub(super) struct OpenedDatapath {
     pub(super) created: bool,
     /// The layout stamp of the loaded object.
     pub(super) layout: String,
+    /// For a created datapath, the line the start logs once it succeeded (`created the
+    /// datapath at ...`): a start refused later removes it again and never says so.
+    pub(super) created_line: Option<String>,
 }
 
 /// The eBPF object to load: the embedded one, or the file of `--object`.
@@ -74,6 +77,8 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
         exiting: false,
         socket: config.control_socket.display().to_string(),
     };
+    // Nothing pinned yet: a failure below removes the directories the lock creates.
+    let fresh = !dir.exists();
     let lock = dir.lock(&owner, EXITING_WAIT)?;
     if options.reset && dir.exists() {
         let gone = dir.discard(false)?;
@@ -93,7 +98,13 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
         },
         Pinning { dir, lock, object },
     )
+    .inspect_err(|_| {
+        if fresh {
+            remove_skeleton(config);
+        }
+    })
     .context("loading the XDP program")?;
+    let mut created_line = None;
     match opened {
         Opened::Adopted => info!(
             "adopting the datapath pinned at {} (layout {layout}): maps, connection tracking and counters kept",
@@ -106,17 +117,29 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
                     shown.display()
                 );
             }
-            info!(
+            created_line = Some(format!(
                 "created the datapath at {} (layout {layout})",
                 shown.display()
-            );
+            ));
         }
     }
     Ok(OpenedDatapath {
         dp,
         created: matches!(opened, Opened::Created { .. }),
         layout,
+        created_line,
     })
+}
+
+/// Removes the pin directory of `config.interface` when nothing is pinned in it (the
+/// empty `maps/` and `tables/` and the owner note a lock creates), and its namespace's
+/// directory when that is left empty: a start that failed leaves nothing behind.
+fn remove_skeleton(config: &Config) {
+    if let Ok(dir) = PinDir::locate(&config.pin_dir, &config.interface, false)
+        && !dir.exists()
+    {
+        let _ = dir.discard(true);
+    }
 }
 
 /// A datapath this start created, removed again when the guard drops: every way a

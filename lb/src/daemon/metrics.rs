@@ -247,6 +247,8 @@ pub struct Snapshot {
     pub cleaning: Option<CleaningStatus>,
     /// Changes applied since start.
     pub changes: u64,
+    /// Whether the pinned datapath is whole (the pin check).
+    pub datapath: crate::control::DatapathHealth,
 }
 
 impl Snapshot {
@@ -330,6 +332,7 @@ impl Snapshot {
             conntrack: service.connections().conntrack(),
             cleaning: service.cleanings().status(),
             changes: controller.changes(),
+            datapath: status.datapath.clone(),
         })
     }
 }
@@ -476,6 +479,7 @@ impl Snapshot {
             [(Labels::new(), self.changes)],
             counter,
         )?;
+        self.encode_datapath(enc)?;
         let Some(c) = &self.conntrack else {
             return Ok(());
         };
@@ -578,6 +582,35 @@ impl Snapshot {
                 .filter_map(|v| Some((vip_label(v), v.slot_states?.dirty)))
                 .collect::<Vec<_>>(),
             gauge,
+        )
+    }
+
+    /// `lb_datapath_degraded`, `lb_pins_lost_total`, `lb_xdp_reattached_total`.
+    fn encode_datapath(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let d = &self.datapath;
+        family(
+            enc,
+            "lb_datapath_degraded",
+            "1 while the pinned datapath has a loss the daemon could not mend (lb status says what)",
+            MetricType::Gauge,
+            [(Labels::new(), u64::from(d.degraded))],
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_pins_lost",
+            "Pins of the datapath found missing since start (mended or not)",
+            MetricType::Counter,
+            [(Labels::new(), d.pins_lost_total)],
+            counter,
+        )?;
+        family(
+            enc,
+            "lb_xdp_reattached",
+            "Times the XDP program was found detached and attached again since start",
+            MetricType::Counter,
+            [(Labels::new(), d.reattached_total)],
+            counter,
         )
     }
 

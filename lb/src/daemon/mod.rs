@@ -5,8 +5,9 @@
 //! [`crate::control::server`]; `lb trace` streams: `trace`), serves the metrics
 //! endpoint ([`metrics`], `http`), counts live connections with a periodic conntrack
 //! walk ([`connections`]), reloads on SIGHUP and when the file's bytes change
-//! ([`watch`], debounced), samples counters every second (`stats`), and tells systemd
-//! when it is ready ([`notify`]).
+//! ([`watch`], debounced), samples counters every second (`stats`), checks and mends
+//! its pins and its XDP link every second (`pins`), and tells systemd when it is ready
+//! ([`notify`]).
 //!
 //! SIGINT/SIGTERM stop the daemon and leave the datapath forwarding with its last
 //! state (health checks and changes pause until the next start), unless
@@ -30,10 +31,12 @@ mod datapath;
 pub mod drains;
 pub mod health;
 mod http;
+mod link_events;
 pub mod metrics;
 mod neighbours;
 pub mod nexthop;
 mod notify;
+mod pins;
 pub mod service;
 pub mod state_file;
 mod stats;
@@ -126,6 +129,20 @@ fn manage_neighbours(service: &Service<KernelDataplane>) {
     service.watch_nexthops();
 }
 
+/// After an interface came up or a route was added (`events`), installs the backends'
+/// managed neighbour entries again: a link that went down took them with it.
+fn neighbours_again(service: &Service<KernelDataplane>, events: &[link_events::LinkEvent]) {
+    for event in events {
+        if let link_events::LinkEvent::Up(index) = event {
+            info!(
+                "interface {} came up: installing the backends' managed neighbours again",
+                link_events::name_of(*index)
+            );
+        }
+    }
+    manage_neighbours(service);
+}
+
 /// Gives the heap pages freed by the start back to the system: parsing the file and
 /// building every table leave free chunks inside the heap that the allocator keeps
 /// resident (about a third of the heap with 500 VIPs). glibc's `malloc_trim(3)`
@@ -146,6 +163,17 @@ fn log_report(report: &ApplyReport) {
     for w in report.warnings.iter().chain(&report.policy_changes) {
         warn!("{w}");
     }
+}
+
+/// Refuses `xdp_mode = "native"` on an interface with receive VLAN offload before the
+/// datapath is opened (see [`attach`]), so that the refused start creates nothing.
+fn refuse_native_early(config: &Config) -> anyhow::Result<()> {
+    if config.xdp_mode == XdpMode::Native
+        && let Some(problem) = offload::native_vlan_problem(&config.interface)
+    {
+        bail!("native XDP refused: {problem}");
+    }
+    Ok(())
 }
 
 /// Attaches in the configured mode; `auto` falls back from native to skb with a
@@ -282,12 +310,19 @@ async fn serve_one(
     service: Shared,
     context: Context,
 ) -> Result<(), ServeError> {
-    server::serve_streaming(stream, Limits::default(), |request| {
+    server::serve_streaming(stream, Limits::default(), |request, change_id| {
         if let Request::Trace { vip, client } = request {
             return context.tracer.start(&service, *vip, *client);
         }
         let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
         let response = service.handle(request, &mut |report| context.report(report));
+        if let Some(id) = change_id {
+            info!(
+                "change {id}: {}",
+                if response.ok { "applied" } else { "refused" }
+            );
+            service.record_change(id, request, &response);
+        }
         if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
             manage_neighbours(&service);
         }
@@ -457,8 +492,10 @@ fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
     let config = &loaded.config;
     let if_mac = interface_mac(&config.interface)?;
     let state_file = StateFile::new(&config.state_dir, &config.interface);
-    // Before anything touches the datapath: a corrupt state file stops the start.
+    // Before anything touches the datapath: a corrupt state file stops the start, and
+    // so does an interface native XDP is refused on.
     state_file.load()?;
+    refuse_native_early(config)?;
     let opened = datapath::open(config, options)?;
     let created = CreatedDatapath::new(config, opened.created);
     let file = StartFile {
@@ -489,7 +526,7 @@ fn bring_up(
     state_file: StateFile,
 ) -> anyhow::Result<(Started, Serving)> {
     let config = file.loaded.config.clone();
-    let (fresh, layout) = (opened.created, opened.layout);
+    let (fresh, layout, created_line) = (opened.created, opened.layout, opened.created_line);
     let (controller, recovery) =
         Controller::adopt(opened.dp).context("reading the adopted datapath")?;
     for line in recovery.lines() {
@@ -543,6 +580,9 @@ fn bring_up(
         config,
     };
     created.disarm();
+    if let Some(line) = created_line {
+        info!("{line}");
+    }
     Ok((started, Serving { listener, inputs }))
 }
 
@@ -568,6 +608,8 @@ fn attached(
         Ok(monitor) => service.set_nexthop_monitor(monitor),
         Err(e) => warn!("not watching the backends' next hops: {e}"),
     }
+    // The pins as they are now, the link among them: the pin check mends from these.
+    service.controller_mut().dataplane_mut().keep_pins();
     let dp = service.controller().dataplane();
     service.set_datapath(
         dp.pin_dir().map(|d| d.shown().display().to_string()),
@@ -679,6 +721,11 @@ fn stop(mut started: Started) {
             Ok(None) => {}
             Err(e) => error!("detach_on_exit: {e}"),
         }
+    } else if let Some(problems) = pins::at_exit(&mut service) {
+        error!(
+            "the datapath of {} is degraded and does NOT stay whole after this exit: {problems}; start lb run again (it recreates what is missing) or `lb detach --interface {}`",
+            config.interface, config.interface
+        );
     } else {
         info!(
             "the datapath stays attached to {} and forwards with its last state; health checks and changes pause until the next start (`lb detach --interface {}` removes it)",
@@ -810,6 +857,13 @@ async fn event_loop(
         }
     };
     let mut ticker = tokio::time::interval(SAMPLE_PERIOD);
+    let mut pin_check = tokio::time::interval(pins::CHECK_PERIOD);
+    let (tx, mut link_events) = mpsc::unbounded_channel();
+    if let Err(e) = link_events::watch(tx) {
+        warn!(
+            "not watching link events ({e}): managed neighbours are not installed again after a link flap"
+        );
+    }
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -831,6 +885,14 @@ async fn event_loop(
                 reload(&service, &path, Trigger::FileChanged, &mut seen, &context);
             }
             _ = ticker.tick() => service.lock().unwrap_or_else(|p| p.into_inner()).tick(),
+            _ = pin_check.tick() => pins::check(&mut service.lock().unwrap_or_else(|p| p.into_inner())),
+            Some(event) = link_events.recv() => {
+                let mut events = vec![event];
+                while let Ok(Some(e)) = tokio::time::timeout(DEBOUNCE, link_events.recv()).await {
+                    events.push(e);
+                }
+                neighbours_again(&service.lock().unwrap_or_else(|p| p.into_inner()), &events);
+            }
             Some(batch) = batches.recv() => {
                 service::apply_batch(&service, &batch, &mut |report| context.report(report));
             }

@@ -7,6 +7,9 @@
 //! *managed* (Linux 5.16+, `NTF_MANAGED`) makes the kernel resolve the entry and keep it
 //! resolved without traffic. Existing entries (static or learned) are left as they are.
 //! iproute2's `ip` does the netlink work.
+//!
+//! An interface that goes down takes its entries with it: the daemon calls [`manage`]
+//! again when an interface comes up or a route is added (`super::link_events`).
 
 use std::{collections::BTreeSet, net::IpAddr, process::Command};
 

@@ -179,6 +179,10 @@ pub struct Service<D> {
     state_file: Option<StateFile>,
     /// The pinned datapath's directory and layout stamp, for `lb status`.
     datapath: (Option<String>, Option<String>),
+    /// Whether the pinned datapath is whole (the daemon's pin check, `pins`).
+    datapath_health: crate::control::DatapathHealth,
+    /// The last changes sent with an id and what became of them (`lb status`).
+    recent_changes: std::collections::VecDeque<crate::control::ChangeOutcome>,
     detach_on_exit: bool,
 }
 
@@ -238,6 +242,8 @@ impl<D: Dataplane> Service<D> {
             drains: Drains::default(),
             state_file,
             datapath: (None, None),
+            datapath_health: crate::control::DatapathHealth::default(),
+            recent_changes: std::collections::VecDeque::new(),
             detach_on_exit: loaded.config.detach_on_exit,
             announce: Announcer::new(loaded.config.announce, Box::new(IpRoutes)),
         };
@@ -250,6 +256,32 @@ impl<D: Dataplane> Service<D> {
     /// Records the pinned datapath's directory and layout stamp for `lb status`.
     pub fn set_datapath(&mut self, pin_dir: Option<String>, layout: Option<String>) {
         self.datapath = (pin_dir, layout);
+    }
+
+    /// Records what became of the change `request` sent with `id` (answered with
+    /// `response`), keeping the last [`crate::control::RECENT_CHANGES`].
+    pub fn record_change(&mut self, id: &str, request: &Request, response: &Response) {
+        let command = match request {
+            Request::Backend { .. } => "backend",
+            Request::Vip { .. } => "vip",
+            Request::Overrides { .. } => "overrides",
+            _ => return,
+        };
+        if self.recent_changes.len() >= crate::control::RECENT_CHANGES {
+            self.recent_changes.pop_front();
+        }
+        self.recent_changes
+            .push_back(crate::control::ChangeOutcome {
+                id: id.to_owned(),
+                command: command.to_owned(),
+                applied: response.ok,
+                error: response.error.clone(),
+            });
+    }
+
+    /// The pinned datapath's health, which the daemon's pin check keeps.
+    pub fn datapath_health_mut(&mut self) -> &mut crate::control::DatapathHealth {
+        &mut self.datapath_health
     }
 
     /// Whether the datapath is to be detached and its pins removed at exit.
@@ -702,6 +734,8 @@ impl<D: Dataplane> Service<D> {
             announce: crate::control::AnnounceSummary::default(),
             conntrack: None,
             cleaning: None,
+            datapath: self.datapath_health.clone(),
+            recent_changes: self.recent_changes.iter().cloned().collect(),
         };
         self.announce.annotate(&mut status);
         self.connections.annotate(&mut status);

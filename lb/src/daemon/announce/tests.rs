@@ -156,6 +156,8 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
         overrides: Vec::new(),
         pin_dir: None,
         layout: None,
+        datapath: crate::control::DatapathHealth::default(),
+        recent_changes: Vec::new(),
     };
     a.annotate(&mut status);
     status
