@@ -216,6 +216,6 @@ mod tests {
         for p in Path::ALL {
             assert_eq!(Path::from_code(p as u8), Some(p));
         }
-        assert_eq!(Path::from_code(6), None);
+        assert_eq!(Path::from_code(7), None);
     }
 }
