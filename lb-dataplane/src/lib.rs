@@ -42,9 +42,9 @@ use lb_common::{
 pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 pub use kernel::{
-    ActivityClock, Census, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened,
-    Pinning, TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root, may_load_xdp,
-    missing_capabilities,
+    ActivityClock, Census, ConnListing, ConnRow, ConnState, ConnectionCounts, ConntrackWalker,
+    KernelDataplane, LoadOptions, Opened, Pinning, TraceReader, TraceRecord, WalkSettings,
+    conntrack_now_ns, is_root, may_load_xdp, missing_capabilities,
 };
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};

@@ -13,7 +13,7 @@ use std::{
 
 use clap::{CommandFactory as _, Parser};
 use lb::cli::{
-    self, Output, backend, config, detach, docs, flow, hash, overrides, stats, status, table,
+    self, Output, backend, config, conn, detach, docs, flow, hash, overrides, stats, status, table,
     trace, vip,
 };
 
@@ -77,6 +77,8 @@ enum Command {
     Backend(backend::BackendArgs),
     /// Show where a client's flow to a VIP goes.
     Flow(flow::FlowArgs),
+    /// List the connections in conntrack (and the SYN cache's held SYNs).
+    Conn(conn::ConnArgs),
     /// Withdraw a VIP address's BGP announcement from this instance, or announce it again.
     Vip(vip::VipArgs),
     /// Stream the XDP program's decision for each matching VIP packet.
@@ -138,6 +140,7 @@ fn run(command: Command) -> Result<Output, Failure> {
         Command::Stats(args) => stats::stats(&args).map_err(daemon),
         Command::Backend(args) => backend::backend(&args).map_err(daemon),
         Command::Flow(args) => flow::flow(&args).map_err(daemon),
+        Command::Conn(args) => conn::run(&args).map_err(daemon),
         Command::Vip(args) => vip::run(&args).map_err(daemon),
         Command::Trace(args) => trace::run(&args).map_err(daemon),
         Command::Table(args) => {

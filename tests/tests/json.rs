@@ -225,6 +225,23 @@ fn flow_json_matches_the_schema() {
 }
 
 #[test]
+fn conn_list_json_matches_the_schema() {
+    with_daemon(|bed, lb| {
+        let text = lb.cli(&["conn", "list", "--json"]).expect("conn list");
+        matches("lb conn list", &text);
+        let client = SocketAddr::new(bed.client_addr(0, false), 40001);
+        let _open = bed
+            .tcp_connect(client, vip_tcp(false))
+            .expect("a connection");
+        let text = lb
+            .cli(&["conn", "list", "--json"])
+            .expect("conn list of a connection");
+        matches("lb conn list", &text);
+        assert!(text.contains("192.0.2.10:40001"), "{text}");
+    });
+}
+
+#[test]
 fn backend_json_of_every_action_matches_the_schema() {
     with_daemon(|_, lb| {
         let vip = vip_text(false, true);

@@ -123,7 +123,7 @@ pub fn conntrack_now_ns() -> u64 {
 
 /// Reads every entry of map `fd` (keys of `K`, values of `V`) with batch lookups,
 /// calling `each` per entry.
-fn for_each<K: Copy + Default, V: Copy + Default>(
+pub(super) fn for_each<K: Copy + Default, V: Copy + Default>(
     fd: &OwnedFd,
     name: &'static str,
     mut each: impl FnMut(&K, &V),
@@ -172,6 +172,21 @@ impl ConntrackWalker {
     /// A walker over duplicates of the maps' file descriptors.
     pub(super) fn new(v4: OwnedFd, v6: OwnedFd, syn: OwnedFd) -> Self {
         Self { v4, v6, syn }
+    }
+
+    /// `CONNTRACK_V4`'s descriptor.
+    pub(super) fn v4(&self) -> &OwnedFd {
+        &self.v4
+    }
+
+    /// `CONNTRACK_V6`'s descriptor.
+    pub(super) fn v6(&self) -> &OwnedFd {
+        &self.v6
+    }
+
+    /// `SYN_CACHE`'s descriptor.
+    pub(super) fn syn(&self) -> &OwnedFd {
+        &self.syn
     }
 
     /// Counts every entry (see the module documentation).

@@ -25,6 +25,7 @@
 pub mod announce;
 mod change;
 pub mod connections;
+mod conns;
 mod datapath;
 pub mod drains;
 pub mod health;
@@ -284,6 +285,23 @@ async fn serve_one(
     server::serve_streaming(stream, Limits::default(), |request| {
         if let Request::Trace { vip, client } = request {
             return context.tracer.start(&service, *vip, *client);
+        }
+        if let Request::Conns {
+            vip,
+            backend,
+            client,
+            state,
+            limit,
+        } = *request
+        {
+            let query = conns::Query {
+                vip,
+                backend,
+                client,
+                state,
+                limit,
+            };
+            return conns::start(&service, query);
         }
         let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
         let response = service.handle(request, &mut |report| context.report(report));

@@ -434,6 +434,9 @@ impl<D: Dataplane> Service<D> {
             Request::Trace { .. } => {
                 Response::error("lb trace is a stream: the daemon's event loop serves it")
             }
+            Request::Conns { .. } => Response::error(
+                "lb conn list walks the maps off the service: the daemon's event loop serves it",
+            ),
             Request::Overrides { clear } => match self.list_or_clear(clear) {
                 Ok((answer, report)) => {
                     if let Some(report) = &report {

@@ -24,12 +24,14 @@
 //! | a source list narrowed or removed while no daemon ran is enforced by the adopting start | [`adoption::a_source_list_changed_while_no_daemon_runs_is_enforced_by_the_adopting_start`] |
 //!
 //! | `lb backend weight`; `drain --timeout` removes at the timeout or the last connection (issue 32) | [`lifecycle`] |
+//! | `lb conn list` lists real connections of both families; its filters and `--limit` (issue 32) | [`conns`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
 mod adoption;
+mod conns;
 mod distribution;
 mod handshake;
 mod harness;
