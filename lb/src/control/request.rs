@@ -106,6 +106,13 @@ pub enum Request {
         /// The most connections listed (every match is counted).
         limit: usize,
     },
+    /// `lb config diff`; answered with [`super::ConfigDiff`]: what a reload of `file`
+    /// (an absolute path the daemon reads; default its own file) would change.
+    ConfigDiff {
+        /// The file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<std::path::PathBuf>,
+    },
     /// `lb vip withdraw|announce`; answered with the log lines of what changed.
     Vip {
         /// What to do.

@@ -154,6 +154,8 @@ impl StartOnly {
 pub struct Service<D> {
     controller: Controller<D>,
     config_file: PathBuf,
+    /// The file's configuration last applied (what `lb config diff` compares with).
+    file_config: Config,
     file_desired: Desired,
     start_only: StartOnly,
     if_mac: [u8; 6],
@@ -218,6 +220,7 @@ impl<D: Dataplane> Service<D> {
         let service = Self {
             controller,
             config_file,
+            file_config: loaded.config.clone(),
             file_desired,
             start_only: StartOnly::of(&loaded.config),
             if_mac,
@@ -378,6 +381,7 @@ impl<D: Dataplane> Service<D> {
                 return Err(e.into());
             }
         };
+        self.file_config = loaded.config.clone();
         self.file_desired = file_desired;
         self.overrides = kept;
         self.detach_on_exit = loaded.config.detach_on_exit;
@@ -433,6 +437,16 @@ impl<D: Dataplane> Service<D> {
             }
             Request::Trace { .. } => {
                 Response::error("lb trace is a stream: the daemon's event loop serves it")
+            }
+            Request::ConfigDiff { ref file } => {
+                let file = file.as_ref().unwrap_or(&self.config_file);
+                match Config::load(file) {
+                    Err(e) => Response::error(format!("{}: {e}", file.display())),
+                    Ok(loaded) => match self.diff(&loaded, file) {
+                        Ok(d) => Response::ok(d),
+                        Err(e) => Response::error(e),
+                    },
+                }
             }
             Request::Conns { .. } => Response::error(
                 "lb conn list walks the maps off the service: the daemon's event loop serves it",
@@ -776,6 +790,7 @@ pub(super) fn apply_batch(
     }
 }
 
+mod diff;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]

@@ -25,6 +25,7 @@
 //!
 //! | `lb backend weight`; `drain --timeout` removes at the timeout or the last connection (issue 32) | [`lifecycle`] |
 //! | `lb conn list` lists real connections of both families; its filters and `--limit` (issue 32) | [`conns`] |
+//! | `lb config diff` says what a reload would change, exits 0/1/2 as diff(1) (issue 32) | [`reload`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!
@@ -39,6 +40,7 @@ mod health;
 mod ipv6;
 mod lifecycle;
 mod pmtu;
+mod reload;
 mod removal;
 mod stats;
 mod stickiness;
