@@ -35,7 +35,7 @@ use std::{
 };
 
 use super::{
-    Config, ConfigError, ConfigErrors, Loaded, Nexthop, XdpMode,
+    Config, ConfigError, ConfigErrors, Loaded, Nexthop, ReloadMode, XdpMode,
     file::{ConntrackFile, EncapFile, FileConfig, NexthopFile, UInt},
 };
 use crate::defaults;
@@ -238,6 +238,7 @@ struct TopLevel {
     pin_dir: PathBuf,
     state_dir: PathBuf,
     detach_on_exit: bool,
+    reload: ReloadMode,
     mtu: u16,
     hash_seed: u32,
     maglev_seed: u64,
@@ -287,6 +288,17 @@ fn top_level(file: &FileConfig, r: &mut Report) -> TopLevel {
         file.state_dir.as_deref(),
         defaults::STATE_DIR,
     );
+    let reload = match file.reload.as_deref().unwrap_or(defaults::RELOAD) {
+        "auto" => ReloadMode::Auto,
+        "signal" => ReloadMode::Signal,
+        other => {
+            r.error(
+                "reload",
+                format!("expected \"auto\" or \"signal\", got {other:?}"),
+            );
+            ReloadMode::Auto
+        }
+    };
     let mtu = in_range(r, "mtu", uint(file.mtu, defaults::MTU), MTU_RANGE);
     let max_table_mib = uint(file.max_table_memory_mib, defaults::MAX_TABLE_MEMORY_MIB);
     if max_table_mib == 0 {
@@ -299,6 +311,7 @@ fn top_level(file: &FileConfig, r: &mut Report) -> TopLevel {
         pin_dir,
         state_dir,
         detach_on_exit: file.detach_on_exit.unwrap_or(defaults::DETACH_ON_EXIT),
+        reload,
         mtu,
         hash_seed: uint(file.hash_seed, defaults::HASH_SEED),
         maglev_seed: uint(file.maglev_seed, defaults::MAGLEV_SEED),
@@ -497,6 +510,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
             pin_dir: top.pin_dir,
             state_dir: top.state_dir,
             detach_on_exit: top.detach_on_exit,
+            reload: top.reload,
             mtu: top.mtu,
             hash_seed: top.hash_seed,
             maglev_seed: top.maglev_seed,

@@ -188,6 +188,7 @@ fn settings(old: &Config, new: &Config) -> Vec<SettingChange> {
         &old.detach_on_exit,
         &new.detach_on_exit,
     );
+    compare(&mut out, "reload", &old.reload.name(), &new.reload.name());
     compare(&mut out, "mtu", &old.mtu, &new.mtu);
     compare(&mut out, "maglev_seed", &old.maglev_seed, &new.maglev_seed);
     let mib = |c: &Config| c.max_table_memory >> 20;

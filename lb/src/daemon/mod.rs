@@ -322,8 +322,21 @@ enum Trigger {
 }
 
 /// Reloads `path` unless its bytes are those last seen: then nothing happens, and only
-/// a debug line (an info line for SIGHUP, which an operator sent) is logged.
+/// a debug line (an info line for SIGHUP, which an operator sent) is logged. With
+/// `reload = "signal"` a write of the file is logged and left for SIGHUP.
 fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, context: &Context) {
+    if why == Trigger::FileChanged
+        && !service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reload_on_write()
+    {
+        info!(
+            "{} changed; reload = \"signal\": not reloaded until SIGHUP",
+            path.display()
+        );
+        return;
+    }
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -364,9 +377,6 @@ fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, cont
                     context.recorder.reload(ReloadResult::Applied);
                     for line in &dropped {
                         info!("{line}");
-                    }
-                    if report.operations == 0 {
-                        info!("reload: no change");
                     }
                     context.report(&report);
                     manage_neighbours(&service);

@@ -374,6 +374,7 @@ impl<D: Dataplane> Service<D> {
         if kept != self.overrides {
             self.persist(&kept)?;
         }
+        let before = self.controller.applied().cloned();
         let mut report = match self.controller.apply(&desired) {
             Ok(report) => report,
             Err(e) => {
@@ -381,6 +382,18 @@ impl<D: Dataplane> Service<D> {
                 return Err(e.into());
             }
         };
+        let mut applied = crate::controller::diff::diff(
+            (&self.file_config, before.as_ref()),
+            (&loaded.config, &desired),
+            &report,
+        );
+        self.finish(&mut applied, loaded, Vec::new());
+        for line in applied.lines() {
+            info!("reload: {line}");
+        }
+        if !applied.changed {
+            info!("reload: no change");
+        }
         self.file_config = loaded.config.clone();
         self.file_desired = file_desired;
         self.overrides = kept;
@@ -392,6 +405,12 @@ impl<D: Dataplane> Service<D> {
         let health = self.sync_health();
         merge(&mut report, health);
         Ok((report, dropped))
+    }
+
+    /// Whether a write of the file reloads it (`reload = "auto"`), as the file last
+    /// applied says.
+    pub fn reload_on_write(&self) -> bool {
+        self.file_config.reload == crate::config::ReloadMode::Auto
     }
 
     /// Whether runtime changes make the running state differ from the file.

@@ -121,3 +121,81 @@ fn config_diff_says_what_a_reload_would_change_and_exits_as_diff() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Replaces the daemon's file with `text` atomically.
+fn write_file(lb: &Daemon<'_>, text: &str) {
+    let tmp = lb.dir().join(".lb.toml.next");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, lb.config_path()).expect("rename");
+}
+
+/// Backend 1's weight in the IPv4 TCP VIP, as `lb status` shows it.
+fn weight_of_b1(lb: &Daemon<'_>) -> u32 {
+    let (vip, b1) = (vip_text(false, true), backend_addr(1, false).to_string());
+    lb.status()
+        .expect("lb status")
+        .vips
+        .iter()
+        .filter(|v| v.vip == vip)
+        .flat_map(|v| v.backends.iter())
+        .find(|b| b.address == b1)
+        .expect("b1")
+        .weight
+}
+
+#[test]
+fn a_reload_logs_what_it_changed_and_reload_signal_waits_for_sighup() {
+    let bed = bed(2);
+    let base = DaemonConfig::equal(1..=2);
+    let lb = daemon(&bed, &base);
+    let v4 = vip_text(false, true);
+
+    // An allowed_sources change and [announce] enabled: each reported by the reload.
+    let mut next = base.clone();
+    next.extra = "\n[announce]\nenabled = true\n".into();
+    next.vip_keys = vec![(v4.clone(), "allowed_sources = [\"192.0.2.0/24\"]".into())];
+    lb.write_config(&next).expect("write");
+    wait_log(&lb, "the announce line", |log| {
+        log.contains("reload: announce.enabled false -> true")
+    });
+    wait_log(&lb, "the allowed_sources line", |log| {
+        log.contains(&format!(
+            "reload: VIP {v4}: allowed_sources [] -> [\"192.0.2.0/24\"]"
+        ))
+    });
+    assert!(!lb.log().contains("reload: no change"), "{}", lb.log());
+
+    // reload = "signal", applied by this (automatic) reload.
+    let signal =
+        |c: &DaemonConfig| format!("reload = \"signal\"\n{}", c.to_toml(&lb.socket_path()));
+    write_file(&lb, &signal(&next));
+    wait_log(&lb, "the reload key's line", |log| {
+        log.contains("reload: reload \"auto\" -> \"signal\"")
+    });
+
+    // A write is now only logged; SIGHUP applies it.
+    let mut heavier = next.clone();
+    heavier.backends[0].weight = 3;
+    write_file(&lb, &signal(&heavier));
+    wait_log(&lb, "the ignored write", |log| {
+        log.contains("not reloaded until SIGHUP")
+    });
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(weight_of_b1(&lb), 1, "{}", lb.log());
+    lb.reload().expect("SIGHUP");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while weight_of_b1(&lb) != 3 {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not apply:\n{}",
+            lb.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let b1 = backend_addr(1, false);
+    wait_log(&lb, "the reweight line", |log| {
+        log.contains(&format!(
+            "reload: VIP {v4}: backend {b1} reweighted weight 1 -> 3"
+        ))
+    });
+}
