@@ -93,6 +93,9 @@ enum Command {
     /// problem, each named with its key path and line), or show what a reload of one
     /// would change in the running daemon (`lb config diff`).
     Config(config::ConfigArgs),
+    /// Reload the daemon's configuration file now, as SIGHUP does (also with
+    /// `reload = "signal"`), and print what the reload changes.
+    Reload(cli::ReadArgs),
     /// Print facts about the embedded XDP object (size in bytes).
     Object {
         /// Print `{"bytes": N}`.
@@ -178,6 +181,7 @@ fn run(command: Command) -> Result<Output, Failure> {
                 }
             }
         },
+        Command::Reload(args) => config::reload(&args.socket, args.json).map_err(daemon),
         Command::Object { json } => Ok(cli::object(json)),
         Command::Completions(args) => Ok(Output::text(docs::completions(&args, Cli::command()))),
         Command::Manpage(args) => docs::manpage(&args, Cli::command())

@@ -96,6 +96,20 @@ pub fn diff(
     Ok((out, d.changed))
 }
 
+/// Runs `lb reload`: the daemon reloads its file as on SIGHUP; prints what the reload
+/// changes (the lines the daemon logs).
+///
+/// # Errors
+/// The daemon is unreachable, or its file is invalid (nothing is reloaded).
+pub fn reload(socket: &SocketArg, as_json: bool) -> Result<Output, crate::control::ClientError> {
+    let d: ConfigDiff = socket.client().call(&Request::Reload)?;
+    Ok(if as_json {
+        json(&d)
+    } else {
+        Output::text(diff_text(&d))
+    })
+}
+
 /// The text of `lb config diff`: the change's lines, or a line saying there is none.
 pub fn diff_text(d: &ConfigDiff) -> String {
     let lines = d.lines();

@@ -113,6 +113,9 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         file: Option<std::path::PathBuf>,
     },
+    /// `lb reload`: the daemon reloads its file as on SIGHUP (whatever `reload` says);
+    /// answered with the [`super::ConfigDiff`] the reload applies.
+    Reload,
     /// `lb vip withdraw|announce`; answered with the log lines of what changed.
     Vip {
         /// What to do.

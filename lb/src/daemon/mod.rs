@@ -286,6 +286,9 @@ async fn serve_one(
         if let Request::Trace { vip, client } = request {
             return context.tracer.start(&service, *vip, *client);
         }
+        if let Request::Reload = request {
+            return Reply::Once(reload_request(&service));
+        }
         if let Request::Conns {
             vip,
             backend,
@@ -312,6 +315,30 @@ async fn serve_one(
         Reply::Once(response)
     })
     .await
+}
+
+/// `lb reload`: what a reload of the daemon's file will change, then SIGHUP to this
+/// process, so the event loop reloads exactly as on the operator's signal.
+fn reload_request(service: &Shared) -> crate::control::Response {
+    use crate::control::Response;
+    let diff = {
+        let s = service.lock().unwrap_or_else(|p| p.into_inner());
+        let file = s.config_file().to_path_buf();
+        match Config::load(&file) {
+            Err(e) => return Response::error(format!("{}: {e}", file.display())),
+            Ok(loaded) => s.diff(&loaded, &file),
+        }
+    };
+    match diff {
+        Ok(d) => {
+            info!("lb reload: reloading as on SIGHUP");
+            // SAFETY: raise(3) sends a signal to this process; SIGHUP is handled by
+            // the event loop (tokio's signal handler), never the default action.
+            unsafe { libc::raise(libc::SIGHUP) };
+            Response::ok(d)
+        }
+        Err(e) => Response::error(e),
+    }
 }
 
 /// Why a reload was asked for.

@@ -407,6 +407,11 @@ impl<D: Dataplane> Service<D> {
         Ok((report, dropped))
     }
 
+    /// The configuration file the daemon runs with.
+    pub fn config_file(&self) -> &std::path::Path {
+        &self.config_file
+    }
+
     /// Whether a write of the file reloads it (`reload = "auto"`), as the file last
     /// applied says.
     pub fn reload_on_write(&self) -> bool {
@@ -457,6 +462,9 @@ impl<D: Dataplane> Service<D> {
             Request::Trace { .. } => {
                 Response::error("lb trace is a stream: the daemon's event loop serves it")
             }
+            Request::Reload => Response::error(
+                "lb reload signals the daemon's event loop: the event loop serves it",
+            ),
             Request::ConfigDiff { ref file } => {
                 let file = file.as_ref().unwrap_or(&self.config_file);
                 match Config::load(file) {

@@ -1,6 +1,7 @@
 //! Reloads as an operator sees them (issue 32, stage 3): `lb config diff` says what a
 //! reload of a file would change in the running daemon and exits as diff(1) does; the
-//! reload, once done, leaves nothing to diff.
+//! reload, once done, leaves nothing to diff; every reload logs what it changed in the
+//! same words; with `reload = "signal"` a write waits for SIGHUP or `lb reload`.
 
 use std::{
     process::{Command, Output},
@@ -198,4 +199,26 @@ fn a_reload_logs_what_it_changed_and_reload_signal_waits_for_sighup() {
             "reload: VIP {v4}: backend {b1} reweighted weight 1 -> 3"
         ))
     });
+
+    // `lb reload` reloads as SIGHUP does and answers what the reload changes.
+    let mut lighter = next;
+    lighter.backends[0].weight = 2;
+    write_file(&lb, &signal(&lighter));
+    wait_log(&lb, "the second ignored write", |log| {
+        log.matches("not reloaded until SIGHUP").count() >= 2
+    });
+    let out = lb.cli(&["reload"]).expect("lb reload");
+    assert!(
+        out.contains(&format!("VIP {v4}: backend {b1} reweighted weight 3 -> 2")),
+        "{out}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while weight_of_b1(&lb) != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "lb reload did not apply:\n{}",
+            lb.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
