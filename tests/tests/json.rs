@@ -247,6 +247,8 @@ fn config_diff_json_matches_the_schema_with_and_without_changes() {
         assert_eq!(changed.status.code(), Some(1), "{changed:?}");
         let out = String::from_utf8_lossy(&changed.stdout);
         matches("lb config diff", &out);
+        let reloaded = lb.cli(&["reload", "--json"]).expect("lb reload");
+        matches("lb config diff", &reloaded);
         assert!(
             out.contains("announce.enabled") && out.contains("\"weight_to\": 3"),
             "{out}"
