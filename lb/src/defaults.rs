@@ -26,6 +26,8 @@ pub const STATE_DIR: &str = "/var/lib/lb";
 /// `detach_on_exit`: SIGTERM/SIGINT leave the pinned datapath forwarding (restarts and
 /// upgrades are the common case); `true` detaches it and removes its pins.
 pub const DETACH_ON_EXIT: bool = false;
+/// `reload`: reload the file on every write.
+pub const RELOAD: &str = "auto";
 
 /// `xdp_mode`: native, falling back to generic (skb) mode with a warning.
 pub const XDP_MODE: &str = "auto";

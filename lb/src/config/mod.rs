@@ -172,6 +172,25 @@ impl fmt::Display for Encapsulation {
     }
 }
 
+/// When the daemon reloads its file (`reload`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadMode {
+    /// On every write of the file (watched), and on SIGHUP.
+    Auto,
+    /// Only on SIGHUP: a write is logged and left for the operator's signal.
+    Signal,
+}
+
+impl ReloadMode {
+    /// The key's value: `auto` or `signal`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Signal => "signal",
+        }
+    }
+}
+
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -187,6 +206,8 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Detach the datapath and remove its pins at exit.
     pub detach_on_exit: bool,
+    /// When the file is reloaded.
+    pub reload: ReloadMode,
     /// MTU of the LB → backend path (bytes).
     pub mtu: u16,
     /// Flow-hash seed.

@@ -27,6 +27,7 @@ pub mod announce;
 mod change;
 pub mod cleaning;
 pub mod connections;
+mod conns;
 mod datapath;
 pub mod drains;
 pub mod health;
@@ -314,6 +315,26 @@ async fn serve_one(
         if let Request::Trace { vip, client } = request {
             return context.tracer.start(&service, *vip, *client);
         }
+        if let Request::Reload = request {
+            return Reply::Once(reload_request(&service));
+        }
+        if let Request::Conns {
+            vip,
+            backend,
+            client,
+            state,
+            limit,
+        } = *request
+        {
+            let query = conns::Query {
+                vip,
+                backend,
+                client,
+                state,
+                limit,
+            };
+            return conns::start(&service, query);
+        }
         let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
         let response = service.handle(request, &mut |report| context.report(report));
         if let Some(id) = change_id {
@@ -332,6 +353,30 @@ async fn serve_one(
     .await
 }
 
+/// `lb reload`: what a reload of the daemon's file will change, then SIGHUP to this
+/// process, so the event loop reloads exactly as on the operator's signal.
+fn reload_request(service: &Shared) -> crate::control::Response {
+    use crate::control::Response;
+    let diff = {
+        let s = service.lock().unwrap_or_else(|p| p.into_inner());
+        let file = s.config_file().to_path_buf();
+        match Config::load(&file) {
+            Err(e) => return Response::error(format!("{}: {e}", file.display())),
+            Ok(loaded) => s.diff(&loaded, &file),
+        }
+    };
+    match diff {
+        Ok(d) => {
+            info!("lb reload: reloading as on SIGHUP");
+            // SAFETY: raise(3) sends a signal to this process; SIGHUP is handled by
+            // the event loop (tokio's signal handler), never the default action.
+            unsafe { libc::raise(libc::SIGHUP) };
+            Response::ok(d)
+        }
+        Err(e) => Response::error(e),
+    }
+}
+
 /// Why a reload was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Trigger {
@@ -340,8 +385,21 @@ enum Trigger {
 }
 
 /// Reloads `path` unless its bytes are those last seen: then nothing happens, and only
-/// a debug line (an info line for SIGHUP, which an operator sent) is logged.
+/// a debug line (an info line for SIGHUP, which an operator sent) is logged. With
+/// `reload = "signal"` a write of the file is logged and left for SIGHUP.
 fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, context: &Context) {
+    if why == Trigger::FileChanged
+        && !service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reload_on_write()
+    {
+        info!(
+            "{} changed; reload = \"signal\": not reloaded until SIGHUP",
+            path.display()
+        );
+        return;
+    }
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -382,9 +440,6 @@ fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, cont
                     context.recorder.reload(ReloadResult::Applied);
                     for line in &dropped {
                         info!("{line}");
-                    }
-                    if report.operations == 0 {
-                        info!("reload: no change");
                     }
                     context.report(&report);
                     manage_neighbours(&service);

@@ -107,6 +107,7 @@ fn the_example_file_states_exactly_the_defaults() {
         ("state_dir", string(defaults::STATE_DIR)),
         ("xdp_mode", string(defaults::XDP_MODE)),
         ("control_socket", string(defaults::CONTROL_SOCKET)),
+        ("reload", string(defaults::RELOAD)),
         ("mtu", int(defaults::MTU.into())),
         ("hash_seed", int(defaults::HASH_SEED.into())),
         ("maglev_seed", int(defaults::MAGLEV_SEED)),
@@ -253,7 +254,7 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `metrics`, `health`, `announce`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `reload`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `metrics`, `health`, `announce`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
