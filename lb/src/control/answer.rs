@@ -47,7 +47,7 @@ impl Response {
 }
 
 /// `lb status`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Status {
     /// Interface the program is attached to.
     pub interface: String,
@@ -85,7 +85,7 @@ pub struct Status {
 }
 
 /// What the last conntrack walk found (`lb status`, `lb stats`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConntrackStatus {
     /// Entries of the IPv4 conntrack map.
     pub v4_entries: u64,
@@ -106,7 +106,7 @@ pub struct ConntrackStatus {
 }
 
 /// A runtime change in `lb status` and `lb overrides`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OverrideStatus {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
@@ -119,7 +119,7 @@ pub struct OverrideStatus {
 }
 
 /// The answer to `lb overrides`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OverridesReport {
     /// The runtime changes in force after the request.
     pub overrides: Vec<OverrideStatus>,
@@ -128,7 +128,7 @@ pub struct OverridesReport {
 }
 
 /// A VIP in `lb status`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VipStatus {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
@@ -155,7 +155,7 @@ pub struct VipStatus {
 }
 
 /// A backend in `lb status`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackendStatus {
     /// Address.
     pub address: String,
@@ -186,11 +186,12 @@ pub struct BackendStatus {
     pub runtime: Option<String>,
     /// Its connections by state, from the last conntrack walk (none before the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub connections: Option<ConnectionCounts>,
 }
 
 /// `lb flow`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FlowReport {
     /// The VIP.
     pub vip: String,
@@ -205,7 +206,7 @@ pub struct FlowReport {
 }
 
 /// A conntrack pin.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Pin {
     /// Backend address.
     pub backend: String,
@@ -216,7 +217,7 @@ pub struct Pin {
 }
 
 /// `lb stats`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Stats {
     /// Seconds the rates are computed over.
     pub interval_secs: f64,
@@ -242,7 +243,7 @@ impl Stats {
 }
 
 /// One named counter with its rate.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Counter {
     /// Name.
     pub name: String,
@@ -253,7 +254,7 @@ pub struct Counter {
 }
 
 /// Per-VIP counters in `lb stats`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VipCounters {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
@@ -265,7 +266,7 @@ pub struct VipCounters {
 }
 
 /// Per-backend counters in `lb stats`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackendCounters {
     /// Address.
     pub backend: String,
@@ -278,5 +279,6 @@ pub struct BackendCounters {
     pub new_flows: Option<Counter>,
     /// Its connections by state, from the last conntrack walk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub connections: Option<ConnectionCounts>,
 }
