@@ -21,10 +21,10 @@ use utoipa::{
 
 use super::routes::{BackendChange, VipRequest};
 use crate::control::{
-    AddressAnnouncement, AnnounceSummary, BackendCounters, BackendHealth, BackendStatus, Change,
-    ConntrackStatus, Counter, FlowReport, HealthSummary, NexthopStatus, OverrideStatus,
-    OverridesReport, Pin, PolicyStatus, Stats, Status, TableUpdate, TraceEvent, TraceStarted,
-    TunnelProbes, VipAnnouncement, VipChange, VipCounters, VipStatus,
+    AddressAnnouncement, AnnounceSummary, BackendAction, BackendCounters, BackendHealth,
+    BackendStatus, Change, ConntrackStatus, Counter, FlowReport, HealthSummary, NexthopStatus,
+    OverrideStatus, OverridesReport, Pin, PolicyStatus, Stats, Status, TableUpdate, TraceEvent,
+    TraceStarted, TunnelProbes, VipAction, VipAnnouncement, VipChange, VipCounters, VipStatus,
 };
 
 /// Every error's body.
@@ -144,7 +144,7 @@ impl Modify for Security {
     ),
     paths(status, stats, flow, overrides, clear_overrides, backend, vip, trace, openapi),
     components(schemas(
-        ApiError, BackendChange, VipRequest, Status, Stats, FlowReport, Pin, OverridesReport,
+        ApiError, BackendChange, BackendAction, VipRequest, VipAction, Status, Stats, FlowReport, Pin, OverridesReport,
         OverrideStatus, Change, TableUpdate, VipChange, TraceStarted, TraceEvent, VipStatus,
         BackendStatus, ConntrackStatus, HealthSummary, TunnelProbes, BackendHealth,
         NexthopStatus, PolicyStatus, AnnounceSummary, AddressAnnouncement, VipAnnouncement,

@@ -67,7 +67,6 @@ pub enum NoRoute {
 #[serde(deny_unknown_fields)]
 pub struct BackendChange {
     /// What to do.
-    #[schema(value_type = String, example = "drain")]
     pub action: BackendAction,
     /// The VIP, `ADDR:PORT/PROTO` (IPv6 in brackets).
     #[schema(example = "203.0.113.10:80/tcp")]
@@ -92,7 +91,6 @@ pub struct BackendChange {
 #[serde(deny_unknown_fields)]
 pub struct VipRequest {
     /// `withdraw` or `announce`.
-    #[schema(value_type = String, example = "withdraw")]
     pub action: VipAction,
     /// The VIP address (every VIP of it shares its route).
     #[schema(example = "203.0.113.10")]
