@@ -98,6 +98,11 @@ struct Bed {
 impl Bed {
     /// An API with an admin and a read-only token, limits of 1 s, changed by `tweak`.
     fn new(tweak: impl FnOnce(&mut Api, &Path, &Pki)) -> Self {
+        Self::with_file(FILE, tweak)
+    }
+
+    /// [`Self::new`] with the daemon's configuration `file`.
+    fn with_file(file: &str, tweak: impl FnOnce(&mut Api, &Path, &Pki)) -> Self {
         let dir = temp_dir("lb-api-test");
         let pki = Pki::new("lb test CA");
         pki.write_ca(&dir.join("ca.crt"));
@@ -120,7 +125,7 @@ impl Bed {
         };
         tweak(&mut api, &dir, &pki);
         let (controller, _) = Controller::adopt(FakeDataplane::new()).unwrap();
-        let service = Arc::new(Fake(Mutex::new(start_service(controller, FILE, None))));
+        let service = Arc::new(Fake(Mutex::new(start_service(controller, file, None))));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -440,4 +445,98 @@ fn connections_over_the_limit_are_answered_503() {
             .0,
         200
     );
+}
+
+/// The `percent`-th percentile (nearest rank) of `times` (seconds), sorted in place.
+fn percentile(times: &mut [f64], percent: usize) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[(percent * (times.len() - 1)).div_ceil(100)]
+}
+
+/// Request latency at 100 VIPs x 100 backends (in-memory data plane, debug build, one
+/// client over one kept-alive connection, `curl`'s time from request to last byte): printed for
+/// the note, and bounded so that a regression of an order of magnitude fails.
+#[test]
+fn latency_of_a_status_read_and_a_backend_change_at_100_vips_by_100_backends() {
+    let mut file = String::from("interface = \"eth0\"\n[encap]\nsource_v4 = \"192.0.2.1\"\n");
+    for v in 0..100 {
+        file.push_str(&format!(
+            "[[vip]]\naddress = \"203.0.113.{}\"\nport = {}\nprotocol = \"tcp\"\ntable_size = 1009\n",
+            v / 50 + 10,
+            8000 + v
+        ));
+        for b in 0..100 {
+            file.push_str(&format!("[[vip.backend]]\naddress = \"10.{v}.{b}.1\"\n"));
+        }
+    }
+    let bed = Bed::with_file(&file, |_, _, _| {});
+    let auth = Bed::bearer(ADMIN_SECRET);
+    // One curl, one connection; `--next` between transfers, each with its own options.
+    let ca = bed.dir.join("ca.crt").to_string_lossy().into_owned();
+    let run = |transfers: Vec<Vec<String>>| -> Vec<f64> {
+        let mut args = Vec::new();
+        for (i, transfer) in transfers.into_iter().enumerate() {
+            if i > 0 {
+                args.push("--next".to_owned());
+            }
+            let common = [
+                "-sS",
+                "--max-time",
+                "60",
+                "-o",
+                "/dev/null",
+                "--cacert",
+                &ca,
+            ];
+            args.extend(common.iter().map(|a| (*a).to_owned()));
+            args.extend(["-w".into(), "%{http_code} %{time_total}\\n".into()]);
+            args.extend(["-H".into(), auth.clone()]);
+            args.extend(transfer);
+        }
+        let out = Command::new("curl").args(args).output().expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .map(|l| match l.split_once(' ') {
+                Some(("200", t)) => t.parse().expect("a time"),
+                _ => panic!("not answered 200: {l}"),
+            })
+            .collect()
+    };
+    let n = 12;
+    let mut read = run((0..n / 4).map(|_| vec![bed.url("/v1/status")]).collect());
+    let changes = (0..n).map(|i| {
+        let body = format!(
+            r#"{{"action":"weight","vip":"203.0.113.10:8000/tcp","backend":"10.0.{}.1","weight":{}}}"#,
+            i % 100,
+            2 + i
+        );
+        vec![
+            "-H".into(),
+            format!("Idempotency-Key: lat{i}"),
+            "--data-binary".into(),
+            body,
+            bed.url("/v1/backend"),
+        ]
+    });
+    let mut change = run(changes.collect());
+    assert_eq!((read.len(), change.len()), (n / 4, n));
+    let (r50, r99) = (percentile(&mut read, 50), percentile(&mut read, 99));
+    let (c50, c99) = (percentile(&mut change, 50), percentile(&mut change, 99));
+    // The same read without the API: the service's status, encoded.
+    let direct = Instant::now();
+    let text = serde_json::to_string(&bed.service.0.lock().unwrap().status()).unwrap();
+    let direct = direct.elapsed();
+    println!(
+        "status built and encoded directly: {:.1} ms ({} bytes)",
+        direct.as_secs_f64() * 1e3,
+        text.len()
+    );
+    println!(
+        "100 VIPs x 100 backends: status read p50 {:.1} ms p99 {:.1} ms; backend change p50 {:.1} ms p99 {:.1} ms",
+        r50 * 1e3,
+        r99 * 1e3,
+        c50 * 1e3,
+        c99 * 1e3
+    );
+    assert!(r99 < 2.0 && c99 < 2.0, "{r99} {c99}");
 }
