@@ -69,6 +69,9 @@ pub struct FileConfig {
     /// Publishing the servable VIP addresses for BGP (`[announce]`).
     #[serde(default)]
     pub announce: super::announce::AnnounceFile,
+    /// The remote HTTPS API (`[api]`).
+    #[serde(default)]
+    pub api: super::api::ApiFile,
     /// The VIPs, `[[vip]]` tables.
     #[serde(default, rename = "vip")]
     pub vips: Vec<VipFile>,

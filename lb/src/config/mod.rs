@@ -1,7 +1,7 @@
 //! Configuration: the TOML file ([`file`]), parsed with serde and then validated
 //! ([`validate`]) into the [`Config`] the daemon uses; its health-check part is in
 //! [`health`] (the probes' own types are `lb_health`'s), the VIP announcements'
-//! in [`announce`].
+//! in [`announce`], the remote API's in [`api`].
 //!
 //! Every error names the key path, the value and the line of the key, e.g.
 //! `vip[1].backend[2].weight: expected an integer >= 0 and <= 4294967295, got "abc" (line 14)`.
@@ -9,6 +9,7 @@
 //! example file with every key is `lb.example.toml` at the repository root.
 
 pub mod announce;
+pub mod api;
 pub mod file;
 mod health;
 mod validate;
@@ -23,6 +24,7 @@ use std::{
 };
 
 pub use announce::Announce;
+pub use api::{Api, ApiToken, Role};
 pub use health::{HealthChecker, VipProbes};
 pub use vip::{Protocol, Vip};
 
@@ -247,6 +249,8 @@ pub struct Config {
     pub health: HealthChecker,
     /// Whether and where the servable VIP addresses are published for BGP.
     pub announce: Announce,
+    /// The remote HTTPS API (`[api]`).
+    pub api: Api,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
 }

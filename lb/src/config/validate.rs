@@ -19,9 +19,10 @@
 //! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
 //! backends in [`vips`], `[icmp]` and the per-flow outer headers of `[encap]` in
 //! [`datapath`], `[health]` and the VIPs' health tables in [`health`], `[announce]` in
-//! [`announce`].
+//! [`announce`], `[api]` in [`api`].
 
 mod announce;
+mod api;
 mod datapath;
 mod health;
 mod lines;
@@ -564,6 +565,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
     let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let announce = announce::announce(&file.announce, &mut r);
+    let api = api::api(&file.api, &mut r);
     let mut vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     fleet_rule(&mut vips, announce.enabled, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
@@ -598,6 +600,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
             metrics,
             health,
             announce,
+            api,
             vips,
         },
         warnings: r.warnings,

@@ -9,7 +9,9 @@ use crate::config::Vip;
 use lb_maglev::BackendKey;
 
 /// What `lb backend` does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendAction {
     /// Add a backend (active, with `--weight`, default 1).

@@ -3,7 +3,7 @@
 //! of its state file, attaches (replacing the program of a pinned link atomically), then
 //! serves the control socket (one task per connection, within the protocol's limits:
 //! [`crate::control::server`]; `lb trace` streams: `trace`), serves the metrics
-//! endpoint ([`metrics`], `http`), counts live connections with a periodic conntrack
+//! endpoint ([`metrics`], `http`) and the remote API (`remote`), counts live connections with a periodic conntrack
 //! walk ([`connections`]), reloads on SIGHUP and when the file's bytes change
 //! ([`watch`], debounced), samples counters every second (`stats`), checks and mends
 //! its pins and its XDP link every second (`pins`), and tells systemd when it is ready
@@ -38,6 +38,7 @@ mod neighbours;
 pub mod nexthop;
 mod notify;
 mod pins;
+mod remote;
 pub mod service;
 pub mod state_file;
 mod stats;
@@ -312,45 +313,56 @@ async fn serve_one(
     context: Context,
 ) -> Result<(), ServeError> {
     server::serve_streaming(stream, Limits::default(), |request, change_id| {
-        if let Request::Trace { vip, client } = request {
-            return context.tracer.start(&service, *vip, *client);
-        }
-        if let Request::Reload = request {
-            return Reply::Once(reload_request(&service));
-        }
-        if let Request::Conns {
+        answer(request, change_id, &service, &context)
+    })
+    .await
+}
+
+/// Answers one control request, from the socket or the remote API ([`remote`]);
+/// `change_id`: the id a client sent with a change, recorded for `lb status`.
+fn answer(
+    request: &Request,
+    change_id: Option<&str>,
+    service: &Shared,
+    context: &Context,
+) -> Reply {
+    if let Request::Trace { vip, client } = request {
+        return context.tracer.start(service, *vip, *client);
+    }
+    if let Request::Reload = request {
+        return Reply::Once(reload_request(service));
+    }
+    if let Request::Conns {
+        vip,
+        backend,
+        client,
+        state,
+        limit,
+    } = *request
+    {
+        let query = conns::Query {
             vip,
             backend,
             client,
             state,
             limit,
-        } = *request
-        {
-            let query = conns::Query {
-                vip,
-                backend,
-                client,
-                state,
-                limit,
-            };
-            return conns::start(&service, query);
-        }
-        let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-        let response = service.handle(request, &mut |report| context.report(report));
-        if let Some(id) = change_id {
-            info!(
-                "change {id}: {}",
-                if response.ok { "applied" } else { "refused" }
-            );
-            service.record_change(id, request, &response);
-        }
-        if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
-            manage_neighbours(&service);
-        }
-        service.sync_announcements();
-        Reply::Once(response)
-    })
-    .await
+        };
+        return conns::start(service, query);
+    }
+    let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    let response = service.handle(request, &mut |report| context.report(report));
+    if let Some(id) = change_id {
+        info!(
+            "change {id}: {}",
+            if response.ok { "applied" } else { "refused" }
+        );
+        service.record_change(id, request, &response);
+    }
+    if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
+        manage_neighbours(&service);
+    }
+    service.sync_announcements();
+    Reply::Once(response)
 }
 
 /// `lb reload`: what a reload of the daemon's file will change, then SIGHUP to this
@@ -599,8 +611,10 @@ fn bring_up(
         .listen
         .map(|addr| http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}")))
         .transpose()?;
+    let api_server = crate::api::Server::bind(&config.api)?;
     let (mut service, context) = apply(controller, file, state_file)?;
-    let tasks = take_tasks(&mut service, &config, metrics_listener);
+    let mut tasks = take_tasks(&mut service, &config, metrics_listener);
+    tasks.api = api_server;
     // Again, after the service, which now holds the data plane and its lock.
     let created = created;
     let mode = attach(
@@ -727,6 +741,7 @@ fn take_tasks(
             syn_window: WalkSettings::SYN_WINDOW,
         },
         metrics_listener,
+        api: None,
     }
 }
 
@@ -812,6 +827,8 @@ struct Tasks {
     activity: Option<ActivityClock>,
     walk: WalkSettings,
     metrics_listener: Option<std::net::TcpListener>,
+    /// The remote API, bound (`[api]`).
+    api: Option<crate::api::Server>,
 }
 
 /// The event loop's inputs besides the socket, the service and the file.
@@ -876,6 +893,9 @@ fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Contex
             Arc::clone(&context.recorder),
             config.metrics.removed_retention,
         ));
+    }
+    if let Some(api) = tasks.api {
+        remote::spawn(api, service, context);
     }
 }
 
