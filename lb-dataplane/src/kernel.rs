@@ -8,6 +8,8 @@
 //! - `programs`: keeping the running programs on a restart of the same build;
 //! - `probe`: the TC egress program that encapsulates tunnel-mode health probes;
 //! - `conntrack`: inspecting and clearing flows (the conntrack pin of `lb flow`, tests);
+//! - `walk`, `listing`: batched walks of the conntrack maps (connection counts,
+//!   `lb conn list`);
 //! - `sources`: the VIPs' allowed source prefixes and the order they are written in;
 //! - `harness` (feature `test-harness`): `BPF_PROG_TEST_RUN` runs, the benchmark
 //!   harness, raw tables and a second table writer, for the privileged tests and
@@ -24,6 +26,7 @@ mod conntrack;
 mod counters;
 #[cfg(feature = "test-harness")]
 mod harness;
+mod listing;
 mod load;
 mod mend;
 #[cfg(feature = "test-harness")]
@@ -57,6 +60,7 @@ use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey, VipKey},
 };
+pub use listing::{ConnListing, ConnRow, ConnState, widen};
 use load::load_err;
 pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp, missing_capabilities};
 pub use mend::PinCheck;

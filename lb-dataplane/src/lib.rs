@@ -42,9 +42,10 @@ use lb_common::{
 pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 pub use kernel::{
-    ActivityClock, Census, Cleaner, Cleaning, ConnectionCounts, ConntrackWalker, KernelDataplane,
-    LoadOptions, Opened, PinCheck, Pinning, SlotCounts, TraceReader, TraceRecord, WalkSettings,
-    conntrack_now_ns, is_root, may_load_xdp, missing_capabilities,
+    ActivityClock, Census, Cleaner, Cleaning, ConnListing, ConnRow, ConnState, ConnectionCounts,
+    ConntrackWalker, KernelDataplane, LoadOptions, Opened, PinCheck, Pinning, SlotCounts,
+    TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root, may_load_xdp,
+    missing_capabilities,
 };
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};

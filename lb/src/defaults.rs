@@ -26,6 +26,8 @@ pub const STATE_DIR: &str = "/var/lib/lb";
 /// `detach_on_exit`: SIGTERM/SIGINT leave the pinned datapath forwarding (restarts and
 /// upgrades are the common case); `true` detaches it and removes its pins.
 pub const DETACH_ON_EXIT: bool = false;
+/// `reload`: reload the file on every write.
+pub const RELOAD: &str = "auto";
 
 /// `xdp_mode`: native, falling back to generic (skb) mode with a warning.
 pub const XDP_MODE: &str = "auto";
@@ -156,3 +158,24 @@ pub const ANNOUNCE_TABLE: u32 = 100;
 /// `announce.protocol`: the route protocol number of the daemon's routes, 76 (ASCII
 /// `L`), which neither the kernel nor iproute2's `rt_protos` list assigns.
 pub const ANNOUNCE_PROTOCOL: u8 = 76;
+
+/// `api.enabled`: the remote API is off unless turned on (it needs a certificate).
+pub const API_ENABLED: bool = false;
+
+/// `api.listen`: loopback only; an operator opens it on purpose.
+pub const API_LISTEN: &str = "127.0.0.1:9443";
+
+/// `api.max_connections`: connections served at once (each holds a TLS session).
+pub const API_MAX_CONNECTIONS: u32 = 256;
+
+/// `api.max_body_bytes`: requests are below 1 KiB; 64 KiB leaves room.
+pub const API_MAX_BODY_BYTES: u32 = 64 << 10;
+
+/// `api.header_timeout_ms`: the TLS handshake, then each request's headers.
+pub const API_HEADER_TIMEOUT_MS: u32 = 5_000;
+
+/// `api.body_timeout_ms`: each request's body.
+pub const API_BODY_TIMEOUT_MS: u32 = 5_000;
+
+/// `api.idempotency_entries`: change request ids remembered with their answers.
+pub const API_IDEMPOTENCY_ENTRIES: u32 = 1024;

@@ -5,6 +5,7 @@
 //! - [`cli`]: the operator verbs (`lb table`, `lb hash`, and
 //!   `lb status|stats|backend|flow` through the control socket);
 //! - [`daemon`]: `lb run` — reloads, the control socket's server, signals, counters;
+//! - [`api`]: the remote HTTPS API the daemon serves (`[api]`), answering through it;
 //! - [`controller`]: desired state, id allocation, ordered plans with undo;
 //! - [`control`]: the control protocol, used by the CLI, the daemon and the controller;
 //! - [`config`]: the TOML file and its validation;
@@ -21,6 +22,7 @@
 //! Feature `test-harness` (enabled only by the `lb-tests` crate) passes through to
 //! `lb_dataplane`: the test and benchmark access to the kernel data plane.
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod control;

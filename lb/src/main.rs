@@ -5,6 +5,8 @@
 //! - 1: `lb run` failed, the daemon could not be reached or refused the request, or
 //!   `lb hash` could not write its plot;
 //! - 2: an invalid argument (clap's own usage errors, `lb table`'s and `lb hash`'s).
+//!
+//! `lb config diff` exits as diff(1): 0 no change, 1 changes, 2 an error.
 
 use std::{
     io::{self, Write as _},
@@ -13,7 +15,7 @@ use std::{
 
 use clap::{CommandFactory as _, Parser};
 use lb::cli::{
-    self, Output, backend, config, detach, docs, flow, hash, overrides, stats, status, table,
+    self, Output, backend, config, conn, detach, docs, flow, hash, overrides, stats, status, table,
     trace, vip,
 };
 
@@ -77,6 +79,8 @@ enum Command {
     Backend(backend::BackendArgs),
     /// Show where a client's flow to a VIP goes.
     Flow(flow::FlowArgs),
+    /// List the connections in conntrack (and the SYN cache's held SYNs).
+    Conn(conn::ConnArgs),
     /// Withdraw a VIP address's BGP announcement from this instance, or announce it again.
     Vip(vip::VipArgs),
     /// Stream the XDP program's decision for each matching VIP packet.
@@ -86,8 +90,12 @@ enum Command {
     /// Compare consistent-hashing schemes on the same keys offline (no root needed).
     Hash(Box<hash::HashArgs>),
     /// Check a configuration file without root or a daemon (exit status 1 on any
-    /// problem, each named with its key path and line).
+    /// problem, each named with its key path and line), or show what a reload of one
+    /// would change in the running daemon (`lb config diff`).
     Config(config::ConfigArgs),
+    /// Reload the daemon's configuration file now, as SIGHUP does (also with
+    /// `reload = "signal"`), and print what the reload changes.
+    Reload(cli::ReadArgs),
     /// Print facts about the embedded XDP object (size in bytes).
     Object {
         /// Print `{"bytes": N}`.
@@ -157,6 +165,7 @@ fn run(command: Command) -> Result<Output, Failure> {
         Command::Stats(args) => stats::stats(&args).map_err(daemon),
         Command::Backend(args) => backend::backend(&args).map_err(daemon),
         Command::Flow(args) => flow::flow(&args).map_err(daemon),
+        Command::Conn(args) => conn::run(&args).map_err(daemon),
         Command::Vip(args) => vip::run(&args).map_err(daemon),
         Command::Trace(args) => trace::run(&args).map_err(daemon),
         Command::Table(args) => {
@@ -169,15 +178,29 @@ fn run(command: Command) -> Result<Output, Failure> {
             };
             Failure::new(format!("lb hash: error: {e}"), status)
         }),
-        Command::Config(args) => {
-            let checked = config::run(&args);
-            if checked.valid {
-                Ok(checked.output)
-            } else {
-                print(&checked.output)?;
-                Err(Failure::new("lb config check: the file has problems", 1))
+        Command::Config(args) => match args.action {
+            config::ConfigAction::Check { file, json } => {
+                let checked = config::run(&file, json);
+                if checked.valid {
+                    Ok(checked.output)
+                } else {
+                    print(&checked.output)?;
+                    Err(Failure::new("lb config check: the file has problems", 1))
+                }
             }
-        }
+            config::ConfigAction::Diff { file, socket, json } => {
+                match config::diff(file.as_deref(), &socket, json) {
+                    Ok((output, false)) => Ok(output),
+                    // As diff(1): 1 when there are changes, without a message.
+                    Ok((output, true)) => {
+                        print(&output)?;
+                        Err(Failure::new("", 1))
+                    }
+                    Err(e) => Err(Failure::new(format!("lb config diff: {e}"), 2)),
+                }
+            }
+        },
+        Command::Reload(args) => config::reload(&args.socket, args.json).map_err(daemon),
         Command::Object { json } => Ok(cli::object(json)),
         Command::Completions(args) => Ok(Output::text(docs::completions(&args, Cli::command()))),
         Command::Manpage(args) => docs::manpage(&args, Cli::command())
@@ -223,6 +246,9 @@ fn init_logging(format: LogFormat) {
 /// as an ERROR log line like the daemon's others (a JSON object even when `RUST_LOG`
 /// turns logging off).
 fn report_failure(format: LogFormat, failure: &Failure) {
+    if failure.message.is_empty() {
+        return;
+    }
     match format {
         LogFormat::Text => eprintln!("{}", failure.message),
         LogFormat::Json if tracing::enabled!(target: "lb", tracing::Level::ERROR) => {

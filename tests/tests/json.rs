@@ -225,6 +225,55 @@ fn flow_json_matches_the_schema() {
 }
 
 #[test]
+fn config_diff_json_matches_the_schema_with_and_without_changes() {
+    with_daemon(|_, lb| {
+        let run = |args: &[&str]| {
+            Command::new(lb_binary())
+                .args(args)
+                .arg("--socket")
+                .arg(lb.socket_path())
+                .output()
+                .expect("lb")
+        };
+        let same = run(&["config", "diff", "--json"]);
+        assert_eq!(same.status.code(), Some(0), "{same:?}");
+        matches("lb config diff", &String::from_utf8_lossy(&same.stdout));
+        let dir = TempDir::new("lb-json-diff-").expect("temp dir");
+        let file = dir.path().join("lb.toml");
+        let text = std::fs::read_to_string(lb.config_path()).expect("the daemon's file");
+        let changed_text = text.replacen("weight = 1", "weight = 3", 1) + ANNOUNCE;
+        std::fs::write(&file, changed_text).expect("write");
+        let changed = run(&["config", "diff", "--json", file.to_str().expect("UTF-8")]);
+        assert_eq!(changed.status.code(), Some(1), "{changed:?}");
+        let out = String::from_utf8_lossy(&changed.stdout);
+        matches("lb config diff", &out);
+        let reloaded = lb.cli(&["reload", "--json"]).expect("lb reload");
+        matches("lb config diff", &reloaded);
+        assert!(
+            out.contains("announce.enabled") && out.contains("\"weight_to\": 3"),
+            "{out}"
+        );
+    });
+}
+
+#[test]
+fn conn_list_json_matches_the_schema() {
+    with_daemon(|bed, lb| {
+        let text = lb.cli(&["conn", "list", "--json"]).expect("conn list");
+        matches("lb conn list", &text);
+        let client = SocketAddr::new(bed.client_addr(0, false), 40001);
+        let _open = bed
+            .tcp_connect(client, vip_tcp(false))
+            .expect("a connection");
+        let text = lb
+            .cli(&["conn", "list", "--json"])
+            .expect("conn list of a connection");
+        matches("lb conn list", &text);
+        assert!(text.contains("192.0.2.10:40001"), "{text}");
+    });
+}
+
+#[test]
 fn backend_json_of_every_action_matches_the_schema() {
     with_daemon(|_, lb| {
         let vip = vip_text(false, true);

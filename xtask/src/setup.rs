@@ -7,7 +7,8 @@
 //! metrics tests, and the tools the package check runs), BIRD 2 for the multi-instance
 //! tests (installed without starting its service: [`bird`]), the nightly toolchain's
 //! `rust-src` component (for `-Z build-std=core`), `bpf-linker` built against LLVM 22,
-//! `cargo-deb` for `cargo xtask package` and `mdbook` for `cargo xtask book`. Each step
+//! `cargo-deb` for `cargo xtask package`, `mdbook` for `cargo xtask book` and
+//! `openapi-spec-validator` (PyPI) for the OpenAPI document's test. Each step
 //! says whether it installs or skips.
 
 use std::process::Command;
@@ -37,6 +38,9 @@ const APT_PACKAGES: &[&str] = &[
     // The metrics tests: a real Prometheus server (started by the test, in the test's
     // network namespace, on its own port) and `promtool check metrics`.
     "prometheus",
+    // The remote API's tests: a real HTTPS client; pip for openapi-spec-validator.
+    "curl",
+    "python3-pip",
 ];
 
 /// bpf-linker version known to build against LLVM 22 here.
@@ -49,6 +53,10 @@ pub(crate) const CARGO_DEB_VERSION: &str = "3.8.0";
 /// mdbook version `cargo xtask book` builds the book with; 0.4.52 builds with rustc 1.95
 /// (without its default features: serve, watch and search).
 pub(crate) const MDBOOK_VERSION: &str = "0.4.52";
+
+/// openapi-spec-validator version (PyPI) that checks the committed OpenAPI document
+/// (docs/src/reference/openapi.json) in the `openapi` test.
+pub(crate) const OPENAPI_SPEC_VALIDATOR_VERSION: &str = "0.9.0";
 
 /// Where Debian installs LLVM 22; bpf-linker's build script needs it (`LLVM_PREFIX`).
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -95,6 +103,11 @@ const STEPS: &[Step] = &[
         name: "mdbook",
         missing: missing_mdbook,
         install: install_mdbook,
+    },
+    Step {
+        name: "openapi-spec-validator (PyPI)",
+        missing: missing_openapi_validator,
+        install: install_openapi_validator,
     },
 ];
 
@@ -316,6 +329,44 @@ fn install_mdbook(_: &[String]) -> anyhow::Result<()> {
         MDBOOK_VERSION,
         "--no-default-features",
     ]))
+}
+
+fn missing_openapi_validator() -> Vec<String> {
+    let version = cmd::output(Command::new("python3").args([
+        "-c",
+        "import importlib.metadata as m; print(m.version('openapi-spec-validator'))",
+    ]));
+    if version.is_some_and(|v| v.trim() == OPENAPI_SPEC_VALIDATOR_VERSION) {
+        Vec::new()
+    } else {
+        vec![format!(
+            "openapi-spec-validator {OPENAPI_SPEC_VALIDATOR_VERSION}"
+        )]
+    }
+}
+
+/// `pip install` into the `python3` on PATH; a Debian python that refuses it
+/// (PEP 668, externally managed) gets `--break-system-packages`: the validator is a
+/// test tool of this machine.
+fn install_openapi_validator(_: &[String]) -> anyhow::Result<()> {
+    let package = format!("openapi-spec-validator=={OPENAPI_SPEC_VALIDATOR_VERSION}");
+    let pip = |extra: &[&str]| {
+        let mut c = Command::new("python3");
+        c.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(extra)
+        .arg(&package);
+        c
+    };
+    if cmd::succeeds(&mut pip(&[])) {
+        return Ok(());
+    }
+    cmd::run(&mut pip(&["--break-system-packages"]))
 }
 
 /// The path of `program` in `PATH`, if any.

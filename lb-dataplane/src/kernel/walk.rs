@@ -174,6 +174,21 @@ impl ConntrackWalker {
         Self { v4, v6, syn }
     }
 
+    /// `CONNTRACK_V4`'s descriptor.
+    pub(super) fn v4(&self) -> &OwnedFd {
+        &self.v4
+    }
+
+    /// `CONNTRACK_V6`'s descriptor.
+    pub(super) fn v6(&self) -> &OwnedFd {
+        &self.v6
+    }
+
+    /// `SYN_CACHE`'s descriptor.
+    pub(super) fn syn(&self) -> &OwnedFd {
+        &self.syn
+    }
+
     /// Counts every entry (see the module documentation).
     ///
     /// # Errors

@@ -2,11 +2,19 @@
 //! daemon, as `lb run` and a reload would, and reports every problem at once, each with
 //! its key path and line. The exit status is 0 for a valid file and 1 otherwise, so a CI
 //! pipeline can gate a change on it.
+//!
+//! `lb config diff [FILE]`: what a reload of FILE (default: the running daemon's file)
+//! would change in the running daemon, asked of it through the control socket, in the
+//! words its reloads log. The exit status is that of diff(1): 0 no change, 1 changes,
+//! 2 an error (an invalid file, no daemon).
 
 use std::{fmt::Write as _, path::PathBuf};
 
-use super::{Output, json};
-use crate::config::{Config, ConfigErrors};
+use super::{Output, SocketArg, json};
+use crate::{
+    config::{Config, ConfigErrors},
+    control::{ConfigDiff, Request},
+};
 
 /// `lb config`.
 #[derive(Clone, Debug, clap::Args)]
@@ -28,6 +36,18 @@ pub enum ConfigAction {
         #[arg(long)]
         json: bool,
     },
+    /// Show what a reload of a file (default: the daemon's own) would change in the
+    /// running daemon, VIP by VIP; exit status 0 no change, 1 changes, 2 error.
+    Diff {
+        /// The configuration file (TOML); default: the file the daemon runs with.
+        file: Option<PathBuf>,
+        /// Control socket.
+        #[command(flatten)]
+        socket: SocketArg,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// What `lb config check` found: the file's problems, or its facts and warnings.
@@ -39,13 +59,64 @@ pub struct Checked {
     pub valid: bool,
 }
 
-/// Runs `lb config`.
-pub fn run(args: &ConfigArgs) -> Checked {
-    let ConfigAction::Check {
-        file,
-        json: as_json,
-    } = &args.action;
-    check(file, &Config::load(file), *as_json)
+/// Runs `lb config check FILE`.
+pub fn run(file: &std::path::Path, as_json: bool) -> Checked {
+    check(file, &Config::load(file), as_json)
+}
+
+/// Runs `lb config diff [FILE]`: the output, and whether anything changes.
+///
+/// # Errors
+/// The file's problems (every one, as `lb config check` prints them), an unreadable
+/// file, or the daemon unreachable or refusing.
+pub fn diff(
+    file: Option<&std::path::Path>,
+    socket: &SocketArg,
+    as_json: bool,
+) -> Result<(Output, bool), String> {
+    let file = match file {
+        Some(f) => {
+            if let Err(errors) = Config::load(f) {
+                return Err(problems(&f.display().to_string(), &errors, false).text);
+            }
+            // The daemon reads the file: from its own working directory.
+            Some(std::fs::canonicalize(f).map_err(|e| format!("{}: {e}", f.display()))?)
+        }
+        None => None,
+    };
+    let d: ConfigDiff = socket
+        .client()
+        .call(&Request::ConfigDiff { file })
+        .map_err(|e| e.to_string())?;
+    let out = if as_json {
+        json(&d)
+    } else {
+        Output::text(diff_text(&d))
+    };
+    Ok((out, d.changed))
+}
+
+/// Runs `lb reload`: the daemon reloads its file as on SIGHUP; prints what the reload
+/// changes (the lines the daemon logs).
+///
+/// # Errors
+/// The daemon is unreachable, or its file is invalid (nothing is reloaded).
+pub fn reload(socket: &SocketArg, as_json: bool) -> Result<Output, crate::control::ClientError> {
+    let d: ConfigDiff = socket.client().call(&Request::Reload)?;
+    Ok(if as_json {
+        json(&d)
+    } else {
+        Output::text(diff_text(&d))
+    })
+}
+
+/// The text of `lb config diff`: the change's lines, or a line saying there is none.
+pub fn diff_text(d: &ConfigDiff) -> String {
+    let lines = d.lines();
+    if lines.is_empty() {
+        return format!("{}: no change\n", d.file);
+    }
+    lines.into_iter().map(|l| l + "\n").collect()
 }
 
 /// The report of one check of `file`, whose loading gave `loaded`.

@@ -12,12 +12,14 @@
 //! - [`config`]: `lb config check`, a configuration file validated without a daemon;
 //! - [`vip`]: `lb vip withdraw|announce`, a VIP address's BGP announcement, through the
 //!   same socket;
-//! - [`trace`]: `lb trace`, the daemon's stream of traced packets.
+//! - [`trace`]: `lb trace`, the daemon's stream of traced packets;
+//! - [`conn`]: `lb conn list`, the connections in conntrack, through the socket.
 //!
 //! Every verb takes `--json`; docs/src/guide/json.md is the schema of what each prints.
 
 pub mod backend;
 pub mod config;
+pub mod conn;
 pub mod detach;
 pub mod docs;
 pub mod flow;

@@ -32,6 +32,10 @@ pub struct FileConfig {
     /// Detach the datapath and remove its pins when the daemon exits.
     #[serde(default)]
     pub detach_on_exit: Option<bool>,
+    /// When the file is reloaded: `auto` (on every write, and SIGHUP) or `signal`
+    /// (only SIGHUP).
+    #[serde(default)]
+    pub reload: Option<String>,
     /// Largest outer IP packet on the LB → backend path (bytes).
     #[serde(default)]
     pub mtu: Option<UInt<u16>>,
@@ -65,6 +69,9 @@ pub struct FileConfig {
     /// Publishing the servable VIP addresses for BGP (`[announce]`).
     #[serde(default)]
     pub announce: super::announce::AnnounceFile,
+    /// The remote HTTPS API (`[api]`).
+    #[serde(default)]
+    pub api: super::api::ApiFile,
     /// The VIPs, `[[vip]]` tables.
     #[serde(default, rename = "vip")]
     pub vips: Vec<VipFile>,

@@ -1,7 +1,7 @@
 //! Configuration: the TOML file ([`file`]), parsed with serde and then validated
 //! ([`validate`]) into the [`Config`] the daemon uses; its health-check part is in
 //! [`health`] (the probes' own types are `lb_health`'s), the VIP announcements'
-//! in [`announce`].
+//! in [`announce`], the remote API's in [`api`].
 //!
 //! Every error names the key path, the value and the line of the key, e.g.
 //! `vip[1].backend[2].weight: expected an integer >= 0 and <= 4294967295, got "abc" (line 14)`.
@@ -9,6 +9,7 @@
 //! example file with every key is `lb.example.toml` at the repository root.
 
 pub mod announce;
+pub mod api;
 pub mod file;
 mod health;
 mod validate;
@@ -23,6 +24,7 @@ use std::{
 };
 
 pub use announce::Announce;
+pub use api::{Api, ApiToken, Role};
 pub use health::{HealthChecker, VipProbes};
 pub use vip::{Protocol, Vip};
 
@@ -172,6 +174,25 @@ impl fmt::Display for Encapsulation {
     }
 }
 
+/// When the daemon reloads its file (`reload`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadMode {
+    /// On every write of the file (watched), and on SIGHUP.
+    Auto,
+    /// Only on SIGHUP: a write is logged and left for the operator's signal.
+    Signal,
+}
+
+impl ReloadMode {
+    /// The key's value: `auto` or `signal`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Signal => "signal",
+        }
+    }
+}
+
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -187,6 +208,8 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Detach the datapath and remove its pins at exit.
     pub detach_on_exit: bool,
+    /// When the file is reloaded.
+    pub reload: ReloadMode,
     /// MTU of the LB → backend path (bytes).
     pub mtu: u16,
     /// Flow-hash seed.
@@ -226,6 +249,8 @@ pub struct Config {
     pub health: HealthChecker,
     /// Whether and where the servable VIP addresses are published for BGP.
     pub announce: Announce,
+    /// The remote HTTPS API (`[api]`).
+    pub api: Api,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
 }

@@ -19,9 +19,10 @@
 //! `[conntrack]` here, `[metrics]` in [`metrics`], the `[[vip]]` tables and their
 //! backends in [`vips`], `[icmp]` and the per-flow outer headers of `[encap]` in
 //! [`datapath`], `[health]` and the VIPs' health tables in [`health`], `[announce]` in
-//! [`announce`].
+//! [`announce`], `[api]` in [`api`].
 
 mod announce;
+mod api;
 mod datapath;
 mod health;
 mod lines;
@@ -35,7 +36,8 @@ use std::{
 };
 
 use super::{
-    CleaningConfig, Config, ConfigError, ConfigErrors, Loaded, Nexthop, VipConfig, XdpMode,
+    CleaningConfig, Config, ConfigError, ConfigErrors, Loaded, Nexthop, ReloadMode, VipConfig,
+    XdpMode,
     file::{ConntrackFile, EncapFile, FileConfig, NexthopFile, UInt},
 };
 use crate::defaults;
@@ -242,6 +244,7 @@ struct TopLevel {
     pin_dir: PathBuf,
     state_dir: PathBuf,
     detach_on_exit: bool,
+    reload: ReloadMode,
     mtu: u16,
     hash_seed: u32,
     maglev_seed: u64,
@@ -291,6 +294,17 @@ fn top_level(file: &FileConfig, r: &mut Report) -> TopLevel {
         file.state_dir.as_deref(),
         defaults::STATE_DIR,
     );
+    let reload = match file.reload.as_deref().unwrap_or(defaults::RELOAD) {
+        "auto" => ReloadMode::Auto,
+        "signal" => ReloadMode::Signal,
+        other => {
+            r.error(
+                "reload",
+                format!("expected \"auto\" or \"signal\", got {other:?}"),
+            );
+            ReloadMode::Auto
+        }
+    };
     let mtu = in_range(r, "mtu", uint(file.mtu, defaults::MTU), MTU_RANGE);
     let max_table_mib = uint(file.max_table_memory_mib, defaults::MAX_TABLE_MEMORY_MIB);
     if max_table_mib == 0 {
@@ -303,6 +317,7 @@ fn top_level(file: &FileConfig, r: &mut Report) -> TopLevel {
         pin_dir,
         state_dir,
         detach_on_exit: file.detach_on_exit.unwrap_or(defaults::DETACH_ON_EXIT),
+        reload,
         mtu,
         hash_seed: uint(file.hash_seed, defaults::HASH_SEED),
         maglev_seed: uint(file.maglev_seed, defaults::MAGLEV_SEED),
@@ -550,6 +565,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
     let metrics = metrics::metrics(&file.metrics, &mut r);
     let health = health::checker(&file.health, &mut r);
     let announce = announce::announce(&file.announce, &mut r);
+    let api = api::api(&file.api, &mut r);
     let mut vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
     fleet_rule(&mut vips, announce.enabled, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
@@ -564,6 +580,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
             pin_dir: top.pin_dir,
             state_dir: top.state_dir,
             detach_on_exit: top.detach_on_exit,
+            reload: top.reload,
             mtu: top.mtu,
             hash_seed: top.hash_seed,
             maglev_seed: top.maglev_seed,
@@ -583,6 +600,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
             metrics,
             health,
             announce,
+            api,
             vips,
         },
         warnings: r.warnings,

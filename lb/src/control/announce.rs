@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 /// What `lb vip` does with a VIP address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum VipAction {
     /// Stop announcing the address from this instance (maintenance): its route leaves
@@ -18,7 +20,7 @@ pub enum VipAction {
 }
 
 /// What `lb vip ACTION` did (its `--json` output; its text is `lines`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VipChange {
     /// The action asked.
     pub action: VipAction,
@@ -39,7 +41,7 @@ pub struct VipChange {
 }
 
 /// A VIP's announcement in `lb status`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VipAnnouncement {
     /// Whether its address's route is in the announcement table now.
     pub announced: bool,
@@ -52,7 +54,7 @@ pub struct VipAnnouncement {
 }
 
 /// One VIP address's route in `lb status`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AddressAnnouncement {
     /// The address (`203.0.113.10`).
     pub address: String,
@@ -71,7 +73,7 @@ pub struct AddressAnnouncement {
 }
 
 /// Announcements over all VIPs.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AnnounceSummary {
     /// `announce.enabled`.
     pub enabled: bool,

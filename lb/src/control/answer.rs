@@ -47,7 +47,7 @@ impl Response {
 }
 
 /// `lb status`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Status {
     /// Interface the program is attached to.
     pub interface: String,
@@ -99,7 +99,7 @@ pub struct Status {
 pub const RECENT_CHANGES: usize = 64;
 
 /// What became of a change sent with an id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChangeOutcome {
     /// The id the client sent.
     pub id: String,
@@ -115,7 +115,7 @@ pub struct ChangeOutcome {
 /// The pinned datapath's health (`lb status`): the daemon checks its pins and the XDP
 /// link every few seconds and mends what it can (pins again from its descriptors, a
 /// detached program attached again).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DatapathHealth {
     /// Whether something is wrong now that could not be mended (`problems`).
     pub degraded: bool,
@@ -134,7 +134,7 @@ pub struct DatapathHealth {
 
 /// What the fast path's cleaning walks did (`lb status`): dirty table slots turned
 /// clean, by rules C1-C5 of the book's chapter "The fast path".
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CleaningStatus {
     /// Slots turned clean since start.
     pub cleaned_total: u64,
@@ -155,7 +155,7 @@ pub struct CleaningStatus {
 }
 
 /// A VIP's table slots by fast-path state, at the last cleaning walk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SlotStatus {
     /// Dirty slots: their owner changed since they were last clean.
     pub dirty: u64,
@@ -166,7 +166,7 @@ pub struct SlotStatus {
 }
 
 /// What the last conntrack walk found (`lb status`, `lb stats`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConntrackStatus {
     /// Entries of the IPv4 conntrack map.
     pub v4_entries: u64,
@@ -187,7 +187,7 @@ pub struct ConntrackStatus {
 }
 
 /// A runtime change in `lb status` and `lb overrides`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OverrideStatus {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
@@ -200,7 +200,7 @@ pub struct OverrideStatus {
 }
 
 /// The answer to `lb overrides`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OverridesReport {
     /// The runtime changes in force after the request.
     pub overrides: Vec<OverrideStatus>,
@@ -209,7 +209,7 @@ pub struct OverridesReport {
 }
 
 /// A VIP in `lb status`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VipStatus {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
@@ -239,7 +239,7 @@ pub struct VipStatus {
 }
 
 /// A backend in `lb status`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackendStatus {
     /// Address.
     pub address: String,
@@ -270,11 +270,12 @@ pub struct BackendStatus {
     pub runtime: Option<String>,
     /// Its connections by state, from the last conntrack walk (none before the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub connections: Option<ConnectionCounts>,
 }
 
 /// `lb flow`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FlowReport {
     /// The VIP.
     pub vip: String,
@@ -289,7 +290,7 @@ pub struct FlowReport {
 }
 
 /// A conntrack pin.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Pin {
     /// Backend address.
     pub backend: String,
@@ -300,7 +301,7 @@ pub struct Pin {
 }
 
 /// `lb stats`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Stats {
     /// Seconds the rates are computed over.
     pub interval_secs: f64,
@@ -326,7 +327,7 @@ impl Stats {
 }
 
 /// One named counter with its rate.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Counter {
     /// Name.
     pub name: String,
@@ -337,7 +338,7 @@ pub struct Counter {
 }
 
 /// Per-VIP counters in `lb stats`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VipCounters {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
@@ -349,7 +350,7 @@ pub struct VipCounters {
 }
 
 /// Per-backend counters in `lb stats`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackendCounters {
     /// Address.
     pub backend: String,
@@ -362,5 +363,6 @@ pub struct BackendCounters {
     pub new_flows: Option<Counter>,
     /// Its connections by state, from the last conntrack walk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub connections: Option<ConnectionCounts>,
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{BackendAction, BackendStatus};
 
 /// What a change did.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Change {
     /// The request's action.
     pub action: BackendAction,
@@ -33,7 +33,7 @@ pub struct Change {
 }
 
 /// A VIP's new table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TableUpdate {
     /// The VIP.
     pub vip: String,

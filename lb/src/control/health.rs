@@ -11,7 +11,7 @@ use lb_health::{
 };
 
 /// A probed backend's health.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackendHealth {
     /// `healthy`, `healthy (assumed)` (no probe has passed yet since start or since it
     /// was added), `unhealthy` or `unhealthy (held)` (flap damping).
@@ -82,7 +82,7 @@ impl<V> From<&BackendReport<V>> for BackendHealth {
 
 /// A backend's next hop in FIB next-hop mode, as the kernel's routing and neighbour
 /// tables have it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NexthopStatus {
     /// `resolved`, `resolving`, `no route` or `no neighbour`.
     pub state: String,
@@ -100,7 +100,7 @@ impl NexthopStatus {
 }
 
 /// A VIP's multi-failure policy and the mode it is in.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PolicyStatus {
     /// `normal`, `panic`, `all_down_open`, `all_down_closed` or `no_backends`.
     pub mode: String,
@@ -132,7 +132,7 @@ impl PolicyStatus {
 }
 
 /// What the tunnel-probe program did (its counters since the program was loaded).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TunnelProbes {
     /// Whether it is attached to the interface.
     pub attached: bool,
@@ -143,7 +143,7 @@ pub struct TunnelProbes {
 }
 
 /// Health checks and next hops over all VIPs.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HealthSummary {
     /// Backends probed.
     pub probed: usize,

@@ -11,7 +11,7 @@
 //!   the daemon decodes them with the request and never parses operator text. A
 //!   request it cannot decode is refused whole (`bad request: ...`).
 //! - Typed answers: the answer's `data` decodes into the request's type
-//!   ([`Status`], [`Stats`], the [`Change`] applied, [`FlowReport`]); [`Client`] does
+//!   ([`Status`], [`Stats`], the [`Change`] applied, [`FlowReport`], [`ConnList`]); [`Client`] does
 //!   that, and returns the daemon's refusals as [`ClientError::Refused`].
 //! - Bounds ([`server`]): the daemon reads at most [`MAX_REQUEST_BYTES`] of a request
 //!   and gives a connection [`IDLE_TIMEOUT`] to deliver it, so a client can make it hold
@@ -26,6 +26,8 @@ mod announce;
 mod answer;
 mod change;
 mod client;
+mod conns;
+mod diff;
 mod health;
 mod request;
 pub mod server;
@@ -40,6 +42,8 @@ pub use answer::{
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;
 pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES, new_change_id};
+pub use conns::{ClientPrefix, Conn, ConnList, ConnState};
+pub use diff::{BackendDelta, ConfigDiff, SettingChange, VipDiff};
 pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};
 pub use request::{BackendAction, Request};
 pub use server::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};

@@ -9,7 +9,9 @@ use crate::config::Vip;
 use lb_maglev::BackendKey;
 
 /// What `lb backend` does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendAction {
     /// Add a backend (active, with `--weight`, default 1).
@@ -88,6 +90,34 @@ pub enum Request {
         /// The client's address and port (`ADDR:PORT`, IPv6 in brackets, on the wire).
         client: SocketAddr,
     },
+    /// `lb conn list`; answered with [`super::ConnList`]. Every filter given must
+    /// match.
+    Conns {
+        /// Only connections to this VIP.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vip: Option<Vip>,
+        /// Only connections pinned to this backend (in `vip`, or in any VIP).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backend: Option<BackendKey>,
+        /// Only clients in this prefix.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client: Option<super::ClientPrefix>,
+        /// Only connections in this state.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<super::ConnState>,
+        /// The most connections listed (every match is counted).
+        limit: usize,
+    },
+    /// `lb config diff`; answered with [`super::ConfigDiff`]: what a reload of `file`
+    /// (an absolute path the daemon reads; default its own file) would change.
+    ConfigDiff {
+        /// The file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<std::path::PathBuf>,
+    },
+    /// `lb reload`: the daemon reloads its file as on SIGHUP (whatever `reload` says);
+    /// answered with the [`super::ConfigDiff`] the reload applies.
+    Reload,
     /// `lb vip withdraw|announce`; answered with the log lines of what changed.
     Vip {
         /// What to do.

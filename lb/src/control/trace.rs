@@ -60,7 +60,7 @@ impl<'de> Deserialize<'de> for TraceClient {
 }
 
 /// The first line of a trace: tracing is on with this filter.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TraceStarted {
     /// The VIP filter (`ADDR:PORT/PROTO`), if any.
     pub vip: Option<String>,
@@ -69,7 +69,7 @@ pub struct TraceStarted {
 }
 
 /// One traced packet: what the XDP program decided for it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TraceEvent {
     /// The VIP (`ADDR:PORT/PROTO`).
     pub vip: String,

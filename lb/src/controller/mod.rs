@@ -17,6 +17,7 @@
 //! first [`Controller::apply`] then writes only what differs.
 
 pub mod desired;
+pub mod diff;
 mod fast_path;
 mod health;
 mod history;

@@ -35,6 +35,11 @@ impl Latest {
         self.census = Some((census, Instant::now()));
     }
 
+    /// The idle threshold the walks apply.
+    pub fn idle(&self) -> Duration {
+        self.idle
+    }
+
     /// When the last walk ended, if one did.
     pub fn walked_at(&self) -> Option<Instant> {
         self.census.as_ref().map(|(_, at)| *at)

@@ -3,7 +3,7 @@
 //! of its state file, attaches (replacing the program of a pinned link atomically), then
 //! serves the control socket (one task per connection, within the protocol's limits:
 //! [`crate::control::server`]; `lb trace` streams: `trace`), serves the metrics
-//! endpoint ([`metrics`], `http`), counts live connections with a periodic conntrack
+//! endpoint ([`metrics`], `http`) and the remote API (`remote`), counts live connections with a periodic conntrack
 //! walk ([`connections`]), reloads on SIGHUP and when the file's bytes change
 //! ([`watch`], debounced), samples counters every second (`stats`), checks and mends
 //! its pins and its XDP link every second (`pins`), and tells systemd when it is ready
@@ -27,6 +27,7 @@ pub mod announce;
 mod change;
 pub mod cleaning;
 pub mod connections;
+mod conns;
 mod datapath;
 pub mod drains;
 pub mod health;
@@ -37,6 +38,7 @@ mod neighbours;
 pub mod nexthop;
 mod notify;
 mod pins;
+mod remote;
 pub mod service;
 pub mod state_file;
 mod stats;
@@ -311,25 +313,80 @@ async fn serve_one(
     context: Context,
 ) -> Result<(), ServeError> {
     server::serve_streaming(stream, Limits::default(), |request, change_id| {
-        if let Request::Trace { vip, client } = request {
-            return context.tracer.start(&service, *vip, *client);
-        }
-        let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
-        let response = service.handle(request, &mut |report| context.report(report));
-        if let Some(id) = change_id {
-            info!(
-                "change {id}: {}",
-                if response.ok { "applied" } else { "refused" }
-            );
-            service.record_change(id, request, &response);
-        }
-        if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
-            manage_neighbours(&service);
-        }
-        service.sync_announcements();
-        Reply::Once(response)
+        answer(request, change_id, &service, &context)
     })
     .await
+}
+
+/// Answers one control request, from the socket or the remote API ([`remote`]);
+/// `change_id`: the id a client sent with a change, recorded for `lb status`.
+fn answer(
+    request: &Request,
+    change_id: Option<&str>,
+    service: &Shared,
+    context: &Context,
+) -> Reply {
+    if let Request::Trace { vip, client } = request {
+        return context.tracer.start(service, *vip, *client);
+    }
+    if let Request::Reload = request {
+        return Reply::Once(reload_request(service));
+    }
+    if let Request::Conns {
+        vip,
+        backend,
+        client,
+        state,
+        limit,
+    } = *request
+    {
+        let query = conns::Query {
+            vip,
+            backend,
+            client,
+            state,
+            limit,
+        };
+        return conns::start(service, query);
+    }
+    let mut service = service.lock().unwrap_or_else(|p| p.into_inner());
+    let response = service.handle(request, &mut |report| context.report(report));
+    if let Some(id) = change_id {
+        info!(
+            "change {id}: {}",
+            if response.ok { "applied" } else { "refused" }
+        );
+        service.record_change(id, request, &response);
+    }
+    if matches!(request, Request::Backend { .. } | Request::Overrides { .. }) && response.ok {
+        manage_neighbours(&service);
+    }
+    service.sync_announcements();
+    Reply::Once(response)
+}
+
+/// `lb reload`: what a reload of the daemon's file will change, then SIGHUP to this
+/// process, so the event loop reloads exactly as on the operator's signal.
+fn reload_request(service: &Shared) -> crate::control::Response {
+    use crate::control::Response;
+    let diff = {
+        let s = service.lock().unwrap_or_else(|p| p.into_inner());
+        let file = s.config_file().to_path_buf();
+        match Config::load(&file) {
+            Err(e) => return Response::error(format!("{}: {e}", file.display())),
+            Ok(loaded) => s.diff(&loaded, &file),
+        }
+    };
+    match diff {
+        Ok(d) => {
+            info!("lb reload: reloading as on SIGHUP");
+            // SAFETY: raise(3) sends a signal to this process; SIGHUP is handled by
+            // the event loop (tokio's signal handler), never the default action.
+            unsafe { libc::raise(libc::SIGHUP) };
+            Response::ok(d)
+        }
+        Err(e) => Response::error(e),
+    }
 }
 
 /// Why a reload was asked for.
@@ -340,8 +397,21 @@ enum Trigger {
 }
 
 /// Reloads `path` unless its bytes are those last seen: then nothing happens, and only
-/// a debug line (an info line for SIGHUP, which an operator sent) is logged.
+/// a debug line (an info line for SIGHUP, which an operator sent) is logged. With
+/// `reload = "signal"` a write of the file is logged and left for SIGHUP.
 fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, context: &Context) {
+    if why == Trigger::FileChanged
+        && !service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reload_on_write()
+    {
+        info!(
+            "{} changed; reload = \"signal\": not reloaded until SIGHUP",
+            path.display()
+        );
+        return;
+    }
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -382,9 +452,6 @@ fn reload(service: &Shared, path: &Path, why: Trigger, seen: &mut LastSeen, cont
                     context.recorder.reload(ReloadResult::Applied);
                     for line in &dropped {
                         info!("{line}");
-                    }
-                    if report.operations == 0 {
-                        info!("reload: no change");
                     }
                     context.report(&report);
                     manage_neighbours(&service);
@@ -544,8 +611,10 @@ fn bring_up(
         .listen
         .map(|addr| http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}")))
         .transpose()?;
+    let api_server = crate::api::Server::bind(&config.api)?;
     let (mut service, context) = apply(controller, file, state_file)?;
-    let tasks = take_tasks(&mut service, &config, metrics_listener);
+    let mut tasks = take_tasks(&mut service, &config, metrics_listener);
+    tasks.api = api_server;
     // Again, after the service, which now holds the data plane and its lock.
     let created = created;
     let mode = attach(
@@ -672,6 +741,7 @@ fn take_tasks(
             syn_window: WalkSettings::SYN_WINDOW,
         },
         metrics_listener,
+        api: None,
     }
 }
 
@@ -757,6 +827,8 @@ struct Tasks {
     activity: Option<ActivityClock>,
     walk: WalkSettings,
     metrics_listener: Option<std::net::TcpListener>,
+    /// The remote API, bound (`[api]`).
+    api: Option<crate::api::Server>,
 }
 
 /// The event loop's inputs besides the socket, the service and the file.
@@ -821,6 +893,9 @@ fn spawn_tasks(tasks: Tasks, service: &Shared, config: &Config, context: &Contex
             Arc::clone(&context.recorder),
             config.metrics.removed_retention,
         ));
+    }
+    if let Some(api) = tasks.api {
+        remote::spawn(api, service, context);
     }
 }
 

@@ -154,6 +154,8 @@ impl StartOnly {
 pub struct Service<D> {
     controller: Controller<D>,
     config_file: PathBuf,
+    /// The file's configuration last applied (what `lb config diff` compares with).
+    file_config: Config,
     file_desired: Desired,
     start_only: StartOnly,
     if_mac: [u8; 6],
@@ -224,6 +226,7 @@ impl<D: Dataplane> Service<D> {
         let service = Self {
             controller,
             config_file,
+            file_config: loaded.config.clone(),
             file_desired,
             start_only: StartOnly::of(&loaded.config),
             if_mac,
@@ -406,6 +409,7 @@ impl<D: Dataplane> Service<D> {
         if kept != self.overrides {
             self.persist(&kept)?;
         }
+        let before = self.controller.applied().cloned();
         let mut report = match self.controller.apply(&desired) {
             Ok(report) => report,
             Err(e) => {
@@ -413,6 +417,19 @@ impl<D: Dataplane> Service<D> {
                 return Err(e.into());
             }
         };
+        let mut applied = crate::controller::diff::diff(
+            (&self.file_config, before.as_ref()),
+            (&loaded.config, &desired),
+            &report,
+        );
+        self.finish(&mut applied, loaded, Vec::new());
+        for line in applied.lines() {
+            info!("reload: {line}");
+        }
+        if !applied.changed {
+            info!("reload: no change");
+        }
+        self.file_config = loaded.config.clone();
         self.file_desired = file_desired;
         self.overrides = kept;
         self.detach_on_exit = loaded.config.detach_on_exit;
@@ -423,6 +440,17 @@ impl<D: Dataplane> Service<D> {
         let health = self.sync_health();
         merge(&mut report, health);
         Ok((report, dropped))
+    }
+
+    /// The configuration file the daemon runs with.
+    pub fn config_file(&self) -> &std::path::Path {
+        &self.config_file
+    }
+
+    /// Whether a write of the file reloads it (`reload = "auto"`), as the file last
+    /// applied says.
+    pub fn reload_on_write(&self) -> bool {
+        self.file_config.reload == crate::config::ReloadMode::Auto
     }
 
     /// Whether runtime changes make the running state differ from the file.
@@ -469,6 +497,22 @@ impl<D: Dataplane> Service<D> {
             Request::Trace { .. } => {
                 Response::error("lb trace is a stream: the daemon's event loop serves it")
             }
+            Request::Reload => Response::error(
+                "lb reload signals the daemon's event loop: the event loop serves it",
+            ),
+            Request::ConfigDiff { ref file } => {
+                let file = file.as_ref().unwrap_or(&self.config_file);
+                match Config::load(file) {
+                    Err(e) => Response::error(format!("{}: {e}", file.display())),
+                    Ok(loaded) => match self.diff(&loaded, file) {
+                        Ok(d) => Response::ok(d),
+                        Err(e) => Response::error(e),
+                    },
+                }
+            }
+            Request::Conns { .. } => Response::error(
+                "lb conn list walks the maps off the service: the daemon's event loop serves it",
+            ),
             Request::Overrides { clear } => match self.list_or_clear(clear) {
                 Ok((answer, report)) => {
                     if let Some(report) = &report {
@@ -822,6 +866,7 @@ pub(super) fn apply_batch(
     }
 }
 
+mod diff;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]

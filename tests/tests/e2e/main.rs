@@ -25,12 +25,15 @@
 //! | a source list narrowed or removed while no daemon ran is enforced by the adopting start | [`adoption::a_source_list_changed_while_no_daemon_runs_is_enforced_by_the_adopting_start`] |
 //!
 //! | `lb backend weight`; `drain --timeout` removes at the timeout or the last connection (issue 32) | [`lifecycle`] |
+//! | `lb conn list` lists real connections of both families; its filters and `--limit` (issue 32) | [`conns`] |
+//! | `lb config diff` says what a reload would change, exits 0/1/2 as diff(1) (issue 32) | [`reload`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
 mod adoption;
+mod conns;
 mod distribution;
 mod gue;
 mod handshake;
@@ -39,6 +42,7 @@ mod health;
 mod ipv6;
 mod lifecycle;
 mod pmtu;
+mod reload;
 mod removal;
 mod stats;
 mod stickiness;

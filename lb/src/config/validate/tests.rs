@@ -107,6 +107,7 @@ fn the_example_file_states_exactly_the_defaults() {
         ("state_dir", string(defaults::STATE_DIR)),
         ("xdp_mode", string(defaults::XDP_MODE)),
         ("control_socket", string(defaults::CONTROL_SOCKET)),
+        ("reload", string(defaults::RELOAD)),
         ("mtu", int(defaults::MTU.into())),
         ("hash_seed", int(defaults::HASH_SEED.into())),
         ("maglev_seed", int(defaults::MAGLEV_SEED)),
@@ -219,6 +220,28 @@ fn the_example_file_states_exactly_the_defaults() {
         ),
         ("announce.table", int(defaults::ANNOUNCE_TABLE.into())),
         ("announce.protocol", int(defaults::ANNOUNCE_PROTOCOL.into())),
+        ("api.enabled", toml::Value::Boolean(defaults::API_ENABLED)),
+        ("api.listen", string(defaults::API_LISTEN)),
+        (
+            "api.max_connections",
+            int(defaults::API_MAX_CONNECTIONS.into()),
+        ),
+        (
+            "api.max_body_bytes",
+            int(defaults::API_MAX_BODY_BYTES.into()),
+        ),
+        (
+            "api.header_timeout_ms",
+            int(defaults::API_HEADER_TIMEOUT_MS.into()),
+        ),
+        (
+            "api.body_timeout_ms",
+            int(defaults::API_BODY_TIMEOUT_MS.into()),
+        ),
+        (
+            "api.idempotency_entries",
+            int(defaults::API_IDEMPOTENCY_ENTRIES.into()),
+        ),
     ];
     for (path, value) in expected {
         assert_eq!(at(path), value, "lb.example.toml: {path}");
@@ -253,7 +276,7 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
         ),
         (
             format!("colour = \"blue\"{BASE}"),
-            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `metrics`, `health`, `announce`, `vip` (line 1)",
+            "colour: unknown field `colour`, expected one of `interface`, `xdp_mode`, `control_socket`, `pin_dir`, `state_dir`, `detach_on_exit`, `reload`, `mtu`, `hash_seed`, `maglev_seed`, `max_table_memory_mib`, `encap`, `nexthop`, `conntrack`, `icmp`, `metrics`, `health`, `announce`, `api`, `vip` (line 1)",
         ),
         (
             with_vip("").replace("state = \"drain\"", "stat = \"drain\""),
