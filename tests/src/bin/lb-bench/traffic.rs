@@ -25,10 +25,13 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context as _, ensure};
-use lb_common::stats::Reason;
+use lb_common::{
+    stats::Reason,
+    types::{PROTO_TCP, VipKey},
+};
 use lb_dataplane::{BenchSpec, BenchTarget, Dataplane as _, PassProgram};
 use lb_tests::{
-    fixture::{Lb, XDP_PASS, XDP_TX},
+    fixture::{Lb, XDP_PASS, XDP_TX, vip_key},
     packets::{ACK, CLIENT6, Flow, L4, SYN, VIP4, VIP6},
 };
 
@@ -150,6 +153,7 @@ struct Family {
     flags_word: u32,
     seq: u32,
     vip_id: u32,
+    vip: VipKey,
 }
 
 fn families() -> [Family; 2] {
@@ -163,6 +167,7 @@ fn families() -> [Family; 2] {
             flags_word: V4_FLAGS_WORD,
             seq: V4_SEQ,
             vip_id: 0,
+            vip: vip_key(VIP4.into(), 80, PROTO_TCP),
         },
         Family {
             name: "v6",
@@ -171,6 +176,7 @@ fn families() -> [Family; 2] {
             flags_word: V6_FLAGS_WORD,
             seq: V6_SEQ,
             vip_id: 2,
+            vip: vip_key(VIP6.into(), 80, PROTO_TCP),
         },
     ]
 }
@@ -289,10 +295,15 @@ pub(crate) fn populations(opts: &Options) -> anyhow::Result<()> {
                 pinned
             );
             let ack = sized(&family.flow, L4::Tcp(ACK));
-            for draw in [Draw::Uniform, Draw::Zipf] {
+            let draws_and_paths = [Draw::Uniform, Draw::Zipf]
+                .into_iter()
+                .flat_map(|draw| [(draw, false), (draw, true)]);
+            for (draw, fast) in draws_and_paths {
                 if n == 1 && draw == Draw::Zipf {
                     continue;
                 }
+                // The fast path on: the same pinned flows, all on clean slots.
+                lb.dp.set_fast_path(&family.vip, family.vip_id, fast)?;
                 let seq: Vec<u32> = draws(n, draw, SEQ_LEN, &mut rng)
                     .into_iter()
                     .map(source_word)
@@ -314,18 +325,24 @@ pub(crate) fn populations(opts: &Options) -> anyhow::Result<()> {
                 )?;
                 let after = lb.dp.vip_stats(family.vip_id)?;
                 let timed = u64::from(opts.repeat) * opts.runs as u64;
-                ensure!(
-                    after.ct_hits - before.ct_hits == timed && after.new_flows == before.new_flows,
-                    "{} of {timed} timed packets were conntrack hits",
+                let hits = if fast {
+                    after.clean_slot_hits - before.clean_slot_hits
+                } else {
                     after.ct_hits - before.ct_hits
+                };
+                ensure!(
+                    hits == timed && after.new_flows == before.new_flows,
+                    "{hits} of {timed} timed packets took the expected path (fast path: {fast})"
                 );
                 let label = match (n, draw) {
                     (1, _) => "1 flow".to_owned(),
                     (_, Draw::Uniform) => format!("{} flows, uniform", flows(n)),
                     (_, Draw::Zipf) => format!("{} flows, Zipf (s = 1)", flows(n)),
                 };
-                row(&format!("TCP {} CT hit, {label}", family.name), &t);
+                let kind = if fast { "clean-slot hit" } else { "CT hit" };
+                row(&format!("TCP {} {kind}, {label}", family.name), &t);
             }
+            lb.dp.set_fast_path(&family.vip, family.vip_id, false)?;
         }
     }
     Ok(())
