@@ -33,6 +33,19 @@ pub fn vip_filter_bit(key: &VipKey) -> u32 {
     (a ^ (a >> 16) ^ port ^ (u32::from(key.proto) << 3)) & (VIP_FILTER_BITS - 1)
 }
 
+/// The word of a bitmap indexed like `VIP_FILTER` (`VIP_FILTER`, `FAST_FILTER`,
+/// `SOURCE_FILTER`) that holds `key`'s bit: its index, and its value with the bit of each
+/// of `keys` that falls in it set ([`vip_filter_bit`]). Userspace rewrites whole words.
+#[must_use]
+pub fn filter_word<'a>(key: &VipKey, keys: impl Iterator<Item = &'a VipKey>) -> (u32, u64) {
+    let word = vip_filter_bit(key) / 64;
+    let value = keys
+        .map(vip_filter_bit)
+        .filter(|bit| bit / 64 == word)
+        .fold(0u64, |w, bit| w | 1u64 << (bit % 64));
+    (word, value)
+}
+
 #[inline(always)]
 fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {
     *a = a.wrapping_sub(*c);

@@ -55,7 +55,7 @@ use counters::{on_every_cpu, sum_per_cpu, sum_per_cpu_many};
 #[cfg(feature = "test-harness")]
 pub use harness::{BenchSpec, BenchTarget, TableWriter, TestRunOutput};
 use lb_common::{
-    hash::vip_filter_bit,
+    hash::filter_word,
     maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey, VipKey},
@@ -272,14 +272,7 @@ impl KernelDataplane {
         key: &VipKey,
         extra: Option<&VipKey>,
     ) -> Result<(), DataplaneError> {
-        let word = vip_filter_bit(key) / 64;
-        let value = self
-            .vip_keys
-            .keys()
-            .chain(extra)
-            .map(vip_filter_bit)
-            .filter(|bit| bit / 64 == word)
-            .fold(0u64, |w, bit| w | 1u64 << (bit % 64));
+        let (word, value) = filter_word(key, self.vip_keys.keys().chain(extra));
         self.vip_filter
             .set(word, value, 0)
             .map_err(map_err(maps::VIP_FILTER, "update"))
@@ -287,13 +280,7 @@ impl KernelDataplane {
 
     /// Rewrites the `FAST_FILTER` word holding `key`'s bit from [`Self::fast_keys`].
     fn write_fast_word(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
-        let word = vip_filter_bit(key) / 64;
-        let value = self
-            .fast_keys
-            .iter()
-            .map(vip_filter_bit)
-            .filter(|bit| bit / 64 == word)
-            .fold(0u64, |w, bit| w | 1u64 << (bit % 64));
+        let (word, value) = filter_word(key, self.fast_keys.iter());
         self.fast_filter
             .set(word, value, 0)
             .map_err(map_err(maps::FAST_FILTER, "update"))

@@ -51,3 +51,23 @@ fn depends_on_every_field_and_the_seed() {
     k.vip.family = FAMILY_V6;
     assert_ne!(flow_hash(&k, 0), h);
 }
+
+#[test]
+fn a_filter_word_sets_the_bits_of_the_keys_in_it_only() {
+    let key = |port: u16| VipKey {
+        addr: [203, 0, 113, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        port: port.to_be(),
+        proto: 6,
+        family: 4,
+    };
+    let a = key(80);
+    let (word, value) = filter_word(&a, [a].iter());
+    assert_eq!(word, vip_filter_bit(&a) / 64);
+    assert_eq!(value, 1u64 << (vip_filter_bit(&a) % 64));
+    let elsewhere = (1..1000)
+        .map(key)
+        .find(|k| vip_filter_bit(k) / 64 != word)
+        .expect("a key in another word");
+    assert_eq!(filter_word(&a, [a, elsewhere].iter()), (word, value));
+    assert_eq!(filter_word(&a, [elsewhere].iter()), (word, 0));
+}

@@ -27,7 +27,7 @@ use aya::maps::{
     lpm_trie::{Key, LpmTrie},
 };
 use lb_common::{
-    hash::vip_filter_bit,
+    hash::{filter_word, vip_filter_bit},
     maps::{self, MAX_SOURCE_RANGES, MAX_VIPS, VIP_FILTER_WORDS},
     types::{FAMILY_V4, SourceData, VIP_KEY_BITS, VipKey},
 };
@@ -205,15 +205,12 @@ impl SourceMaps {
     /// Rewrites the `SOURCE_FILTER` word holding `key`'s bit from the restricted VIPs
     /// recorded (`key` counted as restricted when `with_key`).
     fn write_filter_word(&mut self, key: &VipKey, with_key: bool) -> Result<(), DataplaneError> {
-        let word = vip_filter_bit(key) / 64;
-        let value = self
+        let restricted = self
             .lists
             .keys()
             .filter(|k| *k != key)
-            .chain(with_key.then_some(key))
-            .map(vip_filter_bit)
-            .filter(|bit| bit / 64 == word)
-            .fold(0u64, |w, bit| w | 1u64 << (bit % 64));
+            .chain(with_key.then_some(key));
+        let (word, value) = filter_word(key, restricted);
         self.filter
             .set(word, value, 0)
             .map_err(map_err(maps::SOURCE_FILTER, "update"))
