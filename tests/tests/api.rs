@@ -64,13 +64,25 @@ fn curl(bed: &TestBed, dir: &std::path::Path, args: &[&str]) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
-/// `vips` without what the periodic walks add between two reads (each VIP's
-/// `slot_states`, from the fast path's cleaning walk).
+/// `vips` without what the daemon's periodic work changes between two reads: each VIP's
+/// `slot_states` (the cleaning walk), each backend's `connections` (the conntrack walk)
+/// and `nexthop` (the next-hop monitor, which resolves a backend's neighbour at its own
+/// pace after the start).
 fn without_walks(vips: &Value) -> Value {
     let mut vips = vips.clone();
     for v in vips.as_array_mut().into_iter().flatten() {
-        if let Some(v) = v.as_object_mut() {
-            v.remove("slot_states");
+        let Some(v) = v.as_object_mut() else { continue };
+        v.remove("slot_states");
+        for b in v
+            .get_mut("backends")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(b) = b.as_object_mut() {
+                b.remove("connections");
+                b.remove("nexthop");
+            }
         }
     }
     vips
