@@ -15,7 +15,7 @@
 use lb_common::{
     fastpath::{Liveness, SlotState, miss_backend},
     hash::vip_filter_bit,
-    maps::{TABLE_HEADER_INDEX, TABLE_HEADER_LEN},
+    maps::TABLE_HEADER_LEN,
     stats::Reason,
     types::{LbConfig, TableCell, VIP_FAST_PATH, VipEntry, VipKey},
 };
@@ -47,7 +47,6 @@ pub(crate) fn is_fast(vip: &VipEntry) -> bool {
 fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
     let table = TABLES.get(vip.table_index()).ok_or(Reason::DropBadConfig)?;
     let size = table::size(table).ok_or(Reason::DropBadConfig)?;
-    let _ = TABLE_HEADER_INDEX;
     table
         .get_ptr_mut(hash % size + TABLE_HEADER_LEN)
         .ok_or(Reason::DropBadConfig)
