@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-//! The fast path's decisions (issue 30, stage 1): the per-slot state that lets the Maglev
-//! table decide alone, the decision for a packet given that state, and when a dirty slot
-//! may turn clean. Pure and total over plain values; not yet called by the data path.
+//! The fast path's decisions (issue 30): the per-slot state that lets the Maglev table
+//! decide alone, the decision for a packet given that state, and when a dirty slot may
+//! turn clean. Pure and total over plain values. The XDP program calls the parts it
+//! needs ([`syn_backend`], [`miss_backend`]); the daemon's cleaning walk the cleaning's.
 //!
 //! This module owns [`SlotState`] (what a table slot carries beside its owner, and its
-//! byte layout), the table change's steps ([`plan_change`], [`SlotState::marked`],
+//! byte layout), the table change's step ([`SlotState::republished`],
 //! [`SlotState::switched`]), the packet decision ([`decide`]), the cleaning decision
 //! ([`clean_check`], [`clean_commit`], [`pin_blocks_cleaning`],
 //! [`held_blocks_cleaning`], [`pin_outlived_cleaning`]) and the fleet rule
@@ -111,8 +112,8 @@ impl SlotState {
         self.state != SLOT_CLEAN
     }
 
-    /// Rule P1, first step (the lead): the slot turns dirty at `now_ns` and keeps its
-    /// owner. A clean slot's owner becomes its clean owner; a dirty slot keeps its own.
+    /// Rule P3: the slot turns dirty at `now_ns` and keeps its owner. A clean slot's
+    /// owner becomes its clean owner; a dirty slot keeps its own.
     #[inline(always)]
     #[must_use]
     pub fn marked(self, now_ns: u64) -> Self {
@@ -130,8 +131,8 @@ impl SlotState {
         }
     }
 
-    /// Rule P1, the switch: the owner becomes `new_owner` at `now_ns` and the slot is
-    /// dirty (marked first if it was clean). Published whole, in the new table buffer.
+    /// Rule P1: the owner becomes `new_owner` at `now_ns` and the slot is dirty
+    /// ([`Self::marked`]). Published whole, in the new table buffer.
     #[inline(always)]
     #[must_use]
     pub fn switched(self, new_owner: u32, now_ns: u64) -> Self {
@@ -171,6 +172,30 @@ impl SlotState {
         .without_clean_owner()
     }
 
+    /// Rule P1 for one slot of a table being published: slot `slot` of `size` slots,
+    /// given `owner` at `now_ns`, when the table in force has the states `live` (`None`
+    /// for the VIP's first table). The same size republishes the slot
+    /// ([`Self::republished`]); another size has no clean owner ([`Self::resized`]); a
+    /// first table starts clean.
+    #[must_use]
+    pub fn published(
+        live: Option<&[SlotState]>,
+        size: usize,
+        slot: usize,
+        owner: u32,
+        now_ns: u64,
+    ) -> Self {
+        match live {
+            Some(live) if live.len() == size => {
+                live.get(slot).map_or(Self::resized(owner, now_ns), |old| {
+                    old.republished(owner, now_ns)
+                })
+            }
+            Some(_) => Self::resized(owner, now_ns),
+            None => Self::clean(owner),
+        }
+    }
+
     /// The same state with no clean owner.
     #[inline(always)]
     #[must_use]
@@ -202,8 +227,10 @@ pub struct Config {
     /// The established-TCP idle time: a TCP flow silent longer may lose its backend
     /// at a cleaning (residual R5). A pin not seen for this long blocks no cleaning.
     pub tcp_idle_ns: u64,
-    /// The lead: a slot whose old owner keeps flows is marked dirty this long before
-    /// its owner switches (rule P2), so that a SYN retransmitted meanwhile is held.
+    /// The lead: for this long after a slot's change, a new connection's SYN on it
+    /// goes to the clean owner if that backend keeps flows (rule P2), so that a SYN
+    /// retransmitted across the change reaches the backend its first SYN reached. 0
+    /// turns it off.
     pub lead_ns: u64,
     /// A held SYN is live this long after its last SYN (a retransmission refreshes
     /// it): no other SYN overwrites it, and it blocks the cleaning (rule S3).
@@ -252,37 +279,6 @@ impl Config {
 #[must_use]
 pub fn enabled(requested: bool, fleet: bool, second_chance: bool) -> bool {
     requested && (!fleet || second_chance)
-}
-
-/// What a table change does to one slot ([`plan_change`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChangeStep {
-    /// The owner does not change: the slot keeps its state.
-    Keep,
-    /// Mark now ([`SlotState::marked`]), switch after the lead
-    /// ([`SlotState::switched`]).
-    LeadThenSwitch,
-    /// Switch now: the old owner keeps no flows (down, removed, empty), or the lead is 0.
-    SwitchNow,
-}
-
-/// Rules P1 and P2: how a change gives `slot` the owner `new_owner`, when the old
-/// owner `old_keeps_flows` (active or draining) and the lead is `lead_ns`.
-#[inline(always)]
-#[must_use]
-pub fn plan_change(
-    slot: &SlotState,
-    new_owner: u32,
-    old_keeps_flows: bool,
-    lead_ns: u64,
-) -> ChangeStep {
-    if slot.owner() == new_owner {
-        ChangeStep::Keep
-    } else if old_keeps_flows && lead_ns > 0 {
-        ChangeStep::LeadThenSwitch
-    } else {
-        ChangeStep::SwitchNow
-    }
 }
 
 /// A backend's state as the decision sees it ([`crate::types::BackendEntry::state`]).
@@ -454,6 +450,9 @@ pub enum By {
     /// ([`Write::Pin`]) when its SYN cache slot holds another live SYN (S4: the caller
     /// counts `fp_syn_pinned`).
     SynToOwner,
+    /// P2 and S3: a new connection's SYN within the lead of its slot's change goes to
+    /// the clean owner, held (or pinned at the SYN, as [`By::SynToOwner`]).
+    SynToCleanOwner,
     /// M1: a non-SYN TCP miss, or a UDP miss within the idle timeout of the change
     /// (a stale or expired pin counts as a miss), goes to the clean owner.
     MissToCleanOwner,
@@ -650,26 +649,61 @@ fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
         HeldView::Other { syn_ns } => inp.now_ns.wrapping_sub(syn_ns) <= cfg.syn_hold_ns,
         HeldView::Own { .. } | HeldView::Empty => false,
     };
-    let outcome = if other_live {
-        let replace = inp.pin.is_some();
-        let write = pin_to(inp, inp.slot.owner(), replace, seq, OnFull::Drop);
-        to_owner(inp, By::SynToOwner, write)
+    let lead = in_lead(&inp.slot, inp.clean_owner, inp.now_ns, cfg.lead_ns);
+    let (backend, liveness, by) = if lead {
+        (inp.slot.clean_owner(), inp.clean_owner, By::SynToCleanOwner)
     } else {
-        to_owner(inp, By::SynToOwner, Write::HoldSyn)
+        (inp.slot.owner(), inp.owner, By::SynToOwner)
     };
+    if backend == 0 || !liveness.keeps_flows() {
+        return Outcome::GiveUp(GiveUp::NoBackend);
+    }
+    let write = if other_live {
+        pin_to(inp, backend, inp.pin.is_some(), seq, OnFull::Drop)
+    } else {
+        Write::HoldSyn
+    };
+    let outcome = forward(backend, by, write);
     if let Some(pin) = inp.pin
         && pin.isn == 0
         && pin.liveness.keeps_flows()
     {
         return noted(outcome, Note::SynOverPin);
     }
-    if maybe_split(inp) {
+    if !lead && maybe_split(inp) {
         return noted(outcome, Note::SynMaybeSplit);
     }
-    if inp.owner == Liveness::Draining {
+    if liveness == Liveness::Draining {
         return noted(outcome, Note::SynToDraining);
     }
     outcome
+}
+
+/// Rule P2 (the lead): whether a new connection's SYN on `slot` at `now_ns` goes to
+/// the clean owner: the slot is dirty, changed less than `lead_ns` ago (rounded up to
+/// a tick), and its clean owner is another backend than the owner and keeps flows.
+#[inline(always)]
+fn in_lead(slot: &SlotState, clean_owner: Liveness, now_ns: u64, lead_ns: u64) -> bool {
+    lead_ns > 0
+        && slot.is_dirty()
+        && slot.clean_owner != 0
+        && slot.clean_owner != slot.owner
+        && clean_owner.keeps_flows()
+        && within_ticks(slot.changed_ticks, now_ns, lead_ns)
+}
+
+/// Rules P2 and S3 as the data path applies them to a new connection's SYN on a
+/// fast-path VIP's slot (no pin or held SYN of its own decides): within the lead of a
+/// dirty slot's change, its clean owner when that backend keeps flows (`clean_owner`);
+/// otherwise the owner. Returns the backend id (0: none).
+#[inline(always)]
+#[must_use]
+pub fn syn_backend(slot: &SlotState, clean_owner: Liveness, now_ns: u64, lead_ns: u64) -> u32 {
+    if in_lead(slot, clean_owner, now_ns, lead_ns) {
+        slot.clean_owner()
+    } else {
+        slot.owner()
+    }
 }
 
 /// Residual R1's test: the owner switched less than [`DUPLICATE_SYN_WINDOW_NS`] ago

@@ -133,12 +133,21 @@ fn a_switch_keeps_the_first_clean_owner_and_bumps_the_epoch() {
 }
 
 #[test]
-fn plan_change_leads_only_when_the_old_owner_keeps_flows() {
-    let slot = SlotState::clean(A);
-    assert_eq!(plan_change(&slot, A, true, S), ChangeStep::Keep);
-    assert_eq!(plan_change(&slot, C, true, S), ChangeStep::LeadThenSwitch);
-    assert_eq!(plan_change(&slot, C, false, S), ChangeStep::SwitchNow);
-    assert_eq!(plan_change(&slot, C, true, 0), ChangeStep::SwitchNow);
+fn a_new_syn_within_the_lead_goes_to_the_clean_owner_and_after_it_to_the_owner() {
+    // `moved`: A to C at 10 s; the lead is 4 s, rounded up by one tick (2^30 ns).
+    let slot = moved();
+    let lead = Config::DEFAULT.lead_ns;
+    assert_eq!(syn_backend(&slot, Liveness::Active, 11 * S, lead), A);
+    assert_eq!(syn_backend(&slot, Liveness::Draining, 11 * S, lead), A);
+    assert_eq!(syn_backend(&slot, Liveness::Down, 11 * S, lead), C);
+    assert_eq!(syn_backend(&slot, Liveness::Active, 16 * S, lead), C);
+    assert_eq!(
+        syn_backend(&slot, Liveness::Active, 11 * S, 0),
+        C,
+        "no lead"
+    );
+    let clean = SlotState::clean(A);
+    assert_eq!(syn_backend(&clean, Liveness::Active, 11 * S, lead), A);
 }
 
 #[test]
@@ -191,9 +200,19 @@ fn a_miss_whose_clean_owner_is_down_goes_to_the_owner_as_an_exception() {
 }
 
 #[test]
-fn a_new_syn_goes_to_the_owner_and_is_held_and_counted_near_a_switch() {
+fn a_new_syn_goes_to_the_clean_owner_in_the_lead_then_to_the_owner_counted() {
     let inp = inputs(moved(), Packet::Syn { seq: 7 }, 12 * S);
-    let outcome = decide(&Config::DEFAULT, &inp);
+    assert_eq!(
+        decide(&Config::DEFAULT, &inp),
+        Outcome::Forward {
+            backend: A,
+            by: By::SynToCleanOwner,
+            write: Write::HoldSyn,
+            note: None
+        }
+    );
+    let after_lead = inputs(moved(), Packet::Syn { seq: 7 }, 17 * S);
+    let outcome = decide(&Config::DEFAULT, &after_lead);
     assert_eq!(
         outcome,
         Outcome::Forward {
@@ -351,20 +370,25 @@ fn only_live_pins_and_held_syns_naming_another_backend_block_cleaning() {
 }
 
 #[test]
-fn a_new_syn_during_a_drains_lead_reaches_the_draining_owner_counted() {
-    let slot = SlotState::clean(A).marked(10 * S);
-    let mut inp = inputs(slot, Packet::Syn { seq: 7 }, 11 * S);
-    inp.owner = Liveness::Draining;
+fn a_new_syn_during_a_drains_lead_reaches_the_draining_clean_owner_counted() {
+    let mut inp = inputs(moved(), Packet::Syn { seq: 7 }, 11 * S);
     inp.clean_owner = Liveness::Draining;
     assert_eq!(
         decide(&Config::DEFAULT, &inp),
         Outcome::Forward {
             backend: A,
-            by: By::SynToOwner,
+            by: By::SynToCleanOwner,
             write: Write::HoldSyn,
             note: Some(Note::SynToDraining)
         }
     );
+    // After the lead the owner takes it.
+    let mut later = inputs(moved(), Packet::Syn { seq: 7 }, 20 * S);
+    later.clean_owner = Liveness::Draining;
+    let Outcome::Forward { backend, by, .. } = decide(&Config::DEFAULT, &later) else {
+        panic!("forwarded");
+    };
+    assert_eq!((backend, by), (C, By::SynToOwner));
 }
 
 #[test]

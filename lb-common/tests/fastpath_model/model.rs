@@ -10,8 +10,8 @@ use std::{borrow::Borrow, collections::BTreeMap, collections::VecDeque};
 use lb_common::{
     conntrack::{self, DUPLICATE_SYN_WINDOW_NS, Decision, Lookups, PinLookups, SynDecision},
     fastpath::{
-        self, By, ChangeStep, CleanCheck, HeldView, Inputs, Liveness, Note, OnFull, Outcome,
-        Packet, PinClass, PinView, PinWrite, SlotState, Write,
+        self, By, CleanCheck, HeldView, Inputs, Liveness, Note, OnFull, Outcome, Packet, PinClass,
+        PinView, PinWrite, SlotState, Write,
     },
     hash::flow_hash,
     maps::MAX_VIPS,
@@ -79,8 +79,6 @@ pub(crate) enum Ev {
     Move(usize, usize),
     /// The daemon of instance `0` restarts; the pinned datapath (maps) stays.
     Restart(usize),
-    /// Internal: the lead is over on instance `0` (generation `1`).
-    Switch(usize, u32),
     /// Internal: a non-atomic write's state word lands (instance, slot, slot before,
     /// new owner).
     MarkDirty(usize, usize, SlotState, u32),
@@ -265,11 +263,8 @@ struct Inst {
     owners: Vec<u32>,
     epoch: u32,
     changed_ns: u64,
-    /// Fast path: the slots, the lead's pending owners and generations.
+    /// Fast path: the slots.
     slots: Vec<SlotState>,
-    pending: Vec<Option<u32>>,
-    switch_gen: u32,
-    switch_due: bool,
     walk_gen: u32,
     lru: Lru,
     exc: Exceptions,
@@ -410,9 +405,6 @@ impl World {
             epoch: 1,
             changed_ns: 0,
             slots: setup.owners.iter().map(|&o| SlotState::clean(o)).collect(),
-            pending: vec![None; setup.m],
-            switch_gen: 0,
-            switch_due: false,
             walk_gen: 0,
             lru: Lru {
                 cap: setup.lru_cap,
@@ -508,7 +500,6 @@ impl World {
             Ev::Walk { inst, delay_ms } => self.walk(inst, delay_ms),
             Ev::Move(fid, inst) => self.flows[fid].inst = inst,
             Ev::Restart(inst) => self.restart(inst),
-            Ev::Switch(inst, generation) => self.switch(inst, generation),
             Ev::MarkDirty(inst, slot, before, owner) => {
                 self.insts[inst].slots[slot] = before.switched(owner, self.now);
             }
@@ -824,11 +815,12 @@ impl World {
         true
     }
 
-    /// A table change on instance `i`: today's switches at once; the fast path's
-    /// follows `plan_change` (lead, or switch now; atomic or not).
+    /// A table change on instance `i`: both designs switch at once; the fast path's
+    /// writes each moved slot whole (atomic) or its owner first and its state a
+    /// millisecond later (not atomic, CE10). The lead (rule P2) is read from the slot.
     fn table(&mut self, i: usize, owners: &[u32]) {
         let now = self.now;
-        let (states, cfg, atomic) = (self.states, self.setup.cfg, self.setup.atomic);
+        let atomic = self.setup.atomic;
         let inst = &mut self.insts[i];
         inst.owners = owners.to_vec();
         inst.epoch += 1;
@@ -836,69 +828,28 @@ impl World {
         if !self.fast {
             return;
         }
-        let mut lead = false;
         let mut late = Vec::new();
         for (s, &owner) in owners.iter().enumerate() {
             let slot = inst.slots[s];
-            let keeps = liveness(&states, slot.owner()).keeps_flows();
-            let step = fastpath::plan_change(&slot, owner, keeps, cfg.lead_ns);
-            match (step, inst.pending[s]) {
-                (ChangeStep::SwitchNow, _) => {
-                    inst.pending[s] = None;
-                    if atomic || slot.is_dirty() {
-                        inst.slots[s] = slot.switched(owner, now);
-                    } else {
-                        inst.slots[s].owner = u16::try_from(owner).expect("small id");
-                        late.push(Ev::MarkDirty(i, s, slot, owner));
-                    }
-                }
-                (ChangeStep::LeadThenSwitch, _) | (ChangeStep::Keep, Some(_)) => {
-                    inst.slots[s] = slot.marked(now);
-                    inst.pending[s] = Some(owner);
-                    lead = true;
-                }
-                (ChangeStep::Keep, None) => {}
+            if slot.owner() == owner {
+                continue;
             }
-        }
-        if lead && !inst.switch_due {
-            inst.switch_due = true;
-            let generation = inst.switch_gen;
-            self.at_ns(now + cfg.lead_ns, Ev::Switch(i, generation));
+            if atomic || slot.is_dirty() {
+                inst.slots[s] = slot.switched(owner, now);
+            } else {
+                inst.slots[s].owner = u16::try_from(owner).expect("small id");
+                late.push(Ev::MarkDirty(i, s, slot, owner));
+            }
         }
         for ev in late {
             self.at_ns(now + MS, ev);
         }
     }
 
-    /// The lead is over: the pending owners switch in.
-    fn switch(&mut self, i: usize, generation: u32) {
-        let now = self.now;
-        let inst = &mut self.insts[i];
-        if generation != inst.switch_gen {
-            return;
-        }
-        inst.switch_due = false;
-        for s in 0..inst.slots.len() {
-            if let Some(owner) = inst.pending[s].take()
-                && owner != inst.slots[s].owner()
-            {
-                inst.slots[s] = inst.slots[s].switched(owner, now);
-            }
-        }
-    }
-
-    /// The daemon restarts: its walk in progress is lost; a pending switch is planned
-    /// again, a lead after the start.
+    /// The daemon restarts: its walk in progress is lost. Nothing else is pending: the
+    /// slots, conntrack and the SYN cache are in the pinned maps.
     fn restart(&mut self, i: usize) {
-        let lead = self.setup.cfg.lead_ns;
-        let now = self.now;
-        let inst = &mut self.insts[i];
-        inst.walk_gen += 1;
-        if inst.switch_due {
-            inst.switch_gen += 1;
-            let generation = inst.switch_gen;
-            self.at_ns(now + lead, Ev::Switch(i, generation));
-        }
+        self.insts[i].walk_gen += 1;
     }
 
     /// A cleaning walk's read: the dirty slots that may turn clean, with their epochs.
