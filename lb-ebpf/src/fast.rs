@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The fast path (the book's chapter "The fast path"): for a VIP whose entry carries
-//! `VIP_FAST_PATH`, the table decides alone on a clean slot. A packet other than a SYN
-//! on a clean slot goes to the slot's owner with no conntrack lookup and no write (rule
-//! T1 of `lb_common::fastpath`). On a dirty slot the pins decide as on today's path; a
-//! miss there takes the clean owner (rules M1, M2, [`pick_miss`]), and a pin naming
-//! another backend than the owner bumps the slot's epoch (rule P4, [`note_pin`]), so a
-//! cleaning walk that read the slot before cannot commit. SYNs take today's path on
-//! every slot: each is held in the SYN cache, so a SYN retransmitted across a change
-//! follows its first (the simulation's CE1).
+//! `VIP_FAST_PATH`, the table decides alone on a clean slot. A packet on a clean slot,
+//! a SYN too, goes to the slot's owner with no conntrack lookup and no write (rule T1 of
+//! `lb_common::fastpath`). On a dirty slot the pins and held SYNs decide as on today's
+//! path; a miss there takes the clean owner (rules M1, M2, [`pick_miss`]), a new SYN
+//! within the lead of the slot's change too (rule P2, [`pick_syn`]: a SYN retransmitted
+//! across the change follows its first, the simulation's CE1). A pin naming another
+//! backend than the owner bumps the slot's epoch (rule P4, [`note_pin`]), so a cleaning
+//! walk that read the slot before cannot commit.
 //!
 //! `FAST_FILTER` comes first: a VIP packet whose bit is clear takes today's path with
 //! no `VIPS` lookup before its conntrack lookup.
 
 use lb_common::{
-    fastpath::{Liveness, SlotState, miss_backend},
+    fastpath::{DEFAULT_LEAD_NS, Liveness, SlotState, miss_backend, syn_backend},
     hash::vip_filter_bit,
     maps::TABLE_HEADER_LEN,
     stats::Reason,
@@ -53,17 +53,45 @@ fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
 }
 
 /// Rule T1: the owner of the packet's slot when the slot is clean and its owner keeps
-/// flows; `None` when the slot is dirty (pins decide) or unreadable (today's path
-/// counts it).
+/// flows (takes new flows, for a `syn`); `None` when the slot is dirty (pins decide) or
+/// unreadable (today's path counts it).
 #[inline(always)]
-pub(crate) fn clean_owner(vip: &VipEntry, hash: u32) -> Option<Choice> {
+pub(crate) fn clean_owner(vip: &VipEntry, hash: u32, syn: bool) -> Option<Choice> {
     let cell = cell(vip, hash).ok()?;
     // SAFETY: a successful lookup's element, read once by value.
     let cell = unsafe { *cell };
     if !cell.is_clean() {
         return None;
     }
-    backend::keeps_flows(cell.owner())
+    if syn {
+        backend::for_new_flow(cell.owner()).ok()
+    } else {
+        backend::keeps_flows(cell.owner())
+    }
+}
+
+/// Rules P2 and S3: the backend of a new connection's SYN (no pin or held SYN of its
+/// own decides) on VIP `vip`'s dirty slot `hash % M` ([`syn_backend`]): within the lead
+/// ([`DEFAULT_LEAD_NS`]) of the slot's change, its clean owner if that backend keeps
+/// flows, so a SYN retransmitted across the change reaches the backend of its first;
+/// otherwise the owner, which must take new flows.
+#[inline(always)]
+pub(crate) fn pick_syn(vip: &VipEntry, hash: u32, now_ns: u64) -> Result<Choice, Reason> {
+    // SAFETY: a successful lookup's element, read once by value.
+    let slot = unsafe { *cell(vip, hash)? }.slot();
+    let clean = slot.clean_owner();
+    let clean_liveness = match backend::keeps_flows(clean) {
+        Some(_) if clean != 0 => Liveness::Active,
+        _ => Liveness::Down,
+    };
+    let id = syn_backend(&slot, clean_liveness, now_ns, DEFAULT_LEAD_NS);
+    if id != slot.owner() {
+        return backend::keeps_flows(id).ok_or(Reason::DropNoBackend);
+    }
+    if id == 0 {
+        return Err(Reason::DropNoBackend);
+    }
+    backend::for_new_flow(id)
 }
 
 /// Rules M1 and M2: the backend of a miss (no pin, no held SYN) on VIP `vip`'s slot

@@ -263,29 +263,30 @@ fn vip_packet<const FULL: bool>(
     let bytes = packet::frame_len(ctx) as u64;
     // A SYN looks conntrack up only shortly after its VIP's table changed (see `select`).
     let syn = parsed.is_syn();
-    // The fast path (`fast`): a fast-path VIP's packet other than a SYN on a clean slot
-    // goes to the slot's owner with no conntrack lookup (rule T1).
+    // The fast path (`fast`): a fast-path VIP's packet on a clean slot goes to the slot's
+    // owner with no conntrack lookup and no write, a SYN too (rule T1).
     // The VIP entry when it was looked up for the fast path (a zeroed entry and `false`
     // otherwise: an `Option` would leave its payload uninitialised, and LLVM may spill
     // that from any register, which the verifier refuses to read).
     let mut fast_vip = (VipEntry::default(), false);
     if let Some(cfg) = cfg
-        && !syn
         && fast::maybe_fast(&parsed.key.vip)
         && let Some(vip) = vip::find_vip(&parsed.key.vip)
         && fast::is_fast(&vip)
     {
-        if let Some(choice) = fast::clean_owner(&vip, flow_hash(&parsed.key, cfg.hash_seed))
+        if let Some(choice) = fast::clean_owner(&vip, flow_hash(&parsed.key, cfg.hash_seed), syn)
             && let Some(vip_stats) = stats::vip(vip.vip_id)
         {
             vip_stats.packets += 1;
             vip_stats.bytes += bytes;
             vip_stats.clean_slot_hits += 1;
+            vip_stats.new_flows += u64::from(syn);
             traced.set(Path::CleanSlot, choice.id);
+            traced.new_flow = syn;
             let sending = Sending {
                 vip_id: vip.vip_id,
                 bytes,
-                new_flow: false,
+                new_flow: syn,
             };
             return send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending);
         }

@@ -162,7 +162,11 @@ pub(crate) fn pick_syn(
         }
         SynDecision::Table { hash } => hash,
     };
-    let choice = table::pick(vip, hash)?;
+    let choice = if fast::is_fast(vip) {
+        fast::pick_syn(vip, hash, now)?
+    } else {
+        table::pick(vip, hash)?
+    };
     syn_cache::remember(p, vip, hash, &choice, cfg, stats, now);
     stats.new_flows += 1;
     traced.new_flow = true;
