@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use lb_common::{
+    fastpath::SlotState,
     maps::{MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
     stats::{BackendStats, GlobalStats, VipStats},
     types::{BackendEntry, CtEntry, FlowKey, LbConfig, VipAddrKey, VipKey},
@@ -94,6 +95,9 @@ pub struct FakeDataplane {
     pub fast: std::collections::BTreeSet<u32>,
     /// Dirty slots per VIP id (seeded by tests).
     pub dirty: HashMap<u32, u64>,
+    /// The slot states of each VIP's table, published as the kernel's buffers publish
+    /// them (`SlotState::published`, at time 0).
+    pub states: HashMap<u32, Vec<SlotState>>,
 }
 
 impl FakeDataplane {
@@ -188,6 +192,11 @@ impl Dataplane for FakeDataplane {
             )));
         }
         self.mutate("install_table")?;
+        let live = self.states.get(&vip_id).map(Vec::as_slice);
+        let states = (table.slots.iter().enumerate())
+            .map(|(slot, &owner)| SlotState::published(live, size, slot, owner, 0))
+            .collect();
+        self.states.insert(vip_id, states);
         self.tables.insert(
             vip_id,
             InstalledTable {
@@ -211,6 +220,7 @@ impl Dataplane for FakeDataplane {
     fn remove_table(&mut self, vip_id: u32) -> Result<(), DataplaneError> {
         self.mutate("remove_table")?;
         self.tables.remove(&vip_id);
+        self.states.remove(&vip_id);
         self.ops.push(Op::RemoveTable(vip_id));
         Ok(())
     }
@@ -314,6 +324,14 @@ impl Dataplane for FakeDataplane {
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         Ok(self.conntrack.get(key).copied())
+    }
+
+    fn slot_state(&self, vip_id: u32, slot: u32) -> Result<Option<SlotState>, DataplaneError> {
+        Ok(self
+            .states
+            .get(&vip_id)
+            .and_then(|s| s.get(slot as usize))
+            .copied())
     }
 
     fn adopted(&self) -> Result<Option<Adopted>, DataplaneError> {

@@ -523,6 +523,14 @@ impl Dataplane for KernelDataplane {
             .map_err(map_err(maps::BACKEND_STATS, "update"))
     }
 
+    fn slot_state(
+        &self,
+        vip_id: u32,
+        slot: u32,
+    ) -> Result<Option<lb_common::fastpath::SlotState>, DataplaneError> {
+        lock(&self.tables).state(vip_id, slot)
+    }
+
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         self.conntrack_lookup(key)
     }

@@ -448,6 +448,18 @@ pub trait Dataplane {
     /// When the maps cannot be read.
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError>;
 
+    /// Slot `slot`'s fast-path state in VIP `vip_id`'s live table: its owner, clean or
+    /// dirty, and clean owner (`lb_common::fastpath::SlotState`); `None` without a live
+    /// table or beyond it.
+    ///
+    /// # Errors
+    /// When the table buffer cannot be read.
+    fn slot_state(
+        &self,
+        vip_id: u32,
+        slot: u32,
+    ) -> Result<Option<lb_common::fastpath::SlotState>, DataplaneError>;
+
     /// The tunnel-probe program: whether it is attached, and its counters (zero when
     /// they cannot be read); `None` for a data plane without one (the fake).
     fn probe_encap(&self) -> Option<(bool, ProbeStats)> {

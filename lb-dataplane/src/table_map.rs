@@ -145,22 +145,9 @@ impl Mapping {
         }
         let header = TABLE_HEADER_LEN as usize;
         let cells = &mut self.cells_mut()[header..];
-        match live {
-            Some(live) if live.len() == slots.len() => {
-                for ((cell, owner), old) in cells.iter_mut().zip(slots).zip(live) {
-                    *cell = TableCell::of_slot(&old.republished((*owner).into(), now_ns));
-                }
-            }
-            Some(_) => {
-                for (cell, owner) in cells.iter_mut().zip(slots) {
-                    *cell = TableCell::of_slot(&SlotState::resized((*owner).into(), now_ns));
-                }
-            }
-            None => {
-                for (cell, owner) in cells.iter_mut().zip(slots) {
-                    *cell = TableCell::of_slot(&SlotState::clean((*owner).into()));
-                }
-            }
+        for (slot, (cell, owner)) in cells.iter_mut().zip(slots).enumerate() {
+            let state = SlotState::published(live, slots.len(), slot, (*owner).into(), now_ns);
+            *cell = TableCell::of_slot(&state);
         }
         self.cells_mut()[TABLE_HEADER_INDEX as usize] =
             TableCell::of_header(TableHeader { size, generation });
@@ -191,6 +178,11 @@ impl Mapping {
             generation,
             self.slot_cells()?.iter().map(TableCell::owner).collect(),
         ))
+    }
+
+    /// Reads slot `slot`'s state (owner included); `None` beyond the table.
+    pub(crate) fn read_state(&self, slot: usize) -> io::Result<Option<SlotState>> {
+        Ok(self.slot_cells()?.get(slot).map(TableCell::slot))
     }
 
     /// Reads the slots' states (owner included) of the table in the mapping.

@@ -79,6 +79,13 @@ struct VipBuffers {
     fast: bool,
 }
 
+impl VipBuffers {
+    /// The buffer the VIP entry selects, if it holds a table.
+    fn live_buffer(&self) -> Option<&Buffer> {
+        self.live.and_then(|l| self.buffers[l].as_ref())
+    }
+}
+
 /// The `TABLES` and `VIPS` maps and the buffer bookkeeping.
 pub(crate) struct TableSet {
     outer: ArrayOfMaps<MapData>,
@@ -102,7 +109,7 @@ fn index(vip_id: u32, buffer: usize) -> u32 {
 
 /// The slot states of `vip`'s live buffer (VIP id `vip_id`), if it has one.
 fn live_states(vip: &VipBuffers, vip_id: u32) -> Result<Option<Vec<SlotState>>, DataplaneError> {
-    let Some(buffer) = vip.live.and_then(|l| vip.buffers[l].as_ref()) else {
+    let Some(buffer) = vip.live_buffer() else {
         return Ok(None);
     };
     buffer
@@ -509,11 +516,7 @@ impl TableSet {
 
     /// VIP `vip_id`'s live table.
     pub(crate) fn read(&self, vip_id: u32) -> Result<Option<InstalledTable>, DataplaneError> {
-        let Some(buffer) = self
-            .by_id
-            .get(&vip_id)
-            .and_then(|v| v.live.and_then(|l| v.buffers[l].as_ref()))
-        else {
+        let Some(buffer) = self.by_id.get(&vip_id).and_then(VipBuffers::live_buffer) else {
             return Ok(None);
         };
         let (generation, slots) = buffer
@@ -550,6 +553,24 @@ impl TableSet {
         vip.map_or(Ok(None), |vip| live_states(vip, vip_id))
     }
 
+    /// Slot `slot`'s state in VIP `vip_id`'s live table; `None` without a live table or
+    /// beyond it.
+    pub(crate) fn state(
+        &self,
+        vip_id: u32,
+        slot: u32,
+    ) -> Result<Option<SlotState>, DataplaneError> {
+        let Some(buffer) = self.by_id.get(&vip_id).and_then(VipBuffers::live_buffer) else {
+            return Ok(None);
+        };
+        buffer
+            .mapping
+            .read_state(slot as usize)
+            .map_err(syscall_err(format!(
+                "reading slot {slot} of VIP id {vip_id}"
+            )))
+    }
+
     /// Rule C4 on VIP `vip_id`'s live table: slot `slot` turns clean if its state word
     /// still holds `read` ([`table_map::Mapping::commit_clean`]). A table installed
     /// since the read bumped every dirty slot's epoch ([`SlotState::republished`]), so
@@ -557,7 +578,7 @@ impl TableSet {
     pub(crate) fn commit_clean(&self, vip_id: u32, slot: usize, read: &SlotState) -> bool {
         self.by_id
             .get(&vip_id)
-            .and_then(|v| v.live.and_then(|l| v.buffers[l].as_ref()))
+            .and_then(VipBuffers::live_buffer)
             .is_some_and(|buffer| buffer.mapping.commit_clean(slot, read))
     }
 

@@ -73,9 +73,11 @@ struct Candidate {
     foreign: bool,
 }
 
-/// What the walk knows of one VIP: its table size and candidates by slot index.
+/// What the walk knows of one VIP: its table size, whether it takes the fast path, and
+/// candidates by slot index.
 struct VipSlots {
     size: u32,
+    fast: bool,
     candidates: HashMap<u32, Candidate>,
 }
 
@@ -192,7 +194,15 @@ impl Cleaner {
                 count.dirty += u64::from(state.is_dirty());
             }
             let size = u32::try_from(states.len()).unwrap_or(u32::MAX);
-            vips.insert(vip_id, VipSlots { size, candidates });
+            let fast = tables.fast_path(vip_id);
+            vips.insert(
+                vip_id,
+                VipSlots {
+                    size,
+                    fast,
+                    candidates,
+                },
+            );
             counts.insert(vip_id, count);
         }
         Ok((vips, counts))
@@ -302,11 +312,15 @@ impl Cleaner {
 
     /// Step 4: deletes the pins of cleaned slots that name another backend (C5). The
     /// walk read them before the commit, so each was made before it. Returns how many.
+    /// A VIP on today's path keeps its pins: its slots are cleaned so that their states
+    /// hold when the fast path is turned on, but its flows follow their pins however long
+    /// they were idle, as they did before the fast path existed.
     fn delete_outlived(&self, vips: &HashMap<u32, VipSlots>, outlived: &[Outlived]) -> u64 {
         let mut deleted = 0;
         for pin in outlived {
             let Some(candidate) = vips
                 .get(&pin.vip_id)
+                .filter(|v| v.fast)
                 .and_then(|v| v.candidates.get(&pin.slot))
             else {
                 continue;
