@@ -72,6 +72,18 @@ pub fn flow_text(f: &FlowReport) -> String {
         }
         None => out.push_str("; not in conntrack (the next packet takes the table's choice)"),
     }
+    if let Some(slot) = &f.fast_path {
+        let _ = write!(out, "\nfast path: slot {}", slot.state);
+        if let Some(clean) = &slot.clean_owner {
+            let _ = write!(out, " (clean owner {clean})");
+        }
+        out.push_str(match slot.decided_by.as_str() {
+            "table" => "; the next packet goes by the table, with no conntrack lookup",
+            "pin" => "; the next packet follows the pin",
+            "clean-owner" => "; the next packet misses and goes to the clean owner",
+            _ => "; the next packet misses and goes to the slot's owner",
+        });
+    }
     out.push('\n');
     out
 }

@@ -9,7 +9,7 @@ use super::{
     flow::{FlowArgs, flow_text},
 };
 use crate::{
-    control::{BackendAction, FlowReport},
+    control::{BackendAction, FlowReport, FlowSlot},
     defaults,
 };
 
@@ -178,10 +178,27 @@ fn text_forms() {
         slot: 7,
         table_backend: Some("198.51.100.11".into()),
         pinned: None,
+        fast_path: None,
     };
     assert_eq!(
         flow_text(&f),
         "flow 192.0.2.10:40000 -> 203.0.113.10:80/tcp: slot 7 -> 198.51.100.11; not in \
          conntrack (the next packet takes the table's choice)\n"
+    );
+    let dirty = FlowReport {
+        fast_path: Some(FlowSlot {
+            state: "dirty".into(),
+            clean_owner: Some("198.51.100.12".into()),
+            decided_by: "clean-owner".into(),
+        }),
+        ..f
+    };
+    assert!(
+        flow_text(&dirty).ends_with(
+            "\nfast path: slot dirty (clean owner 198.51.100.12); the next packet misses and \
+             goes to the clean owner\n"
+        ),
+        "{}",
+        flow_text(&dirty)
     );
 }

@@ -287,6 +287,26 @@ pub struct FlowReport {
     pub table_backend: Option<String>,
     /// The conntrack pin, if any.
     pub pinned: Option<Pin>,
+    /// The fast path's view of the flow's slot; absent when the VIP's fast path is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<FlowSlot>,
+}
+
+/// The flow's slot as the fast path sees it (`lb flow`; the book's chapter "The fast
+/// path").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FlowSlot {
+    /// `clean` (the table decides alone, rule T1) or `dirty` (its owner changed since
+    /// it was last clean: pins decide, a miss takes the clean owner).
+    pub state: String,
+    /// A dirty slot's clean owner (backend address), where an established flow without
+    /// a pin goes; absent for a clean slot or one without a clean owner (a resized table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean_owner: Option<String>,
+    /// What decides the flow's next packet other than a SYN: `table` (a clean slot: no
+    /// conntrack lookup, a pin is ignored), `pin` (the conntrack pin or held SYN),
+    /// `clean-owner` or `owner` (a miss on a dirty slot, rules M1 and M2).
+    pub decided_by: String,
 }
 
 /// A conntrack pin.

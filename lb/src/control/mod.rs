@@ -36,8 +36,9 @@ mod trace;
 pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement, VipChange};
 pub use answer::{
     BackendCounters, BackendStatus, ChangeOutcome, CleaningStatus, ConnectionCounts,
-    ConntrackStatus, Counter, DatapathHealth, FlowReport, OverrideStatus, OverridesReport, Pin,
-    RECENT_CHANGES, Response, SlotStatus, Stats, Status, VipCounters, VipStatus,
+    ConntrackStatus, Counter, DatapathHealth, FlowReport, FlowSlot, OverrideStatus,
+    OverridesReport, Pin, RECENT_CHANGES, Response, SlotStatus, Stats, Status, VipCounters,
+    VipStatus,
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;

@@ -33,7 +33,7 @@ use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use lb_health::policy::Mode as PolicyMode;
 
-use lb_common::types::BackendEntry;
+use lb_common::{fastpath::SlotState, types::BackendEntry};
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
 pub use history::{BackendRecord, History, REMOVED, UNHEALTHY};
@@ -45,7 +45,7 @@ pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
     config::Vip,
-    control::{FlowReport, Pin},
+    control::{FlowReport, FlowSlot, Pin},
 };
 use lb_dataplane::{CtTable, Dataplane, DataplaneError};
 use lb_maglev::BackendKey;
@@ -338,13 +338,43 @@ impl<D: Dataplane> Controller<D> {
                 backend_id: entry.backend_id,
                 established: table == CtTable::Established,
             });
+        let fast_path = if applied.spec.fast_path {
+            let state = self
+                .dp
+                .slot_state(applied.id, slot)
+                .map_err(FlowError::Dataplane)?;
+            state.map(|s| flow_slot(&s, pinned.is_some(), by_id))
+        } else {
+            None
+        };
         Ok(FlowReport {
             vip: vip.to_string(),
             client: client.to_string(),
             slot,
             table_backend,
             pinned,
+            fast_path,
         })
+    }
+}
+
+/// `lb flow`'s view of a fast-path slot in state `s`: what decides the flow's next
+/// packet other than a SYN (`pinned`: the flow has a pin or held SYN), by the rules T1,
+/// D1, M1 and M2 of `lb_common::fastpath`; `name` gives a backend id's address.
+fn flow_slot(s: &SlotState, pinned: bool, name: impl Fn(u32) -> Option<String>) -> FlowSlot {
+    let clean_owner = (s.is_dirty() && s.clean_owner() != 0)
+        .then(|| name(s.clean_owner()))
+        .flatten();
+    let decided_by = match (s.is_dirty(), pinned, &clean_owner) {
+        (false, _, _) => "table",
+        (true, true, _) => "pin",
+        (true, false, Some(_)) => "clean-owner",
+        (true, false, None) => "owner",
+    };
+    FlowSlot {
+        state: if s.is_dirty() { "dirty" } else { "clean" }.to_owned(),
+        clean_owner,
+        decided_by: decided_by.to_owned(),
     }
 }
 

@@ -714,6 +714,37 @@ fn the_fast_path_is_switched_on_and_off_in_the_data_plane() {
 }
 
 #[test]
+fn flow_says_whether_the_fast_path_slot_is_clean_or_dirty_and_what_decides() {
+    let mut c = controller();
+    c.apply(&three()).unwrap();
+    let client: SocketAddr = "192.0.2.10:40000".parse().unwrap();
+    assert_eq!(c.flow(&vip80(), client).unwrap().fast_path, None, "off");
+    c.apply(&three_fast(true, 1009)).unwrap();
+    let first = c.flow(&vip80(), client).unwrap();
+    let slot = first.fast_path.expect("on");
+    assert_eq!(
+        (slot.state.as_str(), slot.decided_by.as_str()),
+        ("clean", "table")
+    );
+    assert_eq!(slot.clean_owner, None);
+    // Drain the flow's owner: its slot turns dirty, the old owner its clean owner.
+    let owner = first.table_backend.expect("an owner");
+    let last = owner.rsplit('.').next().unwrap().parse::<u8>().unwrap();
+    let mut d = three_fast(true, 1009);
+    d.set_backend(&vip80(), &key(last), BackendState::Drain, None)
+        .unwrap();
+    c.apply(&d).unwrap();
+    let after = c.flow(&vip80(), client).unwrap();
+    let slot = after.fast_path.expect("on");
+    assert_ne!(after.table_backend.as_deref(), Some(owner.as_str()));
+    assert_eq!(
+        (slot.state.as_str(), slot.decided_by.as_str()),
+        ("dirty", "clean-owner")
+    );
+    assert_eq!(slot.clean_owner, Some(owner));
+}
+
+#[test]
 fn a_fast_path_vip_keeps_its_table_size_and_its_switch_while_slots_are_dirty() {
     let mut c = controller();
     c.apply(&three_fast(true, 1009)).unwrap();
