@@ -167,6 +167,9 @@ pub struct DaemonConfig {
     /// Keys added to the `[[vip]]` table of a VIP ([`vip_text`]), such as
     /// `allowed_sources = [...]`.
     pub vip_keys: Vec<(String, String)>,
+    /// Keys added to the `[conntrack]` table, one `key = value` per line (empty by
+    /// default), such as `quiet_secs = 60`.
+    pub conntrack_keys: String,
 }
 
 impl DaemonConfig {
@@ -195,6 +198,7 @@ impl DaemonConfig {
             backend_health: Vec::new(),
             ct_capacity: CT_CAPACITY,
             vip_keys: Vec::new(),
+            conntrack_keys: String::new(),
         }
     }
 
@@ -225,13 +229,14 @@ impl DaemonConfig {
              [encap]\nsource_v4 = \"{}\"\nsource_v6 = \"{}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
              [conntrack]\ncapacity = {}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
-             udp_timeout_secs = {}\n\n[metrics]\n{}\n",
+             udp_timeout_secs = {}\n{}\n[metrics]\n{}\n",
             socket.display(),
             socket.with_file_name("state").display(),
             self.sources.0,
             self.sources.1,
             self.ct_capacity,
             self.udp_timeout_secs,
+            self.conntrack_keys,
             self.metrics,
         );
         out.push_str(&self.extra);

@@ -42,7 +42,12 @@ fn slot(flow: &Flow) -> usize {
 
 /// A flow (from source port 40000 up) whose slot is `want`.
 fn flow_on(want: usize) -> Flow {
-    (40_000..41_000)
+    other_flow_on(want, 40_000)
+}
+
+/// A flow (from source port `from` up) whose slot is `want`.
+fn other_flow_on(want: usize, from: u16) -> Flow {
+    (from..from + 1_000)
         .map(|port| Flow::new(CLIENT4, port, VIP4, 80))
         .find(|f| slot(f) == want)
         .expect("some port lands on the slot")
@@ -98,18 +103,41 @@ fn a_change_publishes_dirty_slots_with_their_clean_owner_and_keeps_the_others() 
 
 #[test]
 fn the_walk_cleans_slots_without_live_foreign_pins_and_then_deletes_the_dead_ones() {
+    walk_cleans(true);
+}
+
+#[test]
+fn on_todays_path_the_walk_cleans_slots_but_keeps_the_pins() {
+    walk_cleans(false);
+}
+
+/// A pin naming another backend than its slot's owner holds the slot dirty while it is
+/// live (C1); once silent past the idle time the slot cleans, and the pin is deleted
+/// (C5) when the VIP takes the fast path. On today's path (`fast_path` false) the pin
+/// stays: its flow follows it however long it was idle, as before the fast path.
+fn walk_cleans(fast_path: bool) {
     let mut lb = small();
+    if fast_path {
+        let key = vip_key(VIP4.into(), 80, PROTO_TCP);
+        lb.dp.set_fast_path(&key, 0, true).expect("fast path on");
+    }
     let cleaner = lb.dp.take_cleaner().expect("a cleaner");
-    // A flow pinned on slot 2 (owner 3 in the round-robin table) by a mid-flow ACK.
+    // A flow on slot 2 (owner 3 in the round-robin table). Slots 1 and 2 move to
+    // backend 1: both dirty. The flow's pin names the old owner: made by a mid-flow ACK
+    // before the change on today's path, by the miss rule (the clean owner) after it on
+    // the fast path, where a clean slot pins nothing.
     let flow = flow_on(2);
-    let out = lb.run(&flow.frame(L4::Tcp(ACK), b"x"));
-    assert_eq!(out.action, XDP_TX);
-    assert_eq!(lb.dp.conntrack_len().expect("len").0, 1);
-    // Slots 1 and 2 move to backend 1: both dirty; the flow's pin names the old owner.
     let mut next = round_robin(M, &[1, 2, 3]);
     next[1] = 1;
     next[2] = 1;
+    if !fast_path {
+        assert_eq!(lb.run(&flow.frame(L4::Tcp(ACK), b"x")).action, XDP_TX);
+    }
     lb.table(0, &next);
+    if fast_path {
+        assert_eq!(lb.run(&flow.frame(L4::Tcp(ACK), b"x")).action, XDP_TX);
+    }
+    assert_eq!(lb.dp.conntrack_len().expect("len").0, 1, "the flow's pin");
     // Within the quiet time nothing is cleaned.
     let walk = cleaner
         .clean(&times(Duration::from_secs(3_600)))
@@ -138,13 +166,17 @@ fn the_walk_cleans_slots_without_live_foreign_pins_and_then_deletes_the_dead_one
         1,
         "the live pin stays"
     );
-    // Silent longer than the idle time, the pin no longer holds the slot: it cleans,
-    // and the pin naming another backend than the owner is deleted (C5).
+    // Silent longer than the idle time, the pin no longer holds the slot: it cleans.
     std::thread::sleep(Duration::from_millis(2_500));
     let walk = cleaner.clean(&two_secs).expect("walk");
-    assert_eq!((walk.cleaned, walk.pins_deleted), (1, 1), "{walk:?}");
+    let deleted = u64::from(fast_path);
+    assert_eq!((walk.cleaned, walk.pins_deleted), (1, deleted), "{walk:?}");
     assert!(states(&lb).iter().all(|s| !s.is_dirty()));
-    assert_eq!(lb.dp.conntrack_len().expect("len").0, 0);
+    assert_eq!(
+        lb.dp.conntrack_len().expect("len").0 as u64,
+        1 - deleted,
+        "the pin is deleted on the fast path only"
+    );
 }
 
 #[test]
@@ -245,22 +277,20 @@ fn on_a_dirty_slot_an_unpinned_flow_keeps_its_clean_owner_and_is_pinned() {
         sent_to(&mut lb, &old_flow.frame(L4::Tcp(ACK), b"z")),
         clean_owner
     );
-    // A new connection on the slot goes to the owner: SYN held, ACK promoted.
-    let new_flow = (41_000..42_000)
-        .map(|port| Flow::new(CLIENT4, port, VIP4, 80))
-        .find(|f| slot(f) == 2)
-        .expect("another flow on slot 2");
+    // A new connection on the slot, within the lead of the change, goes to the clean
+    // owner (P2): SYN held, ACK promoted.
+    let new_flow = other_flow_on(2, 41_000);
     assert_eq!(
         sent_to(&mut lb, &new_flow.frame(L4::Tcp(SYN), &[])),
-        new_owner
+        clean_owner
     );
     assert_eq!(
         sent_to(&mut lb, &new_flow.frame(L4::Tcp(ACK), b"a")),
-        new_owner
+        clean_owner
     );
     assert_eq!(
         sent_to(&mut lb, &new_flow.frame(L4::Tcp(ACK), b"b")),
-        new_owner
+        clean_owner
     );
     // Other slots stayed clean: no pin there.
     let elsewhere = flow_on(4);
@@ -270,9 +300,40 @@ fn on_a_dirty_slot_an_unpinned_flow_keeps_its_clean_owner_and_is_pinned() {
 }
 
 #[test]
+fn a_handshake_on_a_clean_slot_writes_nothing_and_after_the_lead_the_owner_takes_syns() {
+    let mut lb = fast();
+    let owner = states(&lb)[2].owner();
+    let flow = other_flow_on(2, 41_000);
+    let before = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(SYN), &[])), owner);
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"a")), owner);
+    let after = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(pins(&lb), 0, "no pin for a handshake on a clean slot");
+    assert_eq!(after.clean_slot_hits, before.clean_slot_hits + 2);
+    assert_eq!(
+        after.new_flows,
+        before.new_flows + 1,
+        "the SYN is a new flow"
+    );
+    // The slot moves; past the lead (4 s, rounded up to a tick) a new connection goes
+    // to the new owner.
+    let new_owner = if owner == 1 { 2 } else { 1 };
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[2] = new_owner;
+    lb.table(0, &next);
+    std::thread::sleep(Duration::from_millis(5_500));
+    let late = other_flow_on(2, 43_000);
+    assert_eq!(sent_to(&mut lb, &late.frame(L4::Tcp(SYN), &[])), new_owner);
+    assert_eq!(sent_to(&mut lb, &late.frame(L4::Tcp(ACK), b"a")), new_owner);
+    // The first connection, silent meanwhile, still reaches its backend (M1).
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"b")), owner);
+}
+
+#[test]
 fn a_syn_retransmitted_across_a_change_follows_its_first() {
-    // The simulation's CE1: the first SYN on a clean slot is held, the slot moves, the
-    // retransmitted SYN and the handshake's ACK reach the first SYN's backend.
+    // The simulation's CE1: the first SYN on a clean slot goes to the owner with no
+    // write, the slot moves, and within the lead (P2) the retransmitted SYN goes to the
+    // clean owner and is held: it and the handshake's ACK reach the first SYN's backend.
     let mut lb = fast();
     let flow = flow_on(3);
     let syn = flow.frame(L4::Tcp(SYN), &[]);

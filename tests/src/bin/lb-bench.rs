@@ -28,7 +28,7 @@ mod scale;
 #[path = "lb-bench/traffic.rs"]
 mod traffic;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::{Context as _, bail, ensure};
 use lb::{config::Config, controller::Controller};
@@ -184,7 +184,22 @@ fn setup(lb: &mut Lb) {
     lb.vip(2, VIP6, 80, PROTO_TCP);
     lb.vip(3, VIP4, GUE_VIP_PORT, PROTO_TCP);
     lb.vip(4, VIP6, GUE_VIP_PORT, PROTO_TCP);
+    // The fast path's VIPs (port 81): every slot clean, so the table decides alone.
+    lb.table(5, &round_robin(65_537, &ids4));
+    lb.table(6, &round_robin(65_537, &ids6));
+    lb.table(7, &round_robin(65_537, &ids4));
+    for (id, addr, proto) in [
+        (5, IpAddr::from(VIP4), PROTO_TCP),
+        (6, IpAddr::from(VIP6), PROTO_TCP),
+        (7, IpAddr::from(VIP4), PROTO_UDP),
+    ] {
+        let key = lb.vip(id, addr, FAST_VIP_PORT, proto);
+        lb.dp.set_fast_path(&key, id, true).expect("fast path on");
+    }
 }
+
+/// The port of the benchmark's VIPs whose fast path is on (`fast_path = true`).
+const FAST_VIP_PORT: u16 = 81;
 
 /// The port of the benchmark's VIPs whose backends are sent GUE.
 const GUE_VIP_PORT: u16 = 8080;
@@ -196,6 +211,9 @@ fn cases() -> Vec<Case> {
     let gue4 = Flow::new(CLIENT4, 40000, VIP4, GUE_VIP_PORT);
     let gue6 = Flow::new(CLIENT6, 40000, VIP6, GUE_VIP_PORT);
     let other = Flow::new(CLIENT4, 40000, Ipv4Addr::new(203, 0, 113, 99), 80);
+    let fast4 = Flow::new(CLIENT4, 40000, VIP4, FAST_VIP_PORT);
+    let fast6 = Flow::new(CLIENT6, 40000, VIP6, FAST_VIP_PORT);
+    let fast_udp4 = Flow::new(CLIENT4, 50000, VIP4, FAST_VIP_PORT);
     vec![
         Case {
             name: "non-VIP pass",
@@ -242,6 +260,41 @@ fn cases() -> Vec<Case> {
         Case {
             name: "TCP v4 new flow (SYN, CT insert)",
             frame: sized(&tcp4, L4::Tcp(SYN)),
+            vary: 26,
+            action: XDP_TX,
+            warm: vec![],
+        },
+        Case {
+            name: "TCP v4 clean-slot hit (fast path)",
+            frame: sized(&fast4, L4::Tcp(ACK)),
+            vary: 0,
+            action: XDP_TX,
+            warm: vec![],
+        },
+        Case {
+            name: "TCP v6 clean-slot hit (fast path)",
+            frame: sized(&fast6, L4::Tcp(ACK)),
+            vary: 0,
+            action: XDP_TX,
+            warm: vec![],
+        },
+        Case {
+            name: "UDP v4 clean-slot hit (fast path)",
+            frame: sized(&fast_udp4, L4::Udp),
+            vary: 0,
+            action: XDP_TX,
+            warm: vec![],
+        },
+        Case {
+            name: "TCP v4 new flow (SYN, clean slot, held)",
+            frame: sized(&fast4, L4::Tcp(SYN)),
+            vary: 26,
+            action: XDP_TX,
+            warm: vec![],
+        },
+        Case {
+            name: "TCP v4 handshake's ACK (clean slot, no insert)",
+            frame: sized(&fast4, L4::Tcp(ACK)),
             vary: 26,
             action: XDP_TX,
             warm: vec![],

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | 1,000 connections, 3 backends, shares within 15% of a third | [`distribution::three_equal_backends_share_1000_connections_evenly`] |
 //! | weights 1:2:1 | [`distribution::weights_1_2_1_give_shares_of_25_50_25`] |
+//! | the fast path: 100 connections kept through add, weight, drain, restart, add, remove and the cleaning (issue 30) | [`fastpath::fast_path_connections_survive_changes_a_restart_and_the_cleaning`] |
 //! | established connections keep their backend through add, drain and reload | [`stickiness::live_connections_keep_their_backend_through_add_drain_and_reload`] |
 //! | removing a backend resets only its connections (BR-13.T3) | [`removal::removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it`] |
 //! | UDP flows keep their backend | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
@@ -35,12 +36,14 @@
 mod adoption;
 mod conns;
 mod distribution;
+mod fastpath;
 mod gue;
 mod handshake;
 mod harness;
 mod health;
 mod ipv6;
 mod lifecycle;
+mod longlived;
 mod pmtu;
 mod reload;
 mod removal;
@@ -48,8 +51,9 @@ mod stats;
 mod stickiness;
 mod udp;
 
+use lb::control::{Status, VipStatus};
 use lb_tests::{
-    daemon::{Daemon, DaemonConfig},
+    daemon::{Daemon, DaemonConfig, vip_text},
     testbed::{TestBed, TestBedOptions, backend_name},
     traffic::{Tally, within},
 };
@@ -73,6 +77,16 @@ fn daemon<'bed>(bed: &'bed TestBed, config: &DaemonConfig) -> Daemon<'bed> {
     let lb = Daemon::start(bed, config).unwrap_or_else(|e| panic!("start lb run: {e:#}"));
     eprintln!("lb run answered after {:?}", lb.startup_time());
     lb
+}
+
+/// The IPv4 TCP VIP's entry in `status`.
+fn tcp_vip(status: &Status) -> &VipStatus {
+    let vip = vip_text(false, true);
+    status
+        .vips
+        .iter()
+        .find(|v| v.vip == vip)
+        .expect("the TCP VIP in lb status")
 }
 
 /// Asserts that backend `k`'s share of `tally` is within 15% (relative) of `ideal`.
