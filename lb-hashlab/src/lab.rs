@@ -12,8 +12,8 @@ use super::{
     events::Event,
     keys::KeySet,
     report::{
-        Disagreement, EventReport, HotKey, HotKeysReport, HotRow, LabReport, MembershipReport,
-        Movement, SchemeReport, SchemeTheory, ServerLoad, SweepRow,
+        Disagreement, EventReport, HotKey, HotKeysReport, HotRow, KeyPlacement, LabReport,
+        MembershipReport, Movement, SchemeReport, SchemeTheory, ServerLoad, SweepRow,
     },
     ring::Ring,
     scheme::{BuildError, Params, Scheme, SchemeKind},
@@ -23,6 +23,8 @@ use super::{
 };
 use lb_maglev::MaglevError;
 
+/// Runs of at most this many keys list every key's server ([`KeyPlacement`]).
+pub const MAX_PLACEMENT_KEYS: usize = 32;
 /// Timing rounds always run (the median of them is reported).
 const MIN_ROUNDS: usize = 5;
 /// Timing rounds stop after this much time once [`MIN_ROUNDS`] ran.
@@ -146,7 +148,7 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
     validate(input)?;
     let keys = input.keys.keys();
     let hash = input.params.hash;
-    let hashes: Vec<u64> = keys.iter().map(|k| hash.key(k)).collect();
+    let hashes: Vec<u64> = keys.iter().map(|k| input.params.key_hash(k)).collect();
     let key_hash_ns = ns_per_key(keys.len(), || {
         for key in keys {
             black_box(hash.key(black_box(key)));
@@ -168,7 +170,9 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .map(|(kind, scheme, placed)| lab.scheme_report(*kind, scheme, placed))
         .collect();
 
-    let (events, after_lists) = lab.events(&built)?;
+    let (events, after_lists, after_owners) = lab.events(&built)?;
+    let placements = (keys.len() <= MAX_PLACEMENT_KEYS)
+        .then(|| lab.placements(&built, &after_lists, &after_owners));
 
     let vnodes_sweep = input
         .vnodes_sweep
@@ -214,6 +218,7 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         vnodes_sweep,
         hot_keys,
         membership,
+        placements,
         notes,
     })
 }
@@ -388,27 +393,33 @@ impl Lab<'_> {
         }
     }
 
-    /// Every event against the run's servers: the movements of each scheme, and the
-    /// server list after each (for the `V` sweep's moved columns).
+    /// Every event against the run's servers: the movements of each scheme, the
+    /// server list after each (for the `V` sweep's moved columns) and the owners of
+    /// every key after it, per scheme.
+    #[expect(clippy::type_complexity, reason = "three parallel per-event lists")]
     fn events(
         &self,
         built: &[(SchemeKind, Scheme, Placed<'_>)],
-    ) -> Result<(Vec<EventReport>, Vec<Vec<Server>>), LabError> {
+    ) -> Result<(Vec<EventReport>, Vec<Vec<Server>>, Vec<Vec<Vec<usize>>>), LabError> {
         let mut events = Vec::new();
         let mut after_lists = Vec::new();
+        let mut after_owners = Vec::new();
         for (n, event) in self.input.events.iter().enumerate() {
             let applied = event
                 .apply(&self.input.servers)
                 .map_err(|problem| LabError::new(Input::Event(n), problem))?;
             let (before, after) = (self.input.servers.len(), applied.servers.len());
             let mut movements = Vec::new();
+            let mut owners = Vec::new();
             for (kind, _, placed) in built {
                 let scheme = self.build(*kind, &applied.servers, Input::Event(n))?;
                 let after_placed = self.place(&scheme, &applied.servers);
                 let mut movement = self.movement(*kind, placed, &after_placed);
                 movement.note = event_note(*kind, event, applied.renumbered_from);
                 movements.push(movement);
+                owners.push(after_placed.owners);
             }
+            after_owners.push(owners);
             events.push(EventReport {
                 event: event.to_string(),
                 added: applied.added.clone(),
@@ -422,22 +433,62 @@ impl Lab<'_> {
             });
             after_lists.push(applied.servers);
         }
-        Ok((events, after_lists))
+        Ok((events, after_lists, after_owners))
+    }
+
+    /// Every key's server in every scheme, before and after each event (small runs).
+    fn placements(
+        &self,
+        built: &[(SchemeKind, Scheme, Placed<'_>)],
+        after_lists: &[Vec<Server>],
+        after_owners: &[Vec<Vec<usize>>],
+    ) -> Vec<KeyPlacement> {
+        let label = |kind: SchemeKind, servers: &[Server], owner: usize| {
+            if kind.is_positional() {
+                format!("{owner} {}", servers[owner].name)
+            } else {
+                servers[owner].name.clone()
+            }
+        };
+        let keys = self.input.keys.keys();
+        (0..keys.len())
+            .map(|i| KeyPlacement {
+                key: keys[i].clone(),
+                hash: self.hashes[i],
+                before: built
+                    .iter()
+                    .map(|(kind, _, placed)| label(*kind, &self.input.servers, placed.owners[i]))
+                    .collect(),
+                after: after_lists
+                    .iter()
+                    .zip(after_owners)
+                    .map(|(servers, owners)| {
+                        built
+                            .iter()
+                            .zip(owners)
+                            .map(|((kind, _, _), owners)| label(*kind, servers, owners[i]))
+                            .collect()
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     fn sweep_row(&self, vnodes: u32, after_lists: &[Vec<Server>]) -> Result<SweepRow, LabError> {
-        let hash = &self.input.params.hash;
+        let params = &self.input.params;
         let servers = &self.input.servers;
         let ring_error =
             |error| LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error));
-        let ring = Ring::build(servers, vnodes, hash).map_err(ring_error)?;
+        let ring = Ring::build_params(servers, vnodes, params).map_err(ring_error)?;
         let points = ring.points();
         let scheme = Scheme::Ring(ring);
         let placed = self.place(&scheme, servers);
         let report = self.scheme_report(SchemeKind::Ring, &scheme, &placed);
         let mut moved_fraction = Vec::new();
         for after_servers in after_lists {
-            let after = Scheme::Ring(Ring::build(after_servers, vnodes, hash).map_err(ring_error)?);
+            let after = Scheme::Ring(
+                Ring::build_params(after_servers, vnodes, params).map_err(ring_error)?,
+            );
             let after = self.place(&after, after_servers);
             moved_fraction.push(
                 self.movement(SchemeKind::Ring, &placed, &after)
@@ -504,7 +555,7 @@ impl Lab<'_> {
 
         // The hottest keys on their first `replicas` distinct servers clockwise, their
         // requests split evenly (the remainder to the first servers).
-        let ring = Ring::build(&input.servers, input.params.vnodes, &input.params.hash).map_err(
+        let ring = Ring::build_params(&input.servers, input.params.vnodes, &input.params).map_err(
             |error| LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error)),
         )?;
         let placed = self.place(&Scheme::Ring(ring.clone()), &input.servers);

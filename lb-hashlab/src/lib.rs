@@ -17,6 +17,7 @@
 
 pub mod bounded;
 pub mod events;
+pub mod explain;
 pub mod hashes;
 pub mod jump;
 pub mod keys;
@@ -31,6 +32,7 @@ pub mod scheme;
 pub mod servers;
 pub mod stats;
 pub mod theory;
+pub mod tour;
 
 pub use events::Event;
 pub use hashes::KeyHash;

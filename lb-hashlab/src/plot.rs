@@ -8,7 +8,9 @@
 //!
 //! The document is built in memory ([`svg`]); the caller writes it.
 
-use plotters::{coord::Shift, prelude::*};
+use std::sync::OnceLock;
+
+use plotters::{coord::Shift, prelude::*, style::register_font};
 
 use super::report::LabReport;
 
@@ -24,11 +26,32 @@ pub const TITLES: [&str; 3] = [
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
+/// The font text is measured (SVG) and drawn (PNG) with: DejaVu Sans Mono (Bitstream
+/// Vera licence, fonts/LICENSE-DejaVu.txt), embedded so that no system font is needed.
+static FONT: &[u8] = include_bytes!("../fonts/DejaVuSansMono.ttf");
+
+/// Registers [`FONT`] as plotters' `sans-serif`, once.
+///
+/// # Errors
+/// The embedded font does not parse (never for the committed file).
+pub fn register_fonts() -> Result<(), String> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            register_font("sans-serif", style, FONT)
+                .map_err(|_| "the embedded font does not parse".to_owned())?;
+        }
+        Ok(())
+    })
+    .clone()
+}
+
 /// The SVG document of `report`.
 ///
 /// # Errors
 /// A drawing error of plotters, as text.
 pub fn svg(report: &LabReport) -> Result<String, String> {
+    register_fonts()?;
     let mut document = String::new();
     {
         let root = SVGBackend::with_string(&mut document, SIZE).into_drawing_area();

@@ -41,8 +41,24 @@ pub struct LabReport {
     pub hot_keys: Option<HotKeysReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
+    /// Every key's server, in runs of at most [`crate::lab::MAX_PLACEMENT_KEYS`] keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placements: Option<Vec<KeyPlacement>>,
     /// Remarks on schemes that ignore part of the input.
     pub notes: Vec<String>,
+}
+
+/// One key's server in every scheme, before and after each event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyPlacement {
+    /// The key.
+    pub key: String,
+    /// Its hash as the schemes see it.
+    pub hash: u64,
+    /// Per scheme (report order): the server, `BUCKET NAME` for mod-N and jump.
+    pub before: Vec<String>,
+    /// Per event, per scheme: the server after the event.
+    pub after: Vec<Vec<String>>,
 }
 
 /// One scheme on the servers of the run.
@@ -261,6 +277,9 @@ impl LabReport {
         self.balance_text(&mut t, counted);
         self.theory_text(&mut t);
         self.per_server_text(&mut t, counted);
+        if let Some(placements) = &self.placements {
+            self.placements_text(&mut t, placements);
+        }
         for event in &self.events {
             event_text(&mut t, event);
         }
@@ -373,6 +392,63 @@ impl LabReport {
                 for s in &self.schemes {
                     let _ = write!(t, "  {:>10}", s.per_server[i].requests);
                 }
+                t.push('\n');
+            }
+        }
+    }
+
+    /// One table per scheme: each key, its hash, its server before and after each event
+    /// (mod-N as the tutorial's table: `mod 4`, `mod 5`, bucket and name). A key given
+    /// as `NAME=HASH` shows as `NAME`.
+    fn placements_text(&self, t: &mut String, placements: &[KeyPlacement]) {
+        let shown = |p: &KeyPlacement| -> String {
+            p.key
+                .strip_suffix(&format!("={}", p.hash))
+                .unwrap_or(&p.key)
+                .to_owned()
+        };
+        let key_width = placements
+            .iter()
+            .map(|p| shown(p).len())
+            .max()
+            .unwrap_or(3)
+            .max(3);
+        for (j, scheme) in self.schemes.iter().enumerate() {
+            let modn = scheme.scheme == "modn";
+            let before = if modn {
+                format!("mod {}", self.servers.len())
+            } else {
+                scheme.scheme.clone()
+            };
+            let _ = write!(t, "\n{:<key_width$}  {:>5}  {before:<6}", "key", "hash");
+            for event in &self.events {
+                let after = if modn {
+                    format!("mod {}", event.servers_after)
+                } else {
+                    event.event.clone()
+                };
+                let _ = write!(t, "  {after:<6}");
+            }
+            t.truncate(t.trim_end().len());
+            t.push('\n');
+            for p in placements {
+                let _ = write!(
+                    t,
+                    "{:<key_width$}  {:>5}  {:<6}",
+                    shown(p),
+                    p.hash,
+                    p.before[j]
+                );
+                let name = |label: &str| label.rsplit(' ').next().unwrap_or_default().to_owned();
+                for after in &p.after {
+                    let verdict = if name(&after[j]) == name(&p.before[j]) {
+                        "stayed"
+                    } else {
+                        "moved"
+                    };
+                    let _ = write!(t, "  {:<6}  {verdict:<6}", after[j]);
+                }
+                t.truncate(t.trim_end().len());
                 t.push('\n');
             }
         }

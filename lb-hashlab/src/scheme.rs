@@ -84,7 +84,7 @@ impl std::str::FromStr for SchemeKind {
 }
 
 /// What every scheme is built with.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Params {
     /// The key hash (also of ring points and rendezvous pairs).
     pub hash: KeyHash,
@@ -96,6 +96,21 @@ pub struct Params {
     pub table_size: u32,
     /// Maglev's backend hash seed.
     pub maglev_seed: u64,
+    /// A small hash space `0..S` for worked examples: key hashes and ring positions are
+    /// taken mod `S` (rendezvous scores are not). `None`: the hash's full width.
+    pub space: Option<u64>,
+    /// Explicit ring points of some servers (worked examples; [`super::ring`]).
+    pub positions: super::ring::Positions,
+}
+
+impl Params {
+    /// The hash of a key as every scheme but rendezvous sees it: [`KeyHash::key`], mod
+    /// the space when there is one.
+    #[must_use]
+    pub fn key_hash(&self, key: &str) -> u64 {
+        let h = self.hash.key(key);
+        self.space.map_or(h, |s| h % s.max(1))
+    }
 }
 
 impl Default for Params {
@@ -107,6 +122,8 @@ impl Default for Params {
             epsilon: 0.25,
             table_size: defaults::TABLE_SIZE,
             maglev_seed: defaults::MAGLEV_SEED,
+            space: None,
+            positions: Vec::new(),
         }
     }
 }
@@ -162,7 +179,7 @@ impl Scheme {
     ) -> Result<Self, BuildError> {
         Ok(match kind {
             SchemeKind::ModN => Self::ModN(ModN::new(servers.len()).ok_or(BuildError::NoServer)?),
-            SchemeKind::Ring => Self::Ring(Ring::build(servers, params.vnodes, &params.hash)?),
+            SchemeKind::Ring => Self::Ring(Ring::build_params(servers, params.vnodes, params)?),
             SchemeKind::Rendezvous => {
                 Self::Rendezvous(Rendezvous::new(servers, params.hash).ok_or(BuildError::NoServer)?)
             }
@@ -172,7 +189,7 @@ impl Scheme {
                     .ok_or(BuildError::NoServer)?,
             )),
             SchemeKind::Bounded => Self::Bounded {
-                ring: Ring::build(servers, params.vnodes, &params.hash)?,
+                ring: Ring::build_params(servers, params.vnodes, params)?,
                 servers: servers.to_vec(),
                 epsilon: params.epsilon,
             },

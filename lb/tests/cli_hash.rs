@@ -335,3 +335,72 @@ fn the_tutorials_user_keys_count_requests_and_distinct_keys() {
         text(&wide.stderr)
     );
 }
+
+#[test]
+fn explain_shows_every_schemes_decision() {
+    let out = lb(&[
+        "--servers",
+        "4",
+        "--hash",
+        "fnv1a32-fmix32",
+        "--explain",
+        "user:42",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("key user:42: hash fnv1a32-fmix32 = 599759890\n"),
+        "{stdout}"
+    );
+    for line in [
+        "modn: 599759890 mod 4 = 2: bucket 2 is S2",
+        "  S2                     3833641293  0.892589  <- highest",
+        "maglev: slot = 599759890 mod 65537 = 30803;",
+        "  -> bucket 2 is S2",
+        "bounded: 10001 keys",
+    ] {
+        assert!(stdout.contains(line), "{line:?} in\n{stdout}");
+    }
+    let out = lb(&[
+        "--space",
+        "1000",
+        "--positions",
+        "A=105,930",
+        "B=290,610",
+        "C=450,845",
+        "--hash",
+        "value",
+        "--key-list",
+        "500,930,950",
+        "--schemes",
+        "ring",
+        "--explain",
+        "950",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("950 is past the last point (6 of 6): wrap around to point 0 at 105 (A)"),
+        "{stdout}"
+    );
+    let out = lb(&["--hash", "value", "--key-list", "5,user:1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--key-list: key 2: key \"user:1\" is not HASH or NAME=HASH"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lb(&["--space", "100", "--positions", "A=105", "--explain", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("outside the hash space 0..100"));
+}
+
+#[test]
+fn the_tour_runs_the_tutorial() {
+    let out = lb(&["tour"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("== 1. The problem"), "{stdout}");
+    assert!(stdout.contains("1000    10000   9394  10539      323     1.05    3.2%"));
+    assert!(stdout.contains("\n$ lb hash --servers 4 --key-gen users"));
+}
