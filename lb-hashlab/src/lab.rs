@@ -12,8 +12,9 @@ use super::{
     events::Event,
     keys::KeySet,
     report::{
-        Disagreement, EventReport, HotKey, HotKeysReport, HotRow, KeyPlacement, LabReport,
-        MembershipReport, Movement, SchemeReport, SchemeTheory, ServerLoad, SweepRow,
+        Disagreement, EpsilonRow, EventReport, HotKey, HotKeysReport, HotRow, KeyPlacement,
+        LabReport, MembershipReport, Movement, RingPicture, SchemeReport, SchemeTheory, ServerLoad,
+        SweepRow,
     },
     ring::Ring,
     scheme::{BuildError, Params, Scheme, SchemeKind},
@@ -25,6 +26,8 @@ use lb_maglev::MaglevError;
 
 /// Runs of at most this many keys list every key's server ([`KeyPlacement`]).
 pub const MAX_PLACEMENT_KEYS: usize = 32;
+/// Ring points the ring picture draws at most.
+pub const MAX_PICTURE_POINTS: usize = 20_000;
 /// Timing rounds always run (the median of them is reported).
 const MIN_ROUNDS: usize = 5;
 /// Timing rounds stop after this much time once [`MIN_ROUNDS`] ran.
@@ -47,6 +50,8 @@ pub struct LabInput {
     pub params: Params,
     /// Every `V` of the sweep (may be just `params.vnodes`).
     pub vnodes_sweep: Vec<u32>,
+    /// Every `epsilon` of bounded load's sweep (none or one: no sweep).
+    pub epsilon_sweep: Vec<f64>,
     /// Events, each compared with `servers`.
     pub events: Vec<Event>,
     /// A second client's server list, compared with `servers`.
@@ -171,6 +176,19 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .collect();
 
     let (events, after_lists, after_owners) = lab.events(&built)?;
+    let epsilon_sweep = if input.epsilon_sweep.len() > 1 {
+        input
+            .epsilon_sweep
+            .iter()
+            .map(|&e| lab.epsilon_row(e, &after_lists))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    let ring_picture = built.iter().find_map(|(_, scheme, _)| match scheme {
+        Scheme::Ring(ring) | Scheme::Bounded { ring, .. } => Some(lab.ring_picture(ring)),
+        _ => None,
+    });
     let placements = (keys.len() <= MAX_PLACEMENT_KEYS)
         .then(|| lab.placements(&built, &after_lists, &after_owners));
 
@@ -218,6 +236,8 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         vnodes_sweep,
         hot_keys,
         membership,
+        epsilon_sweep,
+        ring_picture,
         placements,
         notes,
     })
@@ -238,6 +258,16 @@ fn validate(input: &LabInput) -> Result<(), LabError> {
         return Err(LabError::new(
             Input::Epsilon,
             format!("epsilon {epsilon} must be a number > 0"),
+        ));
+    }
+    if let Some(bad) = input
+        .epsilon_sweep
+        .iter()
+        .find(|e| !(e.is_finite() && **e > 0.0))
+    {
+        return Err(LabError::new(
+            Input::Epsilon,
+            format!("epsilon {bad} must be a number > 0"),
         ));
     }
     if input.replicas == 0 {
@@ -508,6 +538,81 @@ impl Lab<'_> {
             requests_max_avg: report.requests.max_avg,
             moved_fraction,
         })
+    }
+
+    /// Bounded load at `epsilon`: balance, displaced keys and each event's movement.
+    fn epsilon_row(
+        &self,
+        epsilon: f64,
+        after_lists: &[Vec<Server>],
+    ) -> Result<EpsilonRow, LabError> {
+        let mut params = self.input.params.clone();
+        params.epsilon = epsilon;
+        let build = |servers: &[Server], input| {
+            Scheme::build(SchemeKind::Bounded, servers, &params)
+                .map_err(|error| LabError::build(input, SchemeKind::Bounded, &error))
+        };
+        let servers = &self.input.servers;
+        let scheme = build(servers, Input::Epsilon)?;
+        let placed = self.place(&scheme, servers);
+        let counts = self.input.keys.counts();
+        let (keys, requests) = placed.loads(counts);
+        let weights = weights_for(SchemeKind::Bounded, servers);
+        let displaced = match &scheme {
+            Scheme::Bounded { ring, .. } => placed
+                .owners
+                .iter()
+                .zip(self.hashes)
+                .filter(|(owner, hash)| ring.lookup(**hash) != **owner)
+                .count(),
+            _ => 0,
+        };
+        let mut moved_fraction = Vec::new();
+        for (n, after_servers) in after_lists.iter().enumerate() {
+            let after = self.place(&build(after_servers, Input::Event(n))?, after_servers);
+            moved_fraction.push(
+                self.movement(SchemeKind::Bounded, &placed, &after)
+                    .moved_fraction,
+            );
+        }
+        Ok(EpsilonRow {
+            epsilon,
+            bound: 1.0 + epsilon,
+            keys_max_avg: Balance::of(&keys, &weights).max_avg,
+            requests_max_avg: Balance::of(&requests, &weights).max_avg,
+            displaced_fraction: displaced as f64 / fraction_base(self.hashes.len()),
+            moved_fraction,
+        })
+    }
+
+    /// The ring as the picture draws it: every point (up to [`MAX_PICTURE_POINTS`]) and
+    /// the keys of a small run.
+    fn ring_picture(&self, ring: &Ring) -> RingPicture {
+        let (positions, owners) = ring.points_and_owners();
+        let params = &self.input.params;
+        let space = params.space.map_or_else(
+            || 2_f64.powi(i32::try_from(params.hash.bits()).unwrap_or(64)),
+            |s| s as f64,
+        );
+        let keys = self.input.keys.keys();
+        RingPicture {
+            space,
+            points: positions
+                .iter()
+                .zip(owners)
+                .take(MAX_PICTURE_POINTS)
+                .map(|(&p, &o)| (p, o as usize))
+                .collect(),
+            keys: if keys.len() <= MAX_PLACEMENT_KEYS {
+                keys.iter()
+                    .cloned()
+                    .zip(self.hashes.iter().copied())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            vnodes: params.vnodes,
+        }
     }
 
     fn hot_keys(

@@ -41,11 +41,47 @@ pub struct LabReport {
     pub hot_keys: Option<HotKeysReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
+    /// Bounded load at every `--epsilon` value (empty when only one is given).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub epsilon_sweep: Vec<EpsilonRow>,
+    /// What the ring picture draws (not in JSON).
+    #[serde(skip)]
+    pub ring_picture: Option<RingPicture>,
     /// Every key's server, in runs of at most [`crate::lab::MAX_PLACEMENT_KEYS`] keys.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placements: Option<Vec<KeyPlacement>>,
     /// Remarks on schemes that ignore part of the input.
     pub notes: Vec<String>,
+}
+
+/// Bounded load at one `epsilon`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EpsilonRow {
+    /// `epsilon`.
+    pub epsilon: f64,
+    /// The cap on any server's load over its fair share, `1 + epsilon`.
+    pub bound: f64,
+    /// Largest key load over its fair share.
+    pub keys_max_avg: f64,
+    /// Largest request load over its fair share.
+    pub requests_max_avg: f64,
+    /// Keys placed off their first choice on the ring.
+    pub displaced_fraction: f64,
+    /// `moved_fraction` of each event, in `events` order.
+    pub moved_fraction: Vec<f64>,
+}
+
+/// The ring of the run as the ring picture draws it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RingPicture {
+    /// The size of the hash space (`2^bits`, or `--space`).
+    pub space: f64,
+    /// `(position, server index)` of every point, sorted.
+    pub points: Vec<(u64, usize)>,
+    /// `(key, hash)` of the keys drawn (small runs only).
+    pub keys: Vec<(String, u64)>,
+    /// The ring's `V`.
+    pub vnodes: u32,
 }
 
 /// One key's server in every scheme, before and after each event.
@@ -284,6 +320,9 @@ impl LabReport {
             event_text(&mut t, event);
         }
         self.sweep_text(&mut t, counted);
+        if !self.epsilon_sweep.is_empty() {
+            self.epsilon_text(&mut t);
+        }
         if let Some(hot) = &self.hot_keys {
             hot_text(&mut t, hot);
         }
@@ -451,6 +490,36 @@ impl LabReport {
                 t.truncate(t.trim_end().len());
                 t.push('\n');
             }
+        }
+    }
+
+    /// Bounded load by `epsilon`: the cap, the load, the keys off their first choice
+    /// and what each event moves.
+    fn epsilon_text(&self, t: &mut String) {
+        let _ = writeln!(t, "\nbounded load by epsilon");
+        let _ = write!(
+            t,
+            "{:>8}  {:>9}  {:>12}  {:>11}  {:>9}",
+            "epsilon", "1+epsilon", "keys max/avg", "req max/avg", "displaced"
+        );
+        for event in &self.events {
+            let _ = write!(t, "  {:>14}", format!("{} moved", event.event));
+        }
+        t.push('\n');
+        for row in &self.epsilon_sweep {
+            let _ = write!(
+                t,
+                "{:>8}  {:>9.2}  {:>12.4}  {:>11.4}  {:>9}",
+                row.epsilon,
+                row.bound,
+                row.keys_max_avg,
+                row.requests_max_avg,
+                percent(row.displaced_fraction)
+            );
+            for fraction in &row.moved_fraction {
+                let _ = write!(t, "  {:>14}", percent(*fraction));
+            }
+            t.push('\n');
         }
     }
 

@@ -97,6 +97,7 @@ fn input(servers_text: &str, keys: KeySet, schemes: &[SchemeKind], events: &[&st
         schemes: schemes.to_vec(),
         params: tutorial_params(),
         vnodes_sweep: Vec::new(),
+        epsilon_sweep: Vec::new(),
         events: events
             .iter()
             .filter_map(|e| e.parse::<Event>().ok())

@@ -142,6 +142,7 @@ fn input(servers: &str, keys: KeySet) -> LabInput {
             ..Params::default()
         },
         vnodes_sweep: vec![1, 100],
+        epsilon_sweep: vec![],
         events: vec!["add:e".parse().unwrap(), "remove:c".parse().unwrap()],
         peer: Some(parse_servers("a,b,c").unwrap()),
         hot: 3,

@@ -22,7 +22,11 @@
 //! `--plot` file; `main.rs` prints it and decides the exit status (2 for an invalid
 //! argument, named in the message; 1 when the plot cannot be written).
 
-use std::{fs, net::SocketAddr, path::PathBuf};
+use std::{
+    fs,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use super::{
     Output,
@@ -109,9 +113,11 @@ pub struct HashArgs {
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "100",
           value_parser = parse_vnodes)]
     pub vnodes: Vec<u32>,
-    /// Bounded load: each server holds at most ceil((1 + E) * keys / servers) keys (E > 0).
-    #[arg(long, value_name = "E", default_value_t = 0.25, value_parser = parse_positive)]
-    pub epsilon: f64,
+    /// Bounded load: each server holds at most ceil((1 + E) * keys / servers) keys (E > 0);
+    /// comma-separated for a sweep (0.05,0.1,0.25,0.5,1), the last value the bounded row's.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "0.25",
+          value_parser = parse_positive)]
+    pub epsilon: Vec<f64>,
     /// Maglev table size M: a prime from 2 to 4000037.
     #[arg(long, value_name = "M", default_value_t = defaults::TABLE_SIZE, value_parser = parse_table_size)]
     pub table_size: u32,
@@ -154,9 +160,13 @@ pub enum HashCommand {
     Tour(TourArgs),
 }
 
-/// Arguments of `lb hash tour` (none yet).
+/// Arguments of `lb hash tour`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct TourArgs {}
+pub struct TourArgs {
+    /// Also write each experiment's charts into this directory, as SVG and PNG.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
+}
 
 /// Why `lb hash` failed. The text names the option at fault.
 #[derive(Debug, thiserror::Error)]
@@ -218,25 +228,51 @@ pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
         report.to_text()
     };
     if let Some(path) = &args.plot {
-        let svg = plot::svg(&report).map_err(HashCliError::Plot)?;
-        fs::write(path, svg)
-            .map_err(|e| HashCliError::Plot(format!("writing {}: {e}", path.display())))?;
+        let charts = write_plot(&report, path)?;
         if !args.json {
-            output.push_str(&format!(
-                "\nplot: {} ({} charts)\n",
-                path.display(),
-                plot::TITLES.len()
-            ));
+            output.push_str(&format!("\nplot: {} ({charts} charts)\n", path.display()));
+            for why in plot::omitted(&report) {
+                output.push_str(&format!("  {why}\n"));
+            }
         }
     }
     Ok(Output::text(output))
 }
 
+/// Writes the charts of `report` to `path`: PNG when the name ends in `.png`, SVG
+/// otherwise. Returns the number of charts.
+fn write_plot(report: &lb_hashlab::LabReport, path: &Path) -> Result<usize, HashCliError> {
+    let is_png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let bytes = if is_png {
+        plot::png(report).map_err(HashCliError::Plot)?
+    } else {
+        plot::svg(report).map_err(HashCliError::Plot)?.into_bytes()
+    };
+    fs::write(path, bytes)
+        .map_err(|e| HashCliError::Plot(format!("writing {}: {e}", path.display())))?;
+    Ok(plot::charts(report).len())
+}
+
 /// `lb hash tour`.
 fn run_tour(args: &TourArgs) -> Result<Output, HashCliError> {
     let tour = lb_hashlab::tour::tour().map_err(|e| HashCliError::argument("tour", e.problem))?;
-    let _ = args;
     let mut text = tour.to_text();
+    if let Some(dir) = &args.plots {
+        fs::create_dir_all(dir)
+            .map_err(|e| HashCliError::Plot(format!("creating {}: {e}", dir.display())))?;
+        text.push_str("pictures:\n");
+        for section in &tour.sections {
+            for (name, report) in &section.reports {
+                for ext in ["svg", "png"] {
+                    let path = dir.join(format!("{name}.{ext}"));
+                    let charts = write_plot(report, &path)?;
+                    text.push_str(&format!("  {} ({charts} charts)\n", path.display()));
+                }
+            }
+        }
+    }
     text.truncate(text.trim_end().len());
     text.push('\n');
     Ok(Output::text(text))
@@ -399,13 +435,14 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
         params: Params {
             hash,
             vnodes: args.vnodes.last().copied().unwrap_or(100),
-            epsilon: args.epsilon,
+            epsilon: args.epsilon.last().copied().unwrap_or(0.25),
             table_size: args.table_size,
             maglev_seed: args.maglev_seed,
             space: args.space,
             positions: args.positions.clone(),
         },
         vnodes_sweep: args.vnodes.clone(),
+        epsilon_sweep: args.epsilon.clone(),
         events: args.event.clone(),
         peer: args.peer.as_ref().map(|list| list.0.clone()),
         hot: args.hot,
