@@ -177,8 +177,10 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
 
     let (events, after_lists, after_owners) = lab.events(&built)?;
     let epsilon_sweep = if input.epsilon_sweep.len() > 1 {
-        input
-            .epsilon_sweep
+        let mut sweep = input.epsilon_sweep.clone();
+        sweep.sort_by(f64::total_cmp);
+        sweep.dedup();
+        sweep
             .iter()
             .map(|&e| lab.epsilon_row(e, &after_lists))
             .collect::<Result<_, _>>()?

@@ -41,7 +41,8 @@ pub struct LabReport {
     pub hot_keys: Option<HotKeysReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
-    /// Bounded load at every `--epsilon` value (empty when only one is given).
+    /// Bounded load at every `--epsilon` value, in increasing order (empty when only one
+    /// is given).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub epsilon_sweep: Vec<EpsilonRow>,
     /// What the ring picture draws (not in JSON).

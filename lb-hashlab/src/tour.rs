@@ -452,12 +452,23 @@ fn section_jump_maglev_bounded() -> Result<Section, LabError> {
     );
     bounded.params.epsilon = 0.25;
     bounded.params.vnodes = 10;
+    bounded.epsilon_sweep = vec![0.05, 0.1, 0.25, 0.5, 1.0];
     let bounded = run(&bounded)?;
     for s in &bounded.schemes {
         let _ = writeln!(
             text,
             "{:<8} max/avg {:.2} (max {} keys, average {})",
             s.scheme, s.keys.max_avg, s.keys.max, s.keys.mean
+        );
+    }
+    for row in &bounded.epsilon_sweep {
+        let _ = writeln!(
+            text,
+            "bounded epsilon {:<4}: max/avg {:.2} (cap {:.2}), {} of the keys off their first server",
+            row.epsilon,
+            row.keys_max_avg,
+            row.bound,
+            pct(row.displaced_fraction)
         );
     }
     text.push('\n');
@@ -477,7 +488,7 @@ fn section_jump_maglev_bounded() -> Result<Section, LabError> {
              --schemes jump --event add:S10"
                 .to_owned(),
             "lb hash --servers 10 --key-gen users --key-seed 16 --keys 10000 --hash fnv1a32-fmix32 \
-             --schemes ring,bounded --vnodes 10 --epsilon 0.25"
+             --schemes ring,bounded --vnodes 10 --epsilon 0.05,0.1,0.5,1,0.25"
                 .to_owned(),
         ],
         text,
