@@ -30,6 +30,7 @@ pub mod report;
 pub mod ring;
 pub mod scheme;
 pub mod servers;
+pub mod slots;
 pub mod stats;
 pub mod theory;
 pub mod tour;
