@@ -88,6 +88,8 @@ pub enum Steps {
 /// The ring's search.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RingSteps {
+    /// The key hash searched for (ketama and nginx hash keys their own way).
+    pub hash: u64,
     /// Points on the ring.
     pub points: usize,
     /// Every probe of the binary search.
@@ -202,6 +204,14 @@ pub fn explain(
                 let steps = ring_steps(ring, hash, servers);
                 (ring.lookup(hash), Steps::Ring(steps))
             }
+            Scheme::Ketama(ring) => {
+                let h = super::ketama::key_hash(key.as_bytes());
+                (ring.lookup(h), Steps::Ring(ring_steps(ring, h, servers)))
+            }
+            Scheme::Nginx(ring) => {
+                let h = super::nginx::key_hash(key.as_bytes());
+                (ring.lookup(h), Steps::Ring(ring_steps(ring, h, servers)))
+            }
             Scheme::Rendezvous(r) => rendezvous_steps(r, key, servers, params),
             Scheme::Jump(j) => {
                 let buckets = u32::try_from(servers.len()).unwrap_or(u32::MAX);
@@ -278,6 +288,7 @@ fn ring_steps(ring: &Ring, hash: u64, servers: &[Server]) -> RingSteps {
     let wrapped = lo == positions.len();
     let point = if wrapped { 0 } else { lo };
     RingSteps {
+        hash,
         points: positions.len(),
         probes,
         end: lo,
@@ -412,7 +423,7 @@ impl Explanation {
                         self.hash, s.owner
                     );
                 }
-                Steps::Ring(r) => ring_text(&mut t, self.hash, r, &s.owner),
+                Steps::Ring(r) => ring_text(&mut t, &s.scheme, r, &s.owner),
                 Steps::Rendezvous { scores, weighted } => {
                     rendezvous_text(&mut t, &self.key, scores, *weighted, &s.owner);
                 }
@@ -427,10 +438,16 @@ impl Explanation {
     }
 }
 
-fn ring_text(t: &mut String, hash: u64, r: &RingSteps, owner: &str) {
+fn ring_text(t: &mut String, scheme: &str, r: &RingSteps, owner: &str) {
+    let hash = r.hash;
+    let own = match scheme {
+        "ketama" => " (ketama's key hash: MD5, first 4 bytes)",
+        "nginx" => " (nginx's key hash: CRC-32)",
+        _ => "",
+    };
     let _ = writeln!(
         t,
-        "ring: the first of {} sorted points at or after {hash} (binary search)",
+        "{scheme}: the first of {} sorted points at or after {hash}{own} (binary search)",
         r.points
     );
     for p in &r.probes {

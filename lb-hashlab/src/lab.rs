@@ -360,6 +360,8 @@ impl Lab<'_> {
             Scheme::Bounded { .. } => {
                 format!("V={}, epsilon={}", params.vnodes, params.epsilon)
             }
+            Scheme::Ketama(ring) => format!("MD5, {} points", ring.points()),
+            Scheme::Nginx(ring) => format!("CRC-32, {} points", ring.points()),
         }
     }
 

@@ -24,17 +24,23 @@ pub enum SchemeKind {
     Maglev,
     /// [`super::bounded`].
     Bounded,
+    /// [`super::ketama`]: the ring libketama places, its own MD5 key hash.
+    Ketama,
+    /// [`super::nginx`]: the ring nginx's `hash ... consistent` places, CRC-32 key hash.
+    Nginx,
 }
 
 impl SchemeKind {
     /// Every scheme, in report order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::ModN,
         Self::Ring,
         Self::Rendezvous,
         Self::Jump,
         Self::Maglev,
         Self::Bounded,
+        Self::Ketama,
+        Self::Nginx,
     ];
 
     /// The name `--schemes` uses.
@@ -47,6 +53,8 @@ impl SchemeKind {
             Self::Jump => "jump",
             Self::Maglev => "maglev",
             Self::Bounded => "bounded",
+            Self::Ketama => "ketama",
+            Self::Nginx => "nginx",
         }
     }
 
@@ -78,7 +86,10 @@ impl std::str::FromStr for SchemeKind {
             .into_iter()
             .find(|kind| kind.name() == text)
             .ok_or_else(|| {
-                format!("unknown scheme {text:?}: modn, ring, rendezvous, jump, maglev or bounded")
+                format!(
+                    "unknown scheme {text:?}: modn, ring, rendezvous, jump, maglev, bounded, \
+                     ketama or nginx"
+                )
             })
     }
 }
@@ -164,6 +175,10 @@ pub enum Scheme {
         /// Capacity factor `1 + epsilon`.
         epsilon: f64,
     },
+    /// libketama's ring.
+    Ketama(Ring),
+    /// nginx's ring.
+    Nginx(Ring),
 }
 
 impl Scheme {
@@ -188,6 +203,12 @@ impl Scheme {
                 Maglev::build(servers, params.table_size, params.maglev_seed)?
                     .ok_or(BuildError::NoServer)?,
             )),
+            SchemeKind::Ketama => {
+                Self::Ketama(super::ketama::ring(servers).ok_or(BuildError::NoServer)?)
+            }
+            SchemeKind::Nginx => {
+                Self::Nginx(super::nginx::ring(servers).ok_or(BuildError::NoServer)?)
+            }
             SchemeKind::Bounded => Self::Bounded {
                 ring: Ring::build_params(servers, params.vnodes, params)?,
                 servers: servers.to_vec(),
@@ -206,6 +227,8 @@ impl Scheme {
             Self::Rendezvous(r) => r.lookup(key),
             Self::Jump(j) => j.lookup(hash),
             Self::Maglev(m) => m.lookup(hash),
+            Self::Ketama(r) => r.lookup(super::ketama::key_hash(key.as_bytes())),
+            Self::Nginx(r) => r.lookup(super::nginx::key_hash(key.as_bytes())),
         }
     }
 
@@ -237,6 +260,7 @@ impl Scheme {
             Self::Jump(j) => j.memory_bytes(),
             Self::Maglev(m) => m.memory_bytes(),
             Self::Bounded { ring, .. } => ring.memory_bytes() + keys * size_of::<u32>(),
+            Self::Ketama(r) | Self::Nginx(r) => r.memory_bytes(),
         }
     }
 }

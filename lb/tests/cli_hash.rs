@@ -272,7 +272,7 @@ fn bad_input_is_rejected_naming_the_option() {
         &["--epsilon=-0.5"],
         "'--epsilon <LIST>': \"-0.5\" is not a number > 0",
     );
-    rejects(&["--schemes", "ring,ketama"], "unknown scheme \"ketama\"");
+    rejects(&["--schemes", "ring,ketchup"], "unknown scheme \"ketchup\"");
     rejects(&["--hash", "md5"], "'--hash <NAME>': unknown hash \"md5\"");
     rejects(&["--keys", "0"], "'--keys <N>'");
     rejects(

@@ -100,7 +100,8 @@ pub struct HashArgs {
     /// those servers get exactly these points whatever V and their weight.
     #[arg(long, value_name = "NAME=P,P", num_args = 1.., value_parser = parse_positions)]
     pub positions: Vec<(String, Vec<u64>)>,
-    /// Schemes, comma-separated: modn, ring, rendezvous, jump, maglev, bounded.
+    /// Schemes, comma-separated: modn, ring, rendezvous, jump, maglev, bounded, and the
+    /// rings libketama (ketama) and nginx's hash consistent (nginx) place.
     #[arg(
         long,
         value_name = "LIST",
