@@ -36,8 +36,14 @@ pub fn capacities(servers: &[Server], keys: usize, epsilon: f64) -> Vec<u64> {
 /// capacity factor `1 + epsilon`. Returns the owner (server index) of each key.
 #[must_use]
 pub fn place(ring: &Ring, servers: &[Server], hashes: &[u64], epsilon: f64) -> Vec<usize> {
-    let caps = capacities(servers, hashes.len(), epsilon);
-    let mut loads = vec![0_u64; servers.len()];
+    place_with(ring, &capacities(servers, hashes.len(), epsilon), hashes)
+}
+
+/// Places keys of hashes `hashes` (input order) on `ring` with capacities `caps` (one
+/// per server, summing to at least `hashes.len()`).
+#[must_use]
+pub fn place_with(ring: &Ring, caps: &[u64], hashes: &[u64]) -> Vec<usize> {
+    let mut loads = vec![0_u64; caps.len()];
     hashes
         .iter()
         .map(|&hash| {

@@ -15,6 +15,9 @@
 //!   `hashword` over the words `[byte length, bytes...]`, the bytes packed four to a
 //!   little-endian word and the last word zero-padded.
 //! - `xxh3`: XXH3-64 of the `xxhash-rust` crate (Yann Collet's XXH3, 64 bits), seeded.
+//! - `value`: for worked examples, a key is its own hash: `HASH` or `NAME=HASH`, the hash
+//!   a decimal integer below 2^32 (the tutorial's keys at 5, 20, 38, ...). Text that is
+//!   not such a key (ring point names, rendezvous pairs) hashes as `fnv1a32-fmix32`.
 //!
 //! 32-bit results are zero-extended to `u64`; [`KeyHash::bits`] says which width a
 //! hash fills (the ring's positions, jump's key and rendezvous' `u` depend on it).
@@ -49,10 +52,23 @@ pub enum KeyHash {
         /// The XXH3 seed.
         seed: u64,
     },
+    /// A key is its own hash (`HASH` or `NAME=HASH`); other text as `Fnv1a32Fmix32`.
+    Value,
 }
 
 /// The names `--hash` accepts, in the order they are documented.
-pub const HASH_NAMES: [&str; 3] = ["fnv1a32-fmix32", "flow", "xxh3"];
+pub const HASH_NAMES: [&str; 4] = ["fnv1a32-fmix32", "flow", "xxh3", "value"];
+
+/// The hash a `value` key gives itself: `HASH` or `NAME=HASH`, `HASH` a decimal integer
+/// below 2^32; `None` for any other text.
+#[must_use]
+pub fn given_value(key: &str) -> Option<u64> {
+    let digits = key.rsplit_once('=').map_or(key, |(_, value)| value);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u32>().ok().map(u64::from)
+}
 
 impl KeyHash {
     /// The hash's name as `--hash` spells it.
@@ -62,6 +78,7 @@ impl KeyHash {
             Self::Fnv1a32Fmix32 => HASH_NAMES[0],
             Self::Flow { .. } => HASH_NAMES[1],
             Self::Xxh3 { .. } => HASH_NAMES[2],
+            Self::Value => HASH_NAMES[3],
         }
     }
 
@@ -69,7 +86,7 @@ impl KeyHash {
     #[must_use]
     pub fn seed(&self) -> Option<u64> {
         match *self {
-            Self::Fnv1a32Fmix32 => None,
+            Self::Fnv1a32Fmix32 | Self::Value => None,
             Self::Flow { seed, .. } => Some(u64::from(seed)),
             Self::Xxh3 { seed } => Some(seed),
         }
@@ -79,15 +96,21 @@ impl KeyHash {
     #[must_use]
     pub fn bits(&self) -> u32 {
         match self {
-            Self::Fnv1a32Fmix32 | Self::Flow { .. } => 32,
+            Self::Fnv1a32Fmix32 | Self::Flow { .. } | Self::Value => 32,
             Self::Xxh3 { .. } => 64,
         }
     }
 
     /// The hash of a key: for `flow`, an endpoint key hashes as its flow to the VIP;
-    /// otherwise the same as [`KeyHash::bytes`].
+    /// for `value`, a key `HASH` or `NAME=HASH` is `HASH` ([`given_value`]); otherwise
+    /// the same as [`KeyHash::bytes`].
     #[must_use]
     pub fn key(&self, text: &str) -> u64 {
+        if let Self::Value = self
+            && let Some(value) = given_value(text)
+        {
+            return value;
+        }
         if let Self::Flow { seed, vip } = *self
             && let Ok(client) = text.parse::<SocketAddr>()
             && let Some(flow) = flow_key(client, vip, PROTO_TCP)
@@ -101,7 +124,7 @@ impl KeyHash {
     #[must_use]
     pub fn bytes(&self, bytes: &[u8]) -> u64 {
         match *self {
-            Self::Fnv1a32Fmix32 => u64::from(fmix32(fnv1a32(bytes))),
+            Self::Fnv1a32Fmix32 | Self::Value => u64::from(fmix32(fnv1a32(bytes))),
             Self::Flow { seed, .. } => u64::from(lookup3_bytes(bytes, seed)),
             Self::Xxh3 { seed } => xxhash_rust::xxh3::xxh3_64_with_seed(bytes, seed),
         }
@@ -188,6 +211,18 @@ mod tests {
         assert_ne!(lookup3_bytes(b"ab", 0), lookup3_bytes(b"ab", 1));
         let long = vec![7u8; 4 * STACK_WORDS + 3];
         assert_eq!(lookup3_bytes(&long, 3), lookup3_bytes(&long.clone(), 3));
+    }
+
+    #[test]
+    fn value_keys_are_their_own_hash() {
+        assert_eq!(KeyHash::Value.key("38"), 38);
+        assert_eq!(KeyHash::Value.key("k3=38"), 38);
+        assert_eq!(given_value("user:42"), None);
+        assert_eq!(given_value("4294967296"), None);
+        assert_eq!(
+            KeyHash::Value.key("S0#1"),
+            KeyHash::Fnv1a32Fmix32.key("S0#1")
+        );
     }
 
     #[test]

@@ -31,6 +31,43 @@ pub fn jump_hash(mut key: u64, buckets: u32) -> u32 {
     u32::try_from(b.max(0)).unwrap_or(0)
 }
 
+/// One loop iteration of [`jump_hash`]: the bucket `b` the key is in, the LCG state
+/// after the step, and the next bucket `j` it jumps to (`>= buckets` ends the loop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct JumpStep {
+    /// The bucket the key is in before this jump.
+    pub bucket: u32,
+    /// The 64-bit LCG state after `key * 2862933555777941757 + 1`.
+    pub state: u64,
+    /// The next bucket, `floor((b + 1) * 2^31 / ((state >> 33) + 1))`.
+    pub next: u64,
+}
+
+/// Every loop iteration of [`jump_hash`] for `key` over `buckets` buckets; the last
+/// step's `bucket` is the result.
+#[must_use]
+pub fn jump_steps(mut key: u64, buckets: u32) -> Vec<JumpStep> {
+    let mut steps = Vec::new();
+    let mut j = 0_u64;
+    while j < u64::from(buckets) {
+        let b = j;
+        key = key.wrapping_mul(MULTIPLIER).wrapping_add(1);
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "as jump_hash: a non-negative double below 2^62"
+        )]
+        let next = ((b + 1) as f64 * ((1_i64 << 31) as f64 / ((key >> 33) + 1) as f64)) as u64;
+        steps.push(JumpStep {
+            bucket: u32::try_from(b).unwrap_or(0),
+            state: key,
+            next,
+        });
+        j = next;
+    }
+    steps
+}
+
 /// Jump over `n` buckets. Memory: the bucket count only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Jump {
@@ -71,6 +108,17 @@ mod tests {
         for key in [1_u64, 0xdead_beef, u64::MAX] {
             for n in 1..200 {
                 assert!(jump_hash(key, n) < n);
+            }
+        }
+    }
+
+    #[test]
+    fn the_steps_end_in_the_bucket() {
+        for key in [1_u64, 0xdead_beef, 12_345_678] {
+            for n in [1_u32, 4, 11, 100] {
+                let steps = jump_steps(key, n);
+                assert_eq!(steps.last().unwrap().bucket, jump_hash(key, n));
+                assert!(steps.last().unwrap().next >= u64::from(n));
             }
         }
     }

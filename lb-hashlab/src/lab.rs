@@ -12,8 +12,9 @@ use super::{
     events::Event,
     keys::KeySet,
     report::{
-        Disagreement, EventReport, HotKey, HotKeysReport, HotRow, LabReport, MembershipReport,
-        Movement, SchemeReport, SchemeTheory, ServerLoad, SweepRow,
+        Disagreement, EpsilonRow, EventReport, HotKey, HotKeysReport, HotRow, KeyPlacement,
+        LabReport, MembershipReport, Movement, RingPicture, SchemeReport, SchemeTheory, ServerLoad,
+        SweepRow,
     },
     ring::Ring,
     scheme::{BuildError, Params, Scheme, SchemeKind},
@@ -23,6 +24,10 @@ use super::{
 };
 use lb_maglev::MaglevError;
 
+/// Runs of at most this many keys list every key's server ([`KeyPlacement`]).
+pub const MAX_PLACEMENT_KEYS: usize = 32;
+/// Ring points the ring picture draws at most.
+pub const MAX_PICTURE_POINTS: usize = 20_000;
 /// Timing rounds always run (the median of them is reported).
 const MIN_ROUNDS: usize = 5;
 /// Timing rounds stop after this much time once [`MIN_ROUNDS`] ran.
@@ -45,6 +50,8 @@ pub struct LabInput {
     pub params: Params,
     /// Every `V` of the sweep (may be just `params.vnodes`).
     pub vnodes_sweep: Vec<u32>,
+    /// Every `epsilon` of bounded load's sweep (none or one: no sweep).
+    pub epsilon_sweep: Vec<f64>,
     /// Events, each compared with `servers`.
     pub events: Vec<Event>,
     /// A second client's server list, compared with `servers`.
@@ -146,7 +153,7 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
     validate(input)?;
     let keys = input.keys.keys();
     let hash = input.params.hash;
-    let hashes: Vec<u64> = keys.iter().map(|k| hash.key(k)).collect();
+    let hashes: Vec<u64> = keys.iter().map(|k| input.params.key_hash(k)).collect();
     let key_hash_ns = ns_per_key(keys.len(), || {
         for key in keys {
             black_box(hash.key(black_box(key)));
@@ -168,7 +175,24 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .map(|(kind, scheme, placed)| lab.scheme_report(*kind, scheme, placed))
         .collect();
 
-    let (events, after_lists) = lab.events(&built)?;
+    let (events, after_lists, after_owners) = lab.events(&built)?;
+    let epsilon_sweep = if input.epsilon_sweep.len() > 1 {
+        let mut sweep = input.epsilon_sweep.clone();
+        sweep.sort_by(f64::total_cmp);
+        sweep.dedup();
+        sweep
+            .iter()
+            .map(|&e| lab.epsilon_row(e, &after_lists))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    let ring_picture = built.iter().find_map(|(_, scheme, _)| match scheme {
+        Scheme::Ring(ring) | Scheme::Bounded { ring, .. } => Some(lab.ring_picture(ring)),
+        _ => None,
+    });
+    let placements = (keys.len() <= MAX_PLACEMENT_KEYS)
+        .then(|| lab.placements(&built, &after_lists, &after_owners));
 
     let vnodes_sweep = input
         .vnodes_sweep
@@ -214,6 +238,9 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         vnodes_sweep,
         hot_keys,
         membership,
+        epsilon_sweep,
+        ring_picture,
+        placements,
         notes,
     })
 }
@@ -233,6 +260,16 @@ fn validate(input: &LabInput) -> Result<(), LabError> {
         return Err(LabError::new(
             Input::Epsilon,
             format!("epsilon {epsilon} must be a number > 0"),
+        ));
+    }
+    if let Some(bad) = input
+        .epsilon_sweep
+        .iter()
+        .find(|e| !(e.is_finite() && **e > 0.0))
+    {
+        return Err(LabError::new(
+            Input::Epsilon,
+            format!("epsilon {bad} must be a number > 0"),
         ));
     }
     if input.replicas == 0 {
@@ -323,6 +360,8 @@ impl Lab<'_> {
             Scheme::Bounded { .. } => {
                 format!("V={}, epsilon={}", params.vnodes, params.epsilon)
             }
+            Scheme::Ketama(ring) => format!("MD5, {} points", ring.points()),
+            Scheme::Nginx(ring) => format!("CRC-32, {} points", ring.points()),
         }
     }
 
@@ -388,27 +427,33 @@ impl Lab<'_> {
         }
     }
 
-    /// Every event against the run's servers: the movements of each scheme, and the
-    /// server list after each (for the `V` sweep's moved columns).
+    /// Every event against the run's servers: the movements of each scheme, the
+    /// server list after each (for the `V` sweep's moved columns) and the owners of
+    /// every key after it, per scheme.
+    #[expect(clippy::type_complexity, reason = "three parallel per-event lists")]
     fn events(
         &self,
         built: &[(SchemeKind, Scheme, Placed<'_>)],
-    ) -> Result<(Vec<EventReport>, Vec<Vec<Server>>), LabError> {
+    ) -> Result<(Vec<EventReport>, Vec<Vec<Server>>, Vec<Vec<Vec<usize>>>), LabError> {
         let mut events = Vec::new();
         let mut after_lists = Vec::new();
+        let mut after_owners = Vec::new();
         for (n, event) in self.input.events.iter().enumerate() {
             let applied = event
                 .apply(&self.input.servers)
                 .map_err(|problem| LabError::new(Input::Event(n), problem))?;
             let (before, after) = (self.input.servers.len(), applied.servers.len());
             let mut movements = Vec::new();
+            let mut owners = Vec::new();
             for (kind, _, placed) in built {
                 let scheme = self.build(*kind, &applied.servers, Input::Event(n))?;
                 let after_placed = self.place(&scheme, &applied.servers);
                 let mut movement = self.movement(*kind, placed, &after_placed);
                 movement.note = event_note(*kind, event, applied.renumbered_from);
                 movements.push(movement);
+                owners.push(after_placed.owners);
             }
+            after_owners.push(owners);
             events.push(EventReport {
                 event: event.to_string(),
                 added: applied.added.clone(),
@@ -422,22 +467,62 @@ impl Lab<'_> {
             });
             after_lists.push(applied.servers);
         }
-        Ok((events, after_lists))
+        Ok((events, after_lists, after_owners))
+    }
+
+    /// Every key's server in every scheme, before and after each event (small runs).
+    fn placements(
+        &self,
+        built: &[(SchemeKind, Scheme, Placed<'_>)],
+        after_lists: &[Vec<Server>],
+        after_owners: &[Vec<Vec<usize>>],
+    ) -> Vec<KeyPlacement> {
+        let label = |kind: SchemeKind, servers: &[Server], owner: usize| {
+            if kind.is_positional() {
+                format!("{owner} {}", servers[owner].name)
+            } else {
+                servers[owner].name.clone()
+            }
+        };
+        let keys = self.input.keys.keys();
+        (0..keys.len())
+            .map(|i| KeyPlacement {
+                key: keys[i].clone(),
+                hash: self.hashes[i],
+                before: built
+                    .iter()
+                    .map(|(kind, _, placed)| label(*kind, &self.input.servers, placed.owners[i]))
+                    .collect(),
+                after: after_lists
+                    .iter()
+                    .zip(after_owners)
+                    .map(|(servers, owners)| {
+                        built
+                            .iter()
+                            .zip(owners)
+                            .map(|((kind, _, _), owners)| label(*kind, servers, owners[i]))
+                            .collect()
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     fn sweep_row(&self, vnodes: u32, after_lists: &[Vec<Server>]) -> Result<SweepRow, LabError> {
-        let hash = &self.input.params.hash;
+        let params = &self.input.params;
         let servers = &self.input.servers;
         let ring_error =
             |error| LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error));
-        let ring = Ring::build(servers, vnodes, hash).map_err(ring_error)?;
+        let ring = Ring::build_params(servers, vnodes, params).map_err(ring_error)?;
         let points = ring.points();
         let scheme = Scheme::Ring(ring);
         let placed = self.place(&scheme, servers);
         let report = self.scheme_report(SchemeKind::Ring, &scheme, &placed);
         let mut moved_fraction = Vec::new();
         for after_servers in after_lists {
-            let after = Scheme::Ring(Ring::build(after_servers, vnodes, hash).map_err(ring_error)?);
+            let after = Scheme::Ring(
+                Ring::build_params(after_servers, vnodes, params).map_err(ring_error)?,
+            );
             let after = self.place(&after, after_servers);
             moved_fraction.push(
                 self.movement(SchemeKind::Ring, &placed, &after)
@@ -457,6 +542,81 @@ impl Lab<'_> {
             requests_max_avg: report.requests.max_avg,
             moved_fraction,
         })
+    }
+
+    /// Bounded load at `epsilon`: balance, displaced keys and each event's movement.
+    fn epsilon_row(
+        &self,
+        epsilon: f64,
+        after_lists: &[Vec<Server>],
+    ) -> Result<EpsilonRow, LabError> {
+        let mut params = self.input.params.clone();
+        params.epsilon = epsilon;
+        let build = |servers: &[Server], input| {
+            Scheme::build(SchemeKind::Bounded, servers, &params)
+                .map_err(|error| LabError::build(input, SchemeKind::Bounded, &error))
+        };
+        let servers = &self.input.servers;
+        let scheme = build(servers, Input::Epsilon)?;
+        let placed = self.place(&scheme, servers);
+        let counts = self.input.keys.counts();
+        let (keys, requests) = placed.loads(counts);
+        let weights = weights_for(SchemeKind::Bounded, servers);
+        let displaced = match &scheme {
+            Scheme::Bounded { ring, .. } => placed
+                .owners
+                .iter()
+                .zip(self.hashes)
+                .filter(|(owner, hash)| ring.lookup(**hash) != **owner)
+                .count(),
+            _ => 0,
+        };
+        let mut moved_fraction = Vec::new();
+        for (n, after_servers) in after_lists.iter().enumerate() {
+            let after = self.place(&build(after_servers, Input::Event(n))?, after_servers);
+            moved_fraction.push(
+                self.movement(SchemeKind::Bounded, &placed, &after)
+                    .moved_fraction,
+            );
+        }
+        Ok(EpsilonRow {
+            epsilon,
+            bound: 1.0 + epsilon,
+            keys_max_avg: Balance::of(&keys, &weights).max_avg,
+            requests_max_avg: Balance::of(&requests, &weights).max_avg,
+            displaced_fraction: displaced as f64 / fraction_base(self.hashes.len()),
+            moved_fraction,
+        })
+    }
+
+    /// The ring as the picture draws it: every point (up to [`MAX_PICTURE_POINTS`]) and
+    /// the keys of a small run.
+    fn ring_picture(&self, ring: &Ring) -> RingPicture {
+        let (positions, owners) = ring.points_and_owners();
+        let params = &self.input.params;
+        let space = params.space.map_or_else(
+            || 2_f64.powi(i32::try_from(params.hash.bits()).unwrap_or(64)),
+            |s| s as f64,
+        );
+        let keys = self.input.keys.keys();
+        RingPicture {
+            space,
+            points: positions
+                .iter()
+                .zip(owners)
+                .take(MAX_PICTURE_POINTS)
+                .map(|(&p, &o)| (p, o as usize))
+                .collect(),
+            keys: if keys.len() <= MAX_PLACEMENT_KEYS {
+                keys.iter()
+                    .cloned()
+                    .zip(self.hashes.iter().copied())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            vnodes: params.vnodes,
+        }
     }
 
     fn hot_keys(
@@ -504,7 +664,7 @@ impl Lab<'_> {
 
         // The hottest keys on their first `replicas` distinct servers clockwise, their
         // requests split evenly (the remainder to the first servers).
-        let ring = Ring::build(&input.servers, input.params.vnodes, &input.params.hash).map_err(
+        let ring = Ring::build_params(&input.servers, input.params.vnodes, &input.params).map_err(
             |error| LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error)),
         )?;
         let placed = self.place(&Scheme::Ring(ring.clone()), &input.servers);

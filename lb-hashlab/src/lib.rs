@@ -17,20 +17,25 @@
 
 pub mod bounded;
 pub mod events;
+pub mod explain;
 pub mod hashes;
 pub mod jump;
+pub mod ketama;
 pub mod keys;
 pub mod lab;
 pub mod maglev;
 pub mod modn;
+pub mod nginx;
 pub mod plot;
 pub mod rendezvous;
 pub mod report;
 pub mod ring;
 pub mod scheme;
 pub mod servers;
+pub mod slots;
 pub mod stats;
 pub mod theory;
+pub mod tour;
 
 pub use events::Event;
 pub use hashes::KeyHash;

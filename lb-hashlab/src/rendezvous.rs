@@ -85,6 +85,30 @@ impl Rendezvous {
         best.2
     }
 
+    /// Every server's score for `key`, in name order: `(server index, raw hash of
+    /// KEY|NAME, score)`, the score being the raw hash (as a float) or, weighted,
+    /// `-w / ln(u)`. The winner is the highest score, the first in name order on a tie
+    /// ([`Rendezvous::lookup`]).
+    #[must_use]
+    pub fn scores(&self, key: &str) -> Vec<(usize, u64, f64)> {
+        self.servers
+            .iter()
+            .map(|(name, weight, index)| {
+                let mut pair = Vec::with_capacity(key.len() + 1 + name.len());
+                pair.extend_from_slice(key.as_bytes());
+                pair.push(b'|');
+                pair.extend_from_slice(name);
+                let h = self.hash.bytes(&pair);
+                let score = if self.weighted {
+                    weighted_score(h, self.hash.bits(), *weight)
+                } else {
+                    h as f64
+                };
+                (*index, h, score)
+            })
+            .collect()
+    }
+
     /// Bytes the lookup reads: the names, weights and indices.
     #[must_use]
     pub fn memory_bytes(&self) -> usize {

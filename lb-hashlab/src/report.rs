@@ -41,8 +41,61 @@ pub struct LabReport {
     pub hot_keys: Option<HotKeysReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
+    /// Bounded load at every `--epsilon` value, in increasing order (empty when only one
+    /// is given).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub epsilon_sweep: Vec<EpsilonRow>,
+    /// What the ring picture draws (not in JSON).
+    #[serde(skip)]
+    pub ring_picture: Option<RingPicture>,
+    /// Every key's server, in runs of at most [`crate::lab::MAX_PLACEMENT_KEYS`] keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placements: Option<Vec<KeyPlacement>>,
     /// Remarks on schemes that ignore part of the input.
     pub notes: Vec<String>,
+}
+
+/// Bounded load at one `epsilon`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EpsilonRow {
+    /// `epsilon`.
+    pub epsilon: f64,
+    /// The cap on any server's load over its fair share, `1 + epsilon`.
+    pub bound: f64,
+    /// Largest key load over its fair share.
+    pub keys_max_avg: f64,
+    /// Largest request load over its fair share.
+    pub requests_max_avg: f64,
+    /// Keys placed off their first choice on the ring.
+    pub displaced_fraction: f64,
+    /// `moved_fraction` of each event, in `events` order.
+    pub moved_fraction: Vec<f64>,
+}
+
+/// The ring of the run as the ring picture draws it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RingPicture {
+    /// The size of the hash space (`2^bits`, or `--space`).
+    pub space: f64,
+    /// `(position, server index)` of every point, sorted.
+    pub points: Vec<(u64, usize)>,
+    /// `(key, hash)` of the keys drawn (small runs only).
+    pub keys: Vec<(String, u64)>,
+    /// The ring's `V`.
+    pub vnodes: u32,
+}
+
+/// One key's server in every scheme, before and after each event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyPlacement {
+    /// The key.
+    pub key: String,
+    /// Its hash as the schemes see it.
+    pub hash: u64,
+    /// Per scheme (report order): the server, `BUCKET NAME` for mod-N and jump.
+    pub before: Vec<String>,
+    /// Per event, per scheme: the server after the event.
+    pub after: Vec<Vec<String>>,
 }
 
 /// One scheme on the servers of the run.
@@ -261,10 +314,16 @@ impl LabReport {
         self.balance_text(&mut t, counted);
         self.theory_text(&mut t);
         self.per_server_text(&mut t, counted);
+        if let Some(placements) = &self.placements {
+            self.placements_text(&mut t, placements);
+        }
         for event in &self.events {
             event_text(&mut t, event);
         }
         self.sweep_text(&mut t, counted);
+        if !self.epsilon_sweep.is_empty() {
+            self.epsilon_text(&mut t);
+        }
         if let Some(hot) = &self.hot_keys {
             hot_text(&mut t, hot);
         }
@@ -375,6 +434,93 @@ impl LabReport {
                 }
                 t.push('\n');
             }
+        }
+    }
+
+    /// One table per scheme: each key, its hash, its server before and after each event
+    /// (mod-N as the tutorial's table: `mod 4`, `mod 5`, bucket and name). A key given
+    /// as `NAME=HASH` shows as `NAME`.
+    fn placements_text(&self, t: &mut String, placements: &[KeyPlacement]) {
+        let shown = |p: &KeyPlacement| -> String {
+            p.key
+                .strip_suffix(&format!("={}", p.hash))
+                .unwrap_or(&p.key)
+                .to_owned()
+        };
+        let key_width = placements
+            .iter()
+            .map(|p| shown(p).len())
+            .max()
+            .unwrap_or(3)
+            .max(3);
+        for (j, scheme) in self.schemes.iter().enumerate() {
+            let modn = scheme.scheme == "modn";
+            let before = if modn {
+                format!("mod {}", self.servers.len())
+            } else {
+                scheme.scheme.clone()
+            };
+            let _ = write!(t, "\n{:<key_width$}  {:>5}  {before:<6}", "key", "hash");
+            for event in &self.events {
+                let after = if modn {
+                    format!("mod {}", event.servers_after)
+                } else {
+                    event.event.clone()
+                };
+                let _ = write!(t, "  {after:<6}");
+            }
+            t.truncate(t.trim_end().len());
+            t.push('\n');
+            for p in placements {
+                let _ = write!(
+                    t,
+                    "{:<key_width$}  {:>5}  {:<6}",
+                    shown(p),
+                    p.hash,
+                    p.before[j]
+                );
+                let name = |label: &str| label.rsplit(' ').next().unwrap_or_default().to_owned();
+                for after in &p.after {
+                    let verdict = if name(&after[j]) == name(&p.before[j]) {
+                        "stayed"
+                    } else {
+                        "moved"
+                    };
+                    let _ = write!(t, "  {:<6}  {verdict:<6}", after[j]);
+                }
+                t.truncate(t.trim_end().len());
+                t.push('\n');
+            }
+        }
+    }
+
+    /// Bounded load by `epsilon`: the cap, the load, the keys off their first choice
+    /// and what each event moves.
+    fn epsilon_text(&self, t: &mut String) {
+        let _ = writeln!(t, "\nbounded load by epsilon");
+        let _ = write!(
+            t,
+            "{:>8}  {:>9}  {:>12}  {:>11}  {:>9}",
+            "epsilon", "1+epsilon", "keys max/avg", "req max/avg", "displaced"
+        );
+        for event in &self.events {
+            let _ = write!(t, "  {:>14}", format!("{} moved", event.event));
+        }
+        t.push('\n');
+        for row in &self.epsilon_sweep {
+            let _ = write!(
+                t,
+                "{:>8}  {:>9.2}  {:>12.4}  {:>11.4}  {:>9}",
+                row.epsilon,
+                row.bound,
+                row.keys_max_avg,
+                row.requests_max_avg,
+                percent(row.displaced_fraction)
+            );
+            for fraction in &row.moved_fraction {
+                let _ = write!(t, "  {:>14}", percent(*fraction));
+            }
+            t.push('\n');
         }
     }
 

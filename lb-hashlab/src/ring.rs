@@ -10,10 +10,14 @@
 //! so the ring depends only on the set of (name, weight) pairs, never on the list order.
 //! A key's preference list is the first `RF` distinct servers clockwise.
 //!
+//! Worked examples ([`Ring::build_params`]): a hash space `0..S` (`--space S`: every
+//! position and key hash taken mod `S`) and explicit positions (`--positions
+//! A=105,930`), which replace a server's hashed points whatever its weight.
+//!
 //! Memory: 12 bytes per point (an 8-byte position array searched by the lookup and a
 //! 4-byte owner array). Lookup: one binary search, `log2(points)` probes.
 
-use super::{hashes::KeyHash, servers::Server};
+use super::{hashes::KeyHash, scheme::Params, servers::Server};
 
 /// Points a ring may hold: 2^26 (768 MiB of positions and owners).
 pub const MAX_POINTS: u64 = 1 << 26;
@@ -33,6 +37,41 @@ pub enum RingError {
         /// The points asked for.
         points: u64,
     },
+    /// An explicit position is outside the hash space `0..space`.
+    #[error("position {position} of server {name:?} is outside the hash space 0..{space}")]
+    OutsideSpace {
+        /// The server.
+        name: String,
+        /// Its position.
+        position: u64,
+        /// The size of the hash space.
+        space: u64,
+    },
+}
+
+/// Explicit ring positions: `(server name, its points)`, as `--positions` gives them.
+pub type Positions = Vec<(String, Vec<u64>)>;
+
+/// Parses one `--positions` item, `NAME=P[,P...]` (each `P` a decimal `u64`).
+///
+/// # Errors
+/// No `=`, an empty name, no position or one that is not a decimal integer.
+pub fn parse_positions(text: &str) -> Result<(String, Vec<u64>), String> {
+    let (name, list) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected NAME=P[,P...]"))?;
+    if name.is_empty() {
+        return Err(format!("{text:?}: empty server name"));
+    }
+    let points = list
+        .split(',')
+        .map(|p| {
+            p.trim().parse::<u64>().map_err(|_| {
+                format!("{text:?}: position {p:?} of {name:?} is not an integer from 0")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((name.to_owned(), points))
 }
 
 /// A built ring: sorted positions and their owners (indices into the server list the
@@ -79,6 +118,66 @@ impl Ring {
         points.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name_of(a.1).cmp(name_of(b.1))));
         points.dedup_by_key(|point| point.0);
         Ok(Self::from_points(points))
+    }
+
+    /// The ring of `servers` as `params` asks: [`Ring::build`] with `vnodes` points per
+    /// unit of weight, except that a server named in `params.positions` has exactly
+    /// those points, and with `params.space` every hashed position is taken mod the space.
+    ///
+    /// # Errors
+    /// [`RingError`]: as [`Ring::build`], or an explicit position outside the space.
+    pub fn build_params(
+        servers: &[Server],
+        vnodes: u32,
+        params: &Params,
+    ) -> Result<Self, RingError> {
+        if params.space.is_none() && params.positions.is_empty() {
+            return Self::build(servers, vnodes, &params.hash);
+        }
+        if vnodes == 0 {
+            return Err(RingError::NoVirtualNodes);
+        }
+        let mut points: Vec<(u64, u32)> = Vec::new();
+        for (index, server) in (0_u32..).zip(servers) {
+            let given = params
+                .positions
+                .iter()
+                .find(|(name, _)| *name == server.name);
+            if let Some((name, list)) = given {
+                for &position in list {
+                    if let Some(space) = params.space.filter(|&s| position >= s) {
+                        return Err(RingError::OutsideSpace {
+                            name: name.clone(),
+                            position,
+                            space,
+                        });
+                    }
+                    points.push((position, index));
+                }
+                continue;
+            }
+            let count = u64::from(vnodes) * u64::from(server.weight);
+            if count > MAX_POINTS {
+                return Err(RingError::TooManyPoints { points: count });
+            }
+            for i in 0..count {
+                let h = params.hash.bytes(format!("{}#{i}", server.name).as_bytes());
+                points.push((params.space.map_or(h, |s| h % s), index));
+            }
+        }
+        if points.is_empty() {
+            return Err(RingError::NoPoints);
+        }
+        let name_of = |index: u32| servers[index as usize].name.as_bytes();
+        points.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name_of(a.1).cmp(name_of(b.1))));
+        points.dedup_by_key(|point| point.0);
+        Ok(Self::from_points(points))
+    }
+
+    /// The sorted positions and their owners (server indices), for worked examples.
+    #[must_use]
+    pub fn points_and_owners(&self) -> (&[u64], &[u32]) {
+        (&self.positions, &self.owners)
     }
 
     /// A ring of explicit `(position, owner)` points (any order; the first of equal

@@ -24,17 +24,23 @@ pub enum SchemeKind {
     Maglev,
     /// [`super::bounded`].
     Bounded,
+    /// [`super::ketama`]: the ring libketama places, its own MD5 key hash.
+    Ketama,
+    /// [`super::nginx`]: the ring nginx's `hash ... consistent` places, CRC-32 key hash.
+    Nginx,
 }
 
 impl SchemeKind {
     /// Every scheme, in report order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::ModN,
         Self::Ring,
         Self::Rendezvous,
         Self::Jump,
         Self::Maglev,
         Self::Bounded,
+        Self::Ketama,
+        Self::Nginx,
     ];
 
     /// The name `--schemes` uses.
@@ -47,6 +53,8 @@ impl SchemeKind {
             Self::Jump => "jump",
             Self::Maglev => "maglev",
             Self::Bounded => "bounded",
+            Self::Ketama => "ketama",
+            Self::Nginx => "nginx",
         }
     }
 
@@ -78,13 +86,16 @@ impl std::str::FromStr for SchemeKind {
             .into_iter()
             .find(|kind| kind.name() == text)
             .ok_or_else(|| {
-                format!("unknown scheme {text:?}: modn, ring, rendezvous, jump, maglev or bounded")
+                format!(
+                    "unknown scheme {text:?}: modn, ring, rendezvous, jump, maglev, bounded, \
+                     ketama or nginx"
+                )
             })
     }
 }
 
 /// What every scheme is built with.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Params {
     /// The key hash (also of ring points and rendezvous pairs).
     pub hash: KeyHash,
@@ -96,6 +107,21 @@ pub struct Params {
     pub table_size: u32,
     /// Maglev's backend hash seed.
     pub maglev_seed: u64,
+    /// A small hash space `0..S` for worked examples: key hashes and ring positions are
+    /// taken mod `S` (rendezvous scores are not). `None`: the hash's full width.
+    pub space: Option<u64>,
+    /// Explicit ring points of some servers (worked examples; [`super::ring`]).
+    pub positions: super::ring::Positions,
+}
+
+impl Params {
+    /// The hash of a key as every scheme but rendezvous sees it: [`KeyHash::key`], mod
+    /// the space when there is one.
+    #[must_use]
+    pub fn key_hash(&self, key: &str) -> u64 {
+        let h = self.hash.key(key);
+        self.space.map_or(h, |s| h % s.max(1))
+    }
 }
 
 impl Default for Params {
@@ -107,6 +133,8 @@ impl Default for Params {
             epsilon: 0.25,
             table_size: defaults::TABLE_SIZE,
             maglev_seed: defaults::MAGLEV_SEED,
+            space: None,
+            positions: Vec::new(),
         }
     }
 }
@@ -147,6 +175,10 @@ pub enum Scheme {
         /// Capacity factor `1 + epsilon`.
         epsilon: f64,
     },
+    /// libketama's ring.
+    Ketama(Ring),
+    /// nginx's ring.
+    Nginx(Ring),
 }
 
 impl Scheme {
@@ -162,7 +194,7 @@ impl Scheme {
     ) -> Result<Self, BuildError> {
         Ok(match kind {
             SchemeKind::ModN => Self::ModN(ModN::new(servers.len()).ok_or(BuildError::NoServer)?),
-            SchemeKind::Ring => Self::Ring(Ring::build(servers, params.vnodes, &params.hash)?),
+            SchemeKind::Ring => Self::Ring(Ring::build_params(servers, params.vnodes, params)?),
             SchemeKind::Rendezvous => {
                 Self::Rendezvous(Rendezvous::new(servers, params.hash).ok_or(BuildError::NoServer)?)
             }
@@ -171,8 +203,14 @@ impl Scheme {
                 Maglev::build(servers, params.table_size, params.maglev_seed)?
                     .ok_or(BuildError::NoServer)?,
             )),
+            SchemeKind::Ketama => {
+                Self::Ketama(super::ketama::ring(servers).ok_or(BuildError::NoServer)?)
+            }
+            SchemeKind::Nginx => {
+                Self::Nginx(super::nginx::ring(servers).ok_or(BuildError::NoServer)?)
+            }
             SchemeKind::Bounded => Self::Bounded {
-                ring: Ring::build(servers, params.vnodes, &params.hash)?,
+                ring: Ring::build_params(servers, params.vnodes, params)?,
                 servers: servers.to_vec(),
                 epsilon: params.epsilon,
             },
@@ -189,6 +227,8 @@ impl Scheme {
             Self::Rendezvous(r) => r.lookup(key),
             Self::Jump(j) => j.lookup(hash),
             Self::Maglev(m) => m.lookup(hash),
+            Self::Ketama(r) => r.lookup(super::ketama::key_hash(key.as_bytes())),
+            Self::Nginx(r) => r.lookup(super::nginx::key_hash(key.as_bytes())),
         }
     }
 
@@ -220,6 +260,7 @@ impl Scheme {
             Self::Jump(j) => j.memory_bytes(),
             Self::Maglev(m) => m.memory_bytes(),
             Self::Bounded { ring, .. } => ring.memory_bytes() + keys * size_of::<u32>(),
+            Self::Ketama(r) | Self::Nginx(r) => r.memory_bytes(),
         }
     }
 }

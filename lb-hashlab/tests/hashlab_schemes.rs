@@ -142,6 +142,7 @@ fn input(servers: &str, keys: KeySet) -> LabInput {
             ..Params::default()
         },
         vnodes_sweep: vec![1, 100],
+        epsilon_sweep: vec![],
         events: vec!["add:e".parse().unwrap(), "remove:c".parse().unwrap()],
         peer: Some(parse_servers("a,b,c").unwrap()),
         hot: 3,
@@ -299,4 +300,39 @@ fn bad_lab_inputs_name_the_input() {
     let mut lab = base();
     lab.params.table_size = 3;
     assert_eq!(lb_hashlab::run(&lab).unwrap_err().input, Input::TableSize);
+}
+
+/// ketama and nginx as schemes: the servers their own algorithms choose (values of an
+/// independent implementation), and a joining server takes keys only for itself.
+#[test]
+fn ketama_and_nginx_as_schemes() {
+    let servers = parse_servers("10.0.3.11:8080,10.0.3.12:8080,10.0.3.13:8080=2").unwrap();
+    let keys = KeySet::parse("user:42\nfoo\nbar").unwrap();
+    let report = lb_hashlab::run(&LabInput {
+        servers,
+        keys,
+        key_source: "test".into(),
+        schemes: vec![SchemeKind::Ketama, SchemeKind::Nginx],
+        params: Params::default(),
+        vnodes_sweep: vec![],
+        epsilon_sweep: vec![],
+        events: vec!["add:10.0.3.14:8080".parse().unwrap()],
+        peer: None,
+        hot: 0,
+        replicas: 1,
+    })
+    .unwrap();
+    let placements = report.placements.unwrap();
+    let ketama: Vec<&str> = placements.iter().map(|p| p.before[0].as_str()).collect();
+    let nginx: Vec<&str> = placements.iter().map(|p| p.before[1].as_str()).collect();
+    assert_eq!(ketama, ["10.0.3.13:8080"; 3]);
+    assert_eq!(
+        nginx,
+        ["10.0.3.11:8080", "10.0.3.12:8080", "10.0.3.13:8080"]
+    );
+    assert_eq!(report.schemes[0].detail, "MD5, 480 points");
+    assert_eq!(report.schemes[1].detail, "CRC-32, 640 points");
+    for m in &report.events[0].schemes {
+        assert_eq!(m.between_stayed, 0, "{}", m.scheme);
+    }
 }

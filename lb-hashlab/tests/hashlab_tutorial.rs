@@ -27,6 +27,7 @@ fn run(
             ..Params::default()
         },
         vnodes_sweep: sweep.to_vec(),
+        epsilon_sweep: vec![],
         events: events.iter().map(|e| e.parse().unwrap()).collect(),
         peer: None,
         hot: 0,

@@ -146,7 +146,7 @@ fn key_files_with_counts_show_hot_keys() {
 }
 
 #[test]
-fn the_plot_has_three_charts_with_their_bars() {
+fn the_plot_has_its_charts_with_their_bars_and_lines() {
     let path = scratch("plot.svg");
     let out = lb(&[
         "--keys",
@@ -157,11 +157,13 @@ fn the_plot_has_three_charts_with_their_bars() {
         "remove:S4",
         "--vnodes",
         "1,10,100,1000",
+        "--epsilon",
+        "0.1,0.25,0.5",
         "--plot",
         path.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).ends_with(&format!("\nplot: {} (3 charts)\n", path.display())));
+    assert!(text(&out.stdout).ends_with(&format!("\nplot: {} (6 charts)\n", path.display())));
     let svg = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     let doc = roxmltree::Document::parse(&svg).expect("the plot is well-formed XML");
@@ -174,15 +176,21 @@ fn the_plot_has_three_charts_with_their_bars() {
         .map(|n| n.text().unwrap_or("").trim().to_owned())
         .collect();
     for label in [
-        "keys per server",
-        "keys moved per event (% of keys)",
+        "keys per server (dashed: the fair share)",
+        "keys moved by add:S5 (% of keys)",
+        "keys moved by remove:S4 (% of keys)",
         "ring sd/avg against virtual nodes per server V",
+        "bounded load: max/avg against epsilon",
+        "the ring: each arc in the colour of the server that owns it (5000 points)",
+        "to the new server",
+        "between old servers",
+        "ideal: the least any scheme moves, 16.7%",
+        "theory: mod-N moves 83.3%",
+        "theory sqrt((N-1)/(N*V))",
+        "cap 1 + epsilon",
         "S0",
-        "S4",
         "modn",
         "bounded",
-        "add:S5",
-        "remove:S4",
         "maglev",
     ] {
         assert!(
@@ -190,38 +198,49 @@ fn the_plot_has_three_charts_with_their_bars() {
             "{label} missing: {texts:?}"
         );
     }
-    // Bars: coloured rectangles wider than a legend marker, by chart (a third of the
-    // height each).
-    let height: f64 = root.attribute("height").unwrap().parse().unwrap();
+    // Bars of the first chart (450 px high): 5 servers x 6 schemes.
     let attr = |n: &roxmltree::Node<'_, '_>, name: &str| -> f64 {
         n.attribute(name).unwrap().parse().unwrap()
     };
-    let mut bars = [Vec::new(), Vec::new(), Vec::new()];
-    for rect in doc.descendants().filter(|n| n.has_tag_name("rect")) {
-        if rect.attribute("fill") == Some("#FFFFFF") || rect.attribute("fill") == Some("none") {
-            continue;
-        }
-        if attr(&rect, "width") > 12.0 {
-            let y = attr(&rect, "y");
-            let chart = usize::from(y >= height / 3.0) + usize::from(y >= height * 2.0 / 3.0);
-            bars[chart].push((attr(&rect, "x"), attr(&rect, "height")));
-        }
-    }
-    // 5 servers x 6 schemes; 6 schemes x 2 events; the sweep is a line.
-    assert_eq!(bars[0].len(), 30);
-    assert_eq!(bars[1].len(), 12);
-    assert!(bars[2].is_empty());
-    // The tallest bar of "keys moved" is mod-N's, the leftmost group.
-    let tallest = bars[1].iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-    let leftmost = bars[1].iter().map(|b| b.0).fold(f64::MAX, f64::min);
-    assert!(tallest.0 - leftmost < 120.0, "{tallest:?} vs {leftmost}");
-    // The sweep: a line through four points (one polyline of four vertices).
-    let lines = doc
-        .descendants()
-        .filter(|n| n.has_tag_name("polyline"))
-        .filter(|n| n.attribute("points").unwrap().split_whitespace().count() == 4)
-        .count();
-    assert!(lines >= 1);
+    let bars = |from: f64, to: f64| {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("rect"))
+            .filter(|r| {
+                r.attribute("fill") != Some("#FFFFFF") && r.attribute("fill") != Some("none")
+            })
+            .filter(|r| attr(r, "width") > 12.0 && attr(r, "height") > 0.5)
+            .filter(|r| (from..to).contains(&attr(r, "y")))
+            .count()
+    };
+    assert_eq!(bars(0.0, 450.0), 30);
+    // Moved by add:S5: every scheme a part to the new server, mod-N one between old
+    // servers too (zero-height parts are not drawn).
+    assert_eq!(bars(450.0, 900.0), 7);
+}
+
+#[test]
+fn png_plots_and_no_empty_chart() {
+    let path = scratch("plot.png");
+    let out = lb(&["--keys", "2000", "--plot", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    // Without an event or a V sweep, those charts are left out and the text says why.
+    assert!(
+        stdout.contains("(2 charts)\n  no --event: no keys-moved chart\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("one V: no sd/avg-against-V chart"),
+        "{stdout}"
+    );
+    let png = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(&png[12..16], b"IHDR");
+    let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
+    // The load chart (450 px) and the ring picture (700 px).
+    assert_eq!((width, height), (1000, 1150));
 }
 
 /// Runs `lb hash ARGS` and expects exit status 2 and a message containing `needle`.
@@ -247,13 +266,13 @@ fn bad_input_is_rejected_naming_the_option() {
     );
     rejects(
         &["--epsilon", "0"],
-        "'--epsilon <E>': \"0\" is not a number > 0",
+        "'--epsilon <LIST>': \"0\" is not a number > 0",
     );
     rejects(
         &["--epsilon=-0.5"],
-        "'--epsilon <E>': \"-0.5\" is not a number > 0",
+        "'--epsilon <LIST>': \"-0.5\" is not a number > 0",
     );
-    rejects(&["--schemes", "ring,ketama"], "unknown scheme \"ketama\"");
+    rejects(&["--schemes", "ring,ketchup"], "unknown scheme \"ketchup\"");
     rejects(&["--hash", "md5"], "'--hash <NAME>': unknown hash \"md5\"");
     rejects(&["--keys", "0"], "'--keys <N>'");
     rejects(
@@ -334,4 +353,73 @@ fn the_tutorials_user_keys_count_requests_and_distinct_keys() {
         "{}",
         text(&wide.stderr)
     );
+}
+
+#[test]
+fn explain_shows_every_schemes_decision() {
+    let out = lb(&[
+        "--servers",
+        "4",
+        "--hash",
+        "fnv1a32-fmix32",
+        "--explain",
+        "user:42",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("key user:42: hash fnv1a32-fmix32 = 599759890\n"),
+        "{stdout}"
+    );
+    for line in [
+        "modn: 599759890 mod 4 = 2: bucket 2 is S2",
+        "  S2                     3833641293  0.892589  <- highest",
+        "maglev: slot = 599759890 mod 65537 = 30803;",
+        "  -> bucket 2 is S2",
+        "bounded: 10001 keys",
+    ] {
+        assert!(stdout.contains(line), "{line:?} in\n{stdout}");
+    }
+    let out = lb(&[
+        "--space",
+        "1000",
+        "--positions",
+        "A=105,930",
+        "B=290,610",
+        "C=450,845",
+        "--hash",
+        "value",
+        "--key-list",
+        "500,930,950",
+        "--schemes",
+        "ring",
+        "--explain",
+        "950",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("950 is past the last point (6 of 6): wrap around to point 0 at 105 (A)"),
+        "{stdout}"
+    );
+    let out = lb(&["--hash", "value", "--key-list", "5,user:1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--key-list: key 2: key \"user:1\" is not HASH or NAME=HASH"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lb(&["--space", "100", "--positions", "A=105", "--explain", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("outside the hash space 0..100"));
+}
+
+#[test]
+fn the_tour_runs_the_tutorial() {
+    let out = lb(&["tour"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("== 1. The problem"), "{stdout}");
+    assert!(stdout.contains("1000    10000   9394  10539      323     1.05    3.2%"));
+    assert!(stdout.contains("\n$ lb hash --servers 4 --key-gen users"));
 }

@@ -2,10 +2,17 @@
 //! sizing tables and engineers checking claims (no root, no daemon, no maps):
 //!
 //! ```text
-//! lb hash [--servers N|LIST] [--keys N | --key-file FILE] [--zipf S] [--hash NAME]
+//! lb hash [--servers N|LIST] [--keys N | --key-file FILE | --key-list LIST] [--zipf S]
+//!         [--hash NAME] [--space S] [--positions NAME=P,P...]...
 //!         [--schemes LIST] [--vnodes LIST] [--epsilon E] [--event EVENT]...
-//!         [--peer N|LIST] [--hot K] [--replicas R] [--json] [--plot FILE.svg]
+//!         [--peer N|LIST] [--hot K] [--replicas R] [--explain KEY] [--json]
+//!         [--plot FILE.svg|FILE.png]
+//! lb hash tour
 //! ```
+//!
+//! `--explain KEY` prints the whole decision for one key in each scheme instead of the
+//! report ([`lb_hashlab::explain`]); `lb hash tour` runs the consistent-hashing
+//! tutorial's experiments in order ([`lb_hashlab::tour`]).
 //!
 //! It places the same keys with mod-N, the ring, rendezvous, jump, Maglev and bounded
 //! load and prints, per scheme, the balance of keys (and requests) per server, the memory
@@ -15,7 +22,11 @@
 //! `--plot` file; `main.rs` prints it and decides the exit status (2 for an invalid
 //! argument, named in the message; 1 when the plot cannot be written).
 
-use std::{fs, net::SocketAddr, path::PathBuf};
+use std::{
+    fs,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use super::{
     Output,
@@ -31,18 +42,26 @@ use lb_hashlab::{
 
 /// Arguments of `lb hash`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct HashArgs {
+    /// `lb hash tour`: the tutorial's experiments in order.
+    #[command(subcommand)]
+    pub command: Option<HashCommand>,
     /// Servers: a count N (named S0..S(N-1)) or a comma-separated list of NAME[=WEIGHT]
     /// (a name may be an address; list order numbers the buckets of modn and jump).
-    #[arg(long, value_name = "N|LIST", default_value = "5")]
-    pub servers: ServerList,
+    /// Default: 5, or the servers of --positions in their order.
+    #[arg(long, value_name = "N|LIST")]
+    pub servers: Option<ServerList>,
     /// Generated keys: N distinct client endpoints in 198.18.0.0/15 (seeded SplitMix64).
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = parse_key_count,
           conflicts_with = "key_file")]
     pub keys: usize,
     /// Keys from a file: one per line, `KEY` or `KEY COUNT` (a repeated key adds its count).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "key_list")]
     pub key_file: Option<PathBuf>,
+    /// Keys on the command line, comma-separated (with --hash value: HASH or NAME=HASH).
+    #[arg(long, value_name = "LIST")]
+    pub key_list: Option<String>,
     /// Seed of the key generator (a 32-bit seed for `--key-gen users`).
     #[arg(long, value_name = "S", default_value_t = 1, value_parser = parse_seed)]
     pub key_seed: u64,
@@ -63,7 +82,8 @@ pub struct HashArgs {
     /// Requests spread by --zipf.
     #[arg(long, value_name = "R", default_value_t = 1_000_000, requires = "zipf")]
     pub requests: u64,
-    /// Key hash: fnv1a32-fmix32, flow (the data plane's flow hash) or xxh3.
+    /// Key hash: fnv1a32-fmix32, flow (the data plane's flow hash), xxh3, or value (a key
+    /// HASH or NAME=HASH is its own hash, for worked examples).
     #[arg(long, value_name = "NAME", default_value = "xxh3", value_parser = parse_hash_name)]
     pub hash: String,
     /// Seed of the key hash (flow: 32 bits, the data plane's hash_seed; fnv: unused).
@@ -72,7 +92,16 @@ pub struct HashArgs {
     /// VIP that `--hash flow` connects endpoint keys to (TCP).
     #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_FLOW_VIP)]
     pub vip: SocketAddr,
-    /// Schemes, comma-separated: modn, ring, rendezvous, jump, maglev, bounded.
+    /// A small hash space 0..S for worked examples: key hashes and ring positions are
+    /// taken mod S (rendezvous scores are not).
+    #[arg(long, value_name = "S", value_parser = parse_space)]
+    pub space: Option<u64>,
+    /// Explicit ring points, one NAME=P[,P...] per server (e.g. A=105,930 B=290,610):
+    /// those servers get exactly these points whatever V and their weight.
+    #[arg(long, value_name = "NAME=P,P", num_args = 1.., value_parser = parse_positions)]
+    pub positions: Vec<(String, Vec<u64>)>,
+    /// Schemes, comma-separated: modn, ring, rendezvous, jump, maglev, bounded, and the
+    /// rings libketama (ketama) and nginx's hash consistent (nginx) place.
     #[arg(
         long,
         value_name = "LIST",
@@ -85,9 +114,11 @@ pub struct HashArgs {
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "100",
           value_parser = parse_vnodes)]
     pub vnodes: Vec<u32>,
-    /// Bounded load: each server holds at most ceil((1 + E) * keys / servers) keys (E > 0).
-    #[arg(long, value_name = "E", default_value_t = 0.25, value_parser = parse_positive)]
-    pub epsilon: f64,
+    /// Bounded load: each server holds at most ceil((1 + E) * keys / servers) keys (E > 0);
+    /// comma-separated for a sweep (0.05,0.1,0.25,0.5,1), the last value the bounded row's.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "0.25",
+          value_parser = parse_positive)]
+    pub epsilon: Vec<f64>,
     /// Maglev table size M: a prime from 2 to 4000037.
     #[arg(long, value_name = "M", default_value_t = defaults::TABLE_SIZE, value_parser = parse_table_size)]
     pub table_size: u32,
@@ -107,12 +138,35 @@ pub struct HashArgs {
     /// Servers (distinct, clockwise on the ring) each hot key is spread over.
     #[arg(long, value_name = "R", default_value_t = 3)]
     pub replicas: usize,
+    /// Explain one key instead of the report: mod-N's division, the ring's binary
+    /// search and wrap-around, every rendezvous score (raw and 0-1), jump's jumps,
+    /// Maglev's slot and permutation entry, bounded load's walk past full servers.
+    #[arg(long, value_name = "KEY")]
+    pub explain: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Write three SVG charts: keys per server, keys moved, sd/avg against V.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Write the charts (keys per server, keys moved, sd/avg against V): SVG, or PNG
+    /// when the name ends in .png.
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub plot: Option<PathBuf>,
+}
+
+/// The subcommands of `lb hash`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum HashCommand {
+    /// The consistent-hashing tutorial as a program: its sections in order, each
+    /// experiment run with its parameters, the command that reruns it and a two-line
+    /// explanation; `lb hash --explain` and `--plot FILE.png` take any experiment further.
+    Tour(TourArgs),
+}
+
+/// Arguments of `lb hash tour`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TourArgs {
+    /// Also write each experiment's charts into this directory, as SVG and PNG.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
 }
 
 /// Why `lb hash` failed. The text names the option at fault.
@@ -147,7 +201,13 @@ impl HashCliError {
 /// too wide for the flow hash, `--zipf` with counted keys, a server list or event the
 /// schemes cannot use); [`HashCliError::Plot`] when the SVG cannot be written.
 pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
+    if let Some(HashCommand::Tour(tour)) = &args.command {
+        return run_tour(tour);
+    }
     let input = lab_input(args)?;
+    if let Some(key) = &args.explain {
+        return explain(&input, key, args.json);
+    }
     let report = lb_hashlab::run(&input).map_err(|error| {
         let option = match error.input {
             Input::Servers => "--servers",
@@ -169,18 +229,89 @@ pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
         report.to_text()
     };
     if let Some(path) = &args.plot {
-        let svg = plot::svg(&report).map_err(HashCliError::Plot)?;
-        fs::write(path, svg)
-            .map_err(|e| HashCliError::Plot(format!("writing {}: {e}", path.display())))?;
+        let charts = write_plot(&report, path)?;
         if !args.json {
-            output.push_str(&format!(
-                "\nplot: {} ({} charts)\n",
-                path.display(),
-                plot::TITLES.len()
-            ));
+            output.push_str(&format!("\nplot: {} ({charts} charts)\n", path.display()));
+            for why in plot::omitted(&report) {
+                output.push_str(&format!("  {why}\n"));
+            }
         }
     }
     Ok(Output::text(output))
+}
+
+/// Writes the charts of `report` to `path`: PNG when the name ends in `.png`, SVG
+/// otherwise. Returns the number of charts.
+fn write_plot(report: &lb_hashlab::LabReport, path: &Path) -> Result<usize, HashCliError> {
+    let is_png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let bytes = if is_png {
+        plot::png(report).map_err(HashCliError::Plot)?
+    } else {
+        plot::svg(report).map_err(HashCliError::Plot)?.into_bytes()
+    };
+    fs::write(path, bytes)
+        .map_err(|e| HashCliError::Plot(format!("writing {}: {e}", path.display())))?;
+    Ok(plot::charts(report).len())
+}
+
+/// `lb hash tour`.
+fn run_tour(args: &TourArgs) -> Result<Output, HashCliError> {
+    let tour = lb_hashlab::tour::tour().map_err(|e| HashCliError::argument("tour", e.problem))?;
+    let mut text = tour.to_text();
+    if let Some(dir) = &args.plots {
+        fs::create_dir_all(dir)
+            .map_err(|e| HashCliError::Plot(format!("creating {}: {e}", dir.display())))?;
+        text.push_str("pictures:\n");
+        for section in &tour.sections {
+            for (name, report) in &section.reports {
+                for ext in ["svg", "png"] {
+                    let path = dir.join(format!("{name}.{ext}"));
+                    let charts = write_plot(report, &path)?;
+                    text.push_str(&format!("  {} ({charts} charts)\n", path.display()));
+                }
+            }
+        }
+    }
+    text.truncate(text.trim_end().len());
+    text.push('\n');
+    Ok(Output::text(text))
+}
+
+/// `--explain KEY`: the key's decision in every scheme.
+fn explain(input: &LabInput, key: &str, json: bool) -> Result<Output, HashCliError> {
+    check_value_key(&input.params.hash, key, "--explain")?;
+    let keys = input.keys.keys();
+    let hashes: Vec<u64> = keys.iter().map(|k| input.params.key_hash(k)).collect();
+    let explanation = lb_hashlab::explain::explain(
+        key,
+        &input.servers,
+        &input.schemes,
+        &input.params,
+        keys,
+        &hashes,
+    )
+    .map_err(|(kind, error)| HashCliError::argument("--servers", format!("{kind}: {error}")))?;
+    Ok(Output::text(if json {
+        let mut text =
+            serde_json::to_string_pretty(&explanation).expect("explanations serialise to JSON");
+        text.push('\n');
+        text
+    } else {
+        explanation.to_text()
+    }))
+}
+
+/// With `--hash value`, a key must be `HASH` or `NAME=HASH`.
+fn check_value_key(hash: &KeyHash, key: &str, option: &'static str) -> Result<(), HashCliError> {
+    if *hash == KeyHash::Value && lb_hashlab::hashes::given_value(key).is_none() {
+        return Err(HashCliError::argument(
+            option,
+            format!("key {key:?} is not HASH or NAME=HASH (--hash value), HASH below 2^32"),
+        ));
+    }
+    Ok(())
 }
 
 /// What `--key-gen` generates.
@@ -214,6 +345,18 @@ fn generated_keys(args: &HashArgs) -> Result<(KeySet, String), HashCliError> {
 /// The lab's input from the arguments (reads `--key-file`).
 fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
     let (mut keys, key_source) = match &args.key_file {
+        None if args.key_list.is_some() => {
+            let list = args.key_list.as_deref().unwrap_or_default();
+            let keys = KeySet::parse(
+                &list
+                    .split(',')
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            )
+            .map_err(|problem| HashCliError::argument("--key-list", problem))?;
+            (keys, "--key-list".to_owned())
+        }
         Some(path) => {
             let text = fs::read_to_string(path).map_err(|e| {
                 HashCliError::argument("--key-file", format!("reading {}: {e}", path.display()))
@@ -245,10 +388,43 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
             })?,
             vip: args.vip,
         },
+        "value" => KeyHash::Value,
         _ => KeyHash::Xxh3 { seed: args.seed },
     };
+    for (n, key) in keys.keys().iter().enumerate() {
+        check_value_key(
+            &hash,
+            key,
+            if args.key_list.is_some() {
+                "--key-list"
+            } else {
+                "--key-file"
+            },
+        )
+        .map_err(|e| match e {
+            HashCliError::Argument { option, problem } => HashCliError::Argument {
+                option,
+                problem: format!("key {}: {problem}", n + 1),
+            },
+            other => other,
+        })?;
+    }
+    let servers = match (&args.servers, args.positions.is_empty()) {
+        (Some(list), _) => list.0.clone(),
+        (None, true) => lb_hashlab::parse_servers("5").expect("5 servers parse"),
+        (None, false) => {
+            let list: Vec<Server> = args
+                .positions
+                .iter()
+                .map(|(name, _)| Server::new(name.clone(), 1))
+                .collect();
+            lb_hashlab::servers::check_set(&list)
+                .map_err(|problem| HashCliError::argument("--positions", problem))?;
+            list
+        }
+    };
     Ok(LabInput {
-        servers: args.servers.0.clone(),
+        servers,
         keys,
         key_source,
         schemes: {
@@ -260,11 +436,14 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
         params: Params {
             hash,
             vnodes: args.vnodes.last().copied().unwrap_or(100),
-            epsilon: args.epsilon,
+            epsilon: args.epsilon.last().copied().unwrap_or(0.25),
             table_size: args.table_size,
             maglev_seed: args.maglev_seed,
+            space: args.space,
+            positions: args.positions.clone(),
         },
         vnodes_sweep: args.vnodes.clone(),
+        epsilon_sweep: args.epsilon.clone(),
         events: args.event.clone(),
         peer: args.peer.as_ref().map(|list| list.0.clone()),
         hot: args.hot,
@@ -289,6 +468,17 @@ fn parse_key_count(text: &str) -> Result<usize, String> {
         .ok()
         .filter(|&n| (1..=MAX_KEYS).contains(&n))
         .ok_or_else(|| format!("{text:?} is not a key count (1 to {MAX_KEYS})"))
+}
+
+fn parse_space(text: &str) -> Result<u64, String> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|&s| s >= 1)
+        .ok_or_else(|| format!("{text:?} is not a hash space size (1 or more)"))
+}
+
+fn parse_positions(text: &str) -> Result<(String, Vec<u64>), String> {
+    lb_hashlab::ring::parse_positions(text)
 }
 
 fn parse_positive(text: &str) -> Result<f64, String> {
