@@ -171,6 +171,10 @@ pub const API_MAX_CONNECTIONS: u32 = 256;
 /// `api.max_body_bytes`: requests are below 1 KiB; 64 KiB leaves room.
 pub const API_MAX_BODY_BYTES: u32 = 64 << 10;
 
+/// The largest configuration `PUT /v1/config` and `POST /v1/config/diff` take
+/// (bytes), instead of `api.max_body_bytes`: 100 VIPs of 100 backends are about 1 MiB.
+pub const API_MAX_CONFIG_BYTES: u32 = 8 << 20;
+
 /// `api.header_timeout_ms`: the TLS handshake, then each request's headers.
 pub const API_HEADER_TIMEOUT_MS: u32 = 5_000;
 

@@ -6,7 +6,9 @@
 //!   `lb hash` could not write its plot;
 //! - 2: an invalid argument (clap's own usage errors, `lb table`'s and `lb hash`'s).
 //!
-//! `lb config diff` exits as diff(1): 0 no change, 1 changes, 2 an error.
+//! `lb config diff` exits as diff(1): 0 no change, 1 changes, 2 an error. `lb fleet`:
+//! 0 the instances agree (every push applied), 1 they disagree (a push was refused), 2
+//! bad arguments or fleet file, 3 an instance unreachable.
 
 use std::{
     io::{self, Write as _},
@@ -15,8 +17,8 @@ use std::{
 
 use clap::{CommandFactory as _, Parser};
 use lb::cli::{
-    self, Output, backend, config, conn, detach, docs, flow, hash, overrides, stats, status, table,
-    trace, vip,
+    self, Output, backend, config, conn, detach, docs, fleet, flow, hash, overrides, stats, status,
+    table, trace, vip,
 };
 
 /// XDP layer-4 load balancer with Maglev hashing.
@@ -96,6 +98,9 @@ enum Command {
     /// Reload the daemon's configuration file now, as SIGHUP does (also with
     /// `reload = "signal"`), and print what the reload changes.
     Reload(cli::ReadArgs),
+    /// Several daemons at once through their remote APIs: whether they agree, or push a
+    /// configuration to all.
+    Fleet(fleet::FleetArgs),
     /// Print facts about the embedded XDP object (size in bytes).
     Object {
         /// Print `{"bytes": N}`.
@@ -201,6 +206,19 @@ fn run(command: Command) -> Result<Output, Failure> {
             }
         },
         Command::Reload(args) => config::reload(&args.socket, args.json).map_err(daemon),
+        Command::Fleet(args) => {
+            let outcome = match &args.verb {
+                fleet::FleetVerb::Status(a) => fleet::status(a),
+                fleet::FleetVerb::Apply(a) => fleet::apply(a),
+            }
+            .map_err(|e| Failure::new(format!("lb fleet: {e}"), 2))?;
+            if outcome.exit_status == 0 {
+                Ok(outcome.output)
+            } else {
+                print(&outcome.output)?;
+                Err(Failure::new("", outcome.exit_status))
+            }
+        }
         Command::Object { json } => Ok(cli::object(json)),
         Command::Completions(args) => Ok(Output::text(docs::completions(&args, Cli::command()))),
         Command::Manpage(args) => docs::manpage(&args, Cli::command())

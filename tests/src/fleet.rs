@@ -187,6 +187,31 @@ pub struct FleetOptions {
     pub clients: usize,
     /// Timeout of every client socket operation.
     pub io_timeout: Duration,
+    /// Turns every instance's remote API on, at `https://instance4(k):`[`API_PORT`]:
+    /// a directory holding `server.crt` (valid for every instance's address),
+    /// `server.key`, `admin.token` and `reader.token` ([`api_table`]).
+    pub api_dir: Option<std::path::PathBuf>,
+}
+
+/// The port of each instance's remote API (with [`FleetOptions::api_dir`]).
+pub const API_PORT: u16 = 9443;
+
+/// The `[api]` table of instance `k` for the files in `dir`: tokens `deploy` (admin,
+/// `admin.token`) and `grafana` (read-only, `reader.token`).
+pub fn api_table(k: usize, dir: &std::path::Path) -> String {
+    let d = dir.display();
+    format!(
+        "\n[api]\nenabled = true\nlisten = \"{}:{API_PORT}\"\n\
+         cert_file = \"{d}/server.crt\"\nkey_file = \"{d}/server.key\"\n\
+         [[api.token]]\nname = \"deploy\"\nfile = \"{d}/admin.token\"\nrole = \"admin\"\n\
+         [[api.token]]\nname = \"grafana\"\nfile = \"{d}/reader.token\"\nrole = \"read-only\"\n",
+        instance4(k)
+    )
+}
+
+/// The URL of instance `k`'s remote API.
+pub fn api_url(k: usize) -> String {
+    format!("https://{}:{API_PORT}", instance4(k))
 }
 
 impl Default for FleetOptions {
@@ -199,6 +224,7 @@ impl Default for FleetOptions {
             // dropped after the BGP hold time (3 s), and TCP's next retransmission after
             // that comes up to about 6 s after the failure (RTO 0.2 s doubling).
             io_timeout: Duration::from_secs(10),
+            api_dir: None,
         }
     }
 }
@@ -355,7 +381,10 @@ impl FleetBed {
                 &lb_host_bird(k, &log_target(&dir, &format!("lb{k}"))).render(),
             )
             .with_context(|| format!("instance {k}'s BIRD"))?;
-            let config = instance_config(k, options.backends);
+            let mut config = instance_config(k, options.backends);
+            if let Some(dir) = &options.api_dir {
+                config.extra.push_str(&api_table(k, dir));
+            }
             let daemon = Daemon::start_in(Arc::clone(&ns), &config)
                 .with_context(|| format!("instance {k}'s lb run"))?;
             instances.push(Instance {

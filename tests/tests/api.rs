@@ -162,3 +162,235 @@ fn the_daemon_serves_the_api_over_tls_and_logs_who_changed_what() {
         "{log}"
     );
 }
+
+/// `lb ARGS...` in the LB namespace: (exit status, stdout, stderr).
+fn lb_in(bed: &TestBed, args: &[&str]) -> (i32, String, String) {
+    let lb = lb_tests::daemon::lb_binary();
+    let out = bed
+        .lb_ns()
+        .exec(lb.to_str().unwrap(), args)
+        .expect("running lb");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_api_lists_connections_reloads_takes_a_pushed_configuration_and_serves_the_remote_cli() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let dir = TempDir::new("lb-api-").unwrap();
+    files(dir.path());
+    let bed = TestBed::new(TestBedOptions {
+        backends: 2,
+        clients: 1,
+        ..TestBedOptions::default()
+    })
+    .expect("bed");
+    let config = DaemonConfig {
+        extra: api_table(dir.path()),
+        ..DaemonConfig::equal(1..=2)
+    };
+    let lb = Daemon::start(&bed, &config).expect("lb run");
+    let d = dir.path();
+    let (reader, admin) = (
+        format!("Authorization: Bearer {READER}"),
+        format!("Authorization: Bearer {ADMIN}"),
+    );
+
+    // Connections: the read-only role; the answer is `lb conn list --json`'s.
+    let vip = vip_text(false, true);
+    let conns = format!(
+        "{URL}/v1/conns?limit=7&vip={}",
+        vip.replace(':', "%3A").replace('/', "%2F")
+    );
+    let (code, body) = curl(&bed, d, &["-H", &reader, &conns]);
+    assert_eq!(code, 200, "{body}\n{}", lb.log());
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["limit"], 7, "{body}");
+    assert!(list["connections"].is_array(), "{body}");
+    let (code, body) = curl(
+        &bed,
+        d,
+        &["-H", &reader, &format!("{URL}/v1/conns?limit=0")],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("limit"), "{body}");
+
+    // Reload: admin only, with a request id; answers `lb reload --json`'s shape.
+    let reload = format!("{URL}/v1/reload");
+    let id = "Idempotency-Key: r1";
+    assert_eq!(
+        curl(&bed, d, &["-X", "POST", "-H", &reader, "-H", id, &reload]).0,
+        403
+    );
+    let (code, body) = curl(&bed, d, &["-X", "POST", "-H", &admin, "-H", id, &reload]);
+    assert_eq!(code, 200, "{body}\n{}", lb.log());
+    let diff: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(diff["changed"], false, "{body}");
+
+    // A pushed configuration: its [[vip]] tables replace the file's (backend 2 goes),
+    // the daemon's own keys stay; an instance's own key is refused.
+    let full = DaemonConfig::equal(1..=1).to_toml(&lb.socket_path());
+    let vips = &full[full.find("\n[[vip]]").expect("VIPs")..];
+    let push = dir.path().join("push.toml");
+    std::fs::write(&push, vips).unwrap();
+    let at = format!("@{}", push.display());
+    let put = format!("{URL}/v1/config");
+    let toml = "Content-Type: application/toml";
+    let (code, body) = curl(
+        &bed,
+        d,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            &reader,
+            "-H",
+            toml,
+            "--data-binary",
+            &at,
+            &format!("{URL}/v1/config/diff"),
+        ],
+    );
+    assert_eq!(code, 200, "{body}\n{}", lb.log());
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["changed"],
+        true,
+        "{body}"
+    );
+    assert_eq!(
+        lb.status().unwrap().vips[0].backends.len(),
+        2,
+        "a dry run changes nothing"
+    );
+    let (code, body) = curl(
+        &bed,
+        d,
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            &reader,
+            "-H",
+            "Idempotency-Key: p1",
+            "--data-binary",
+            &at,
+            &put,
+        ],
+    );
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = curl(
+        &bed,
+        d,
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            &admin,
+            "-H",
+            "Idempotency-Key: p1",
+            "-H",
+            toml,
+            "--data-binary",
+            &at,
+            &put,
+        ],
+    );
+    assert_eq!(code, 200, "{body}\n{}", lb.log());
+    lb.wait_status("the pushed VIPs", std::time::Duration::from_secs(10), |s| {
+        s.vips.iter().all(|v| v.backends.len() == 1)
+    })
+    .expect("the push applies");
+    let file = std::fs::read_to_string(lb.config_path()).unwrap();
+    assert!(
+        file.contains("[api]") && file.contains("pushed configuration"),
+        "{file}"
+    );
+    let (code, body) = curl(
+        &bed,
+        d,
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            &admin,
+            "-H",
+            "Idempotency-Key: p2",
+            "--data-binary",
+            "state_dir = \"/tmp\"",
+            &put,
+        ],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("state_dir"), "{body}");
+
+    // The remote CLI: the same text and JSON as over the socket; a read-only token
+    // cannot change, and says so with its role; a wrong CA fails the handshake.
+    let ca = d.join("ca.crt").display().to_string();
+    let reader_token = d.join("reader.token").display().to_string();
+    let remote = [
+        "--remote",
+        URL,
+        "--cacert",
+        &ca,
+        "--token-file",
+        &reader_token,
+    ];
+    let (code, text, err) = lb_in(&bed, &[&["status", "--json"][..], &remote].concat());
+    assert_eq!(code, 0, "{err}");
+    let api: Value = serde_json::from_str(&text).unwrap();
+    let cli: Value = serde_json::from_str(&lb.cli(&["status", "--json"]).unwrap()).unwrap();
+    assert_eq!(without_walks(&api["vips"]), without_walks(&cli["vips"]));
+    let (code, text, err) = lb_in(&bed, &[&["overrides"][..], &remote].concat());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(text, lb.cli(&["overrides"]).unwrap(), "the same text");
+    let backend = backend_addr(1, false).to_string();
+    let (code, _, err) = lb_in(
+        &bed,
+        &[&["backend", "drain", "--vip", &vip, "--backend", &backend][..], &remote].concat(),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("403") && err.contains("read-only"), "{err}");
+    let admin_token = d.join("admin.token").display().to_string();
+    let (code, text, err) = lb_in(
+        &bed,
+        &[
+            "backend",
+            "drain",
+            "--vip",
+            &vip,
+            "--backend",
+            &backend,
+            "--remote",
+            URL,
+            "--cacert",
+            &ca,
+            "--token-file",
+            &admin_token,
+        ],
+    );
+    assert_eq!(code, 0, "{err}\n{}", lb.log());
+    assert!(text.contains(&backend), "{text}");
+    let (code, _, err) = lb_in(
+        &bed,
+        &[
+            "status",
+            "--remote",
+            URL,
+            "--cacert",
+            &d.join("server.crt").display().to_string(),
+            "--token-file",
+            &reader_token,
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--remote") && err.contains("TLS handshake failed"),
+        "{err}"
+    );
+    let (code, _, err) = lb_in(&bed, &["status", "--remote", "http://127.0.0.1:9443"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--remote") && err.contains("HTTPS"), "{err}");
+}

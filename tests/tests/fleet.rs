@@ -29,6 +29,11 @@
 //!   conntrack miss after a table change). The count is printed next to the share
 //!   `lb table diff` predicts; every connection that breaks had a moved slot (some
 //!   were moved between the surviving instances by the router's rehash).
+//! - The remote API (issue 33): every instance serves it; from the router's namespace
+//!   `lb --remote` reads one instance, `lb fleet status` finds the three in agreement
+//!   (exit 0), `lb fleet apply` pushes a VIP set to all three, which then agree on the
+//!   new tables; pushed to one instance only, the disagreement is reported (exit 1,
+//!   the fingerprint named); a read-only token cannot push (exit 3, its role named).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -40,8 +45,10 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use lb_tests::{
-    daemon::{backend_addr, backend_of},
-    fleet::{Failure, FleetBed, FleetOptions, describe, flows::FlowState, tcp_vip},
+    daemon::{DaemonConfig, TempDir, backend_addr, backend_of, lb_binary},
+    fleet::{
+        Failure, FleetBed, FleetOptions, api_url, describe, flows::FlowState, instance4, tcp_vip,
+    },
     packets::{VIP4, VIP6},
     testbed::{backend_name, client},
     traffic::{Tally, within},
@@ -50,6 +57,9 @@ use libtest_mimic::{Arguments, Failed, Trial};
 
 /// The bed, built by the first scenario that runs.
 type Shared = Arc<Mutex<Option<Result<FleetBed, String>>>>;
+
+/// The instances' API files (`main` makes them before any scenario runs).
+static API_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// Long-lived connections of the failover scenarios.
 const LONG_FLOWS: usize = 300;
@@ -63,6 +73,10 @@ fn main() -> ExitCode {
     // One bed, one scenario at a time, in this order.
     args.test_threads = Some(1);
     let bed: Shared = Arc::new(Mutex::new(None));
+    // The instances' API files, kept until the bed is gone.
+    let api = TempDir::new("lb-fleet-api-").expect("a directory for the API's files");
+    api_files(api.path(), 3);
+    API_DIR.get_or_init(|| api.path().to_path_buf());
     let trials = vec![
         trial(&bed, "spread_over_instances_and_backends", spread),
         trial(&bed, "failover_router_link_down", |b| {
@@ -88,10 +102,12 @@ fn main() -> ExitCode {
             "backend_added_then_instance_fails",
             backend_then_failure,
         ),
+        trial(&bed, "fleet_status_and_apply_from_the_router", fleet_api),
     ];
     let conclusion = libtest_mimic::run(&args, trials);
     // Tear the bed down before exiting (exit does not run destructors).
     drop(bed.lock().unwrap_or_else(PoisonError::into_inner).take());
+    drop(api);
     conclusion.exit_code()
 }
 
@@ -106,7 +122,11 @@ fn trial(
         let mut guard = bed.lock().unwrap_or_else(PoisonError::into_inner);
         let built = guard.get_or_insert_with(|| {
             let started = Instant::now();
-            let built = FleetBed::new(FleetOptions::default()).map_err(|e| format!("{e:#}"));
+            let built = FleetBed::new(FleetOptions {
+                api_dir: API_DIR.get().cloned(),
+                ..FleetOptions::default()
+            })
+            .map_err(|e| format!("{e:#}"));
             if built.is_ok() {
                 eprintln!(
                     "fleet: bed built, every instance announced, in {:.1} s",
@@ -128,6 +148,34 @@ fn trial(
             Failed::from(format!("{e:#}\n{state}{healed}"))
         })
     })
+}
+
+/// A CA, a server certificate for every instance's address, and the two tokens, in
+/// `dir` (made here with rcgen, never committed).
+fn api_files(dir: &std::path::Path, instances: usize) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "lb fleet test CA");
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let names: Vec<String> = (1..=instances).map(|k| instance4(k).to_string()).collect();
+    let mut params = CertificateParams::new(names).expect("params");
+    params.distinguished_name.push(DnType::CommonName, "lb");
+    let cert = params.signed_by(&key, &ca).expect("certificate");
+    let write = |name: &str, text: String| std::fs::write(dir.join(name), text).expect("write");
+    write("ca.crt", ca.pem());
+    write("server.crt", cert.pem());
+    write("server.key", key.serialize_pem());
+    write(
+        "admin.token",
+        "deploy-0123456789abcdef0123456789abcdef\n".into(),
+    );
+    write(
+        "reader.token",
+        "grafana-0123456789abcdef0123456789abcdef\n".into(),
+    );
 }
 
 fn all(bed: &FleetBed) -> BTreeSet<usize> {
@@ -461,7 +509,7 @@ fn predicted_share(old: &[u8], new: u8) -> anyhow::Result<f64> {
     };
     let mut with_new = old.to_vec();
     with_new.push(new);
-    let out = std::process::Command::new(lb_tests::daemon::lb_binary())
+    let out = std::process::Command::new(lb_binary())
         .args(["table", "diff", "--json", "--old", &list(old), "--new"])
         .arg(list(&with_new))
         .output()
@@ -582,4 +630,218 @@ fn backend_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
         "fingerprints after removing b{new}: {restored:?}"
     );
     bed.wait_all_announced(CONVERGE)
+}
+
+/// `lb ARGS...` in the router's namespace: (exit status, stdout, stderr).
+fn lb_router(bed: &FleetBed, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let lb = lb_binary();
+    let out = bed.router_ns().exec(&lb.display().to_string(), args)?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// The `[[vip]]` tables of the bed's configuration with backends `ks`, written to a
+/// file in the bed's directory for `lb fleet apply`.
+fn vip_set(bed: &FleetBed, name: &str, ks: std::ops::RangeInclusive<u8>) -> anyhow::Result<String> {
+    let full = DaemonConfig::equal(ks).to_toml(std::path::Path::new("/unused"));
+    let at = full
+        .find("\n[[vip]]")
+        .context("the configuration has VIPs")?;
+    let path = bed.dir().join(name);
+    std::fs::write(&path, &full[at..])?;
+    Ok(path.display().to_string())
+}
+
+/// Checks `value` against the shape docs/src/guide/json.md documents for `verb`.
+fn documented(verb: &str, value: &serde_json::Value) -> anyhow::Result<()> {
+    let shapes = lb_tests::schema::documented()?;
+    let shape = shapes
+        .get(verb)
+        .with_context(|| format!("json.md documents no `{verb}`"))?;
+    lb_tests::schema::check(shape, value).map_err(|e| anyhow::anyhow!("{verb}: {e}"))
+}
+
+/// `lb fleet status --json` from the router: (exit status, report).
+fn fleet_status(bed: &FleetBed, fleet: &str) -> anyhow::Result<(i32, serde_json::Value)> {
+    let (code, out, err) = lb_router(bed, &["fleet", "status", "--fleet", fleet, "--json"])?;
+    let report =
+        serde_json::from_str(&out).with_context(|| format!("lb fleet status: {out}{err}"))?;
+    Ok((code, report))
+}
+
+/// Waits until `lb fleet status` exits with `want`.
+fn wait_fleet(bed: &FleetBed, fleet: &str, want: i32) -> anyhow::Result<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (code, report) = fleet_status(bed, fleet)?;
+        if code == want {
+            return Ok(report);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "lb fleet status exits {code}, not {want}: {report:#}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The remote API end to end, from the router's namespace (see the module
+/// documentation); leaves every instance with backends 1 to 3 again.
+fn fleet_api(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let api = bed
+        .instance(1)
+        .config()
+        .extra
+        .split("cert_file = \"")
+        .nth(1)
+        .and_then(|rest| rest.split("/server.crt").next())
+        .context("the bed runs the API")?
+        .to_owned();
+    let n = bed.instances().len();
+    let mut fleet = format!("cacert = \"{api}/ca.crt\"\ntoken_file = \"{api}/admin.token\"\n");
+    for k in 1..=n {
+        fleet.push_str(&format!(
+            "\n[[instance]]\nname = \"lb{k}\"\nurl = \"{}\"\n",
+            api_url(k)
+        ));
+    }
+    let fleet_file = bed.dir().join("fleet.toml");
+    std::fs::write(&fleet_file, fleet)?;
+    let fleet_file = fleet_file.display().to_string();
+
+    // One instance, remotely: the text `lb status` prints over the socket.
+    let (code, text, err) = lb_router(
+        bed,
+        &[
+            "status",
+            "--remote",
+            &api_url(2),
+            "--cacert",
+            &format!("{api}/ca.crt"),
+            "--token-file",
+            &format!("{api}/reader.token"),
+        ],
+    )?;
+    ensure!(
+        code == 0 && text.contains(&tcp_vip(false).to_string()),
+        "lb status --remote: {code} {text}{err}"
+    );
+
+    let before = wait_fleet(bed, &fleet_file, 0)?;
+    ensure!(before["agree"] == true, "{before:#}");
+    documented("lb fleet status", &before)?;
+    let (code, out, err) = lb_router(
+        bed,
+        &[
+            "fleet",
+            "apply",
+            "--dry-run",
+            "--json",
+            &vip_set(bed, "same.toml", 1..=3)?,
+            "--fleet",
+            &fleet_file,
+        ],
+    )?;
+    ensure!(code == 0, "lb fleet apply --dry-run: {code}\n{out}{err}");
+    let dry: serde_json::Value = serde_json::from_str(&out)?;
+    documented("lb fleet apply", &dry)?;
+    ensure!(
+        dry["instances"]
+            .as_array()
+            .is_some_and(|i| i.iter().all(|i| i["diff"]["changed"] == false)),
+        "the bed's own VIPs change nothing: {dry:#}"
+    );
+    let vips = before["vips"].as_array().context("vips")?;
+    ensure!(
+        vips.len() == 4
+            && vips
+                .iter()
+                .all(|v| v["instances"].as_array().map(Vec::len) == Some(n)),
+        "{before:#}"
+    );
+
+    // Pushed to all: backend 3 goes everywhere, and they agree on the new tables.
+    let two = vip_set(bed, "two.toml", 1..=2)?;
+    let (code, out, err) = lb_router(bed, &["fleet", "apply", &two, "--fleet", &fleet_file])?;
+    ensure!(code == 0, "lb fleet apply: {code}\n{out}{err}");
+    ensure!(
+        out.contains(&format!("{n} of {n} instances applied")),
+        "{out}"
+    );
+    for k in 1..=n {
+        bed.daemon(k)
+            .wait_status("the pushed VIPs", Duration::from_secs(10), |s| {
+                s.vips.iter().all(|v| v.backends.len() == 2)
+            })?;
+    }
+    let after = wait_fleet(bed, &fleet_file, 0)?;
+    ensure!(
+        after["vips"][0]["instances"][0]["fingerprint"]
+            != before["vips"][0]["instances"][0]["fingerprint"],
+        "the tables changed: {after:#}"
+    );
+
+    // Pushed to one instance only: the fleet disagrees, and says where.
+    let three = vip_set(bed, "three.toml", 1..=3)?;
+    let (code, out, err) = lb_router(
+        bed,
+        &[
+            "fleet",
+            "apply",
+            &three,
+            "--instances",
+            &api_url(1),
+            "--cacert",
+            &format!("{api}/ca.crt"),
+            "--token-file",
+            &format!("{api}/admin.token"),
+        ],
+    )?;
+    ensure!(code == 0, "lb fleet apply to lb1: {code}\n{out}{err}");
+    let split = wait_fleet(bed, &fleet_file, 1)?;
+    ensure!(split["agree"] == false, "{split:#}");
+    ensure!(
+        split["vips"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|v| v["differs"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x == "fingerprint"))),
+        "{split:#}"
+    );
+    let (code, text, _) = lb_router(bed, &["fleet", "status", "--fleet", &fleet_file])?;
+    ensure!(
+        code == 1 && text.contains("DIFFER (fingerprint") && text.contains("THEY DISAGREE"),
+        "{text}"
+    );
+
+    // A read-only token cannot push: exit 3, the role named.
+    let (code, out, err) = lb_router(
+        bed,
+        &[
+            "fleet",
+            "apply",
+            &three,
+            "--fleet",
+            &fleet_file,
+            "--token-file",
+            &format!("{api}/reader.token"),
+        ],
+    )?;
+    ensure!(code == 3 && out.contains("read-only"), "{code}\n{out}{err}");
+
+    // Back to backends 1 to 3 everywhere.
+    let (code, out, err) = lb_router(bed, &["fleet", "apply", &three, "--fleet", &fleet_file])?;
+    ensure!(code == 0, "lb fleet apply: {code}\n{out}{err}");
+    let healed = wait_fleet(bed, &fleet_file, 0)?;
+    ensure!(
+        healed["vips"][0]["instances"][0]["fingerprint"]
+            == before["vips"][0]["instances"][0]["fingerprint"],
+        "{healed:#}"
+    );
+    Ok(())
 }

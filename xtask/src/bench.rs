@@ -11,7 +11,10 @@
 //!    add/drain/remove changes through the controller and the kernel maps, at
 //!    M = 65,537 / N = 100 and M = 655,373 / N = 1,000; `lb run` at scale: start time,
 //!    private memory per VIP and restart to adopted with 1, 10, 100 and 500 VIPs of 100
-//!    backends, in namespaces it creates), the health-check benchmark (CPU of
+//!    backends, in namespaces it creates), the remote API's request latency (p50/p99 of
+//!    a status read and a backend change at 100 VIPs x 100 backends, the `lb` client
+//!    against `lb run`; `-- --api-only --quick` runs it alone and short), the
+//!    health-check benchmark (CPU of
 //!    probing 1,000 backends every second, transition to table live), the multi-instance
 //!    benchmark (an instance fails five ways: time until the router stops using it,
 //!    median of 5, against a route removed in the router's kernel), then the

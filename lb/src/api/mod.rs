@@ -11,11 +11,13 @@
 //! - [`stream`]: the trace's body of JSON lines.
 //! - [`tls`]: the rustls configuration (ring provider) and client certificates.
 //! - [`openapi`]: the OpenAPI 3 document, generated from the types.
+//! - [`client`]: the client side, the transport of `lb --remote URL` and `lb fleet`.
 //!
 //! Place in the layering: above `control` and `config`, below `daemon`, which starts
 //! the server; it imports nothing from the daemon.
 
 pub mod auth;
+pub mod client;
 pub mod idempotency;
 pub mod openapi;
 pub mod routes;

@@ -21,10 +21,11 @@ use utoipa::{
 
 use super::routes::{BackendChange, VipRequest};
 use crate::control::{
-    AddressAnnouncement, AnnounceSummary, BackendAction, BackendCounters, BackendHealth,
-    BackendStatus, Change, ConntrackStatus, Counter, FlowReport, HealthSummary, NexthopStatus,
-    OverrideStatus, OverridesReport, Pin, PolicyStatus, Stats, Status, TableUpdate, TraceEvent,
-    TraceStarted, TunnelProbes, VipAction, VipAnnouncement, VipChange, VipCounters, VipStatus,
+    AddressAnnouncement, AnnounceSummary, BackendAction, BackendCounters, BackendDelta,
+    BackendHealth, BackendStatus, Change, ConfigDiff, Conn, ConnList, ConntrackStatus, Counter,
+    FlowReport, HealthSummary, NexthopStatus, OverrideStatus, OverridesReport, Pin, PolicyStatus,
+    SettingChange, Stats, Status, TableUpdate, TraceEvent, TraceStarted, TunnelProbes, VipAction,
+    VipAnnouncement, VipChange, VipCounters, VipDiff, VipStatus,
 };
 
 /// Every error's body.
@@ -96,6 +97,49 @@ fn backend() {}
         (status = 422, description = "The request id was used for another request", body = ApiError)))]
 fn vip() {}
 
+/// `lb conn list --json`.
+#[utoipa::path(get, path = "/v1/conns", tag = "read",
+    params(("vip" = Option<String>, Query, description = "Only connections to this VIP, `ADDR:PORT/PROTO`"),
+        ("backend" = Option<String>, Query, description = "Only connections pinned to this backend"),
+        ("client" = Option<String>, Query, description = "Only clients in this prefix, `ADDR[/LEN]`"),
+        ("state" = Option<String>, Query, description = "Only this state: established, closing, expired, syn"),
+        ("limit" = Option<u32>, Query, description = "List at most this many, 1 to 200000 (default 1000); every match is counted")),
+    responses((status = 200, description = "The connections in conntrack and the SYN cache", body = ConnList),
+        (status = 400, description = "A bad parameter, or the daemon refused (an unknown backend)", body = ApiError),
+        (status = 401, description = "No or unknown credentials", body = ApiError)))]
+fn conns() {}
+
+/// `lb reload --json`: the daemon reloads its file as on SIGHUP.
+#[utoipa::path(post, path = "/v1/reload", tag = "change",
+    params(("Idempotency-Key" = String, Header, description = "A unique id per change; a retry sends the same")),
+    responses((status = 200, description = "What the reload changes (it applies right after the answer)", body = ConfigDiff),
+        (status = 400, description = "No request id, or the file does not validate (nothing is reloaded)", body = ApiError),
+        (status = 401, description = "No or unknown credentials", body = ApiError),
+        (status = 403, description = "The read-only role", body = ApiError),
+        (status = 422, description = "The request id was used for another request", body = ApiError)))]
+fn reload() {}
+
+/// `lb fleet apply`: the body's top-level keys replace the daemon file's (`control_socket`, `state_dir` and `api` are refused), the file is written and reloaded.
+#[utoipa::path(put, path = "/v1/config", tag = "change",
+    params(("Idempotency-Key" = String, Header, description = "A unique id per change; a retry sends the same")),
+    request_body(content = String, content_type = "application/toml", description = "TOML: the keys to replace, e.g. every `[[vip]]`"),
+    responses((status = 200, description = "What the push changes (the reload applies right after the answer)", body = ConfigDiff),
+        (status = 400, description = "No request id, a local key, or a result that does not validate or needs a restart (nothing is written)", body = ApiError),
+        (status = 401, description = "No or unknown credentials", body = ApiError),
+        (status = 403, description = "The read-only role", body = ApiError),
+        (status = 413, description = "The body is too large", body = ApiError),
+        (status = 422, description = "The request id was used for another request", body = ApiError)))]
+fn push_config() {}
+
+/// `lb fleet apply --dry-run`: what `PUT /v1/config` with this body would change.
+#[utoipa::path(post, path = "/v1/config/diff", tag = "read",
+    request_body(content = String, content_type = "application/toml", description = "TOML: the keys to replace"),
+    responses((status = 200, description = "What the push would change; nothing is written", body = ConfigDiff),
+        (status = 400, description = "A local key, or a result that does not validate or needs a restart", body = ApiError),
+        (status = 401, description = "No or unknown credentials", body = ApiError),
+        (status = 413, description = "The body is too large", body = ApiError)))]
+fn config_diff() {}
+
 /// `lb trace --json`: JSON lines.
 #[utoipa::path(get, path = "/v1/trace", tag = "read",
     params(("vip" = Option<String>, Query, description = "Only packets to this VIP"),
@@ -142,13 +186,14 @@ impl Modify for Security {
         description = "The lb CLI's operations as HTTP/JSON over TLS. Answers are what `lb VERB --json` prints. See the book's chapter \"The remote API\".",
         license(name = "MIT OR Apache-2.0")
     ),
-    paths(status, stats, flow, overrides, clear_overrides, backend, vip, trace, openapi),
+    paths(status, stats, flow, overrides, clear_overrides, backend, vip, conns, reload, push_config, config_diff, trace, openapi),
     components(schemas(
         ApiError, BackendChange, BackendAction, VipRequest, VipAction, Status, Stats, FlowReport, Pin, OverridesReport,
         OverrideStatus, Change, TableUpdate, VipChange, TraceStarted, TraceEvent, VipStatus,
         BackendStatus, ConntrackStatus, HealthSummary, TunnelProbes, BackendHealth,
         NexthopStatus, PolicyStatus, AnnounceSummary, AddressAnnouncement, VipAnnouncement,
-        Counter, VipCounters, BackendCounters
+        Counter, VipCounters, BackendCounters, ConnList, Conn, ConfigDiff, VipDiff, BackendDelta,
+        SettingChange
     )),
     modifiers(&Security),
     security(("bearer" = []), ("client_certificate" = [])),
@@ -207,7 +252,7 @@ mod tests {
     #[test]
     fn the_document_and_the_routes_list_the_same_operations() {
         let ops = operations();
-        assert_eq!(ops.len(), 9, "{ops:?}");
+        assert_eq!(ops.len(), 13, "{ops:?}");
         for (method, path) in &ops {
             assert!(
                 Endpoint::find(&method.to_uppercase(), path).is_ok(),

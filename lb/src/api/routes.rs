@@ -13,6 +13,10 @@
 //! | `DELETE /v1/overrides` | admin | `overrides` (clear) | `OverridesReport` |
 //! | `POST /v1/backend` | admin | `backend` | `Change` |
 //! | `POST /v1/vip` | admin | `vip` | `VipChange` |
+//! | `GET /v1/conns?vip=V&backend=B&client=P&state=S&limit=N` | read-only | `conns` | `ConnList` |
+//! | `POST /v1/config/diff` (TOML body) | read-only | `push_config` (dry run) | `ConfigDiff` |
+//! | `POST /v1/reload` | admin | `reload` | `ConfigDiff` |
+//! | `PUT /v1/config` (TOML body) | admin | `push_config` | `ConfigDiff` |
 //! | `GET /v1/trace?vip=V&client=C` | read-only | `trace` | JSON lines |
 //! | `GET /v1/openapi.json` | any client | none | the OpenAPI document |
 
@@ -22,8 +26,8 @@ use serde_json::{Map, Value};
 use crate::{
     config::Role,
     control::{
-        BackendAction, Change, FlowReport, OverridesReport, Request, Stats, Status, TraceEvent,
-        TraceStarted, VipAction, VipChange,
+        BackendAction, Change, ConfigDiff, ConnList, FlowReport, OverridesReport, Request, Stats,
+        Status, TraceEvent, TraceStarted, VipAction, VipChange,
     },
 };
 
@@ -44,6 +48,14 @@ pub enum Endpoint {
     Backend,
     /// `POST /v1/vip`.
     Vip,
+    /// `GET /v1/conns`.
+    Conns,
+    /// `POST /v1/config/diff`.
+    ConfigDiff,
+    /// `POST /v1/reload`.
+    Reload,
+    /// `PUT /v1/config`.
+    PushConfig,
     /// `GET /v1/trace`.
     Trace,
     /// `GET /v1/openapi.json`.
@@ -109,9 +121,10 @@ impl Endpoint {
             "/v1/flow" => (Some(Self::Flow), "GET"),
             "/v1/trace" => (Some(Self::Trace), "GET"),
             OPENAPI_PATH => (Some(Self::OpenApi), "GET"),
+            "/v1/conns" => (Some(Self::Conns), "GET"),
             "/v1/overrides" => (Some(Self::Overrides), "GET, DELETE"),
-            "/v1/backend" => (None, "POST"),
-            "/v1/vip" => (None, "POST"),
+            "/v1/backend" | "/v1/vip" | "/v1/reload" | "/v1/config/diff" => (None, "POST"),
+            "/v1/config" => (None, "PUT"),
             _ => return Err(NoRoute::Path),
         };
         match (method, path) {
@@ -119,6 +132,9 @@ impl Endpoint {
             ("DELETE", "/v1/overrides") => Ok(Self::ClearOverrides),
             ("POST", "/v1/backend") => Ok(Self::Backend),
             ("POST", "/v1/vip") => Ok(Self::Vip),
+            ("POST", "/v1/reload") => Ok(Self::Reload),
+            ("POST", "/v1/config/diff") => Ok(Self::ConfigDiff),
+            ("PUT", "/v1/config") => Ok(Self::PushConfig),
             _ => Err(NoRoute::Method(methods)),
         }
     }
@@ -127,7 +143,9 @@ impl Endpoint {
     pub fn role(self) -> Option<Role> {
         match self {
             Self::OpenApi => None,
-            Self::ClearOverrides | Self::Backend | Self::Vip => Some(Role::Admin),
+            Self::ClearOverrides | Self::Backend | Self::Vip | Self::Reload | Self::PushConfig => {
+                Some(Role::Admin)
+            }
             _ => Some(Role::ReadOnly),
         }
     }
@@ -140,7 +158,16 @@ impl Endpoint {
 
     /// Whether the operation reads a body.
     pub fn has_body(self) -> bool {
-        matches!(self, Self::Backend | Self::Vip)
+        matches!(
+            self,
+            Self::Backend | Self::Vip | Self::ConfigDiff | Self::PushConfig
+        )
+    }
+
+    /// Whether the body is a configuration (TOML, up to
+    /// [`crate::defaults::API_MAX_CONFIG_BYTES`]) rather than a small JSON object.
+    pub fn takes_config(self) -> bool {
+        matches!(self, Self::ConfigDiff | Self::PushConfig)
     }
 
     /// The control request for `query` (the URI's query string) and `body`.
@@ -164,6 +191,18 @@ impl Endpoint {
                     fields.insert(key, Value::String(value));
                 }
                 if self == Self::Flow { "flow" } else { "trace" }
+            }
+            Self::Conns => {
+                conns_query(query, &mut fields)?;
+                "conns"
+            }
+            Self::Reload => "reload",
+            Self::ConfigDiff | Self::PushConfig => {
+                let text = std::str::from_utf8(body)
+                    .map_err(|_| "body: the configuration is not UTF-8".to_owned())?;
+                fields.insert("toml".into(), Value::String(text.to_owned()));
+                fields.insert("dry_run".into(), Value::Bool(self == Self::ConfigDiff));
+                "push_config"
             }
             Self::Backend => {
                 let change: BackendChange = decode_body(body)?;
@@ -193,12 +232,41 @@ impl Endpoint {
             Self::Overrides | Self::ClearOverrides => retype::<OverridesReport>(data),
             Self::Backend => retype::<Change>(data),
             Self::Vip => retype::<VipChange>(data),
+            Self::Conns => retype::<ConnList>(data),
+            Self::Reload | Self::ConfigDiff | Self::PushConfig => retype::<ConfigDiff>(data),
             Self::Trace => match retype::<TraceEvent>(data.clone()) {
                 Ok(line) => Ok(line),
                 Err(_) => retype::<TraceStarted>(data),
             },
         }
     }
+}
+
+/// The query of `GET /v1/conns` as the fields of `conns` (`limit` defaults to the
+/// CLI's 1,000).
+fn conns_query(query: &str, fields: &mut Map<String, Value>) -> Result<(), String> {
+    fields.insert("limit".into(), Value::from(1_000_u64));
+    for (key, value) in parse_query(query)? {
+        match key.as_str() {
+            "vip" | "backend" | "client" | "state" => {
+                fields.insert(key, Value::String(value));
+            }
+            "limit" => {
+                let n: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=200_000).contains(n))
+                    .ok_or_else(|| format!("limit: expected 1 to 200000, got {value:?}"))?;
+                fields.insert(key, Value::from(n));
+            }
+            _ => {
+                return Err(format!(
+                    "unknown query parameter {key:?} (vip, backend, client, state, limit)"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `data` decoded as `T` and encoded again.

@@ -302,7 +302,7 @@ async fn respond(
         }
     };
     let body = if endpoint.has_body() {
-        match read_body(state, &parts.headers, body).await {
+        match read_body(state, &parts.headers, body, endpoint.takes_config()).await {
             Ok(b) => b,
             Err(response) => return *response,
         }
@@ -369,17 +369,26 @@ fn authorize(
     }
 }
 
-/// Reads a body of at most `max_body_bytes` within `body_timeout`.
+/// Reads a body of at most `max_body_bytes` (a configuration: at most
+/// [`crate::defaults::API_MAX_CONFIG_BYTES`]) within `body_timeout`.
 async fn read_body(
     state: &State,
     headers: &HeaderMap,
     body: Incoming,
+    config: bool,
 ) -> Result<Bytes, Box<HttpResponse<Body>>> {
-    let max = state.max_body_bytes;
+    let (max, limit) = if config {
+        (
+            crate::defaults::API_MAX_CONFIG_BYTES as usize,
+            "the configuration limit",
+        )
+    } else {
+        (state.max_body_bytes, "api.max_body_bytes")
+    };
     let too_large = || {
         Box::new(error_closing(
             StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("request body larger than {max} bytes (api.max_body_bytes)"),
+            &format!("request body larger than {max} bytes ({limit})"),
         ))
     };
     let declared = headers
@@ -425,9 +434,11 @@ async fn answer(service: Arc<dyn Service>, request: Request, endpoint: Endpoint)
     let reply = tokio::task::spawn_blocking(move || service.handle(&request)).await;
     match reply {
         Ok(Reply::Once(response)) => Answer::from_response(response, endpoint),
-        Ok(Reply::Stream(_)) => {
-            Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "unexpected stream")
-        }
+        // `conns`: the walk runs off the service and sends its one answer.
+        Ok(Reply::Stream(mut answers)) => match answers.recv().await {
+            Some(response) => Answer::from_response(response, endpoint),
+            None => Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "no answer"),
+        },
         Err(e) => Answer::error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }

@@ -53,7 +53,7 @@ pub struct BackendArgs {
 /// # Errors
 /// The daemon is unreachable or refused the change.
 pub fn backend(args: &BackendArgs) -> Result<Output, ClientError> {
-    let change = args.socket.client().backend(
+    let change = args.socket.client()?.backend(
         args.action,
         args.vip,
         args.backend,

@@ -86,6 +86,7 @@ pub fn diff(
     };
     let d: ConfigDiff = socket
         .client()
+        .map_err(|e| e.to_string())?
         .call(&Request::ConfigDiff { file })
         .map_err(|e| e.to_string())?;
     let out = if as_json {
@@ -102,7 +103,7 @@ pub fn diff(
 /// # Errors
 /// The daemon is unreachable, or its file is invalid (nothing is reloaded).
 pub fn reload(socket: &SocketArg, as_json: bool) -> Result<Output, crate::control::ClientError> {
-    let d: ConfigDiff = socket.client().call(&Request::Reload)?;
+    let d: ConfigDiff = socket.client()?.call(&Request::Reload)?;
     Ok(if as_json {
         json(&d)
     } else {

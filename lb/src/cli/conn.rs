@@ -78,7 +78,7 @@ fn parse_limit(text: &str) -> Result<usize, String> {
 /// The daemon is unreachable or refused (an unknown backend).
 pub fn run(args: &ConnArgs) -> Result<Output, ClientError> {
     let ConnVerb::List(a) = &args.verb;
-    let list: ConnList = a.socket.client().call(&Request::Conns {
+    let list: ConnList = a.socket.client()?.call(&Request::Conns {
         vip: a.vip,
         backend: a.backend,
         client: a.client,

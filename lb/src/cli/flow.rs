@@ -40,7 +40,7 @@ pub fn parse_client(text: &str) -> Result<SocketAddr, String> {
 /// # Errors
 /// The daemon is unreachable or refused.
 pub fn flow(args: &FlowArgs) -> Result<Output, ClientError> {
-    let f = args.socket.client().flow(args.vip, args.client)?;
+    let f = args.socket.client()?.flow(args.vip, args.client)?;
     Ok(if args.json {
         json(&f)
     } else {

@@ -14,6 +14,9 @@
 //!   same socket;
 //! - [`trace`]: `lb trace`, the daemon's stream of traced packets;
 //! - [`conn`]: `lb conn list`, the connections in conntrack, through the socket.
+//! - [`remote`]: the flags every daemon verb takes to talk to a remote daemon's API
+//!   (`--remote URL` and its credentials) instead of the socket;
+//! - [`fleet`]: `lb fleet status|apply`, several remote daemons at once.
 //!
 //! Every verb takes `--json`; docs/src/guide/json.md is the schema of what each prints.
 
@@ -22,9 +25,11 @@ pub mod config;
 pub mod conn;
 pub mod detach;
 pub mod docs;
+pub mod fleet;
 pub mod flow;
 pub mod hash;
 pub mod overrides;
+pub mod remote;
 pub mod stats;
 pub mod status;
 pub mod table;
@@ -34,11 +39,9 @@ pub mod vip;
 #[cfg(test)]
 mod verbs_tests;
 
-use std::path::PathBuf;
-
 use serde::Serialize;
 
-use crate::{control::Client, defaults};
+pub use remote::SocketArg;
 
 /// What a verb prints: `text` on standard output, then each of `warnings` on standard
 /// error as a `warning: ...` line.
@@ -68,20 +71,6 @@ pub fn object(json: bool) -> Output {
     } else {
         format!("embedded eBPF object: {bytes} bytes\n")
     })
-}
-
-/// Where the daemon listens.
-#[derive(Clone, Debug, clap::Args)]
-pub struct SocketArg {
-    /// Control socket of the daemon.
-    #[arg(long, default_value = defaults::CONTROL_SOCKET)]
-    pub socket: PathBuf,
-}
-
-impl SocketArg {
-    pub(super) fn client(&self) -> Client {
-        Client::new(&self.socket)
-    }
 }
 
 /// `lb status` / `lb stats`.

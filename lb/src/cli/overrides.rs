@@ -25,7 +25,7 @@ pub struct OverridesArgs {
 /// # Errors
 /// The daemon is unreachable or refused.
 pub fn overrides(args: &OverridesArgs) -> Result<Output, ClientError> {
-    let report = args.socket.client().overrides(args.clear)?;
+    let report = args.socket.client()?.overrides(args.clear)?;
     if args.json {
         return Ok(json(&report));
     }

@@ -11,7 +11,7 @@ use crate::control::{ClientError, Stats};
 /// # Errors
 /// The daemon is unreachable or refused.
 pub fn stats(args: &ReadArgs) -> Result<Output, ClientError> {
-    let s = args.socket.client().stats()?;
+    let s = args.socket.client()?.stats()?;
     Ok(if args.json {
         json(&s)
     } else {

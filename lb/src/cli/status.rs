@@ -14,7 +14,7 @@ use crate::control::{
 /// # Errors
 /// The daemon is unreachable or refused.
 pub fn status(args: &ReadArgs) -> Result<(Output, i32), ClientError> {
-    let s = args.socket.client().status()?;
+    let s = args.socket.client()?.status()?;
     let output = if args.json {
         json(&s)
     } else {

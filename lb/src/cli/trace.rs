@@ -38,7 +38,7 @@ pub struct TraceArgs {
 /// # Errors
 /// The daemon is unreachable or refused (e.g. another trace runs).
 pub fn run(args: &TraceArgs) -> Result<Output, ClientError> {
-    let client = crate::control::Client::new(&args.socket.socket);
+    let client = args.socket.client()?;
     let (started, events) = client.trace(args.vip, args.client)?;
     let mut out = io::stdout().lock();
     let mut write = |line: String| {

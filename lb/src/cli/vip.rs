@@ -49,7 +49,7 @@ pub fn parse_address(text: &str) -> Result<IpAddr, String> {
 /// # Errors
 /// The daemon is unreachable or refused (announcements off, not a VIP address).
 pub fn run(args: &VipArgs) -> Result<Output, ClientError> {
-    let change = args.socket.client().vip(args.action, args.vip)?;
+    let change = args.socket.client()?.vip(args.action, args.vip)?;
     Ok(if args.json {
         super::json(&change)
     } else {

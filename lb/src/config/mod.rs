@@ -12,6 +12,7 @@ pub mod announce;
 pub mod api;
 pub mod file;
 mod health;
+pub mod push;
 mod validate;
 pub mod value;
 mod vip;

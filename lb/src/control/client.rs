@@ -1,11 +1,14 @@
 //! The client end, for the CLI verbs and the tests: [`Client`] sends one [`Request`]
-//! and decodes the answer into the request's type.
+//! and decodes the answer into the request's type, over the daemon's unix socket or a
+//! [`Transport`] of another layer (the remote API's HTTPS client,
+//! `crate::api::client`): the verbs render the same answers whichever carried them.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{BufRead, BufReader, Read as _, Write as _},
     net::{IpAddr, SocketAddr},
     os::unix::net::UnixStream,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
@@ -43,6 +46,10 @@ pub enum ClientError {
     /// The answer was not understood.
     #[error("unreadable answer from the lb daemon: {0}")]
     Decode(#[from] serde_json::Error),
+    /// A remote daemon could not be reached, or refused the client (the text names the
+    /// flag or the credentials at fault).
+    #[error("{0}")]
+    Remote(String),
     /// The answer did not end within [`MAX_ANSWER_BYTES`].
     #[error("the lb daemon's answer exceeds {MAX_ANSWER_BYTES} bytes")]
     AnswerTooLarge,
@@ -73,10 +80,34 @@ pub fn new_change_id() -> String {
     format!("{}-{nanos:x}", std::process::id())
 }
 
-/// A client of the daemon listening on one socket. Each call is one connection.
+/// A way to the daemon other than its unix socket.
+pub trait Transport: Send + Sync + std::fmt::Debug {
+    /// Sends `request` (a change with `change_id`, which makes its retries safe) and
+    /// returns the answer's data.
+    ///
+    /// # Errors
+    /// [`ClientError`]: [`ClientError::Refused`] with the daemon's reason when it
+    /// refused the request, [`ClientError::Remote`] when the transport failed.
+    fn exchange(
+        &self,
+        request: &Request,
+        change_id: Option<&str>,
+    ) -> Result<serde_json::Value, ClientError>;
+
+    /// Starts the stream of `request` (`trace`): its lines, each one answer's data as
+    /// JSON.
+    ///
+    /// # Errors
+    /// As [`Self::exchange`].
+    fn stream(&self, request: &Request) -> Result<Box<dyn BufRead + Send>, ClientError>;
+}
+
+/// A client of one daemon: on its unix socket (each call one connection), or through a
+/// [`Transport`].
 #[derive(Clone, Debug)]
 pub struct Client {
     socket: PathBuf,
+    transport: Option<Arc<dyn Transport>>,
 }
 
 impl Client {
@@ -84,10 +115,19 @@ impl Client {
     pub fn new(socket: impl Into<PathBuf>) -> Self {
         Self {
             socket: socket.into(),
+            transport: None,
         }
     }
 
-    /// The socket.
+    /// A client of the daemon behind `transport`.
+    pub fn through(transport: Arc<dyn Transport>) -> Self {
+        Self {
+            socket: PathBuf::new(),
+            transport: Some(transport),
+        }
+    }
+
+    /// The socket (empty through a [`Transport`]).
     pub fn socket(&self) -> &Path {
         &self.socket
     }
@@ -170,11 +210,20 @@ impl Client {
         vip: Option<Vip>,
         client: Option<TraceClient>,
     ) -> Result<(TraceStarted, TraceStream), ClientError> {
-        let stream = self.send(&Request::Trace { vip, client }, None)?;
-        // Events come when packets do: no timeout on reading them.
-        stream.set_read_timeout(None)?;
-        let mut lines = TraceStream {
-            reader: BufReader::new(stream),
+        let request = Request::Trace { vip, client };
+        let mut lines = if let Some(transport) = &self.transport {
+            TraceStream {
+                reader: transport.stream(&request)?,
+                enveloped: false,
+            }
+        } else {
+            let stream = self.send(&request, None)?;
+            // Events come when packets do: no timeout on reading them.
+            stream.set_read_timeout(None)?;
+            TraceStream {
+                reader: Box::new(BufReader::new(stream)),
+                enveloped: true,
+            }
         };
         let started = lines.next_data()?.ok_or_else(|| {
             ClientError::Io(std::io::Error::new(
@@ -242,9 +291,14 @@ impl Client {
         request: &Request,
         change_id: Option<&str>,
     ) -> Result<T, ClientError> {
+        if let Some(transport) = &self.transport {
+            return Ok(serde_json::from_value(
+                transport.exchange(request, change_id)?,
+            )?);
+        }
         let stream = self.send(request, change_id)?;
         let mut reader = BufReader::new(stream);
-        read_answer(&mut reader)?.ok_or_else(|| {
+        read_answer(&mut reader, true)?.ok_or_else(|| {
             ClientError::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "the daemon closed the connection without an answer",
@@ -253,13 +307,14 @@ impl Client {
     }
 }
 
-/// Reads one answer line and decodes its data as `T`; `None` at the end of the stream.
+/// Reads one answer line and decodes its data as `T` (from its [`Response`] envelope
+/// when `enveloped`, as the socket sends them); `None` at the end of the stream.
 fn read_answer<T: DeserializeOwned>(
-    reader: &mut BufReader<UnixStream>,
+    reader: &mut dyn BufRead,
+    enveloped: bool,
 ) -> Result<Option<T>, ClientError> {
     let mut answer = Vec::new();
     reader
-        .by_ref()
         .take(MAX_ANSWER_BYTES)
         .read_until(b'\n', &mut answer)?;
     if answer.is_empty() {
@@ -267,6 +322,9 @@ fn read_answer<T: DeserializeOwned>(
     }
     if !answer.ends_with(b"\n") && answer.len() as u64 >= MAX_ANSWER_BYTES {
         return Err(ClientError::AnswerTooLarge);
+    }
+    if !enveloped {
+        return Ok(Some(serde_json::from_slice(&answer)?));
     }
     let response: Response = serde_json::from_slice(&answer)?;
     if !response.ok {
@@ -284,12 +342,13 @@ fn read_answer<T: DeserializeOwned>(
 /// The traced packets of a running `lb trace`: an iterator over the daemon's lines.
 /// Dropping it closes the connection, which stops the trace.
 pub struct TraceStream {
-    reader: BufReader<UnixStream>,
+    reader: Box<dyn BufRead + Send>,
+    enveloped: bool,
 }
 
 impl TraceStream {
     fn next_data<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ClientError> {
-        read_answer(&mut self.reader)
+        read_answer(&mut *self.reader, self.enveloped)
     }
 }
 

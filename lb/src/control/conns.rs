@@ -41,7 +41,7 @@ impl<'de> Deserialize<'de> for ClientPrefix {
 }
 
 /// One listed connection.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Conn {
     /// The client (`ADDR:PORT`, IPv6 in brackets).
     pub client: String,
@@ -53,6 +53,7 @@ pub struct Conn {
     pub backend_id: u32,
     /// `established`, `closing`, `expired` (UDP past its timeout) or `syn` (a SYN
     /// held in the SYN cache, handshake not completed).
+    #[schema(value_type = String, example = "established")]
     pub state: ConnState,
     /// Seconds since the connection was pinned (TCP) or its SYN seen; `null` for UDP,
     /// whose entries keep only their last packet's time.
@@ -62,7 +63,7 @@ pub struct Conn {
 }
 
 /// The answer to `lb conn list`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConnList {
     /// The connections listed (at most `limit`, in the maps' order).
     pub connections: Vec<Conn>,

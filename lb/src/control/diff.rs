@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// One setting whose value differs: its key path as in the file (`mtu`,
 /// `announce.enabled`, `allowed_sources`), and both values in their text forms
 /// (`null`: not set, or the section absent).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SettingChange {
     /// The key path.
     pub key: String,
@@ -33,7 +33,7 @@ impl SettingChange {
 }
 
 /// A backend's weight or state change.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackendDelta {
     /// The backend's address.
     pub backend: String,
@@ -48,7 +48,7 @@ pub struct BackendDelta {
 }
 
 /// What changes in one VIP.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VipDiff {
     /// The VIP (`ADDR:PORT/PROTO`).
     pub vip: String,
@@ -72,7 +72,7 @@ pub struct VipDiff {
 }
 
 /// What a reload of a file changes in the running daemon.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConfigDiff {
     /// The file compared.
     pub file: String,

@@ -42,7 +42,7 @@ pub use answer::{
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;
-pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES, new_change_id};
+pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES, Transport, new_change_id};
 pub use conns::{ClientPrefix, Conn, ConnList, ConnState};
 pub use diff::{BackendDelta, ConfigDiff, SettingChange, VipDiff};
 pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};

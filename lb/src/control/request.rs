@@ -118,6 +118,18 @@ pub enum Request {
     /// `lb reload`: the daemon reloads its file as on SIGHUP (whatever `reload` says);
     /// answered with the [`super::ConfigDiff`] the reload applies.
     Reload,
+    /// `lb fleet apply` (`PUT /v1/config`): `toml`'s top-level keys replace those of
+    /// the daemon's file, which is written and reloaded as by [`Self::Reload`]
+    /// (nothing is written when the result does not validate); answered with the
+    /// [`super::ConfigDiff`] the reload applies. With `dry_run` the file is left alone
+    /// and the answer is what the push would change.
+    PushConfig {
+        /// The pushed document (TOML).
+        toml: String,
+        /// Only compare.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dry_run: bool,
+    },
     /// `lb vip withdraw|announce`; answered with the log lines of what changed.
     Vip {
         /// What to do.

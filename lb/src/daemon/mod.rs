@@ -38,6 +38,7 @@ mod neighbours;
 pub mod nexthop;
 mod notify;
 mod pins;
+mod push;
 mod remote;
 pub mod service;
 pub mod state_file;
@@ -331,6 +332,9 @@ fn answer(
     }
     if let Request::Reload = request {
         return Reply::Once(reload_request(service));
+    }
+    if let Request::PushConfig { toml, dry_run } = request {
+        return Reply::Once(push::push_request(service, toml, *dry_run));
     }
     if let Request::Conns {
         vip,

@@ -497,8 +497,8 @@ impl<D: Dataplane> Service<D> {
             Request::Trace { .. } => {
                 Response::error("lb trace is a stream: the daemon's event loop serves it")
             }
-            Request::Reload => Response::error(
-                "lb reload signals the daemon's event loop: the event loop serves it",
+            Request::Reload | Request::PushConfig { .. } => Response::error(
+                "a reload signals the daemon's event loop: the event loop serves it",
             ),
             Request::ConfigDiff { ref file } => {
                 let file = file.as_ref().unwrap_or(&self.config_file);

@@ -1,4 +1,4 @@
-//! Control-plane, health-check (`health`), multi-instance failover (`fleet`) and
+//! Control-plane, remote API latency (`api`), health-check (`health`), multi-instance failover (`fleet`) and
 //! data-plane benchmarks behind `cargo xtask bench`. Data plane: ns/packet of the XDP program by
 //! BPF_PROG_TEST_RUN, each reported over the empty XDP program measured in the same run
 //! with the same harness.
@@ -17,6 +17,8 @@
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
 // file were lb-bench/main.rs.
+#[path = "lb-bench/api.rs"]
+mod api;
 #[path = "lb-bench/change.rs"]
 mod change;
 #[path = "lb-bench/fleet.rs"]
@@ -332,6 +334,13 @@ struct Options {
     /// Only the conntrack walks (connection counts, `lb conn list`) of a full map.
     #[arg(long)]
     walk_only: bool,
+    /// Only the remote API's request latency.
+    #[arg(long)]
+    api_only: bool,
+    /// Keep the slow sections short (the API's: 20 requests of each kind instead of
+    /// 200).
+    #[arg(long)]
+    quick: bool,
     /// Skip the FIB next-hop modes.
     #[arg(long)]
     gateway_only: bool,
@@ -383,8 +392,12 @@ fn main() -> anyhow::Result<()> {
     if opts.walk_only {
         return conntrack_walk(&opts);
     }
+    if opts.api_only {
+        return api::api_latency(opts.quick);
+    }
     if !opts.data_only {
         control_plane()?;
+        api::api_latency(opts.quick)?;
         observability(&opts)?;
         health::cpu_cost()?;
         health::detection_to_live()?;
