@@ -106,6 +106,10 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
     .context("loading the XDP program")?;
     let mut created_line = None;
     match opened {
+        Opened::Migrated(ref migration) => info!(
+            "migrated the datapath pinned at {} to this build's layout {layout}, {migration}; adopting it: connection tracking, the SYN cache, counters and tables kept",
+            shown.display()
+        ),
         Opened::Adopted => info!(
             "adopting the datapath pinned at {} (layout {layout}): maps, connection tracking and counters kept",
             shown.display()
