@@ -460,7 +460,7 @@ impl KernelDataplane {
 
     /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
     /// and, with `programs`, its programs ([`load_programs`]).
-    fn load_object(
+    pub(super) fn load_object(
         options: &LoadOptions,
         loader: &mut EbpfLoader<'_>,
         object: &[u8],

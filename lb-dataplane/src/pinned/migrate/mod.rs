@@ -296,5 +296,18 @@ fn def<'a>(ctx: &'a Context<'_>, name: &str) -> Result<&'a MapDef, PinError> {
     })
 }
 
+/// Test support: turns the datapath this build pinned at `dir` (no daemon running)
+/// back into the maps and `meta` the layout-1 build pinned, for the object `old_object`
+/// of that build (`tests/data/lb-ebpf-layout1.o`). Its program is attached by
+/// `crate::kernel::layout1`.
+///
+/// # Errors
+/// When the object cannot be read or a map cannot be rewritten.
+#[cfg(feature = "test-harness")]
+pub fn rewind_to_layout1(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
+    let old = Layout::of_object_at(old_object, 1).map_err(std::io::Error::other)?;
+    v1_to_v2::rewind(dir, &old)
+}
+
 #[cfg(test)]
 mod tests;

@@ -36,7 +36,7 @@ pub(super) const STEP: Step = Step {
 };
 
 /// Layout 1's header cells in a table buffer (size, generation).
-const V1_HEADER_LEN: usize = 2;
+const V1_HEADER_LEN: u32 = 2;
 /// Layout 1's table cell value size, bytes (a `u32`); the kernel's stride is 8.
 const V1_CELL_VALUE: u32 = 4;
 /// Layout 1's `VipStats` size, bytes.
@@ -74,7 +74,7 @@ fn read_v1_buffer(fd: BorrowedFd<'_>, entries: usize) -> std::io::Result<(u32, V
     let size = cells.first().map_or(0, |c| c[0]) as usize;
     let generation = cells.get(1).map_or(0, |c| c[0]);
     let owners = cells
-        .get(V1_HEADER_LEN..V1_HEADER_LEN + size)
+        .get(V1_HEADER_LEN as usize..V1_HEADER_LEN as usize + size)
         .map(|s| s.iter().map(|c| c[0]).collect());
     // SAFETY: unmaps exactly the region mapped above; `cells` is not used after.
     unsafe { libc::munmap(ptr, len) };
@@ -253,4 +253,106 @@ fn fast_filter(ctx: &Context<'_>) -> Result<MapMigration, PinError> {
         entries: 0,
         detail: None,
     })
+}
+
+/// Test support: turns the maps this build pinned at `ctx.dir` back into what the
+/// layout-1 build pinned (`old`: that build's layout), the inverse of [`run`]: table
+/// buffers of `u32` cells in a `TABLES` of layout 1's template, the shorter
+/// `VIP_STATS`, no `FAST_FILTER`, and `meta` naming layout 1 and its digest. Slot
+/// states are dropped (layout 1 has none).
+#[cfg(feature = "test-harness")]
+pub(super) fn rewind(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::io::Result<()> {
+    let outer_def = old
+        .map(TABLES)
+        .ok_or_else(|| std::io::Error::other("TABLES is not in the layout-1 object"))?;
+    let inner = outer_def.inner.unwrap_or_default();
+    let template = v1_buffer(inner[3] - V1_HEADER_LEN)?;
+    let outer = create_like(outer_def, Some(template.as_fd()))?;
+    let mut buffers = Vec::new();
+    for entry in std::fs::read_dir(dir.path().join("tables"))?.flatten() {
+        let Ok(index) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Some(fd) = bpf_sys::open_pinned(&entry.path())? else {
+            continue;
+        };
+        let entries = bpf_sys::map_info(fd.as_fd())?.max_entries as usize;
+        let (generation, owners) =
+            table_map::Mapping::new(fd.as_fd(), entries, false)?.read_table()?;
+        let size = u32::try_from(owners.len()).map_err(|_| std::io::ErrorKind::InvalidData)?;
+        let buffer = v1_buffer(size)?;
+        write_v1_buffer(buffer.as_fd(), generation, &owners)?;
+        let fd_word = u32::try_from(buffer.as_raw_fd()).unwrap_or(0);
+        bpf_sys::update(outer.as_fd(), &index.to_ne_bytes(), &fd_word.to_ne_bytes())?;
+        buffers.push((entry.path(), buffer));
+    }
+    for (path, buffer) in &buffers {
+        bpf_sys::pin_replacing(buffer.as_fd(), path)?;
+    }
+    bpf_sys::pin_replacing(outer.as_fd(), &dir.map(TABLES))?;
+    rewind_vip_stats(dir, old)?;
+    std::fs::remove_file(dir.map(FAST_FILTER))?;
+    let mut meta = crate::pinned::MetaMap::open(&dir.meta())?
+        .ok_or_else(|| std::io::Error::other("no meta pinned"))?;
+    meta.update(|m| {
+        m.layout_version = 1;
+        m.digest = old.digest;
+    })
+}
+
+/// A layout-1 table buffer for `size` slots.
+#[cfg(feature = "test-harness")]
+fn v1_buffer(size: u32) -> std::io::Result<OwnedFd> {
+    bpf_sys::create_map(
+        bpf_sys::MapShape {
+            map_type: bpf_sys::BPF_MAP_TYPE_ARRAY,
+            key_size: 4,
+            value_size: V1_CELL_VALUE,
+            max_entries: size + V1_HEADER_LEN,
+            flags: lb_common::maps::TABLE_MAP_FLAGS,
+        },
+        "lb_table",
+    )
+}
+
+/// Writes a layout-1 table (header: size, generation; then the owners) into `fd`.
+#[cfg(feature = "test-harness")]
+fn write_v1_buffer(fd: BorrowedFd<'_>, generation: u32, owners: &[u32]) -> std::io::Result<()> {
+    let size = u32::try_from(owners.len()).map_err(|_| std::io::ErrorKind::InvalidData)?;
+    let words = [size, generation].into_iter().chain(owners.iter().copied());
+    for (index, word) in (0u32..).zip(words) {
+        bpf_sys::update(fd, &index.to_ne_bytes(), &word.to_ne_bytes())?;
+    }
+    Ok(())
+}
+
+/// `VIP_STATS` back to layout 1's 72-byte `VipStats` (the fast path's counter dropped).
+#[cfg(feature = "test-harness")]
+fn rewind_vip_stats(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::io::Result<()> {
+    let def = old
+        .map(VIP_STATS)
+        .ok_or_else(|| std::io::Error::other("VIP_STATS is not in the layout-1 object"))?;
+    let cur = bpf_sys::open_pinned(&dir.map(VIP_STATS))?
+        .ok_or_else(|| std::io::Error::other("no VIP_STATS pinned"))?;
+    let info = bpf_sys::map_info(cur.as_fd())?;
+    let new = create_like(def, None)?;
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+    let (cur_stride, old_stride) = (info.value_size as usize, def.value_size as usize);
+    let mut cur_value = vec![0u8; cur_stride.next_multiple_of(8) * cpus];
+    let mut old_value = vec![0u8; old_stride.next_multiple_of(8) * cpus];
+    for index in 0..def.max_entries {
+        let key = index.to_ne_bytes();
+        if !bpf_sys::lookup(cur.as_fd(), &key, &mut cur_value)? {
+            continue;
+        }
+        for cpu in 0..cpus {
+            let (o, c) = (
+                cpu * old_stride.next_multiple_of(8),
+                cpu * cur_stride.next_multiple_of(8),
+            );
+            old_value[o..o + V1_VIP_STATS].copy_from_slice(&cur_value[c..c + V1_VIP_STATS]);
+        }
+        bpf_sys::update(new.as_fd(), &key, &old_value)?;
+    }
+    bpf_sys::pin_replacing(new.as_fd(), &dir.map(VIP_STATS))
 }
