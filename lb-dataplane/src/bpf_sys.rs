@@ -146,6 +146,16 @@ pub(crate) struct MapShape {
 
 /// Creates a map of `shape` named `name` (at most 15 bytes are kept).
 pub(crate) fn create_map(shape: MapShape, name: &str) -> io::Result<OwnedFd> {
+    create_map_of(shape, None, name)
+}
+
+/// Creates a map of `shape` named `name`; a map of maps takes `inner`, the map whose
+/// shape its elements must have (`inner_map_fd`).
+pub(crate) fn create_map_of(
+    shape: MapShape,
+    inner: Option<BorrowedFd<'_>>,
+    name: &str,
+) -> io::Result<OwnedFd> {
     let mut map_name = [0u8; 16];
     let len = name.len().min(15);
     map_name[..len].copy_from_slice(&name.as_bytes()[..len]);
@@ -155,6 +165,7 @@ pub(crate) fn create_map(shape: MapShape, name: &str) -> io::Result<OwnedFd> {
         value_size: shape.value_size,
         max_entries: shape.max_entries,
         map_flags: shape.flags,
+        inner_map_fd: inner.map(raw).transpose()?.unwrap_or(0),
         map_name,
         ..MapCreateAttr::default()
     };

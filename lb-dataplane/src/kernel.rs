@@ -26,6 +26,8 @@ mod conntrack;
 mod counters;
 #[cfg(feature = "test-harness")]
 mod harness;
+#[cfg(feature = "test-harness")]
+pub mod layout1;
 mod listing;
 mod load;
 mod mend;

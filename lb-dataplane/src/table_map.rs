@@ -154,6 +154,32 @@ impl Mapping {
         Ok(())
     }
 
+    /// Writes a table carried over from an older map layout
+    /// (`crate::pinned::migrate`): every slot keeps its owner, which is also its clean
+    /// owner, and is dirty since `now_ns` ([`SlotState::marked`]): the conntrack pins
+    /// the older program made may name other backends, and the cleaning walk turns a
+    /// slot clean only after the quiet time. The mapping must hold exactly
+    /// `owners.len() + TABLE_HEADER_LEN` cells.
+    pub(crate) fn write_migrated(
+        &mut self,
+        generation: u32,
+        owners: &[u32],
+        now_ns: u64,
+    ) -> io::Result<()> {
+        let size = u32::try_from(owners.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        if owners.len() + TABLE_HEADER_LEN as usize != self.entries {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let header = TABLE_HEADER_LEN as usize;
+        for (cell, owner) in self.cells_mut()[header..].iter_mut().zip(owners) {
+            *cell = TableCell::of_slot(&SlotState::clean(*owner).marked(now_ns));
+        }
+        self.cells_mut()[TABLE_HEADER_INDEX as usize] =
+            TableCell::of_header(TableHeader { size, generation });
+        Ok(())
+    }
+
     /// Writes a header of size `size` and clean slots owned by `slots`, unchecked (the
     /// data plane's guard tests: a size of 0 or beyond the map).
     #[cfg(feature = "test-harness")]

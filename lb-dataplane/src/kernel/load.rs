@@ -243,6 +243,16 @@ pub enum Opened {
     },
     /// A compatible datapath was pinned: its maps are reused as they are.
     Adopted,
+    /// A datapath of an older layout was pinned: it was migrated into this build's
+    /// (`crate::pinned::migrate`), then adopted.
+    Migrated(crate::pinned::migrate::Migration),
+}
+
+impl Opened {
+    /// Whether a pinned datapath was adopted (migrated or not).
+    pub fn adopted(&self) -> bool {
+        matches!(self, Opened::Adopted | Opened::Migrated(_))
+    }
 }
 
 /// The start-time sizes that the pinned maps must have.
@@ -306,8 +316,9 @@ impl KernelDataplane {
         let Pinning { dir, lock, object } = pinning;
         let layout =
             Layout::of_object(object).map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
+        let migration = crate::pinned::migrate::migrate(&dir, &layout, &size_overrides(&options))?;
         let meta = dir.check(&layout, &size_overrides(&options))?;
-        let mut opened = Opened::Adopted;
+        let mut opened = migration.map_or(Opened::Adopted, Opened::Migrated);
         if meta.is_none() {
             let leftovers = if dir.exists() {
                 dir.discard(false)?.pins
@@ -369,13 +380,13 @@ impl KernelDataplane {
             dir: dir.path().join("tables"),
             meta,
         };
-        let created = opened != Opened::Adopted;
+        let created = !opened.adopted();
         let mut dp = Self::from_ebpf(ebpf, options, Some(pins), created)?;
-        if opened == Opened::Adopted {
+        if opened.adopted() {
             dp.adopt_maps()?;
         }
         dp.pinned = Some(Pinned {
-            adopted: opened == Opened::Adopted,
+            adopted: opened.adopted(),
             dir,
             lock,
             link: None,
@@ -449,7 +460,7 @@ impl KernelDataplane {
 
     /// Loads `object` with `loader` (its pins, if any) and the sizes of `options`,
     /// and, with `programs`, its programs ([`load_programs`]).
-    fn load_object(
+    pub(super) fn load_object(
         options: &LoadOptions,
         loader: &mut EbpfLoader<'_>,
         object: &[u8],

@@ -76,6 +76,15 @@ impl Layout {
     /// # Errors
     /// When the object cannot be parsed.
     pub fn of_object(object: &[u8]) -> Result<Self, LayoutError> {
+        Self::of_object_at(object, lb_common::maps::LAYOUT_VERSION)
+    }
+
+    /// The layout of the eBPF object `object` of an older build, whose maps' values
+    /// have the meaning of layout version `version` (the stamp that build wrote).
+    ///
+    /// # Errors
+    /// When the object cannot be parsed.
+    pub fn of_object_at(object: &[u8], version: u32) -> Result<Self, LayoutError> {
         let obj = Object::parse(object).map_err(|e| LayoutError(e.to_string()))?;
         let mut maps: Vec<MapDef> = obj
             .maps
@@ -102,7 +111,7 @@ impl Layout {
         maps.sort_by(|a, b| a.name.cmp(&b.name));
         let mut hash = Sha256::new();
         hash.update(FORMAT.to_le_bytes());
-        hash.update(lb_common::maps::LAYOUT_VERSION.to_le_bytes());
+        hash.update(version.to_le_bytes());
         for m in &maps {
             hash.update((m.name.len() as u64).to_le_bytes());
             hash.update(m.name.as_bytes());

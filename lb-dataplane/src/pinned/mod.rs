@@ -1,6 +1,7 @@
 //! The pinned datapath: where it lives in bpffs, who controls it, and how it is
 //! removed. The datapath outlives the daemon: a restarted `lb run` adopts it
-//! ([`super::KernelDataplane::load`] with [`PinDir`]), `lb detach` removes it.
+//! ([`super::KernelDataplane::load`] with [`PinDir`]), after migrating it when an
+//! older build pinned it with an older map layout ([`migrate`]); `lb detach` removes it.
 //!
 //! One directory per interface and network namespace:
 //!
@@ -30,6 +31,7 @@ mod detach;
 pub mod keeper;
 pub mod layout;
 pub mod meta;
+pub mod migrate;
 
 use std::{
     fs::File,
@@ -77,6 +79,20 @@ pub enum PinError {
         interface: String,
         /// What differs.
         differences: Vec<String>,
+    },
+    /// The pinned datapath has a newer map layout than this build knows (a downgrade).
+    #[error(
+        "the datapath pinned at {dir} has map layout version {pinned}, newer than this build's {ours} (a downgrade): this build cannot read it, which it leaves untouched and forwarding. Run the newer build again, or `lb run --reset` to discard it (and its connection tracking, so every connection) and start fresh; `lb detach --interface {interface}` only removes it"
+    )]
+    Newer {
+        /// The directory (host's view).
+        dir: PathBuf,
+        /// The interface.
+        interface: String,
+        /// The pinned datapath's layout version.
+        pinned: u32,
+        /// This build's (`lb_common::maps::LAYOUT_VERSION`).
+        ours: u32,
     },
     /// A file-system or BPF operation failed.
     #[error("{op} {}: {error}", .path.display())]

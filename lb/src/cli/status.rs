@@ -53,6 +53,9 @@ pub fn status_text(s: &Status) -> String {
             "datapath pinned at {dir} (layout {})",
             s.layout.as_deref().unwrap_or("?")
         );
+        if let Some(migration) = &s.migration {
+            let _ = writeln!(out, "datapath migrated from {migration} at this start");
+        }
     }
     datapath_lines(&mut out, &s.datapath);
     recent_changes_line(&mut out, &s.recent_changes);

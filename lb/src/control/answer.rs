@@ -78,6 +78,12 @@ pub struct Status {
     /// The datapath layout stamp (`lb --version` prints the binary's).
     #[serde(default)]
     pub layout: Option<String>,
+    /// What this start's migration of a pinned datapath of an older map layout did:
+    /// the versions, the time it took and each map's entries (`layout 1 to 2 in
+    /// 3.2 ms: TABLES converted (6 entries, ...), ...`); absent when the datapath was
+    /// created or adopted as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<String>,
     /// Connection tracking occupancy, from the last conntrack walk (none before the
     /// first).
     #[serde(default, skip_serializing_if = "Option::is_none")]

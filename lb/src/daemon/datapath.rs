@@ -35,6 +35,8 @@ pub(super) struct OpenedDatapath {
     /// For a created datapath, the line the start logs once it succeeded (`created the
     /// datapath at ...`): a start refused later removes it again and never says so.
     pub(super) created_line: Option<String>,
+    /// What the migration of a pinned datapath of an older layout did, if there was one.
+    pub(super) migration: Option<String>,
 }
 
 /// The eBPF object to load: the embedded one, or the file of `--object`.
@@ -106,6 +108,10 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
     .context("loading the XDP program")?;
     let mut created_line = None;
     match opened {
+        Opened::Migrated(ref migration) => info!(
+            "migrated the datapath pinned at {} to this build's layout {layout}, {migration}; adopting it: connection tracking, the SYN cache, counters and tables kept",
+            shown.display()
+        ),
         Opened::Adopted => info!(
             "adopting the datapath pinned at {} (layout {layout}): maps, connection tracking and counters kept",
             shown.display()
@@ -126,6 +132,10 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
     Ok(OpenedDatapath {
         dp,
         created: matches!(opened, Opened::Created { .. }),
+        migration: match &opened {
+            Opened::Migrated(m) => Some(m.to_string()),
+            _ => None,
+        },
         layout,
         created_line,
     })

@@ -598,6 +598,7 @@ fn bring_up(
 ) -> anyhow::Result<(Started, Serving)> {
     let config = file.loaded.config.clone();
     let (fresh, layout, created_line) = (opened.created, opened.layout, opened.created_line);
+    let migration = opened.migration;
     let (controller, recovery) =
         Controller::adopt(opened.dp).context("reading the adopted datapath")?;
     for line in recovery.lines() {
@@ -627,6 +628,7 @@ fn bring_up(
         config.xdp_mode,
     )?;
     let (health_runtime, batches) = attached(&mut service, &config, mode, layout)?;
+    service.set_migration(migration);
     info!(
         "attached to {} in {mode} mode; control socket {}",
         config.interface,

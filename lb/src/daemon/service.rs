@@ -181,6 +181,8 @@ pub struct Service<D> {
     state_file: Option<StateFile>,
     /// The pinned datapath's directory and layout stamp, for `lb status`.
     datapath: (Option<String>, Option<String>),
+    /// What this start's migration of the pinned datapath did, for `lb status`.
+    migration: Option<String>,
     /// Whether the pinned datapath is whole (the daemon's pin check, `pins`).
     datapath_health: crate::control::DatapathHealth,
     /// The last changes sent with an id and what became of them (`lb status`).
@@ -245,6 +247,7 @@ impl<D: Dataplane> Service<D> {
             drains: Drains::default(),
             state_file,
             datapath: (None, None),
+            migration: None,
             datapath_health: crate::control::DatapathHealth::default(),
             recent_changes: std::collections::VecDeque::new(),
             detach_on_exit: loaded.config.detach_on_exit,
@@ -259,6 +262,12 @@ impl<D: Dataplane> Service<D> {
     /// Records the pinned datapath's directory and layout stamp for `lb status`.
     pub fn set_datapath(&mut self, pin_dir: Option<String>, layout: Option<String>) {
         self.datapath = (pin_dir, layout);
+    }
+
+    /// Records what this start's migration of the pinned datapath did (see
+    /// `lb_dataplane::pinned::migrate::Migration`'s display), for `lb status`.
+    pub fn set_migration(&mut self, migration: Option<String>) {
+        self.migration = migration;
     }
 
     /// Records what became of the change `request` sent with `id` (answered with
@@ -774,6 +783,7 @@ impl<D: Dataplane> Service<D> {
             overrides: self.overrides.items().map(override_status).collect(),
             pin_dir: self.datapath.0.clone(),
             layout: self.datapath.1.clone(),
+            migration: self.migration.clone(),
             health: crate::control::HealthSummary::default(),
             announce: crate::control::AnnounceSummary::default(),
             conntrack: None,

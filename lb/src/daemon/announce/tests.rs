@@ -156,6 +156,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
         overrides: Vec::new(),
         pin_dir: None,
         layout: None,
+        migration: None,
         datapath: crate::control::DatapathHealth::default(),
         recent_changes: Vec::new(),
     };
