@@ -63,6 +63,10 @@ pub struct HealthFile {
     /// `dns`: the record type to query (`A`, `AAAA`, `SOA`, ...).
     #[serde(default)]
     pub dns_type: Option<String>,
+    /// `down` (a backend new to a running daemon waits for its first successful probe
+    /// before it gets slots; the default) or `up` (slots at once).
+    #[serde(default)]
+    pub initial: Option<String>,
     /// VIP only: below this share of healthy weight (per cent), balance over all
     /// non-drained backends again (panic mode); 0 turns panic mode off.
     #[serde(default)]

@@ -116,6 +116,9 @@ pub enum Start {
     AssumeHealthy,
     /// Unhealthy until it has passed `rise` probes.
     AssumeUnhealthy,
+    /// Unhealthy until its first successful probe (a backend new to a running daemon
+    /// with `initial = "down"`, see [`BackendHealth::start_down`]).
+    Down,
 }
 
 /// One backend in [`Scheduler::snapshot`].
@@ -322,6 +325,7 @@ impl<V: VipId> Scheduler<V> {
                 let health = match start {
                     Start::AssumeHealthy => BackendHealth::assume_healthy(now),
                     Start::AssumeUnhealthy => BackendHealth::assume_unhealthy(now),
+                    Start::Down => BackendHealth::start_down(now),
                 };
                 (health, 0)
             }

@@ -41,6 +41,30 @@ impl fmt::Display for Mode {
     }
 }
 
+/// How a backend new to a running daemon (added at run time or by a reload) starts:
+/// the `initial` key. At daemon start every backend counts as healthy until it fails
+/// `fall` probes, whatever this says, so that a restart never empties a VIP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Initial {
+    /// Unhealthy until its first successful probe: no slots, so no new flow, before it
+    /// (the default; HAProxy's `init-state down`, keepalived's alpha mode).
+    #[default]
+    Down,
+    /// Healthy until it has failed `fall` probes: slots at once (HAProxy's
+    /// `init-state fully-up`).
+    Up,
+}
+
+impl fmt::Display for Initial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Initial::Down => "down",
+            Initial::Up => "up",
+        })
+    }
+}
+
 /// The HTTP status codes that count as healthy: a non-empty union of ranges.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusRanges(Vec<RangeInclusive<u16>>);
@@ -156,4 +180,6 @@ pub struct ProbeSettings {
     pub thresholds: Thresholds,
     /// The VIP's flap damping.
     pub damping: Damping,
+    /// How the backend starts when it is new to a running daemon.
+    pub initial: Initial,
 }

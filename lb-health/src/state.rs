@@ -8,6 +8,10 @@
 //! - start: a backend is healthy until it has failed `fall` times
 //!   ([`BackendHealth::assume_healthy`]), so a daemon restart never empties a VIP while
 //!   its first probes run; it is "assumed" until its first successful probe;
+//! - a new backend of a running daemon with `initial = "down"`
+//!   ([`BackendHealth::start_down`]) is unhealthy until its first successful probe,
+//!   which alone makes it healthy (HAProxy's `init-state down`); from then on `rise`
+//!   and `fall` apply;
 //! - damping ([`super::damping`]): a change past the VIP's limit holds the backend
 //!   unhealthy for the hold time. A change to unhealthy still happens (and starts the
 //!   hold); a recovery during a hold is suppressed, reported once as [`Event::Held`].
@@ -112,6 +116,8 @@ pub struct BackendHealth {
     healthy: bool,
     /// Healthy by the start rule, no probe has succeeded yet.
     assumed: bool,
+    /// Started down ([`Self::start_down`]): the first successful probe makes it healthy.
+    first_success_lifts: bool,
     since: Instant,
     successes: u32,
     failures: u32,
@@ -138,10 +144,21 @@ impl BackendHealth {
         Self::new(now, false)
     }
 
+    /// A new backend that starts unhealthy and becomes healthy with its first
+    /// successful probe (`initial = "down"`; HAProxy's `init-state down`, keepalived's
+    /// alpha mode).
+    pub fn start_down(now: Instant) -> Self {
+        Self {
+            first_success_lifts: true,
+            ..Self::new(now, false)
+        }
+    }
+
     fn new(now: Instant, healthy: bool) -> Self {
         Self {
             healthy,
             assumed: true,
+            first_success_lifts: false,
             since: now,
             successes: 0,
             failures: 0,
@@ -178,7 +195,12 @@ impl BackendHealth {
                 self.assumed = false;
                 self.failures = 0;
                 self.successes = self.successes.saturating_add(1);
-                if self.healthy || self.successes < thresholds.rise.max(1) {
+                let rise = if std::mem::take(&mut self.first_success_lifts) {
+                    1
+                } else {
+                    thresholds.rise.max(1)
+                };
+                if self.healthy || self.successes < rise {
                     return None;
                 }
                 if self.flaps.held(now).is_some() {

@@ -37,7 +37,7 @@ use super::{
     policy::FailurePolicy,
     settings::{
         Check, DEFAULT_DNS_TYPE, DEFAULT_HTTP_PATH, DEFAULT_INTERVAL, DEFAULT_TIMEOUT, DnsCheck,
-        HttpCheck, Mode, ProbeSettings, StatusRanges, TlsCheck,
+        HttpCheck, Initial, Mode, ProbeSettings, StatusRanges, TlsCheck,
     },
     state::Thresholds,
 };
@@ -201,6 +201,7 @@ fn resolve(
                 .map_or(Thresholds::DEFAULT_FALL, |s| s.value),
         },
         damping,
+        initial: m.initial.as_ref().map_or(Initial::default(), |s| s.value),
     })
 }
 

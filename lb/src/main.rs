@@ -4,7 +4,11 @@
 //! - 0: success (also when standard output is a closed pipe, as with `lb ... | head`);
 //! - 1: `lb run` failed, the daemon could not be reached or refused the request, or
 //!   `lb hash` could not write its plot;
-//! - 2: an invalid argument (clap's own usage errors, `lb table`'s and `lb hash`'s).
+//! - 2: an invalid argument (clap's own usage errors, `lb table`'s and `lb hash`'s);
+//! - 3: `lb status` of a degraded datapath; `lb status`, `lb stats`, `lb flow` and `lb
+//!   conn list` answered from the pinned datapath because no daemon runs (the answer is
+//!   printed, and says so);
+//! - 4: a change that got no answer.
 //!
 //! `lb config diff` exits as diff(1): 0 no change, 1 changes, 2 an error. `lb fleet`:
 //! 0 the instances agree (every push applied), 1 they disagree (a push was refused), 2
@@ -74,9 +78,9 @@ enum Command {
     /// List the runtime changes in force (kept across reloads and restarts), or clear them.
     Overrides(overrides::OverridesArgs),
     /// Show the running VIPs, backends and tables.
-    Status(cli::ReadArgs),
+    Status(cli::PinnedReadArgs),
     /// Show counters and rates.
-    Stats(cli::ReadArgs),
+    Stats(cli::PinnedReadArgs),
     /// Add, remove, drain or undrain a backend of a running VIP.
     Backend(backend::BackendArgs),
     /// Show where a client's flow to a VIP goes.
@@ -155,22 +159,11 @@ fn run(command: Command) -> Result<Output, Failure> {
             detach::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
         }
         Command::Overrides(args) => overrides::overrides(&args).map_err(daemon),
-        Command::Status(args) => {
-            let (output, exit) = status::status(&args).map_err(daemon)?;
-            if exit == 0 {
-                Ok(output)
-            } else {
-                print(&output)?;
-                Err(Failure::new(
-                    "lb status: the datapath is DEGRADED (see above)",
-                    exit,
-                ))
-            }
-        }
-        Command::Stats(args) => stats::stats(&args).map_err(daemon),
+        Command::Status(args) => answered(status::status(&args).map_err(daemon)?),
+        Command::Stats(args) => answered(stats::stats(&args).map_err(daemon)?),
         Command::Backend(args) => backend::backend(&args).map_err(daemon),
-        Command::Flow(args) => flow::flow(&args).map_err(daemon),
-        Command::Conn(args) => conn::run(&args).map_err(daemon),
+        Command::Flow(args) => answered(flow::flow(&args).map_err(daemon)?),
+        Command::Conn(args) => answered(conn::run(&args).map_err(daemon)?),
         Command::Vip(args) => vip::run(&args).map_err(daemon),
         Command::Trace(args) => trace::run(&args).map_err(daemon),
         Command::Table(args) => {
@@ -225,6 +218,16 @@ fn run(command: Command) -> Result<Output, Failure> {
             .map(Output::text)
             .map_err(|e| Failure::new(format!("lb manpage: error: {e}"), 1)),
     }
+}
+
+/// A reading verb's answer: its output, or, with a non-zero exit (a degraded datapath,
+/// no daemon running), the output printed and the failure.
+fn answered(a: cli::offline::Answer) -> Result<Output, Failure> {
+    if a.exit == 0 {
+        return Ok(a.output);
+    }
+    print(&a.output)?;
+    Err(Failure::new(a.message, a.exit))
 }
 
 /// Prints `output`: its text on stdout (a closed pipe is not an error), its warnings on

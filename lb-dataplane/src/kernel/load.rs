@@ -397,12 +397,93 @@ impl KernelDataplane {
         Ok((dp, opened))
     }
 
+    /// Opens the datapath pinned at `dir` for reading while no daemon runs (`lb
+    /// status`, `lb stats`, `lb flow`, `lb conn list` answering from the pins): every
+    /// map is reopened from its pin, no program is loaded, no lock is taken and nothing
+    /// is written. The conntrack and SYN cache sizes are the pinned maps'. Only use the
+    /// reading methods of the result: a write would change the running datapath.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] when nothing is pinned at `dir` or a map's pin is
+    /// missing; [`DataplaneError::Pin`] for a datapath of another build's layout.
+    pub fn open_read_only(dir: PinDir) -> Result<Self, DataplaneError> {
+        let object = crate::EBPF_OBJECT;
+        let layout =
+            Layout::of_object(object).map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
+        let size = |name: &str| -> Result<u32, DataplaneError> {
+            let path = dir.map(name);
+            let fd = crate::bpf_sys::open_pinned(&path)
+                .map_err(crate::syscall_err(format!("opening {}", path.display())))?
+                .ok_or_else(|| {
+                    DataplaneError::OutOfRange(format!(
+                        "no pinned datapath at {} (map {name} is not pinned)",
+                        dir.shown().display()
+                    ))
+                })?;
+            let info = crate::bpf_sys::map_info(fd.as_fd())
+                .map_err(crate::syscall_err(format!("examining {}", path.display())))?;
+            Ok(info.max_entries)
+        };
+        let options = LoadOptions {
+            ct_capacity: size(maps::CONNTRACK_V4)?,
+            ct_syn_capacity: size(maps::SYN_CACHE)?,
+            frag_capacity: size(maps::FRAGMENTS)?,
+        };
+        let meta = dir
+            .check(&layout, &size_overrides(&options))?
+            .ok_or_else(|| {
+                DataplaneError::OutOfRange(format!(
+                    "no pinned datapath at {} (no meta)",
+                    dir.shown().display()
+                ))
+            })?;
+        let mut loader = EbpfLoader::new();
+        let paths: Vec<(String, std::path::PathBuf)> = layout
+            .maps
+            .iter()
+            .map(|m| (m.name.clone(), dir.map(&m.name)))
+            .collect();
+        if let Some((name, _)) = paths.iter().find(|(_, path)| !path.exists()) {
+            // The loader would create and pin it: a reader writes nothing.
+            return Err(DataplaneError::OutOfRange(format!(
+                "the datapath pinned at {} lacks map {name}",
+                dir.shown().display()
+            )));
+        }
+        for (name, path) in &paths {
+            loader.map_pin_path(name.as_str(), path.as_path());
+        }
+        let ebpf = Self::load_object(&options, &mut loader, object, false)?;
+        let pins = TablePins {
+            dir: dir.path().join("tables"),
+            meta,
+        };
+        let mut dp = Self::from_ebpf(ebpf, options, Some(pins), false)?;
+        dp.adopt_maps_as(false)?;
+        let lock = dir.reader()?;
+        dp.pinned = Some(Pinned {
+            adopted: true,
+            dir,
+            lock,
+            link: None,
+            object: super::programs::object_digest(object),
+            kept_programs: true,
+            keeper: crate::pinned::PinKeeper::default(),
+        });
+        Ok(dp)
+    }
+
     /// Reads back what the adopted maps hold that this handle tracks: the table
     /// buffers, the VIPs (for `VIP_FILTER` and `VIP_ADDRS` bookkeeping), the allowed
     /// source prefixes, and the configuration last written, whose trace bit
     /// (`CONFIG_TRACE`, set when the last daemon stopped during an `lb trace`) is
     /// cleared.
     fn adopt_maps(&mut self) -> Result<(), DataplaneError> {
+        self.adopt_maps_as(true)
+    }
+
+    /// [`Self::adopt_maps`]; a reader (`owner` false) leaves the trace bit alone.
+    fn adopt_maps_as(&mut self, owner: bool) -> Result<(), DataplaneError> {
         let entries = {
             let mut tables = super::lock(&self.tables);
             tables.adopt()?;
@@ -423,7 +504,7 @@ impl KernelDataplane {
             flags: config.flags & !CONFIG_TRACE,
             ..config
         };
-        if untraced != config {
+        if owner && untraced != config {
             // The last daemon stopped during an `lb trace` session: no client of this
             // one listens, so the program stops tracing.
             self.config

@@ -51,6 +51,12 @@ impl KernelDataplane {
         }
     }
 
+    /// The table epoch recorded in the pins' `meta`: tables installed since the
+    /// datapath was created (0 when not pinned).
+    pub fn table_epoch(&self) -> u32 {
+        lock(&self.tables).meta_mut().map_or(0, |m| m.get().epoch)
+    }
+
     /// Tells a daemon starting meanwhile that this one is exiting (it then waits for
     /// the lock instead of refusing).
     pub fn mark_exiting(&mut self) {

@@ -235,7 +235,58 @@ impl PinDir {
             file,
             owner_path: self.owner(),
             owner: owner.clone(),
+            reader: false,
         })
+    }
+
+    /// A handle on the directory for a reader (`lb status` and the other reading verbs
+    /// while no daemon runs): no lock is taken, so a daemon starting meanwhile is never
+    /// refused, and nothing is written (the owner note stays the last daemon's).
+    ///
+    /// # Errors
+    /// The directory cannot be opened.
+    pub fn reader(&self) -> Result<PinLock, PinError> {
+        let file = File::open(self.path()).map_err(io_err("opening", &self.shown()))?;
+        Ok(PinLock {
+            file,
+            owner_path: self.owner(),
+            owner: Owner::default(),
+            reader: true,
+        })
+    }
+
+    /// The owner note: the pid and control socket of the daemon that holds, or last
+    /// held, the directory.
+    pub fn owner_note(&self) -> Option<Owner> {
+        meta::read_owner(&self.owner()).ok().flatten()
+    }
+
+    /// Whether a process holds the directory's lock (a daemon runs): looked up in
+    /// `/proc/locks` by the directory's device and inode, without taking any lock.
+    pub fn held(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let Ok(m) = std::fs::metadata(self.path()) else {
+            return false;
+        };
+        // glibc's gnu_dev_major / gnu_dev_minor.
+        let dev = m.dev();
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+        let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+        let wanted = format!("{major:02x}:{minor:02x}:{}", m.ino());
+        std::fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+            locks.lines().any(|l| {
+                let mut words = l.split_whitespace();
+                words.nth(1) == Some("FLOCK") && l.split_whitespace().any(|w| w == wanted)
+            })
+        })
+    }
+
+    /// The modification time of the controller's record: when the last change the
+    /// daemon applied was stored (every store pins a new record in its place).
+    pub fn record_time(&self) -> Option<std::time::SystemTime> {
+        std::fs::metadata(self.record())
+            .and_then(|m| m.modified())
+            .ok()
     }
 
     /// The object maps pinned under `maps/` with their facts.
@@ -413,12 +464,17 @@ pub struct PinLock {
     file: File,
     owner_path: PathBuf,
     owner: Owner,
+    /// A reader's handle ([`PinDir::reader`]): no lock, never writes the owner note.
+    reader: bool,
 }
 
 impl PinLock {
     /// Tells a starting daemon that this one is exiting, so that it waits for the lock
     /// instead of refusing.
     pub fn mark_exiting(&mut self) {
+        if self.reader {
+            return;
+        }
         self.owner.exiting = true;
         let _ = meta::write_owner(&self.owner_path, &self.owner);
     }

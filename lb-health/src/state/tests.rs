@@ -239,3 +239,38 @@ fn status_serialises_durations_as_milliseconds() {
     assert_eq!(json["held_ms"], serde_json::Value::Null);
     assert_eq!(json["healthy"], true);
 }
+
+#[test]
+fn started_down_it_waits_for_its_first_success_and_only_that() {
+    let t0 = Instant::now();
+    let mut h = BackendHealth::start_down(t0);
+    assert!(!h.is_healthy());
+    let failures = feed(
+        &mut h,
+        t0,
+        1,
+        &[refused(), refused(), refused()],
+        &Damping::OFF,
+    );
+    assert!(failures.iter().all(|(_, e)| e.is_none()), "{failures:?}");
+    assert!(!h.is_healthy(), "failing probes never let it in");
+    let t = transition(h.record(at(t0, 4), &ok(), TH, &Damping::OFF));
+    assert!(t.healthy, "one success is enough although rise is 2");
+    assert_eq!(t.reason, Reason::Recovered { consecutive: 1 });
+    // From then on the thresholds apply as to any backend.
+    let down = feed(
+        &mut h,
+        t0,
+        5,
+        &[refused(), refused(), refused()],
+        &Damping::OFF,
+    );
+    assert!(down[..2].iter().all(|(_, e)| e.is_none()));
+    assert!(!transition(down[2].1.clone()).healthy);
+    assert_eq!(
+        h.record(at(t0, 8), &ok(), TH, &Damping::OFF),
+        None,
+        "rise = 2 again"
+    );
+    assert!(transition(h.record(at(t0, 9), &ok(), TH, &Damping::OFF)).healthy);
+}

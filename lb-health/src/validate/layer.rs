@@ -6,7 +6,7 @@ use std::{path::PathBuf, time::Duration};
 
 use hickory_proto::rr::{Name, RecordType};
 
-use crate::settings::{Mode, StatusRanges};
+use crate::settings::{Initial, Mode, StatusRanges};
 
 /// The `kind` key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +64,7 @@ pub struct ProbeLayer {
     pub(super) ca_file: Option<Set<PathBuf>>,
     pub(super) dns_name: Option<Set<Name>>,
     pub(super) dns_type: Option<Set<RecordType>>,
+    pub(super) initial: Option<Set<Initial>>,
     /// Keys (names, not paths) whose values were refused: not "missing" either.
     pub(super) refused: Vec<&'static str>,
 }
@@ -91,12 +92,13 @@ impl ProbeLayer {
             ca_file: pick(&self.ca_file, &over.ca_file),
             dns_name: pick(&self.dns_name, &over.dns_name),
             dns_type: pick(&self.dns_type, &over.dns_type),
+            initial: pick(&self.initial, &over.initial),
             refused: [self.refused.as_slice(), over.refused.as_slice()].concat(),
         }
     }
 
     /// Every key but `kind`: where it was set, and which kinds use it.
-    fn keys(&self) -> [KeyUse<'_>; 14] {
+    fn keys(&self) -> [KeyUse<'_>; 15] {
         fn at<T>(s: &Option<Set<T>>) -> Option<(&str, Layer)> {
             s.as_ref().map(|s| (s.path.as_str(), s.layer))
         }
@@ -132,6 +134,7 @@ impl ProbeLayer {
             k(at(&self.ca_file), https, HTTPS),
             k(at(&self.dns_name), dns, DNS),
             k(at(&self.dns_type), dns, DNS),
+            k(at(&self.initial), probing, PROBING),
         ]
     }
 

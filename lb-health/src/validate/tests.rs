@@ -445,3 +445,31 @@ fn unknown_keys_and_wrong_types_are_refused_by_the_file_form() {
     let e = toml::from_str::<HealthFile>("rise = -1").unwrap_err();
     assert!(e.message().contains("-1"), "{e}");
 }
+
+#[test]
+fn initial_is_down_by_default_set_per_vip_and_per_backend() {
+    use crate::settings::Initial;
+    let v = vip(r#"kind = "tcp""#).unwrap();
+    assert_eq!(v.probe.unwrap().initial, Initial::Down);
+    let v = vip("kind = \"tcp\"\ninitial = \"up\"").unwrap();
+    assert_eq!(v.probe.clone().unwrap().initial, Initial::Up);
+    assert_eq!(
+        v.backend(B0, None, None).unwrap().unwrap().initial,
+        Initial::Up,
+        "inherited"
+    );
+    let own = v
+        .backend(B0, Some(&file("initial = \"down\"")), None)
+        .unwrap();
+    assert_eq!(own.unwrap().initial, Initial::Down, "the backend's own");
+    assert_eq!(
+        vip_errors("kind = \"tcp\"\ninitial = \"maybe\""),
+        [r#"vip[0].health.initial: expected "down" or "up", got "maybe""#]
+    );
+    assert_eq!(
+        backend_errors(r#"kind = "tcp""#, "kind = \"none\"\ninitial = \"up\""),
+        [
+            r#"vip[0].backend[0].health.initial: only used with a kind other than "none" (kind is "none")"#
+        ]
+    );
+}

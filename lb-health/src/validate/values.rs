@@ -15,7 +15,7 @@ use crate::{
     damping::Damping,
     file::HealthFile,
     policy::{AllDown, FailurePolicy},
-    settings::{Mode, StatusRanges},
+    settings::{Initial, Mode, StatusRanges},
 };
 
 // Accepted ranges (inclusive) of the integer keys: intervals from 100 ms to an hour,
@@ -94,6 +94,11 @@ pub(super) fn parse_layer(
                     "expected a DNS record type like \"A\", \"AAAA\" or \"SOA\", got {t:?}"
                 )),
             }
+        }),
+        initial: p.text("initial", &f.initial, |t| match t {
+            "down" => Ok(Initial::Down),
+            "up" => Ok(Initial::Up),
+            other => Err(format!("expected \"down\" or \"up\", got {other:?}")),
         }),
         refused: Vec::new(),
     };

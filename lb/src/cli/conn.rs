@@ -4,7 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::{Output, SocketArg, json};
+use super::{
+    SocketArg,
+    offline::{Answer, PinsArg, answer, ask, render},
+};
 use crate::{
     config::Vip,
     control::{ClientError, ClientPrefix, ConnList, ConnState, Request},
@@ -52,6 +55,9 @@ pub struct ListArgs {
     /// Control socket.
     #[command(flatten)]
     pub socket: SocketArg,
+    /// The pinned datapath, read when no daemon answers.
+    #[command(flatten)]
+    pub pins: PinsArg,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -72,24 +78,29 @@ fn parse_limit(text: &str) -> Result<usize, String> {
     }
 }
 
-/// Runs `lb conn ...`.
+/// Runs `lb conn ...`: from the daemon, else from the pinned datapath (exit 3).
 ///
 /// # Errors
-/// The daemon is unreachable or refused (an unknown backend).
-pub fn run(args: &ConnArgs) -> Result<Output, ClientError> {
+/// The daemon refused (an unknown backend), or neither the daemon nor the pins
+/// answered.
+pub fn run(args: &ConnArgs) -> Result<Answer, ClientError> {
     let ConnVerb::List(a) = &args.verb;
-    let list: ConnList = a.socket.client()?.call(&Request::Conns {
-        vip: a.vip,
-        backend: a.backend,
-        client: a.client,
-        state: a.state,
-        limit: a.limit,
-    })?;
-    Ok(if a.json {
-        json(&list)
-    } else {
-        Output::text(list_text(&list))
-    })
+    let (list, note) = ask(
+        &a.socket,
+        &a.pins,
+        || {
+            a.socket.client()?.call::<ConnList>(&Request::Conns {
+                vip: a.vip,
+                backend: a.backend,
+                client: a.client,
+                state: a.state,
+                limit: a.limit,
+            })
+        },
+        |o| o.conns(a.vip, a.backend, a.client, a.state, a.limit),
+    )?;
+    let output = render(&list, note.as_ref(), a.json, list_text);
+    Ok(answer(output, note.as_ref(), "conn list"))
 }
 
 /// A duration in seconds as `45s`, `3m05s`, `2h04m`, `3d02h`.

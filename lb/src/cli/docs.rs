@@ -220,7 +220,12 @@ fn top_level_sections(roff: &mut Roff) {
     roff.control("SH", ["EXIT STATUS"]);
     roff.text([roman(
         "0 on success; 2 when the command line or an option's value is wrong; 1 for any \
-         other error (an invalid configuration, an unreachable daemon, a refused change).",
+         other error (an invalid configuration, an unreachable daemon with nothing pinned \
+         to read instead, a refused change); 3 when lb status finds the datapath \
+         degraded, or when lb status, lb stats, lb flow or lb conn list answer from the \
+         pinned datapath because no daemon runs (the answer is printed and says so: \
+         daemon not running; datapath forwarding, generation N, state as of T); 4 when \
+         a change got no answer in time (lb status tells whether it applied).",
     )]);
 }
 

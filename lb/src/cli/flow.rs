@@ -3,7 +3,10 @@
 
 use std::{fmt::Write as _, net::SocketAddr};
 
-use super::{Output, SocketArg, json};
+use super::{
+    SocketArg,
+    offline::{Answer, PinsArg, answer, ask, render},
+};
 use crate::{
     config::Vip,
     control::{ClientError, FlowReport},
@@ -21,6 +24,9 @@ pub struct FlowArgs {
     /// Control socket.
     #[command(flatten)]
     pub socket: SocketArg,
+    /// The pinned datapath, read when no daemon answers.
+    #[command(flatten)]
+    pub pins: PinsArg,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -35,17 +41,19 @@ pub fn parse_client(text: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("expected ADDR:PORT (IPv6 in brackets), got {text:?}"))
 }
 
-/// Runs `lb flow`.
+/// Runs `lb flow`: from the daemon, else from the pinned datapath (exit 3).
 ///
 /// # Errors
-/// The daemon is unreachable or refused.
-pub fn flow(args: &FlowArgs) -> Result<Output, ClientError> {
-    let f = args.socket.client()?.flow(args.vip, args.client)?;
-    Ok(if args.json {
-        json(&f)
-    } else {
-        Output::text(flow_text(&f))
-    })
+/// The daemon refused, or neither the daemon nor the pins answered.
+pub fn flow(args: &FlowArgs) -> Result<Answer, ClientError> {
+    let (f, note) = ask(
+        &args.socket,
+        &args.pins,
+        || args.socket.client()?.flow(args.vip, args.client),
+        |o| o.flow(&args.vip, args.client).map_err(|e| e.to_string()),
+    )?;
+    let output = render(&f, note.as_ref(), args.json, flow_text);
+    Ok(answer(output, note.as_ref(), "flow"))
 }
 
 /// The text form of `lb flow`.

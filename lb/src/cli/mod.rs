@@ -13,10 +13,12 @@
 //! - [`vip`]: `lb vip withdraw|announce`, a VIP address's BGP announcement, through the
 //!   same socket;
 //! - [`trace`]: `lb trace`, the daemon's stream of traced packets;
-//! - [`conn`]: `lb conn list`, the connections in conntrack, through the socket.
+//! - [`conn`]: `lb conn list`, the connections in conntrack, through the socket;
 //! - [`remote`]: the flags every daemon verb takes to talk to a remote daemon's API
 //!   (`--remote URL` and its credentials) instead of the socket;
-//! - [`fleet`]: `lb fleet status|apply`, several remote daemons at once.
+//! - [`fleet`]: `lb fleet status|apply`, several remote daemons at once;
+//! - [`offline`]: the fallback of `lb status`, `lb stats`, `lb flow` and `lb conn list`
+//!   to the pinned datapath when no daemon answers.
 //!
 //! Every verb takes `--json`; docs/src/guide/json.md is the schema of what each prints.
 
@@ -28,6 +30,7 @@ pub mod docs;
 pub mod fleet;
 pub mod flow;
 pub mod hash;
+pub mod offline;
 pub mod overrides;
 pub mod remote;
 pub mod stats;
@@ -82,6 +85,18 @@ pub struct ReadArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `lb status` / `lb stats`: [`ReadArgs`] and, when no daemon answers, where the
+/// pinned datapath is.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PinnedReadArgs {
+    /// Control socket and --json.
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// The pinned datapath.
+    #[command(flatten)]
+    pub pins: offline::PinsArg,
 }
 
 /// `value` as pretty JSON, one line break at the end.

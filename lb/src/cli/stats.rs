@@ -3,20 +3,28 @@
 
 use std::fmt::Write as _;
 
-use super::{Output, ReadArgs, json, status::conntrack_line};
+use super::{
+    PinnedReadArgs,
+    offline::{Answer, answer, ask, render},
+    status::conntrack_line,
+};
 use crate::control::{ClientError, Stats};
 
-/// Runs `lb stats`.
+/// Runs `lb stats`: from the daemon, else from the pinned datapath (counters, no
+/// rates; exit 3).
 ///
 /// # Errors
-/// The daemon is unreachable or refused.
-pub fn stats(args: &ReadArgs) -> Result<Output, ClientError> {
-    let s = args.socket.client()?.stats()?;
-    Ok(if args.json {
-        json(&s)
-    } else {
-        Output::text(stats_text(&s))
-    })
+/// The daemon refused, or neither the daemon nor the pins answered.
+pub fn stats(args: &PinnedReadArgs) -> Result<Answer, ClientError> {
+    let socket = &args.read.socket;
+    let (s, note) = ask(
+        socket,
+        &args.pins,
+        || socket.client()?.stats(),
+        |o| o.stats().map_err(|e| e.to_string()),
+    )?;
+    let output = render(&s, note.as_ref(), args.read.json, stats_text);
+    Ok(answer(output, note.as_ref(), "stats"))
 }
 
 /// The text form of `lb stats`.

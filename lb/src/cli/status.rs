@@ -3,24 +3,35 @@
 
 use std::fmt::Write as _;
 
-use super::{Output, ReadArgs, json};
+use super::{
+    PinnedReadArgs,
+    offline::{Answer, answer, ask, render},
+};
 use crate::control::{
     ChangeOutcome, CleaningStatus, ClientError, ConnectionCounts, ConntrackStatus, DatapathHealth,
     Status, VipStatus,
 };
 
-/// Runs `lb status`.
+/// Runs `lb status`: from the daemon, else from the pinned datapath (exit 3 either
+/// way when the datapath is degraded or no daemon runs).
 ///
 /// # Errors
-/// The daemon is unreachable or refused.
-pub fn status(args: &ReadArgs) -> Result<(Output, i32), ClientError> {
-    let s = args.socket.client()?.status()?;
-    let output = if args.json {
-        json(&s)
-    } else {
-        Output::text(status_text(&s))
-    };
-    Ok((output, exit_status(&s)))
+/// The daemon refused, or neither the daemon nor the pins answered.
+pub fn status(args: &PinnedReadArgs) -> Result<Answer, ClientError> {
+    let socket = &args.read.socket;
+    let (s, note) = ask(
+        socket,
+        &args.pins,
+        || socket.client()?.status(),
+        |o| Ok(o.status()),
+    )?;
+    let output = render(&s, note.as_ref(), args.read.json, status_text);
+    let mut a = answer(output, note.as_ref(), "status");
+    if a.exit == 0 && exit_status(&s) != 0 {
+        a.exit = exit_status(&s);
+        a.message = "lb status: the datapath is DEGRADED (see above)".to_owned();
+    }
+    Ok(a)
 }
 
 /// The text form of `lb status`.

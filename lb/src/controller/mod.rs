@@ -217,6 +217,54 @@ impl<D: Dataplane> Controller<D> {
         Ok(report)
     }
 
+    /// As [`Self::apply`], but every backend that `desired` adds to the running state
+    /// (a backend none of the applied VIPs' specs holds) and that `starts_down` selects
+    /// counts as unhealthy from this change on: its entry is written, it gets no slots
+    /// until a health change ([`Self::set_health`]) says it is healthy (`initial =
+    /// "down"`: its first successful probe). The VIP's multi-failure policy still
+    /// applies. Before the first apply (daemon start) nothing is new. The report's
+    /// [`ApplyReport::awaiting_probe`] lists them.
+    ///
+    /// # Errors
+    /// As [`Self::apply`] (nothing is held then).
+    pub fn apply_new_down(
+        &mut self,
+        desired: &Desired,
+        starts_down: impl Fn(&Vip, &BackendKey) -> bool,
+    ) -> Result<ApplyReport, ApplyError> {
+        let new: Vec<(Vip, BackendKey)> = match &self.applied {
+            None => Vec::new(),
+            Some(before) => desired
+                .vips
+                .iter()
+                .flat_map(|(vip, spec)| spec.backends.keys().map(move |key| (*vip, *key)))
+                .filter(|(vip, key)| {
+                    !before
+                        .vips
+                        .get(vip)
+                        .is_some_and(|b| b.backends.contains_key(key))
+                        && starts_down(vip, key)
+                })
+                .collect(),
+        };
+        let held: Vec<(Vip, BackendKey)> = new
+            .into_iter()
+            .filter(|pair| self.unhealthy.insert(*pair))
+            .collect();
+        match self.apply(desired) {
+            Ok(report) => Ok(ApplyReport {
+                awaiting_probe: held,
+                ..report
+            }),
+            Err(e) => {
+                for pair in &held {
+                    self.unhealthy.remove(pair);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Every backend's states since start ([`History`]).
     pub fn history(&self) -> &History {
         &self.history

@@ -28,6 +28,9 @@ pub struct ApplyReport {
     /// VIPs whose multi-failure policy changed mode (panic, all down, back to
     /// normal), one line each.
     pub policy_changes: Vec<String>,
+    /// Backends the change added that get slots only after their first successful
+    /// probe (`initial = "down"`, see [`super::Controller::apply_new_down`]).
+    pub awaiting_probe: Vec<(Vip, lb_maglev::BackendKey)>,
 }
 
 impl ApplyReport {
@@ -39,9 +42,20 @@ impl ApplyReport {
             .count()
     }
 
-    /// The log lines: one per entry of [`Self::changes`].
+    /// The log lines: one per entry of [`Self::changes`], then one per backend
+    /// awaiting its first probe.
     pub fn lines(&self) -> Vec<String> {
-        self.changes.iter().map(ToString::to_string).collect()
+        let waiting = self.awaiting_probe.iter().map(|(vip, key)| {
+            format!(
+                "VIP {vip}: backend {key} gets slots after its first successful probe \
+                 (initial = \"down\")"
+            )
+        });
+        self.changes
+            .iter()
+            .map(ToString::to_string)
+            .chain(waiting)
+            .collect()
     }
 }
 

@@ -22,6 +22,11 @@
 //!   so one table change per VIP and batch, logged with its counts.
 //! - Start: every backend counts as healthy until it has failed `fall` probes, so a
 //!   restart never empties a VIP.
+//! - New backends: one a running daemon adds (`lb backend add`, a reload, `lb
+//!   overrides --clear`) with `initial = "down"` (the default) is held unhealthy by the
+//!   change that adds it ([`crate::controller::Controller::apply_new_down`]) and its
+//!   probes start down ([`Start::Down`]): it gets slots after its first successful
+//!   probe, never before (HAProxy's `init-state down`, keepalived's alpha mode).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -181,7 +186,15 @@ impl HealthChecks {
                     settings: settings.clone(),
                     target,
                 };
-                match self.scheduler.set(*vip, *key, spec, Start::AssumeHealthy) {
+                // Held down by the change that added it (`initial = "down"`): its
+                // probes start down too, and its first success lets it in. A backend
+                // already scheduled keeps its state whatever this says.
+                let start = if controller.is_unhealthy(vip, key) {
+                    Start::Down
+                } else {
+                    Start::AssumeHealthy
+                };
+                match self.scheduler.set(*vip, *key, spec, start) {
                     Ok(()) => {
                         probed.insert((*vip, *key));
                     }

@@ -37,6 +37,7 @@ pub mod metrics;
 mod neighbours;
 pub mod nexthop;
 mod notify;
+pub mod offline;
 mod pins;
 mod push;
 mod remote;

@@ -351,6 +351,29 @@ impl<D: Dataplane> Service<D> {
         })
     }
 
+    /// Applies `desired` (a change to the running state): once health checks run, a
+    /// backend it adds whose probe in `config` (the VIP's, or its own) has `initial =
+    /// "down"` gets slots only after its first successful probe
+    /// ([`Controller::apply_new_down`]; [`HealthChecks::sync`] then starts its probes
+    /// down).
+    fn apply_new_down(
+        &mut self,
+        desired: &Desired,
+        config: &Config,
+    ) -> Result<ApplyReport, ApplyError> {
+        if self.health.is_none() {
+            return self.controller.apply(desired);
+        }
+        let probes: BTreeMap<Vip, &crate::config::VipProbes> =
+            config.vips.iter().map(|v| (v.vip, &v.health)).collect();
+        self.controller.apply_new_down(desired, |vip, key| {
+            probes
+                .get(vip)
+                .and_then(|p| p.probe_of(key))
+                .is_some_and(|p| p.initial == lb_health::settings::Initial::Down)
+        })
+    }
+
     /// The health checks, once started.
     pub fn health(&self) -> Option<&HealthChecks> {
         self.health.as_ref()
@@ -419,7 +442,7 @@ impl<D: Dataplane> Service<D> {
             self.persist(&kept)?;
         }
         let before = self.controller.applied().cloned();
-        let mut report = match self.controller.apply(&desired) {
+        let mut report = match self.apply_new_down(&desired, &loaded.config) {
             Ok(report) => report,
             Err(e) => {
                 let _ = self.persist(&self.overrides);
@@ -561,7 +584,9 @@ impl<D: Dataplane> Service<D> {
         }
         let count = self.overrides.items().count();
         self.persist(&Overrides::default())?;
-        let report = match self.controller.apply(&self.file_desired) {
+        let file_desired = self.file_desired.clone();
+        let file_config = self.file_config.clone();
+        let report = match self.apply_new_down(&file_desired, &file_config) {
             Ok(report) => report,
             Err(e) => {
                 let _ = self.persist(&self.overrides);
@@ -673,7 +698,8 @@ impl<D: Dataplane> Service<D> {
         if next != self.overrides {
             self.persist(&next)?;
         }
-        let mut report = match self.controller.apply(&desired) {
+        let file_config = self.file_config.clone();
+        let mut report = match self.apply_new_down(&desired, &file_config) {
             Ok(report) => report,
             Err(e) => {
                 let _ = self.persist(&self.overrides);
@@ -855,6 +881,7 @@ fn merge(report: &mut ApplyReport, extra: ApplyReport) {
     report.changes.extend(extra.changes);
     report.warnings.extend(extra.warnings);
     report.policy_changes.extend(extra.policy_changes);
+    report.awaiting_probe.extend(extra.awaiting_probe);
     report.swaps_ms.extend(extra.swaps_ms);
     report.operations += extra.operations;
 }

@@ -1,13 +1,18 @@
 //! Backend lifecycle on a running daemon (issue 32, stage 2): `lb backend weight`
 //! reweights the table and answers what moved; `lb backend drain --timeout` keeps the
 //! backend's connections, then removes it when the timeout passes or, if that is first,
-//! when its last connection ends.
+//! when its last connection ends. On a VIP with health checks a backend added at run
+//! time gets slots only after its first successful probe (`initial = "down"`).
 
 use std::time::{Duration, Instant};
 
 use lb_tests::{
     daemon::{DaemonConfig, backend_addr, vip_text},
-    testbed::{backend_name, vip_tcp},
+    testbed::{
+        backend_name,
+        health::{PortListener, TCP_PROBE_PORT},
+        vip_tcp,
+    },
     traffic::{self, Ports, Tally},
 };
 
@@ -158,4 +163,95 @@ fn drain_timeout_removes_the_backend_at_the_timeout_or_its_last_connection() {
         "{}",
         lb.log()
     );
+}
+
+/// Backend `k`'s (slots, health label) in `vip`.
+fn slots_and_health(lb: &lb_tests::daemon::Daemon<'_>, vip: &str, k: u8) -> (u32, String) {
+    let b = backend_addr(k, false).to_string();
+    let status = lb.status().expect("lb status");
+    let found = status
+        .vips
+        .iter()
+        .filter(|v| v.vip == vip)
+        .flat_map(|v| v.backends.iter())
+        .find(|x| x.address == b)
+        .unwrap_or_else(|| panic!("no backend {b} in {vip}"));
+    let label = found
+        .health
+        .as_ref()
+        .map_or_else(|| "not probed".to_owned(), |h| h.state.clone());
+    (found.slots, label)
+}
+
+/// Issue 32: a backend added at run time to a VIP with TCP checks waits for its first
+/// successful probe. b2 is typed wrong (nothing listens on its probe port): it never
+/// gets a slot nor a new connection; b3 listens: it gets slots once a probe has passed
+/// (its health is then `healthy`, not `healthy (assumed)`), and then connections.
+#[test]
+fn a_backend_added_to_a_checked_vip_takes_flows_only_after_its_first_probe_passes() {
+    let bed = bed(3);
+    let _listeners: Vec<PortListener> = [1, 3]
+        .into_iter()
+        .map(|k| PortListener::open(bed.backend_ns(k), TCP_PROBE_PORT).expect("listener"))
+        .collect();
+    let vip = vip_text(false, true);
+    let config = DaemonConfig::equal(1..=1).with_health(
+        &vip,
+        &format!(
+            "kind = \"tcp\"\nport = {TCP_PROBE_PORT}\ninterval_ms = 1000\ntimeout_ms = 200\n\
+             rise = 2\nfall = 3\nflap_transitions = 0\n"
+        ),
+    );
+    let lb = daemon(&bed, &config);
+    for k in [2, 3] {
+        let b = backend_addr(k, false).to_string();
+        let out = lb
+            .cli(&["backend", "add", "--vip", &vip, "--backend", &b])
+            .expect("lb backend add");
+        eprintln!("lb backend add b{k}: {}", out.trim());
+        assert!(
+            out.contains(&format!(
+                "backend {b} gets slots after its first successful probe"
+            )),
+            "{out}"
+        );
+        let (slots, label) = slots_and_health(&lb, &vip, k);
+        assert!(
+            slots == 0 || label == "healthy",
+            "b{k}: {slots} slots while {label}"
+        );
+    }
+    // b3 gets slots, and only with a probe passed.
+    let started = Instant::now();
+    loop {
+        let (slots, label) = slots_and_health(&lb, &vip, 3);
+        if slots > 0 {
+            assert_eq!(
+                label, "healthy",
+                "b3 got {slots} slots before a probe passed"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "b3 has no slots 10 s after it was added ({label})\n{}",
+            lb.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let srcs = traffic::sources(&bed, 300, false, Ports::Kernel);
+    let greeted = traffic::connect_all(&bed, &srcs, vip_tcp(false)).expect("connections");
+    let tally = Tally::of(greeted.iter().map(|g| g.backend.as_str()));
+    assert!(
+        tally.share(&backend_name(3)) > 0.3,
+        "b3 takes flows: {tally}"
+    );
+    assert_eq!(tally.share(&backend_name(2)), 0.0, "b2 took flows: {tally}");
+    // Several probes later b2 is still out: no slot, no connection.
+    std::thread::sleep(Duration::from_secs(3));
+    let (slots, label) = slots_and_health(&lb, &vip, 2);
+    assert_eq!((slots, label.as_str()), (0, "unhealthy"));
+    let greeted = traffic::connect_all(&bed, &srcs, vip_tcp(false)).expect("connections");
+    let tally = Tally::of(greeted.iter().map(|g| g.backend.as_str()));
+    assert_eq!(tally.share(&backend_name(2)), 0.0, "b2 took flows: {tally}");
 }

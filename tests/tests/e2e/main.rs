@@ -26,6 +26,8 @@
 //! | a source list narrowed or removed while no daemon ran is enforced by the adopting start | [`adoption::a_source_list_changed_while_no_daemon_runs_is_enforced_by_the_adopting_start`] |
 //!
 //! | `lb backend weight`; `drain --timeout` removes at the timeout or the last connection (issue 32) | [`lifecycle`] |
+//! | a backend added to a checked VIP takes flows only after its first passed probe (issue 32) | [`lifecycle::a_backend_added_to_a_checked_vip_takes_flows_only_after_its_first_probe_passes`] |
+//! | `lb status`, `stats`, `flow`, `conn list` answer from the pins with the daemon killed or stopped (issue 32) | [`nodaemon`] |
 //! | `lb conn list` lists real connections of both families; its filters and `--limit` (issue 32) | [`conns`] |
 //! | `lb config diff` says what a reload would change, exits 0/1/2 as diff(1) (issue 32) | [`reload`] |
 //!
@@ -44,6 +46,7 @@ mod health;
 mod ipv6;
 mod lifecycle;
 mod longlived;
+mod nodaemon;
 mod pmtu;
 mod reload;
 mod removal;

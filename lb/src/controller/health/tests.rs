@@ -425,3 +425,54 @@ fn health_transitions_are_recorded_in_the_state_history() {
     assert_eq!(three.transitions.len(), 1, "{:?}", three.transitions);
     assert_eq!(record(2).transitions.len(), 1);
 }
+
+#[test]
+fn a_backend_added_down_gets_slots_only_when_its_health_says_so() {
+    let mut c = started(&desired(1009, &active(11..=12), ""));
+    let before = c.vips()[&vip()].table.fingerprint();
+    let grown = desired(1009, &active(11..=13), "");
+    let report = c
+        .apply_new_down(&grown, |v, k| *v == vip() && *k == key(13))
+        .expect("apply");
+    assert_eq!(report.awaiting_probe, [(vip(), key(13))]);
+    assert!(
+        report.lines().iter().any(
+            |l| l.contains("backend 198.51.100.13 gets slots after its first successful probe")
+        ),
+        "{:?}",
+        report.lines()
+    );
+    assert_eq!(slots(&c)[&13], 0, "no slots before its first probe");
+    assert_eq!(
+        c.vips()[&vip()].table.fingerprint(),
+        before,
+        "the table is unchanged"
+    );
+    assert_eq!(state(&c, 13), BACKEND_DOWN);
+    assert!(c.is_unhealthy(&vip(), &key(13)));
+    // A second apply of the same state holds nothing new.
+    let again = c.apply_new_down(&grown, |_, _| true).expect("apply");
+    assert!(again.awaiting_probe.is_empty());
+    // The first successful probe lets it in.
+    let up = health(&mut c, &[], &[13]);
+    assert_eq!(up.tables_changed(), 1);
+    assert!(slots(&c)[&13] > 0);
+    assert_eq!(state(&c, 13), BACKEND_ACTIVE);
+}
+
+#[test]
+fn a_backend_not_selected_or_present_before_is_not_held() {
+    // Before the first apply (daemon start) nothing is new.
+    let mut c = Controller::new(FakeDataplane::new());
+    let report = c
+        .apply_new_down(&desired(1009, &active(11..=12), ""), |_, _| true)
+        .expect("apply");
+    assert!(report.awaiting_probe.is_empty());
+    assert!(slots(&c)[&12] > 0);
+    // `initial = "up"`: not selected, slots at once.
+    let report = c
+        .apply_new_down(&desired(1009, &active(11..=13), ""), |_, _| false)
+        .expect("apply");
+    assert!(report.awaiting_probe.is_empty());
+    assert!(slots(&c)[&13] > 0);
+}
