@@ -85,6 +85,7 @@
 //!   return, DSR).
 #![no_std]
 
+pub mod agent;
 pub mod conntrack;
 pub mod csum;
 pub mod defaults;

@@ -237,3 +237,15 @@ pub const TABLE_MAP_FLAGS: u32 = 0x1000 | 0x400;
 /// `capacity / possible CPUs` entries (measured: 4,096 entries, 4,000 flows on one of
 /// two CPUs, 2,048 kept). Inserts measured no slower here with the common lists.
 pub const CT_MAP_FLAGS: u32 = 0;
+
+/// The backend agent's XDP program (`lb agent run`, the counterpart of GLB's
+/// `glb-redirect`): decapsulates IP-in-IP and GUE and follows second-chance candidates
+/// ([`crate::agent`]). It shares the object with the load balancer but none of its maps.
+pub const AGENT_PROGRAM: &str = "lb_agent";
+/// The prefix of every map only the agent uses: not part of the load balancer's pinned
+/// datapath (not pinned by `lb run`, not in its layout stamp).
+pub const AGENT_MAP_PREFIX: &str = "AGENT_";
+/// `BPF_MAP_TYPE_ARRAY` of one [`crate::types::AgentConfig`].
+pub const AGENT_CONFIG: &str = "AGENT_CONFIG";
+/// `BPF_MAP_TYPE_PERCPU_ARRAY` of one [`crate::agent::AgentStats`].
+pub const AGENT_STATS: &str = "AGENT_STATS";

@@ -3,6 +3,7 @@
 //!
 //! - `load`: loading the embedded object ([`LoadOptions`]), the privileges it needs,
 //!   and the verifier's refusals as errors;
+//! - `agent`: the backend agent's program ([`Agent`]), loaded on its own;
 //! - `counters`: the per-CPU counter arrays, summed over CPUs, read in batches;
 //! - `mend`: watching the pins and the XDP link while the daemon runs, and mending them;
 //! - `programs`: keeping the running programs on a restart of the same build;
@@ -21,6 +22,7 @@
 //! `lb` binary (the eBPF object is built without them, see `lb-dataplane/build.rs`).
 
 mod activity;
+mod agent;
 mod cleaning;
 mod conntrack;
 mod counters;
@@ -47,6 +49,7 @@ use std::{
 };
 
 pub use activity::ActivityClock;
+pub use agent::{Agent, AgentMode, AgentOptions, read_pinned_stats, stats_pin};
 use aya::{
     Ebpf,
     maps::{Array, HashMap, IterableMap as _, MapData, PerCpuArray},

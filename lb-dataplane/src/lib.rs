@@ -42,11 +42,15 @@ use lb_common::{
 pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 pub use kernel::{
-    ActivityClock, Census, Cleaner, Cleaning, ConnListing, ConnRow, ConnState, ConnectionCounts,
-    ConntrackWalker, KernelDataplane, LoadOptions, Opened, PinCheck, Pinning, SlotCounts,
-    TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root, may_load_xdp,
-    missing_capabilities,
+    ActivityClock, Agent, AgentMode, AgentOptions, Census, Cleaner, Cleaning, ConnListing, ConnRow,
+    ConnState, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened, PinCheck,
+    Pinning, SlotCounts, TraceReader, TraceRecord, WalkSettings, conntrack_now_ns, is_root,
+    may_load_xdp, missing_capabilities,
 };
+/// The backend agent's counters pinned by another process, and where they are pinned.
+pub mod agent {
+    pub use crate::kernel::{read_pinned_stats, stats_pin};
+}
 #[cfg(feature = "test-harness")]
 pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};
 

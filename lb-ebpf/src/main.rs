@@ -30,7 +30,8 @@
 //! calls into `.text` only, so a call there lands on the wrong instruction). The fast
 //! paths pay a few compares for all of them.
 //!
-//! The object also holds `lb_probe_encap` ([`probe`]), the TC egress program that sends
+//! The object also holds `lb_agent` ([`agent`]), the backend agent's program (it
+//! decapsulates on the backends and follows second-chance candidates), `lb_probe_encap` ([`probe`]), the TC egress program that sends
 //! tunnel-mode health probes through the same encapsulation, and `lb_trace` ([`trace`]),
 //! the program the load balancer tail-calls for a packet `lb trace` selects.
 //!
@@ -42,6 +43,7 @@
 #![no_std]
 #![no_main]
 
+mod agent;
 mod backend;
 #[cfg(feature = "test-harness")]
 mod bench;

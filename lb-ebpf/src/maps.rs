@@ -12,6 +12,7 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
+    agent::AgentStats,
     defaults::{CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY},
     maps::{
         CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS, TABLE_HEADER_LEN,
@@ -21,8 +22,8 @@ use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     trace::{TraceFilter, TracedPacket},
     types::{
-        BackendEntry, CtEntry, FlowKey, FlowKey4, FragEntry, FragKey, LbConfig, NextHopEntry,
-        SourceData, SynEntry, TableCell, VipAddrKey, VipEntry, VipInfo, VipKey,
+        AgentConfig, BackendEntry, CtEntry, FlowKey, FlowKey4, FragEntry, FragKey, LbConfig,
+        NextHopEntry, SourceData, SynEntry, TableCell, VipAddrKey, VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -173,3 +174,11 @@ pub(crate) static TRACE_PROGS: ProgramArray<1> = ProgramArray::new();
 /// Per CPU, what the probe program (`probe`) did with marked packets.
 #[btf_map]
 pub(crate) static PROBE_STATS: PerCpuArray<ProbeStats, 1> = PerCpuArray::new();
+
+/// The backend agent's settings (one element, `lb_common::types::AgentConfig`).
+#[btf_map]
+pub(crate) static AGENT_CONFIG: Array<AgentConfig, 1> = Array::new();
+
+/// Per CPU, the backend agent's verdict counters (`lb_common::agent`).
+#[btf_map]
+pub(crate) static AGENT_STATS: PerCpuArray<AgentStats, 1> = PerCpuArray::new();

@@ -21,8 +21,8 @@ use std::{
 
 use clap::{CommandFactory as _, Parser};
 use lb::cli::{
-    self, Output, backend, config, conn, detach, docs, fleet, flow, hash, overrides, stats, status,
-    table, trace, vip,
+    self, Output, agent, backend, config, conn, detach, docs, fleet, flow, hash, overrides, stats,
+    status, table, trace, vip,
 };
 
 /// XDP layer-4 load balancer with Maglev hashing.
@@ -72,6 +72,10 @@ enum Command {
         #[arg(long, hide = true)]
         object: Option<PathBuf>,
     },
+    /// The backend agent: decapsulate the load balancer's IP-in-IP and GUE packets on a
+    /// backend and follow second-chance candidates (`lb agent run`), or show its
+    /// counters (`lb agent stats`).
+    Agent(agent::AgentArgs),
     /// Detach the XDP program from an interface and remove its pinned datapath (no
     /// daemon needed; refused while one controls the interface).
     Detach(detach::DetachArgs),
@@ -155,6 +159,14 @@ fn run(command: Command) -> Result<Output, Failure> {
         })
         .map(|()| Output::default())
         .map_err(|e| Failure::new(format!("lb: {e:#}"), 1)),
+        Command::Agent(args) => match args.action {
+            agent::AgentAction::Run(run) => agent::run(&run)
+                .map(|()| Output::default())
+                .map_err(|e| Failure::new(format!("lb agent run: {e:#}"), 1)),
+            agent::AgentAction::Stats(stats) => {
+                agent::stats(&stats).map_err(|e| Failure::new(format!("lb agent stats: {e:#}"), 1))
+            }
+        },
         Command::Detach(args) => {
             detach::detach(&args).map_err(|e| Failure::new(format!("lb: {e}"), 1))
         }

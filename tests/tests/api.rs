@@ -349,7 +349,11 @@ fn the_api_lists_connections_reloads_takes_a_pushed_configuration_and_serves_the
     let backend = backend_addr(1, false).to_string();
     let (code, _, err) = lb_in(
         &bed,
-        &[&["backend", "drain", "--vip", &vip, "--backend", &backend][..], &remote].concat(),
+        &[
+            &["backend", "drain", "--vip", &vip, "--backend", &backend][..],
+            &remote,
+        ]
+        .concat(),
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("403") && err.contains("read-only"), "{err}");

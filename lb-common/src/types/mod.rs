@@ -2,7 +2,8 @@
 //! Map keys and values shared by the XDP program and userspace, one file per map family:
 //! the VIP maps, the per-backend arrays, connection tracking (flow keys, conntrack
 //! entries, SYN cache slots), fragment tracking, allowed source prefixes, the
-//! table buffers' cells, the configuration, and the benchmark harness's frame.
+//! table buffers' cells, the configuration, the benchmark harness's frame, and the
+//! backend agent's configuration and second-chance candidates.
 //! Everything is re-exported here: a type's path is `lb_common::types::Name` whichever
 //! file defines it.
 //!
@@ -12,6 +13,7 @@
 //! `u16` holds the two wire bytes in memory order). Other integers are in host byte order.
 //! Every type documents its byte layout and is followed by a size assertion.
 
+mod agent;
 mod backend;
 mod bench;
 mod config;
@@ -21,6 +23,7 @@ mod source;
 mod table;
 mod vip;
 
+pub use agent::*;
 pub use backend::*;
 pub use bench::*;
 pub use config::*;

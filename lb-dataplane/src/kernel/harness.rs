@@ -382,7 +382,7 @@ impl TableWriter {
 }
 
 /// Runs program `name` `repeat` times on `frame` with `BPF_PROG_TEST_RUN`.
-fn run_program(
+pub(super) fn run_program(
     ebpf: &mut Ebpf,
     name: &'static str,
     frame: &[u8],
@@ -412,4 +412,25 @@ fn run_program(
         data: out,
         duration_ns: u64::try_from(result.duration.as_nanos()).unwrap_or(u64::MAX),
     })
+}
+
+impl super::Agent {
+    /// Runs the agent once on `frame` with `BPF_PROG_TEST_RUN`, with the context's
+    /// ingress interface `ingress_ifindex` (see [`KernelDataplane::test_run_with`]).
+    ///
+    /// # Errors
+    /// [`DataplaneError::Program`] when the kernel refuses the run.
+    pub fn test_run(
+        &mut self,
+        frame: &[u8],
+        ingress_ifindex: Option<u32>,
+    ) -> Result<TestRunOutput, DataplaneError> {
+        run_program(
+            &mut self.ebpf,
+            maps::AGENT_PROGRAM,
+            frame,
+            ingress_ifindex,
+            1,
+        )
+    }
 }

@@ -59,7 +59,8 @@ pub struct SizeOverride {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// Maps sorted by name (section data maps such as `.rodata` excluded: they are
-    /// constants of the program, recreated with it).
+    /// constants of the program, recreated with it; the backend agent's maps,
+    /// `lb_common::maps::AGENT_MAP_PREFIX`, excluded: not the load balancer's).
     pub maps: Vec<MapDef>,
     /// SHA-256 of the module documentation's inputs.
     pub digest: [u8; 32],
@@ -89,7 +90,11 @@ impl Layout {
         let mut maps: Vec<MapDef> = obj
             .maps
             .iter()
-            .filter(|(name, _)| !name.starts_with('.'))
+            // Section data (`.rodata`), and the backend agent's maps: `lb run` neither
+            // uses nor pins them, so they are no part of its layout.
+            .filter(|(name, _)| {
+                !name.starts_with('.') && !name.starts_with(lb_common::maps::AGENT_MAP_PREFIX)
+            })
             .map(|(name, m)| MapDef {
                 name: name.clone(),
                 map_type: m.map_type(),

@@ -22,6 +22,7 @@
 //!
 //! Every verb takes `--json`; docs/src/guide/json.md is the schema of what each prints.
 
+pub mod agent;
 pub mod backend;
 pub mod config;
 pub mod conn;
