@@ -288,7 +288,7 @@ fn cases() -> Vec<Case> {
             warm: vec![],
         },
         Case {
-            name: "TCP v4 new flow (SYN, clean slot, held)",
+            name: "TCP v4 new flow (SYN, clean slot, no write)",
             frame: sized(&fast4, L4::Tcp(SYN)),
             vary: 26,
             action: XDP_TX,
