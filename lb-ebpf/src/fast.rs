@@ -77,21 +77,9 @@ pub(crate) fn clean_owner(vip: &VipEntry, hash: u32, syn: bool) -> Option<Choice
 /// otherwise the owner, which must take new flows.
 #[inline(always)]
 pub(crate) fn pick_syn(vip: &VipEntry, hash: u32, now_ns: u64) -> Result<Choice, Reason> {
-    // SAFETY: a successful lookup's element, read once by value.
-    let slot = unsafe { *cell(vip, hash)? }.slot();
-    let clean = slot.clean_owner();
-    let clean_liveness = match backend::keeps_flows(clean) {
-        Some(_) if clean != 0 => Liveness::Active,
-        _ => Liveness::Down,
-    };
-    let id = syn_backend(&slot, clean_liveness, now_ns, DEFAULT_LEAD_NS);
-    if id != slot.owner() {
-        return backend::keeps_flows(id).ok_or(Reason::DropNoBackend);
-    }
-    if id == 0 {
-        return Err(Reason::DropNoBackend);
-    }
-    backend::for_new_flow(id)
+    pick_by(vip, hash, |slot, clean| {
+        syn_backend(slot, clean, now_ns, DEFAULT_LEAD_NS)
+    })
 }
 
 /// Rules M1 and M2: the backend of a miss (no pin, no held SYN) on VIP `vip`'s slot
@@ -106,6 +94,20 @@ pub(crate) fn pick_miss(
     now_ns: u64,
     cfg: &LbConfig,
 ) -> Result<Choice, Reason> {
+    pick_by(vip, hash, |slot, clean| {
+        miss_backend(slot, udp, clean, now_ns, cfg.udp_timeout_ns)
+    })
+}
+
+/// Reads VIP `vip`'s slot `hash % M` and whether its clean owner keeps flows, and
+/// returns the backend `rule` names from them: the clean owner if it keeps flows, the
+/// owner if it takes new flows; `drop_no_backend` otherwise.
+#[inline(always)]
+fn pick_by(
+    vip: &VipEntry,
+    hash: u32,
+    rule: impl FnOnce(&SlotState, Liveness) -> u32,
+) -> Result<Choice, Reason> {
     // SAFETY: a successful lookup's element, read once by value.
     let slot = unsafe { *cell(vip, hash)? }.slot();
     let clean = slot.clean_owner();
@@ -113,7 +115,7 @@ pub(crate) fn pick_miss(
         Some(_) if clean != 0 => Liveness::Active,
         _ => Liveness::Down,
     };
-    let id = miss_backend(&slot, udp, clean_liveness, now_ns, cfg.udp_timeout_ns);
+    let id = rule(&slot, clean_liveness);
     if id != slot.owner() {
         return backend::keeps_flows(id).ok_or(Reason::DropNoBackend);
     }

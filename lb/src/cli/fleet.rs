@@ -158,6 +158,33 @@ pub struct FleetOutcome {
     pub exit_status: i32,
 }
 
+impl FleetOutcome {
+    /// `report` as JSON, or as `text` renders it; the exit status 3 when an instance
+    /// was `unreachable`, else 0 when `ok` and 1 when not.
+    fn of<T: Serialize>(
+        report: &T,
+        as_json: bool,
+        text: fn(&T) -> String,
+        unreachable: bool,
+        ok: bool,
+    ) -> Self {
+        let output = if as_json {
+            json(report)
+        } else {
+            Output::text(text(report))
+        };
+        let exit_status = match (unreachable, ok) {
+            (true, _) => 3,
+            (false, true) => 0,
+            (false, false) => 1,
+        };
+        Self {
+            output,
+            exit_status,
+        }
+    }
+}
+
 /// An error that stops a fleet verb before any instance is asked (exit status 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -422,19 +449,13 @@ pub fn status(args: &StatusArgs) -> Result<FleetOutcome, FleetError> {
         instances: reports,
         vips,
     };
-    let exit_status = match (unreachable, agree) {
-        (true, _) => 3,
-        (false, true) => 0,
-        (false, false) => 1,
-    };
-    Ok(FleetOutcome {
-        output: if args.json {
-            json(&report)
-        } else {
-            Output::text(status_text(&report))
-        },
-        exit_status,
-    })
+    Ok(FleetOutcome::of(
+        &report,
+        args.json,
+        status_text,
+        unreachable,
+        agree,
+    ))
 }
 
 /// The text of `lb fleet status`.
@@ -561,19 +582,14 @@ pub fn apply(args: &ApplyArgs) -> Result<FleetOutcome, FleetError> {
         ok: results.iter().all(|r| r.ok),
         instances: results,
     };
-    let exit_status = match (unreachable, report.ok) {
-        (true, _) => 3,
-        (false, true) => 0,
-        (false, false) => 1,
-    };
-    Ok(FleetOutcome {
-        output: if args.json {
-            json(&report)
-        } else {
-            Output::text(apply_text(&report))
-        },
-        exit_status,
-    })
+    let ok = report.ok;
+    Ok(FleetOutcome::of(
+        &report,
+        args.json,
+        apply_text,
+        unreachable,
+        ok,
+    ))
 }
 
 /// The text of `lb fleet apply`: each instance's result, then a summary line.

@@ -22,12 +22,12 @@ use lb_tests::{
     traffic::{self, Ports, Tally},
 };
 
-use super::{bed, daemon, longlived, tcp_vip};
+use super::{
+    bed, daemon,
+    longlived::{self, CONNECTIONS, QUIET},
+    tcp_vip,
+};
 
-/// Long-lived connections.
-const CONNECTIONS: usize = 100;
-/// Traffic between the changes.
-const QUIET: Duration = Duration::from_secs(1);
 /// The changes: add, weight, drain, restart, add, remove, and the cleaning.
 const CHANGES: usize = 7;
 /// How long the cleaning may take to turn a slot clean after the first change: the

@@ -13,6 +13,10 @@ use std::{
 
 use lb_tests::{testbed::TcpConn, traffic::Greeted};
 
+/// Long-lived connections a test drives.
+pub(super) const CONNECTIONS: usize = 100;
+/// Traffic before, between and after a test's changes.
+pub(super) const QUIET: Duration = Duration::from_secs(1);
 /// Period of each connection's exchanges.
 pub(super) const PERIOD: Duration = Duration::from_millis(100);
 /// How long the connections may take to be answered once after the last change (a

@@ -22,12 +22,12 @@ use lb_tests::{
     traffic::{self, Ports, Tally},
 };
 
-use super::{bed, daemon, longlived, tcp_vip};
+use super::{
+    bed, daemon,
+    longlived::{self, CONNECTIONS, QUIET},
+    tcp_vip,
+};
 
-/// Long-lived connections.
-const CONNECTIONS: usize = 100;
-/// Traffic before, between and after the changes.
-const QUIET: Duration = Duration::from_secs(1);
 /// The changes: add, drain, reload.
 const CHANGES: usize = 3;
 /// Table size of the reloaded file (prime; the first is 65,537).
