@@ -181,12 +181,20 @@ fn lint_ebpf_crate(tally: &mut Tally) {
     tally.check("clippy (eBPF crate)", ok);
 }
 
+/// The property tests' seed in the suite, unless `PROPTEST_RNG_SEED` names another: a
+/// suite run then decides the same way on every machine. A plain `cargo test` explores
+/// new cases with a random seed, and proptest saves what fails in its regressions file.
+const PROPTEST_SEED: &str = "20261206";
+
 /// The unprivileged tests of every host crate but lb-tests.
 fn unit_tests(tally: &mut Tally, args: &TestArgs) -> anyhow::Result<()> {
     eprintln!("xtask test: [5/7] unit tests");
     let mut unit = cmd::cargo();
     unit.args(["test", "--workspace", "--exclude", "lb-ebpf"])
         .args(["--exclude", "lb-tests", "--no-fail-fast"]);
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        unit.env("PROPTEST_RNG_SEED", PROPTEST_SEED);
+    }
     if let Some(filter) = &args.filter {
         unit.args(["--", filter]);
     }
