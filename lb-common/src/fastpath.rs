@@ -706,16 +706,34 @@ pub fn syn_backend(slot: &SlotState, clean_owner: Liveness, now_ns: u64, lead_ns
     }
 }
 
+/// Rule S4 as the data path applies it: whether a new connection's SYN sent to
+/// `backend` on a fast-path VIP's slot is pinned at once rather than held in the SYN
+/// cache. It is when the slot is dirty and a miss would take another backend
+/// ([`miss_backend`] for TCP): should another SYN overwrite the held one, the
+/// handshake's ACK would go there. The SYN cache is shared with today's VIPs, whose
+/// SYNs overwrite, so the data path cannot keep a held SYN as S4 asks.
+#[inline(always)]
+#[must_use]
+pub fn syn_needs_pin(slot: &SlotState, clean_owner: Liveness, backend: u32) -> bool {
+    slot.is_dirty() && miss_backend(slot, false, clean_owner, 0, 0) != backend
+}
+
 /// Residual R1's test: the owner switched less than [`DUPLICATE_SYN_WINDOW_NS`] ago
 /// (today's window for duplicate SYNs: retransmissions and network duplicates) away
 /// from a clean owner that still keeps flows, so a SYN without state may repeat one the
-/// clean owner got.
+/// clean owner got. `clean_owner` is the clean owner's state.
+#[inline(always)]
+#[must_use]
+pub fn syn_maybe_split(slot: &SlotState, clean_owner: Liveness, now_ns: u64) -> bool {
+    slot.owner != slot.clean_owner
+        && clean_owner.keeps_flows()
+        && within_ticks(slot.changed_ticks, now_ns, DUPLICATE_SYN_WINDOW_NS)
+}
+
+/// [`syn_maybe_split`] for the decision's inputs.
 #[inline(always)]
 fn maybe_split(inp: &Inputs) -> bool {
-    let slot = &inp.slot;
-    slot.owner != slot.clean_owner
-        && inp.clean_owner.keeps_flows()
-        && within_ticks(slot.changed_ticks, inp.now_ns, DUPLICATE_SYN_WINDOW_NS)
+    syn_maybe_split(&inp.slot, inp.clean_owner, inp.now_ns)
 }
 
 /// Whether `now_ns` is at most `span_ns` after the time `ticks` ([`ct_ticks`]),
@@ -912,9 +930,10 @@ pub fn clean_commit(now: &SlotState, epoch: u32) -> Option<SlotState> {
 }
 
 /// Rule C1 for a pin of a flow on `slot`: whether it blocks the cleaning. It does when
-/// it names another backend than the owner, that backend keeps flows, and it is live:
-/// a UDP pin within the idle timeout, a TCP pin seen within the TCP idle time
-/// (`seen_ns`, from [`crate::types::CtEntry::seen_ticks`]).
+/// it names another backend than the owner and it is live: a UDP pin within the idle
+/// timeout, a TCP pin seen within the TCP idle time (`seen_ns`, from
+/// [`crate::types::CtEntry::seen_ticks`]). Its backend's health does not matter: one
+/// down now may come back within the idle time (a flap) and keep the flow.
 #[inline(always)]
 #[must_use]
 pub fn pin_blocks_cleaning(
@@ -930,27 +949,19 @@ pub fn pin_blocks_cleaning(
     } else {
         cfg.tcp_idle_ns
     };
-    pin.backend != slot.owner()
-        && pin.liveness.keeps_flows()
-        && now_ns.wrapping_sub(seen_ns) <= idle_ns
+    pin.backend != slot.owner() && now_ns.wrapping_sub(seen_ns) <= idle_ns
 }
 
 /// Rule C1 for a held SYN (`held`) of a flow on `slot`: it blocks the cleaning while
-/// live (within the SYN hold time) and naming another backend than the owner.
+/// live (within the SYN hold time) and naming another backend than the owner, whatever
+/// that backend's health.
 #[inline(always)]
 #[must_use]
 pub fn held_blocks_cleaning(cfg: &Config, slot: &SlotState, held: &HeldView, now_ns: u64) -> bool {
     match *held {
         HeldView::Own {
-            backend,
-            liveness,
-            syn_ns,
-            ..
-        } => {
-            backend != slot.owner()
-                && liveness.keeps_flows()
-                && now_ns.wrapping_sub(syn_ns) <= cfg.syn_hold_ns
-        }
+            backend, syn_ns, ..
+        } => backend != slot.owner() && now_ns.wrapping_sub(syn_ns) <= cfg.syn_hold_ns,
         HeldView::Empty | HeldView::Other { .. } => false,
     }
 }

@@ -151,6 +151,25 @@ fn a_new_syn_within_the_lead_goes_to_the_clean_owner_and_after_it_to_the_owner()
 }
 
 #[test]
+fn a_syn_to_the_owner_of_a_dirty_slot_is_pinned_when_a_miss_goes_elsewhere() {
+    // `moved`: A to C at 10 s.
+    let slot = moved();
+    assert!(
+        syn_needs_pin(&slot, Liveness::Active, C),
+        "a miss goes to A"
+    );
+    assert!(
+        !syn_needs_pin(&slot, Liveness::Active, A),
+        "a miss goes to A too"
+    );
+    assert!(
+        !syn_needs_pin(&slot, Liveness::Down, C),
+        "a miss goes to C: A keeps no flows"
+    );
+    assert!(!syn_needs_pin(&SlotState::clean(C), Liveness::Active, C));
+}
+
+#[test]
 fn the_fleet_rule_needs_the_second_chance() {
     assert!(enabled(true, false, false));
     assert!(!enabled(true, true, false));
@@ -331,7 +350,7 @@ fn the_quiet_time_is_never_below_the_tcp_idle_time() {
 }
 
 #[test]
-fn only_live_pins_and_held_syns_naming_another_backend_block_cleaning() {
+fn only_live_pins_and_held_syns_naming_another_backend_block_cleaning_whatever_its_health() {
     let cfg = Config::DEFAULT;
     let slot = moved();
     let pin = PinView {
@@ -350,6 +369,19 @@ fn only_live_pins_and_held_syns_naming_another_backend_block_cleaning() {
     ));
     let idle = 20 * S + cfg.tcp_idle_ns + S;
     assert!(!pin_blocks_cleaning(&cfg, &slot, &pin, false, 20 * S, idle));
+    // A backend down now may come back within the idle time (a health flap).
+    let down = PinView {
+        liveness: Liveness::Down,
+        ..pin
+    };
+    assert!(pin_blocks_cleaning(
+        &cfg,
+        &slot,
+        &down,
+        false,
+        20 * S,
+        30 * S
+    ));
     let owners = PinView { backend: C, ..pin };
     assert!(!pin_blocks_cleaning(
         &cfg,

@@ -55,6 +55,20 @@ pub(crate) enum Design {
     Fast,
     /// The fast path even in a fleet (to show why the fleet rule exists).
     FastForced,
+    /// The fast path as lb-ebpf runs it today (`lb-ebpf/src/fast.rs`): a clean slot
+    /// forwards to its owner; on a dirty slot today's decisions run, with a miss and a
+    /// new SYN picked by `fastpath::miss_backend` and `syn_backend`, and every pin in
+    /// the LRU. Where the fleet rule allows it, else today's.
+    Shipped,
+}
+
+/// How a packet that no pin or held SYN decides picks its backend.
+#[derive(Clone, Copy)]
+enum Pick {
+    /// A new connection's SYN.
+    Syn,
+    /// Any other packet.
+    Miss { udp: bool },
 }
 
 /// An event of a sequence.
@@ -136,6 +150,10 @@ impl Setup {
     }
 }
 
+/// How long a server keeps a half-open TCP connection (ns): Linux retransmits its
+/// SYN-ACK for 63 s (`tcp_synack_retries` 5: 1 + 2 + 4 + 8 + 16 + 32 s).
+const HALF_OPEN_NS: u64 = 63 * S;
+
 /// Why a broken flow may break under the fast path (a documented residual).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Residual {
@@ -145,6 +163,9 @@ pub(crate) enum Residual {
     /// LB), and its slot could be cleaned meanwhile (even while it resumed during the
     /// walk).
     Idle,
+    /// R6, the shipped data path only (no exceptions map yet): the LRU evicted the
+    /// flow's pin, which the miss rule may not derive again (not counted by the LB).
+    Evicted,
 }
 
 impl Residual {
@@ -180,6 +201,12 @@ pub(crate) struct Flow {
     last_ns: Option<u64>,
     /// It was once silent longer than the TCP idle time (residual R5 may break it).
     silent: bool,
+    /// When its handshake's first SYN came, while the handshake is open (no other
+    /// packet yet).
+    syn_ns: Option<u64>,
+    /// When a backend last received one of its packets (a dropped packet refreshes
+    /// no pin and no socket).
+    delivered_ns: Option<u64>,
     /// The residuals its packets were counted under.
     pub(crate) residuals: Vec<Residual>,
     /// Where its packets went.
@@ -206,15 +233,19 @@ impl Lru {
         self.entries.back_mut().map(|(_, e)| e)
     }
 
-    /// Inserts (or replaces) `key`, evicting the least recently used entry when full.
-    fn insert(&mut self, key: FlowKey, entry: CtEntry) {
+    /// Inserts (or replaces) `key`, evicting the least recently used entry when full;
+    /// returns the evicted entry's key.
+    fn insert(&mut self, key: FlowKey, entry: CtEntry) -> Option<FlowKey> {
         self.remove(&key);
-        if self.entries.len() >= self.cap {
-            self.entries.pop_front();
-        }
+        let evicted = if self.entries.len() >= self.cap {
+            self.entries.pop_front().map(|(k, _)| k)
+        } else {
+            None
+        };
         if self.cap > 0 {
             self.entries.push_back((key, entry));
         }
+        evicted
     }
 
     fn remove(&mut self, key: &FlowKey) {
@@ -355,6 +386,8 @@ impl Lookups for View<'_> {
 #[derive(Clone, Debug)]
 pub(crate) struct World {
     fast: bool,
+    /// The fast path as lb-ebpf runs it ([`Design::Shipped`]).
+    shipped: bool,
     setup: Setup,
     lb: LbConfig,
     states: [Liveness; 3],
@@ -399,7 +432,9 @@ impl World {
             Design::Today => false,
             Design::Fast => fastpath::enabled(true, setup.ninst > 1, false),
             Design::FastForced => true,
+            Design::Shipped => fastpath::enabled(true, setup.ninst > 1, false),
         };
+        let shipped = fast && design == Design::Shipped;
         let inst = Inst {
             owners: setup.owners.clone(),
             epoch: 1,
@@ -426,12 +461,15 @@ impl World {
                 fate: Fate::Kept,
                 last_ns: None,
                 silent: false,
+                syn_ns: None,
+                delivered_ns: None,
                 residuals: Vec::new(),
                 trail: Vec::new(),
             })
             .collect();
         World {
             fast,
+            shipped,
             lb: LbConfig {
                 hash_seed: SEED,
                 udp_timeout_ns: setup.cfg.udp_timeout_ns,
@@ -525,7 +563,9 @@ impl World {
         if flow.last_ns.is_some_and(|last| self.now - last > idle) {
             self.flows[fid].silent = true;
         }
-        let target = if self.fast {
+        let target = if self.shipped {
+            self.shipped_packet(inst, fid, packet)
+        } else if self.fast {
             self.fast_packet(inst, fid, packet)
         } else {
             self.today_packet(inst, fid, packet)
@@ -533,13 +573,19 @@ impl World {
         if let Some(backend) = target {
             self.deliver(fid, backend, syn);
         }
-        self.flows[fid].last_ns = Some(self.now);
+        let flow = &mut self.flows[fid];
+        flow.last_ns = Some(self.now);
+        flow.syn_ns = if syn {
+            flow.syn_ns.or(Some(self.now))
+        } else {
+            None
+        };
     }
 
     /// Delivers a packet of flow `fid` to `backend`: a SYN or a UDP flow's first
     /// datagram makes the socket; any other packet must reach it. A UDP flow silent
-    /// about the UDP idle timeout starts again as a new flow (in both designs its pin
-    /// has expired: no design keeps it).
+    /// about the UDP idle timeout since a backend last received it starts again as a
+    /// new flow (in both designs its pin has expired: no design keeps it).
     fn deliver(&mut self, fid: usize, backend: u32, syn: bool) {
         let udp_idle = self.setup.cfg.udp_timeout_ns;
         let now = self.now;
@@ -549,8 +595,17 @@ impl World {
         // A pin's stamp is refreshed at most once a second, so it may expire up to a
         // second before the flow's own silence reaches the timeout.
         let expired = |last: u64| now - last + conntrack::UDP_REFRESH_NS > udp_idle;
-        if flow.udp && flow.last_ns.is_some_and(expired) {
+        if flow.udp && flow.delivered_ns.replace(now).is_some_and(expired) {
             flow.sock = None;
+        }
+        // A server drops a half-open connection once its SYN-ACK retries end: a later
+        // handshake ACK finds no socket in either design, and a later SYN opens a new
+        // one wherever it goes.
+        if !flow.udp && flow.syn_ns.is_some_and(|at| now - at > HALF_OPEN_NS) {
+            flow.sock = None;
+            if !syn {
+                return;
+            }
         }
         let Some(sock) = flow.sock else {
             if syn || flow.udp {
@@ -572,7 +627,8 @@ impl World {
     }
 
     /// Today's path for a SYN: `conntrack::decide_syn`, holding a new connection's SYN.
-    fn today_syn(&mut self, i: usize, key: &FlowKey, seq: u32) -> Option<u32> {
+    fn today_syn(&mut self, i: usize, fid: usize, seq: u32) -> Option<u32> {
+        let key = &self.flows[fid].key.clone();
         let now = self.now;
         let inst = &mut self.insts[i];
         // The program reads the pin for a SYN only in the window after a change.
@@ -586,13 +642,112 @@ impl World {
         match conntrack::decide_syn(&mut view, key, seq, &vip, entry.as_ref(), &self.lb) {
             SynDecision::Pin(b) | SynDecision::HeldSyn(b) => Some(b),
             SynDecision::Table { hash } => {
-                let b = inst.owners[index(hash, inst.owners.len())];
+                let (b, pin) = self.pick(i, fid, hash, Pick::Syn)?;
+                let inst = &mut self.insts[i];
+                if pin {
+                    // `select::pin_syn`: an existing pin wins if its backend keeps flows.
+                    if let Some(e) = inst.lru.get(key) {
+                        let winner = e.backend_id;
+                        return Some(if self.keeps(winner) { winner } else { b });
+                    }
+                    let evicted = inst.lru.insert(*key, syn_pin(b, inst.epoch, seq, now));
+                    self.evicted(evicted);
+                    return Some(b);
+                }
                 let slot = index(hash, inst.syn.len());
-                (b != 0).then(|| {
-                    inst.syn[slot] = held(key, hash, b, inst.epoch, seq, now);
-                    b
-                })
+                inst.syn[slot] = held(key, hash, b, inst.epoch, seq, now);
+                Some(b)
             }
+        }
+    }
+
+    /// The backend of a packet no pin or held SYN decides, if any, and whether a SYN
+    /// is pinned at once (`fastpath::syn_needs_pin`): today's the table's; the shipped
+    /// fast path's by lb-ebpf's `fast::pick_by`. A SYN sent to the owner that may split
+    /// a handshake is noted for flow `fid` (residual R1, which lb-ebpf does not count
+    /// yet).
+    fn pick(&mut self, i: usize, fid: usize, hash: u32, pick: Pick) -> Option<(u32, bool)> {
+        let inst = &self.insts[i];
+        if !self.shipped {
+            let b = inst.owners[index(hash, inst.owners.len())];
+            return (b != 0).then_some((b, false));
+        }
+        let slot = inst.slots[index(hash, self.setup.m)];
+        let (cfg, now) = (&self.setup.cfg, self.now);
+        let clean = slot.clean_owner();
+        let clean_liveness = match liveness(&self.states, clean) {
+            Liveness::Down => Liveness::Down,
+            _ if clean == 0 => Liveness::Down,
+            _ => Liveness::Active,
+        };
+        let id = match pick {
+            Pick::Syn => {
+                let id = fastpath::syn_backend(&slot, clean_liveness, now, cfg.lead_ns);
+                if slot.is_dirty()
+                    && id == slot.owner()
+                    && fastpath::syn_maybe_split(&slot, clean_liveness, now)
+                {
+                    self.note(fid, Note::SynMaybeSplit);
+                }
+                id
+            }
+            Pick::Miss { udp } => {
+                fastpath::miss_backend(&slot, udp, clean_liveness, now, cfg.udp_timeout_ns)
+            }
+        };
+        let state = liveness(&self.states, id);
+        let ok = if id == slot.owner() {
+            state == Liveness::Active
+        } else {
+            state.keeps_flows()
+        };
+        let pin = matches!(pick, Pick::Syn) && fastpath::syn_needs_pin(&slot, clean_liveness, id);
+        (id != 0 && ok).then_some((id, pin))
+    }
+
+    /// The shipped fast path for a packet: a clean slot's owner (rule T1), else today's
+    /// path with [`World::pick`].
+    fn shipped_packet(&mut self, i: usize, fid: usize, packet: Packet) -> Option<u32> {
+        let hash = flow_hash(&self.flows[fid].key, SEED);
+        let slot = self.insts[i].slots[index(hash, self.setup.m)];
+        let owner = liveness(&self.states, slot.owner());
+        let takes = match packet {
+            Packet::Syn { .. } => owner == Liveness::Active,
+            _ => owner.keeps_flows(),
+        };
+        if !slot.is_dirty() && slot.owner() != 0 && takes {
+            self.count("clean_slot");
+            return Some(slot.owner());
+        }
+        self.today_packet(i, fid, packet)
+    }
+
+    /// Whether backend `id` keeps flows.
+    fn keeps(&self, id: u32) -> bool {
+        liveness(&self.states, id).keeps_flows()
+    }
+
+    /// The shipped data path's residual R6 for the flow whose pin the LRU evicted.
+    fn evicted(&mut self, key: Option<FlowKey>) {
+        if !self.shipped {
+            return;
+        }
+        let flows = self.flows.iter_mut();
+        for flow in flows.filter(|f| Some(f.key) == key) {
+            flow.residuals.push(Residual::Evicted);
+        }
+    }
+
+    /// lb-ebpf's `fast::note_pin` (rule P4) before a pin naming `backend` for a flow
+    /// of hash `hash`: a dirty slot owned by another backend moves its epoch.
+    fn note_pin(&mut self, i: usize, hash: u32, backend: u32) {
+        if !self.shipped {
+            return;
+        }
+        let s = index(hash, self.setup.m);
+        let slot = &mut self.insts[i].slots[s];
+        if slot.is_dirty() && slot.owner() != backend {
+            *slot = slot.bumped();
         }
     }
 
@@ -601,9 +756,10 @@ impl World {
     fn today_packet(&mut self, i: usize, fid: usize, packet: Packet) -> Option<u32> {
         let key = self.flows[fid].key;
         if let Packet::Syn { seq } = packet {
-            return self.today_syn(i, &key, seq);
+            return self.today_syn(i, fid, seq);
         }
         let now = self.now;
+        let udp = self.flows[fid].udp;
         let inst = &mut self.insts[i];
         let entry = inst.lru.get(&key).copied();
         let (vip, mut view) = inst.today_view(&self.states, now);
@@ -631,8 +787,11 @@ impl World {
                 record,
             } => {
                 if let Some(record) = record {
-                    inst.lru.insert(key, record.entry(backend));
+                    self.note_pin(i, flow_hash(&key, SEED), backend);
+                    let inst = &mut self.insts[i];
+                    let evicted = inst.lru.insert(key, record.entry(backend));
                     inst.syn[slot.index].vip_id = SYN_FREE;
+                    self.evicted(evicted);
                 }
                 Some(backend)
             }
@@ -644,11 +803,13 @@ impl World {
                 if let Some(slot) = stale_slot {
                     inst.syn[slot.index].vip_id = SYN_FREE;
                 }
-                let b = inst.owners[index(hash, inst.owners.len())];
-                if let (Some(record), true) = (record, b != 0) {
-                    inst.lru.insert(key, record.entry(b));
+                let (b, _) = self.pick(i, fid, hash, Pick::Miss { udp })?;
+                if let Some(record) = record {
+                    self.note_pin(i, hash, b);
+                    let evicted = self.insts[i].lru.insert(key, record.entry(b));
+                    self.evicted(evicted);
                 }
-                (b != 0).then_some(b)
+                Some(b)
             }
         }
     }
@@ -796,7 +957,8 @@ impl World {
         match pw.class {
             PinClass::Derivable => {
                 inst.exc.remove(key);
-                inst.lru.insert(*key, entry);
+                // A derivable pin: the miss rule names its backend again.
+                let _evicted = inst.lru.insert(*key, entry);
             }
             PinClass::Exception => {
                 if !inst.exc.insert(*key, entry) {
@@ -930,6 +1092,19 @@ impl World {
             }
         }
     }
+}
+
+/// The pin of a SYN `seq` sent to `backend` at `now` under table `epoch`, as lb-ebpf's
+/// `select::pin_syn` writes it.
+fn syn_pin(backend: u32, epoch: u32, seq: u32, now: u64) -> CtEntry {
+    let record = conntrack::Record {
+        replace: false,
+        vip_id: VIP_ID,
+        stamp_ns: now,
+        epoch,
+        isn: seq,
+    };
+    record.entry(backend)
 }
 
 /// A whole SYN cache element for SYN `seq` of flow `key` (hash `hash`) sent to `backend`.
