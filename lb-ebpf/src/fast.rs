@@ -5,7 +5,9 @@
 //! `lb_common::fastpath`). On a dirty slot the pins and held SYNs decide as on today's
 //! path; a miss there takes the clean owner (rules M1, M2, [`pick_miss`]), a new SYN
 //! within the lead of the slot's change too (rule P2, [`pick_syn`]: a SYN retransmitted
-//! across the change follows its first, the simulation's CE1). A pin naming another
+//! across the change follows its first, the simulation's CE1); after the lead, a SYN
+//! sent to the owner where a miss would take the clean owner is pinned at once (S4,
+//! `select::pin_syn`), since another SYN may overwrite its held one. A pin naming another
 //! backend than the owner bumps the slot's epoch (rule P4, [`note_pin`]), so a cleaning
 //! walk that read the slot before cannot commit.
 //!
@@ -13,7 +15,7 @@
 //! no `VIPS` lookup before its conntrack lookup.
 
 use lb_common::{
-    fastpath::{DEFAULT_LEAD_NS, Liveness, SlotState, miss_backend, syn_backend},
+    fastpath::{DEFAULT_LEAD_NS, Liveness, SlotState, miss_backend, syn_backend, syn_needs_pin},
     hash::vip_filter_bit,
     maps::TABLE_HEADER_LEN,
     stats::Reason,
@@ -74,12 +76,17 @@ pub(crate) fn clean_owner(vip: &VipEntry, hash: u32, syn: bool) -> Option<Choice
 /// own decides) on VIP `vip`'s dirty slot `hash % M` ([`syn_backend`]): within the lead
 /// ([`DEFAULT_LEAD_NS`]) of the slot's change, its clean owner if that backend keeps
 /// flows, so a SYN retransmitted across the change reaches the backend of its first;
-/// otherwise the owner, which must take new flows.
+/// otherwise the owner, which must take new flows. Also whether the SYN is pinned at
+/// once (rule S4, [`syn_needs_pin`]).
 #[inline(always)]
-pub(crate) fn pick_syn(vip: &VipEntry, hash: u32, now_ns: u64) -> Result<Choice, Reason> {
-    pick_by(vip, hash, |slot, clean| {
-        syn_backend(slot, clean, now_ns, DEFAULT_LEAD_NS)
-    })
+pub(crate) fn pick_syn(vip: &VipEntry, hash: u32, now_ns: u64) -> Result<(Choice, bool), Reason> {
+    let mut pin = false;
+    let choice = pick_by(vip, hash, |slot, clean| {
+        let id = syn_backend(slot, clean, now_ns, DEFAULT_LEAD_NS);
+        pin = syn_needs_pin(slot, clean, id);
+        id
+    })?;
+    Ok((choice, pin))
 }
 
 /// Rules M1 and M2: the backend of a miss (no pin, no held SYN) on VIP `vip`'s slot

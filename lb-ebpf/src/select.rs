@@ -24,7 +24,7 @@
 
 use lb_common::{
     conntrack::{
-        Decision, Lookups, PinLookups, PinState, SynDecision, decide, decide_syn, pin_state,
+        Decision, Lookups, PinLookups, PinState, Record, SynDecision, decide, decide_syn, pin_state,
     },
     hash::flow_hash,
     stats::{Reason, VipStats},
@@ -162,15 +162,34 @@ pub(crate) fn pick_syn(
         }
         SynDecision::Table { hash } => hash,
     };
-    let choice = if fast::is_fast(vip) {
+    let (choice, pin) = if fast::is_fast(vip) {
         fast::pick_syn(vip, hash, now)?
     } else {
-        table::pick(vip, hash)?
+        (table::pick(vip, hash)?, false)
     };
-    syn_cache::remember(p, vip, hash, &choice, cfg, stats, now);
     stats.new_flows += 1;
     traced.new_flow = true;
+    if pin && new_pin_rate::may_pin(cfg, now) {
+        return Ok(pin_syn(p, vip, choice, now));
+    }
+    syn_cache::remember(p, vip, hash, &choice, cfg, stats, now);
     Ok(choice)
+}
+
+/// Rule S4 as the data path applies it (`lb_common::fastpath::syn_needs_pin`): pins a
+/// new connection's SYN `p`, sent to `choice` at `now`, at once instead of holding it.
+/// A pin of the 4-tuple made meanwhile, or one the SYN did not read (outside the
+/// window after a change), wins if its backend keeps flows: a SYN never moves a pin.
+#[inline(always)]
+fn pin_syn(p: &Parsed, vip: &VipEntry, choice: Choice, now: u64) -> Choice {
+    let record = Record {
+        replace: false,
+        vip_id: vip.vip_id,
+        stamp_ns: now,
+        epoch: vip.epoch,
+        isn: p.tcp_seq,
+    };
+    conntrack::pin_flow(&p.key, &record.entry(choice.id), choice, false).1
 }
 
 /// Chooses the backend for a VIP packet other than a TCP SYN

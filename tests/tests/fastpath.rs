@@ -24,7 +24,11 @@ const M32: u32 = 7;
 
 /// VIP4:80/tcp (id 0) over backends 1..=3, round-robin over `M` slots.
 fn small() -> Lb {
-    let mut lb = Lb::new();
+    small_in(Lb::new())
+}
+
+/// [`small`] in `lb`.
+fn small_in(mut lb: Lb) -> Lb {
     lb.backends(3, false);
     lb.table(0, &round_robin(M, &[1, 2, 3]));
     lb.vip(0, VIP4, 80, PROTO_TCP);
@@ -327,6 +331,46 @@ fn a_handshake_on_a_clean_slot_writes_nothing_and_after_the_lead_the_owner_takes
     assert_eq!(sent_to(&mut lb, &late.frame(L4::Tcp(ACK), b"a")), new_owner);
     // The first connection, silent meanwhile, still reaches its backend (M1).
     assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"b")), owner);
+}
+
+#[test]
+fn after_the_lead_a_syn_to_the_owner_is_pinned_so_another_syn_cannot_split_its_handshake() {
+    // One SYN cache slot, so every held SYN overwrites the last (rule S4 as the data
+    // path applies it: the cache is shared with VIPs on today's path).
+    let mut lb = small_in(Lb::with_ct(4_096, 1));
+    let key = vip_key(VIP4.into(), 80, PROTO_TCP);
+    lb.dp.set_fast_path(&key, 0, true).expect("fast path on");
+    lb.table(1, &round_robin(M, &[1, 2, 3]));
+    lb.vip(1, VIP4, 81, PROTO_TCP);
+    let clean_owner = states(&lb)[2].owner();
+    let owner = if clean_owner == 1 { 2 } else { 1 };
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[2] = owner;
+    lb.table(0, &next);
+    std::thread::sleep(Duration::from_millis(5_500));
+    let flow = other_flow_on(2, 43_000);
+    let before = pins(&lb);
+    assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(SYN), &[])), owner);
+    assert_eq!(pins(&lb), before + 1, "pinned at the SYN");
+    // A SYN of the VIP on today's path takes the only SYN cache slot.
+    let other = Flow::new(CLIENT4, 50_000, VIP4, 81);
+    sent_to(&mut lb, &other.frame(L4::Tcp(SYN), &[]));
+    assert_eq!(
+        sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"a")),
+        owner,
+        "the ACK follows the pin, not the miss rule's clean owner"
+    );
+    // The slot moves again: within the lead a SYN goes to the clean owner, where a
+    // miss goes too, and is held.
+    next[2] = 6 - owner - clean_owner;
+    lb.table(0, &next);
+    let early = other_flow_on(2, 45_000);
+    let before = pins(&lb);
+    assert_eq!(
+        sent_to(&mut lb, &early.frame(L4::Tcp(SYN), &[])),
+        clean_owner
+    );
+    assert_eq!(pins(&lb), before, "held, not pinned");
 }
 
 #[test]
