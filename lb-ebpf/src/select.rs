@@ -153,6 +153,11 @@ pub(crate) fn pick_syn(
         SynDecision::Pin(backend) => {
             traced.set(Path::CtPin, 0);
             stats.ct_hits += 1;
+            // A duplicate SYN is the flow's packet too: the cleaning sees it live.
+            if let Some(entry) = ct {
+                // SAFETY: the pointer comes from a successful lookup; one field store.
+                conntrack::note_activity(unsafe { &mut *entry }, p, now);
+            }
             return Ok(backend);
         }
         SynDecision::HeldSyn(backend) => {

@@ -640,7 +640,14 @@ impl World {
         };
         let (vip, mut view) = inst.today_view(&self.states, now);
         match conntrack::decide_syn(&mut view, key, seq, &vip, entry.as_ref(), &self.lb) {
-            SynDecision::Pin(b) | SynDecision::HeldSyn(b) => Some(b),
+            SynDecision::Pin(b) => {
+                // lb-ebpf notes the SYN in the pin (`note_activity`).
+                if let Some(e) = self.insts[i].lru.get(key) {
+                    e.seen_ticks = ct_ticks(now);
+                }
+                Some(b)
+            }
+            SynDecision::HeldSyn(b) => Some(b),
             SynDecision::Table { hash } => {
                 let (b, pin) = self.pick(i, fid, hash, Pick::Syn)?;
                 let inst = &mut self.insts[i];
