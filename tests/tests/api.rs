@@ -4,9 +4,17 @@
 //! and the daemon's log names who made it. Privileged; needs the `lb` binary and
 //! `curl`. Certificates are made here (rcgen), never committed.
 
+use std::{
+    io::{BufRead as _, BufReader},
+    net::SocketAddr,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use lb::control::TraceEvent;
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, TempDir, backend_addr, vip_text},
-    testbed::{TestBed, TestBedOptions},
+    testbed::{TestBed, TestBedOptions, vip_tcp},
 };
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use serde_json::Value;
@@ -299,7 +307,7 @@ fn the_api_lists_connections_reloads_takes_a_pushed_configuration_and_serves_the
         ],
     );
     assert_eq!(code, 200, "{body}\n{}", lb.log());
-    lb.wait_status("the pushed VIPs", std::time::Duration::from_secs(10), |s| {
+    lb.wait_status("the pushed VIPs", Duration::from_secs(10), |s| {
         s.vips.iter().all(|v| v.backends.len() == 1)
     })
     .expect("the push applies");
@@ -346,6 +354,7 @@ fn the_api_lists_connections_reloads_takes_a_pushed_configuration_and_serves_the
     let (code, text, err) = lb_in(&bed, &[&["overrides"][..], &remote].concat());
     assert_eq!(code, 0, "{err}");
     assert_eq!(text, lb.cli(&["overrides"]).unwrap(), "the same text");
+    remote_trace(&bed, &remote);
     let backend = backend_addr(1, false).to_string();
     let (code, _, err) = lb_in(
         &bed,
@@ -397,4 +406,65 @@ fn the_api_lists_connections_reloads_takes_a_pushed_configuration_and_serves_the
     let (code, _, err) = lb_in(&bed, &["status", "--remote", "http://127.0.0.1:9443"]);
     assert_eq!(code, 1);
     assert!(err.contains("--remote") && err.contains("HTTPS"), "{err}");
+    remote_config_diff(&bed, &lb, dir.path(), &remote);
+}
+
+/// `lb config diff FILE --remote`: the local file is sent and compared (diff(1)'s exit
+/// status), the daemon stays as it is; without FILE it names what it needs.
+fn remote_config_diff(bed: &TestBed, lb: &Daemon<'_>, dir: &std::path::Path, remote: &[&str]) {
+    let full = DaemonConfig::equal(1..=2).to_toml(&lb.socket_path());
+    let two = dir.join("two.toml");
+    std::fs::write(&two, &full[full.find("\n[[vip]]").expect("VIPs")..]).unwrap();
+    let file = two.display().to_string();
+    let (code, text, err) = lb_in(bed, &[&["config", "diff", &file][..], remote].concat());
+    assert_eq!(code, 1, "changes: {text}{err}");
+    let backend = backend_addr(2, false).to_string();
+    assert!(text.contains(&backend), "backend 2 would come back: {text}");
+    assert!(
+        lb.status()
+            .unwrap()
+            .vips
+            .iter()
+            .all(|v| v.backends.len() == 1),
+        "a diff changes nothing"
+    );
+    let (code, _, err) = lb_in(bed, &[&["config", "diff"][..], remote].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("FILE"), "{err}");
+}
+
+/// `lb trace --remote`: the API's stream of traced packets, as JSON lines, while a
+/// client talks to the VIP.
+fn remote_trace(bed: &TestBed, remote: &[&str]) {
+    let lb = lb_tests::daemon::lb_binary();
+    let vip = vip_text(false, true);
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", bed.lb_ns().name()])
+        .arg(&lb)
+        .args(["trace", "--json", "--count", "2", "--vip", &vip])
+        .args(remote)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("lb trace --remote");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let header = lines.next().expect("a first line").expect("readable");
+    assert!(header.contains("\"vip\""), "{header}");
+    let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let client = SocketAddr::new(bed.client_addr(0, false), 0);
+    let _ = bed
+        .tcp_exchange(client, vip_tcp(false), "x")
+        .expect("a connection");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let events = reader.join().expect("the reader");
+    assert_eq!(events.len(), 2, "{events:?}");
+    for line in &events {
+        let event: TraceEvent = serde_json::from_str(line).expect("a JSON event");
+        assert_eq!(event.vip, vip, "{line}");
+    }
 }

@@ -463,7 +463,7 @@ fn route(request: &Request, change_id: Option<&str>) -> Result<Route, ClientErro
         },
         Request::ConfigDiff { .. } => {
             return Err(remote_error(
-                "lb config diff compares a file on the daemon's host, which the API does not read: over --remote, use `lb fleet apply --dry-run FILE`".into(),
+                "over --remote, lb config diff needs a FILE to send: the API does not read the daemon's own file".into(),
             ));
         }
     })

@@ -37,7 +37,9 @@ pub enum ConfigAction {
         json: bool,
     },
     /// Show what a reload of a file (default: the daemon's own) would change in the
-    /// running daemon, VIP by VIP; exit status 0 no change, 1 changes, 2 error.
+    /// running daemon, VIP by VIP; exit status 0 no change, 1 changes, 2 error. Over
+    /// --remote the file is sent, and its top-level tables replace the daemon's (as
+    /// `lb fleet apply --dry-run`).
     Diff {
         /// The configuration file (TOML); default: the file the daemon runs with.
         file: Option<PathBuf>,
@@ -74,21 +76,28 @@ pub fn diff(
     socket: &SocketArg,
     as_json: bool,
 ) -> Result<(Output, bool), String> {
-    let file = match file {
-        Some(f) => {
-            if let Err(errors) = Config::load(f) {
-                return Err(problems(&f.display().to_string(), &errors, false).text);
-            }
-            // The daemon reads the file: from its own working directory.
-            Some(std::fs::canonicalize(f).map_err(|e| format!("{}: {e}", f.display()))?)
-        }
-        None => None,
+    let client = socket.client().map_err(|e| e.to_string())?;
+    // A remote daemon validates what it makes of the file with its own.
+    if let Some(f) = file
+        && !client.is_remote()
+        && let Err(errors) = Config::load(f)
+    {
+        return Err(problems(&f.display().to_string(), &errors, false).text);
+    }
+    let request = match file {
+        // A remote daemon cannot read the file: it is sent, as `lb fleet apply
+        // --dry-run` sends it (its top-level tables replace the daemon's).
+        Some(f) if client.is_remote() => Request::PushConfig {
+            toml: std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?,
+            dry_run: true,
+        },
+        // The daemon reads the file: from its own working directory.
+        Some(f) => Request::ConfigDiff {
+            file: Some(std::fs::canonicalize(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        },
+        None => Request::ConfigDiff { file: None },
     };
-    let d: ConfigDiff = socket
-        .client()
-        .map_err(|e| e.to_string())?
-        .call(&Request::ConfigDiff { file })
-        .map_err(|e| e.to_string())?;
+    let d: ConfigDiff = client.call(&request).map_err(|e| e.to_string())?;
     let out = if as_json {
         json(&d)
     } else {

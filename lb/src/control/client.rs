@@ -127,6 +127,12 @@ impl Client {
         }
     }
 
+    /// Whether it talks to a remote daemon's API rather than a local socket.
+    #[must_use]
+    pub fn is_remote(&self) -> bool {
+        self.transport.is_some()
+    }
+
     /// The socket (empty through a [`Transport`]).
     pub fn socket(&self) -> &Path {
         &self.socket
