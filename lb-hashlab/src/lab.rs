@@ -16,6 +16,7 @@ use super::{
         LabReport, MembershipReport, Movement, RingPicture, SchemeReport, SchemeTheory, ServerLoad,
         SweepRow,
     },
+    request_bound::{self, RequestBoundReport},
     ring::Ring,
     scheme::{BuildError, Params, Scheme, SchemeKind},
     servers::{Server, check_set},
@@ -204,6 +205,11 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .is_counted()
         .then(|| lab.hot_keys(&built))
         .transpose()?;
+    let request_bound = input
+        .keys
+        .is_counted()
+        .then(|| lab.request_bound())
+        .transpose()?;
     let membership = input
         .peer
         .as_ref()
@@ -237,6 +243,7 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         events,
         vnodes_sweep,
         hot_keys,
+        request_bound,
         membership,
         epsilon_sweep,
         ring_picture,
@@ -589,6 +596,35 @@ impl Lab<'_> {
         })
     }
 
+    /// The ring of the run's `V` over its servers.
+    fn ring(&self) -> Result<Ring, LabError> {
+        let params = &self.input.params;
+        Ring::build_params(&self.input.servers, params.vnodes, params).map_err(|error| {
+            LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error))
+        })
+    }
+
+    /// Bounded load on requests at every `epsilon` of the sweep (or the one given).
+    fn request_bound(&self) -> Result<RequestBoundReport, LabError> {
+        let input = self.input;
+        let mut epsilons = if input.epsilon_sweep.len() > 1 {
+            input.epsilon_sweep.clone()
+        } else {
+            vec![input.params.epsilon]
+        };
+        epsilons.sort_by(f64::total_cmp);
+        epsilons.dedup();
+        Ok(request_bound::report(
+            &self.ring()?,
+            &input.servers,
+            self.hashes,
+            &input.keys,
+            &epsilons,
+            input.params.epsilon,
+            input.params.vnodes,
+        ))
+    }
+
     /// The ring as the picture draws it: every point (up to [`MAX_PICTURE_POINTS`]) and
     /// the keys of a small run.
     fn ring_picture(&self, ring: &Ring) -> RingPicture {
@@ -664,9 +700,7 @@ impl Lab<'_> {
 
         // The hottest keys on their first `replicas` distinct servers clockwise, their
         // requests split evenly (the remainder to the first servers).
-        let ring = Ring::build_params(&input.servers, input.params.vnodes, &input.params).map_err(
-            |error| LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error)),
-        )?;
+        let ring = self.ring()?;
         let placed = self.place(&Scheme::Ring(ring.clone()), &input.servers);
         let (keys, mut loads) = placed.loads(counts);
         for &i in &order {

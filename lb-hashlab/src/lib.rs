@@ -8,12 +8,13 @@
 //! - [`jump`]: jump consistent hash (Lamping and Veach 2014);
 //! - [`maglev`]: the project's own Maglev builder ([`lb_maglev`]), `table[hash mod M]`;
 //! - [`bounded`]: consistent hashing with bounded loads on the ring (Mirrokni, Thorup
-//!   and Zadimoghaddam 2016).
+//!   and Zadimoghaddam 2016), on keys or on requests.
 //!
 //! Around them: [`hashes`] (the three key hashes), [`servers`] and [`keys`] (inputs),
 //! [`events`] (membership changes), [`scheme`] (one interface over the six), [`stats`]
 //! (balance), [`theory`] (the expected values), [`lab`] (the runs), [`report`] (what
-//! is printed, text and JSON) and [`plot`] (the SVG charts).
+//! is printed, text and JSON) and [`plot`] (the SVG charts). Analyses of their own:
+//! [`request_bound`] (bounded load on requests and the hot key before and after).
 
 pub mod bounded;
 pub mod events;
@@ -29,6 +30,7 @@ pub mod nginx;
 pub mod plot;
 pub mod rendezvous;
 pub mod report;
+pub mod request_bound;
 pub mod ring;
 pub mod scheme;
 pub mod servers;

@@ -39,6 +39,10 @@ pub struct LabReport {
     pub vnodes_sweep: Vec<SweepRow>,
     /// Hot keys, when keys carry request counts.
     pub hot_keys: Option<HotKeysReport>,
+    /// Bounded load on requests and the hottest key before and after, when keys carry
+    /// request counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_bound: Option<crate::request_bound::RequestBoundReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
     /// Bounded load at every `--epsilon` value, in increasing order (empty when only one
@@ -326,6 +330,9 @@ impl LabReport {
         }
         if let Some(hot) = &self.hot_keys {
             hot_text(&mut t, hot);
+        }
+        if let Some(bound) = &self.request_bound {
+            t.push_str(&bound.to_text());
         }
         if let Some(membership) = &self.membership {
             membership_text(&mut t, membership);

@@ -146,6 +146,60 @@ fn key_files_with_counts_show_hot_keys() {
 }
 
 #[test]
+fn the_tutorials_hot_key_before_and_after_bounded_load_on_requests() {
+    // 10,000 keys of one request on 10 servers: 1,000 a server; 5x is 5,000 requests.
+    let args = [
+        "--servers",
+        "10",
+        "--keys",
+        "10000",
+        "--hot-key",
+        "5",
+        "--schemes",
+        "ring,bounded",
+        "--epsilon",
+        "0.1,0.25",
+    ];
+    let out = lb(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("10001 keys ("), "{stdout}");
+    assert!(stdout.contains(", 15000 requests;"), "{stdout}");
+    assert!(
+        stdout.contains("\nhot key live-score: 5000 requests (33.33% of all; 5.00x the average"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\n  before, ring V=100: S"), "{stdout}");
+    assert!(
+        stdout.contains("\n  requests bounded (epsilon 0.25): S"),
+        "{stdout}"
+    );
+    let out = lb(&[&args[..], &["--json"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bound = &json["request_bound"];
+    assert_eq!(bound["rows"].as_array().unwrap().len(), 2);
+    let hot = &bound["hot_key"];
+    assert_eq!(hot["key"], "live-score");
+    assert_eq!(hot["times_average"], 5.0);
+    // The hot key's server has its own ~1,000 requests and the 5,000: about 4x the fair
+    // 1,500 before; bounded on requests at 1.25, no server is above 1.25x (+ 1 request).
+    assert!(hot["ring"]["load_avg"].as_f64().unwrap() > 3.5, "{hot}");
+    assert!(hot["request_bound_max_avg"].as_f64().unwrap() <= 1.25 + 1.0 / 1500.0);
+    let served: u64 = hot["request_bound"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(served, 5000);
+    rejects(
+        &["--hot-key", "0"],
+        "'--hot-key <F>': \"0\" is not a number > 0",
+    );
+}
+
+#[test]
 fn the_plot_has_its_charts_with_their_bars_and_lines() {
     let path = scratch("plot.svg");
     let out = lb(&[

@@ -5,7 +5,8 @@
 //! lb hash [--servers N|LIST] [--keys N | --key-file FILE | --key-list LIST] [--zipf S]
 //!         [--hash NAME] [--space S] [--positions NAME=P,P...]...
 //!         [--schemes LIST] [--vnodes LIST] [--epsilon E] [--event EVENT]...
-//!         [--peer N|LIST] [--hot K] [--replicas R] [--explain KEY] [--json]
+//!         [--peer N|LIST] [--hot K] [--replicas R] [--hot-key F] [--explain KEY]
+//!         [--json]
 //!         [--plot FILE.svg|FILE.png]
 //! lb hash tour
 //! ```
@@ -39,6 +40,9 @@ use lb_hashlab::{
     keys::MAX_KEYS,
     plot,
 };
+
+/// The name of the key `--hot-key` adds (the tutorial's live score of a cricket final).
+pub const HOT_KEY: &str = "live-score";
 
 /// Arguments of `lb hash`.
 #[derive(Debug, Clone, clap::Args)]
@@ -82,6 +86,12 @@ pub struct HashArgs {
     /// Requests spread by --zipf.
     #[arg(long, value_name = "R", default_value_t = 1_000_000, requires = "zipf")]
     pub requests: u64,
+    /// Add the tutorial's hot key, `live-score`, with F times the average server load of
+    /// the other requests (F > 0; 5 in the tutorial), placed after them. Keys with
+    /// request counts (a KEY COUNT file, --zipf, --hot-key) add the report's bounded
+    /// load on requests: by epsilon, and the hottest key's server before and after.
+    #[arg(long, value_name = "F", value_parser = parse_positive)]
+    pub hot_key: Option<f64>,
     /// Key hash: fnv1a32-fmix32, flow (the data plane's flow hash), xxh3, or value (a key
     /// HASH or NAME=HASH is its own hash, for worked examples).
     #[arg(long, value_name = "NAME", default_value = "xxh3", value_parser = parse_hash_name)]
@@ -377,6 +387,12 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
         }
         keys.apply_zipf(s, args.requests);
     }
+    let servers = lab_servers(args)?;
+    if let Some(factor) = args.hot_key {
+        let active = servers.iter().filter(|s| s.weight > 0).count();
+        keys.add_hot_key(HOT_KEY, factor, active)
+            .map_err(|problem| HashCliError::argument("--hot-key", problem))?;
+    }
     let hash = match args.hash.as_str() {
         "fnv1a32-fmix32" => KeyHash::Fnv1a32Fmix32,
         "flow" => KeyHash::Flow {
@@ -409,20 +425,6 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
             other => other,
         })?;
     }
-    let servers = match (&args.servers, args.positions.is_empty()) {
-        (Some(list), _) => list.0.clone(),
-        (None, true) => lb_hashlab::parse_servers("5").expect("5 servers parse"),
-        (None, false) => {
-            let list: Vec<Server> = args
-                .positions
-                .iter()
-                .map(|(name, _)| Server::new(name.clone(), 1))
-                .collect();
-            lb_hashlab::servers::check_set(&list)
-                .map_err(|problem| HashCliError::argument("--positions", problem))?;
-            list
-        }
-    };
     Ok(LabInput {
         servers,
         keys,
@@ -448,6 +450,24 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
         peer: args.peer.as_ref().map(|list| list.0.clone()),
         hot: args.hot,
         replicas: args.replicas,
+    })
+}
+
+/// The servers of `--servers`, or of `--positions` in their order, or 5.
+fn lab_servers(args: &HashArgs) -> Result<Vec<Server>, HashCliError> {
+    Ok(match (&args.servers, args.positions.is_empty()) {
+        (Some(list), _) => list.0.clone(),
+        (None, true) => lb_hashlab::parse_servers("5").expect("5 servers parse"),
+        (None, false) => {
+            let list: Vec<Server> = args
+                .positions
+                .iter()
+                .map(|(name, _)| Server::new(name.clone(), 1))
+                .collect();
+            lb_hashlab::servers::check_set(&list)
+                .map_err(|problem| HashCliError::argument("--positions", problem))?;
+            list
+        }
     })
 }
 
