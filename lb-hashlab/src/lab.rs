@@ -11,6 +11,7 @@ use std::{
 use super::{
     events::Event,
     keys::KeySet,
+    replicas::{self, ReplicaReport, Replication, Zones},
     report::{
         Disagreement, EpsilonRow, EventReport, HotKey, HotKeysReport, HotRow, KeyPlacement,
         LabReport, MembershipReport, Movement, RingPicture, SchemeReport, SchemeTheory, ServerLoad,
@@ -61,6 +62,9 @@ pub struct LabInput {
     pub hot: usize,
     /// Servers each hot key is replicated on.
     pub replicas: usize,
+    /// Copies of every key on the ring (`--replicas RF [--zones ...]`): preference
+    /// lists and the balance of replicas.
+    pub replication: Option<Replication>,
 }
 
 /// The input a [`LabError`] is about.
@@ -82,6 +86,8 @@ pub enum Input {
     Schemes,
     /// The replica count.
     Replicas,
+    /// The server-to-zone map.
+    Zones,
 }
 
 /// Why the lab cannot run: which input, and what is wrong with it.
@@ -210,6 +216,11 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .is_counted()
         .then(|| lab.request_bound())
         .transpose()?;
+    let replicas = input
+        .replication
+        .as_ref()
+        .map(|r| lab.replicas(r))
+        .transpose()?;
     let membership = input
         .peer
         .as_ref()
@@ -244,6 +255,7 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         vnodes_sweep,
         hot_keys,
         request_bound,
+        replicas,
         membership,
         epsilon_sweep,
         ring_picture,
@@ -621,6 +633,31 @@ impl Lab<'_> {
             &input.keys,
             &epsilons,
             input.params.epsilon,
+            input.params.vnodes,
+        ))
+    }
+
+    /// Every key's preference list of `r.rf` servers, zone-aware with `r.zones`.
+    fn replicas(&self, r: &Replication) -> Result<ReplicaReport, LabError> {
+        let input = self.input;
+        if r.rf == 0 {
+            return Err(LabError::new(Input::Replicas, "0 replicas: give 1 or more"));
+        }
+        let zones = if r.zones.is_empty() {
+            None
+        } else {
+            Some(
+                Zones::new(&input.servers, &r.zones)
+                    .map_err(|problem| LabError::new(Input::Zones, problem))?,
+            )
+        };
+        Ok(replicas::report(
+            &self.ring()?,
+            &input.servers,
+            input.keys.keys(),
+            self.hashes,
+            r.rf,
+            zones.as_ref(),
             input.params.vnodes,
         ))
     }

@@ -14,7 +14,8 @@
 //! [`events`] (membership changes), [`scheme`] (one interface over the six), [`stats`]
 //! (balance), [`theory`] (the expected values), [`lab`] (the runs), [`report`] (what
 //! is printed, text and JSON) and [`plot`] (the SVG charts). Analyses of their own:
-//! [`request_bound`] (bounded load on requests and the hot key before and after).
+//! [`request_bound`] (bounded load on requests and the hot key before and after) and
+//! [`replicas`] (preference lists, zone-aware, and the balance of copies).
 
 pub mod bounded;
 pub mod events;
@@ -29,6 +30,7 @@ pub mod modn;
 pub mod nginx;
 pub mod plot;
 pub mod rendezvous;
+pub mod replicas;
 pub mod report;
 pub mod request_bound;
 pub mod ring;

@@ -43,6 +43,9 @@ pub struct LabReport {
     /// request counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_bound: Option<crate::request_bound::RequestBoundReport>,
+    /// Every key's copies on the ring, with `--replicas`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<crate::replicas::ReplicaReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
     /// Bounded load at every `--epsilon` value, in increasing order (empty when only one
@@ -333,6 +336,9 @@ impl LabReport {
         }
         if let Some(bound) = &self.request_bound {
             t.push_str(&bound.to_text());
+        }
+        if let Some(replicas) = &self.replicas {
+            t.push_str(&replicas.to_text());
         }
         if let Some(membership) = &self.membership {
             membership_text(&mut t, membership);

@@ -57,6 +57,7 @@ fn the_mod_4_mod_5_table() {
         peer: None,
         hot: 0,
         replicas: 1,
+        replication: None,
     };
     let report = lb_hashlab::run(&input).unwrap();
     let placements = report.placements.as_ref().unwrap();
@@ -133,6 +134,7 @@ fn the_0_99_ring() {
         peer: None,
         hot: 0,
         replicas: 1,
+        replication: None,
     };
     let report = lb_hashlab::run(&input).unwrap();
     let after: Vec<&str> = report

@@ -200,6 +200,46 @@ fn the_tutorials_hot_key_before_and_after_bounded_load_on_requests() {
 }
 
 #[test]
+fn replicas_with_zones_list_preferences_and_balance_copies() {
+    let out = lb(&[
+        "--servers",
+        "6",
+        "--keys",
+        "3000",
+        "--schemes",
+        "ring",
+        "--replicas",
+        "3",
+        "--zones",
+        "S0=a,S1=a,S2=b,S3=b,S4=c,S5=c",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\nreplicas: RF=3 on the ring V=100, the first 3 distinct servers clockwise, skipping a zone already chosen (zones a, b, c)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("servers; 0 keys with two copies in one zone\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("preference list\n"), "{stdout}");
+    rejects(&["--zones", "S0=a"], "--replicas");
+    rejects(
+        &["--replicas", "2", "--zones", "S0=a"],
+        "lb hash: error: --zones: server \"S1\" has no zone",
+    );
+    rejects(
+        &["--replicas", "2", "--zones", "S0"],
+        "'--zones <LIST>': \"S0\" is not NAME=ZONE",
+    );
+    rejects(
+        &["--replicas", "0"],
+        "lb hash: error: --replicas: 0 replicas",
+    );
+}
+
+#[test]
 fn the_plot_has_its_charts_with_their_bars_and_lines() {
     let path = scratch("plot.svg");
     let out = lb(&[

@@ -5,7 +5,8 @@
 //! lb hash [--servers N|LIST] [--keys N | --key-file FILE | --key-list LIST] [--zipf S]
 //!         [--hash NAME] [--space S] [--positions NAME=P,P...]...
 //!         [--schemes LIST] [--vnodes LIST] [--epsilon E] [--event EVENT]...
-//!         [--peer N|LIST] [--hot K] [--replicas R] [--hot-key F] [--explain KEY]
+//!         [--peer N|LIST] [--hot K] [--replicas RF [--zones NAME=ZONE,...]]
+//!         [--hot-key F] [--explain KEY]
 //!         [--json]
 //!         [--plot FILE.svg|FILE.png]
 //! lb hash tour
@@ -39,6 +40,7 @@ use lb_hashlab::{
     hashes::{DEFAULT_FLOW_VIP, HASH_NAMES},
     keys::MAX_KEYS,
     plot,
+    replicas::Replication,
 };
 
 /// The name of the key `--hot-key` adds (the tutorial's live score of a cricket final).
@@ -145,9 +147,17 @@ pub struct HashArgs {
     /// Hottest keys to spread over --replicas servers in the hot-key table.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub hot: usize,
-    /// Servers (distinct, clockwise on the ring) each hot key is spread over.
-    #[arg(long, value_name = "R", default_value_t = 3)]
-    pub replicas: usize,
+    /// Replication factor RF: adds every key's preference list on the ring (the first RF
+    /// distinct servers clockwise, Dynamo's) and the balance of primaries and replicas
+    /// per server; also the servers each hot key is spread over in the hot-key table
+    /// (default 3).
+    #[arg(long, value_name = "RF")]
+    pub replicas: Option<usize>,
+    /// Zones of the servers for --replicas, NAME=ZONE,... (every server one zone): a
+    /// preference list skips a server whose zone is already in it, until the zones run
+    /// out.
+    #[arg(long, value_name = "LIST", requires = "replicas")]
+    pub zones: Option<ZoneMap>,
     /// Explain one key instead of the report: mod-N's division, the ring's binary
     /// search and wrap-around, every rendezvous score (raw and 0-1), jump's jumps,
     /// Maglev's slot and permutation entry, bounded load's walk past full servers.
@@ -228,6 +238,7 @@ pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
             Input::TableSize => "--table-size",
             Input::Schemes => "--schemes",
             Input::Replicas => "--replicas",
+            Input::Zones => "--zones",
         };
         HashCliError::argument(option, error.problem)
     })?;
@@ -449,7 +460,11 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
         events: args.event.clone(),
         peer: args.peer.as_ref().map(|list| list.0.clone()),
         hot: args.hot,
-        replicas: args.replicas,
+        replicas: args.replicas.unwrap_or(3),
+        replication: args.replicas.map(|rf| Replication {
+            rf,
+            zones: args.zones.clone().map(|z| z.0).unwrap_or_default(),
+        }),
     })
 }
 
@@ -469,6 +484,18 @@ fn lab_servers(args: &HashArgs) -> Result<Vec<Server>, HashCliError> {
             list
         }
     })
+}
+
+/// A `--zones` value: `NAME=ZONE,...` (see [`lb_hashlab::replicas::parse_zones`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneMap(pub Vec<(String, String)>);
+
+impl std::str::FromStr for ZoneMap {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        lb_hashlab::replicas::parse_zones(text).map(Self)
+    }
 }
 
 /// A `--servers` / `--peer` value: a count or a list (see [`lb_hashlab::parse_servers`]).
