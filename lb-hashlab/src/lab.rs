@@ -10,6 +10,7 @@ use std::{
 
 use super::{
     events::Event,
+    failure::{self, FailureReport},
     keys::KeySet,
     replicas::{self, ReplicaReport, Replication, Zones},
     report::{
@@ -65,6 +66,8 @@ pub struct LabInput {
     /// Copies of every key on the ring (`--replicas RF [--zones ...]`): preference
     /// lists and the balance of replicas.
     pub replication: Option<Replication>,
+    /// A server whose failure's fan-out to report (`--fail NAME`).
+    pub fail: Option<String>,
 }
 
 /// The input a [`LabError`] is about.
@@ -88,6 +91,8 @@ pub enum Input {
     Replicas,
     /// The server-to-zone map.
     Zones,
+    /// The failed server.
+    Fail,
 }
 
 /// Why the lab cannot run: which input, and what is wrong with it.
@@ -221,6 +226,11 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .as_ref()
         .map(|r| lab.replicas(r))
         .transpose()?;
+    let failure = input
+        .fail
+        .as_deref()
+        .map(|name| lab.failure(name))
+        .transpose()?;
     let membership = input
         .peer
         .as_ref()
@@ -256,6 +266,7 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         hot_keys,
         request_bound,
         replicas,
+        failure,
         membership,
         epsilon_sweep,
         ring_picture,
@@ -660,6 +671,24 @@ impl Lab<'_> {
             zones.as_ref(),
             input.params.vnodes,
         ))
+    }
+
+    /// Who takes the keys of server `name` when it fails, scheme by scheme.
+    fn failure(&self, name: &str) -> Result<FailureReport, LabError> {
+        let input = self.input;
+        let failed = input
+            .servers
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| LabError::new(Input::Fail, format!("no server {name:?}")))?;
+        failure::report(
+            &input.servers,
+            failed,
+            input.keys.keys(),
+            self.hashes,
+            &input.params,
+        )
+        .map_err(|(kind, error)| LabError::build(Input::Fail, kind, &error))
     }
 
     /// The ring as the picture draws it: every point (up to [`MAX_PICTURE_POINTS`]) and

@@ -15,11 +15,13 @@
 //! (balance), [`theory`] (the expected values), [`lab`] (the runs), [`report`] (what
 //! is printed, text and JSON) and [`plot`] (the SVG charts). Analyses of their own:
 //! [`request_bound`] (bounded load on requests and the hot key before and after) and
-//! [`replicas`] (preference lists, zone-aware, and the balance of copies).
+//! [`replicas`] (preference lists, zone-aware, and the balance of copies), [`failure`]
+//! (who takes a failed server's keys).
 
 pub mod bounded;
 pub mod events;
 pub mod explain;
+pub mod failure;
 pub mod hashes;
 pub mod jump;
 pub mod ketama;

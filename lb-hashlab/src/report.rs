@@ -46,6 +46,9 @@ pub struct LabReport {
     /// Every key's copies on the ring, with `--replicas`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<crate::replicas::ReplicaReport>,
+    /// Who takes a failed server's keys, with `--fail`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<crate::failure::FailureReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
     /// Bounded load at every `--epsilon` value, in increasing order (empty when only one
@@ -339,6 +342,9 @@ impl LabReport {
         }
         if let Some(replicas) = &self.replicas {
             t.push_str(&replicas.to_text());
+        }
+        if let Some(failure) = &self.failure {
+            t.push_str(&failure.to_text());
         }
         if let Some(membership) = &self.membership {
             membership_text(&mut t, membership);

@@ -105,6 +105,7 @@ fn input(servers_text: &str, keys: KeySet, schemes: &[SchemeKind], events: &[&st
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
         replication: None,
     }
 }

@@ -32,6 +32,7 @@ fn small(epsilons: &[f64]) -> LabInput {
         peer: None,
         hot: 1,
         replicas: 1,
+        fail: None,
         replication: None,
     }
 }
@@ -129,6 +130,7 @@ fn on_zipf_requests_the_request_bound_holds_and_the_key_bound_does_not() {
         peer: None,
         hot: 1,
         replicas: 1,
+        fail: None,
         replication: None,
     };
     let report = lb_hashlab::run(&input).unwrap();

@@ -29,6 +29,7 @@ fn tutorial(rf: usize, zones: &str) -> LabInput {
         peer: None,
         hot: 1,
         replicas: 1,
+        fail: None,
         replication: Some(Replication {
             rf,
             zones: if zones.is_empty() {

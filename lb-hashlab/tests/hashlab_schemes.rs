@@ -147,6 +147,7 @@ fn input(servers: &str, keys: KeySet) -> LabInput {
         peer: Some(parse_servers("a,b,c").unwrap()),
         hot: 3,
         replicas: 2,
+        fail: None,
         replication: None,
     }
 }
@@ -321,6 +322,7 @@ fn ketama_and_nginx_as_schemes() {
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
         replication: None,
     })
     .unwrap();

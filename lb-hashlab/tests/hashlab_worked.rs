@@ -57,6 +57,7 @@ fn the_mod_4_mod_5_table() {
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
         replication: None,
     };
     let report = lb_hashlab::run(&input).unwrap();
@@ -134,6 +135,7 @@ fn the_0_99_ring() {
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
         replication: None,
     };
     let report = lb_hashlab::run(&input).unwrap();

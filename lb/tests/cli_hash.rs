@@ -240,6 +240,47 @@ fn replicas_with_zones_list_preferences_and_balance_copies() {
 }
 
 #[test]
+fn a_failed_servers_fan_out() {
+    let out = lb(&[
+        "--servers",
+        "10",
+        "--keys",
+        "10000",
+        "--fail",
+        "S9",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json["failure"]["rows"].as_array().unwrap();
+    let schemes: Vec<&str> = rows.iter().map(|r| r["scheme"].as_str().unwrap()).collect();
+    assert_eq!(
+        schemes,
+        ["ring V=1", "ring V=100", "rendezvous", "maglev", "jump"]
+    );
+    // One point a server: the successor takes everything; the others spread it over 9.
+    assert_eq!(rows[0]["receivers"].as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["largest_share"], 1.0);
+    for row in &rows[1..] {
+        assert_eq!(row["receivers"].as_array().unwrap().len(), 9, "{row}");
+    }
+    let out = lb(&["--servers", "10", "--keys", "2000", "--fail", "S3"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\nfailure of S3 (10 servers): who takes its keys\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\njump        not defined: S3 is bucket 3 of 0..9"),
+        "{stdout}"
+    );
+    rejects(
+        &["--fail", "S10"],
+        "lb hash: error: --fail: no server \"S10\"",
+    );
+}
+
+#[test]
 fn the_plot_has_its_charts_with_their_bars_and_lines() {
     let path = scratch("plot.svg");
     let out = lb(&[

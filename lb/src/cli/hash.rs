@@ -6,7 +6,7 @@
 //!         [--hash NAME] [--space S] [--positions NAME=P,P...]...
 //!         [--schemes LIST] [--vnodes LIST] [--epsilon E] [--event EVENT]...
 //!         [--peer N|LIST] [--hot K] [--replicas RF [--zones NAME=ZONE,...]]
-//!         [--hot-key F] [--explain KEY]
+//!         [--hot-key F] [--fail NAME] [--explain KEY]
 //!         [--json]
 //!         [--plot FILE.svg|FILE.png]
 //! lb hash tour
@@ -158,6 +158,11 @@ pub struct HashArgs {
     /// out.
     #[arg(long, value_name = "LIST", requires = "replicas")]
     pub zones: Option<ZoneMap>,
+    /// Report a failure of server NAME: how many servers take its keys and how many
+    /// each, for the ring with V = 1 and V = 100, rendezvous, Maglev and jump (defined
+    /// only for the last server), beside the theory.
+    #[arg(long, value_name = "NAME")]
+    pub fail: Option<String>,
     /// Explain one key instead of the report: mod-N's division, the ring's binary
     /// search and wrap-around, every rendezvous score (raw and 0-1), jump's jumps,
     /// Maglev's slot and permutation entry, bounded load's walk past full servers.
@@ -239,6 +244,7 @@ pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
             Input::Schemes => "--schemes",
             Input::Replicas => "--replicas",
             Input::Zones => "--zones",
+            Input::Fail => "--fail",
         };
         HashCliError::argument(option, error.problem)
     })?;
@@ -465,6 +471,7 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
             rf,
             zones: args.zones.clone().map(|z| z.0).unwrap_or_default(),
         }),
+        fail: args.fail.clone(),
     })
 }
 
