@@ -1,6 +1,7 @@
 //! The lab itself: runs every scheme on the same keys, before and after each event, over
-//! the `V` sweep, for hot keys and for a peer's view, and fills a [`LabReport`]. No I/O;
-//! the only clock read is the lookup timing ([`ns_per_key`]).
+//! the `V` sweep, for hot keys and for a peer's view, and fills a [`LabReport`], with the
+//! analyses of their own modules (bounded load on requests, replicas, a failure's
+//! fan-out). No I/O; the only clock read is the lookup timing ([`ns_per_key`]).
 
 use std::{
     collections::HashMap,
