@@ -501,7 +501,7 @@ fn section_jump_maglev_bounded() -> Result<Section, LabError> {
 }
 
 /// The tutorial's hot key on 10 servers: its server before and after, by epsilon.
-fn hot_key_text() -> Result<String, LabError> {
+fn hot_key() -> Result<LabReport, LabError> {
     let mut keys = users(10_000);
     keys.add_hot_key("live-score", 5.0, 10)
         .map_err(|problem| LabError {
@@ -511,11 +511,7 @@ fn hot_key_text() -> Result<String, LabError> {
     let mut hot = input("10", keys, &[SchemeKind::Ring, SchemeKind::Bounded], &[]);
     hot.epsilon_sweep = vec![0.1, 0.5, 1.0, 0.25];
     hot.params.epsilon = 0.25;
-    let report = run(&hot)?;
-    Ok(report
-        .request_bound
-        .map(|r| r.to_text())
-        .unwrap_or_default())
+    run(&hot)
 }
 
 /// Section 5's 0-999 ring with A and B in one zone: preference lists of two copies.
@@ -542,7 +538,13 @@ fn failure_text() -> Result<String, LabError> {
 }
 
 fn section_hot_replicas_failure() -> Result<Section, LabError> {
-    let text = [hot_key_text()?, replicas_text()?, failure_text()?].concat();
+    let hot = hot_key()?;
+    let hot_text = hot
+        .request_bound
+        .as_ref()
+        .map(|r| r.to_text())
+        .unwrap_or_default();
+    let text = [hot_text, replicas_text()?, failure_text()?].concat();
     Ok(Section {
         title: "8. Hot keys, replicas and failures".to_owned(),
         explanation: [
@@ -561,6 +563,6 @@ fn section_hot_replicas_failure() -> Result<Section, LabError> {
                 .to_owned(),
         ],
         text,
-        reports: Vec::new(),
+        reports: vec![("hot-key".to_owned(), hot)],
     })
 }

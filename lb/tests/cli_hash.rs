@@ -193,6 +193,13 @@ fn the_tutorials_hot_key_before_and_after_bounded_load_on_requests() {
         .map(|s| s["requests"].as_u64().unwrap())
         .sum();
     assert_eq!(served, 5000);
+    let path = scratch("hot.svg");
+    let out = lb(&[&args[..], &["--plot", path.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(svg.contains("requests max/avg (requests bounded)"));
+    assert!(svg.contains("requests max/avg (keys bounded)"));
     rejects(
         &["--hot-key", "0"],
         "'--hot-key <F>': \"0\" is not a number > 0",
