@@ -154,6 +154,26 @@ impl KeySet {
         self.counted = true;
     }
 
+    /// Adds the tutorial's hot key: `key` with `factor` times the average server load
+    /// of the requests so far (`round(factor * requests / servers)` requests), placed
+    /// last, as a key that turns hot after the others. Returns its request count.
+    ///
+    /// # Errors
+    /// `key` is already a key, `factor` is not a number > 0, or `servers` is 0.
+    pub fn add_hot_key(&mut self, key: &str, factor: f64, servers: usize) -> Result<u64, String> {
+        if !(factor.is_finite() && factor > 0.0) || servers == 0 {
+            return Err(format!("hot key factor {factor} must be a number > 0"));
+        }
+        if self.keys.iter().any(|k| k == key) {
+            return Err(format!("the hot key {key:?} is already a key"));
+        }
+        let count = floor_u64((factor * self.requests() as f64 / servers as f64).round());
+        self.keys.push(key.to_owned());
+        self.counts.push(count);
+        self.counted = true;
+        Ok(count)
+    }
+
     /// The keys, in input order.
     #[must_use]
     pub fn keys(&self) -> &[String] {
@@ -306,6 +326,21 @@ mod tests {
         assert!(!set.is_counted());
         assert!(set.keys().iter().all(|k| k.starts_with("user:")));
         assert!(KeySet::mulberry32_users(0, 16).is_err());
+    }
+
+    #[test]
+    fn the_hot_key_has_factor_times_the_average_server_load() {
+        // 10,000 requests over 10 servers: 1,000 a server, so 5x is 5,000 requests.
+        let mut set = KeySet::generate(10_000, 1).unwrap();
+        assert_eq!(set.add_hot_key("live-score", 5.0, 10), Ok(5_000));
+        assert_eq!(set.keys().last().unwrap(), "live-score");
+        assert_eq!(set.requests(), 15_000);
+        assert!(set.is_counted());
+        assert!(set.add_hot_key("live-score", 5.0, 10).is_err());
+        assert!(set.add_hot_key("x", 0.0, 10).is_err());
+        // 7 requests, 2 servers, 1.5x: round(5.25) = 5.
+        let mut small = KeySet::parse("a 3\nb 4").unwrap();
+        assert_eq!(small.add_hot_key("h", 1.5, 2), Ok(5));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The lab itself: runs every scheme on the same keys, before and after each event, over
-//! the `V` sweep, for hot keys and for a peer's view, and fills a [`LabReport`]. No I/O;
-//! the only clock read is the lookup timing ([`ns_per_key`]).
+//! the `V` sweep, for hot keys and for a peer's view, and fills a [`LabReport`], with the
+//! analyses of their own modules (bounded load on requests, replicas, a failure's
+//! fan-out). No I/O; the only clock read is the lookup timing ([`ns_per_key`]).
 
 use std::{
     collections::HashMap,
@@ -10,12 +11,15 @@ use std::{
 
 use super::{
     events::Event,
+    failure::{self, FailureReport},
     keys::KeySet,
+    replicas::{self, ReplicaReport, Replication, Zones},
     report::{
         Disagreement, EpsilonRow, EventReport, HotKey, HotKeysReport, HotRow, KeyPlacement,
         LabReport, MembershipReport, Movement, RingPicture, SchemeReport, SchemeTheory, ServerLoad,
         SweepRow,
     },
+    request_bound::{self, RequestBoundReport},
     ring::Ring,
     scheme::{BuildError, Params, Scheme, SchemeKind},
     servers::{Server, check_set},
@@ -60,6 +64,11 @@ pub struct LabInput {
     pub hot: usize,
     /// Servers each hot key is replicated on.
     pub replicas: usize,
+    /// Copies of every key on the ring (`--replicas RF [--zones ...]`): preference
+    /// lists and the balance of replicas.
+    pub replication: Option<Replication>,
+    /// A server whose failure's fan-out to report (`--fail NAME`).
+    pub fail: Option<String>,
 }
 
 /// The input a [`LabError`] is about.
@@ -81,6 +90,10 @@ pub enum Input {
     Schemes,
     /// The replica count.
     Replicas,
+    /// The server-to-zone map.
+    Zones,
+    /// The failed server.
+    Fail,
 }
 
 /// Why the lab cannot run: which input, and what is wrong with it.
@@ -204,6 +217,21 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         .is_counted()
         .then(|| lab.hot_keys(&built))
         .transpose()?;
+    let request_bound = input
+        .keys
+        .is_counted()
+        .then(|| lab.request_bound())
+        .transpose()?;
+    let replicas = input
+        .replication
+        .as_ref()
+        .map(|r| lab.replicas(r))
+        .transpose()?;
+    let failure = input
+        .fail
+        .as_deref()
+        .map(|name| lab.failure(name))
+        .transpose()?;
     let membership = input
         .peer
         .as_ref()
@@ -237,6 +265,9 @@ pub fn run(input: &LabInput) -> Result<LabReport, LabError> {
         events,
         vnodes_sweep,
         hot_keys,
+        request_bound,
+        replicas,
+        failure,
         membership,
         epsilon_sweep,
         ring_picture,
@@ -589,6 +620,78 @@ impl Lab<'_> {
         })
     }
 
+    /// The ring of the run's `V` over its servers.
+    fn ring(&self) -> Result<Ring, LabError> {
+        let params = &self.input.params;
+        Ring::build_params(&self.input.servers, params.vnodes, params).map_err(|error| {
+            LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error))
+        })
+    }
+
+    /// Bounded load on requests at every `epsilon` of the sweep (or the one given).
+    fn request_bound(&self) -> Result<RequestBoundReport, LabError> {
+        let input = self.input;
+        let mut epsilons = if input.epsilon_sweep.len() > 1 {
+            input.epsilon_sweep.clone()
+        } else {
+            vec![input.params.epsilon]
+        };
+        epsilons.sort_by(f64::total_cmp);
+        epsilons.dedup();
+        Ok(request_bound::report(
+            &self.ring()?,
+            &input.servers,
+            self.hashes,
+            &input.keys,
+            &epsilons,
+            input.params.epsilon,
+            input.params.vnodes,
+        ))
+    }
+
+    /// Every key's preference list of `r.rf` servers, zone-aware with `r.zones`.
+    fn replicas(&self, r: &Replication) -> Result<ReplicaReport, LabError> {
+        let input = self.input;
+        if r.rf == 0 {
+            return Err(LabError::new(Input::Replicas, "0 replicas: give 1 or more"));
+        }
+        let zones = if r.zones.is_empty() {
+            None
+        } else {
+            Some(
+                Zones::new(&input.servers, &r.zones)
+                    .map_err(|problem| LabError::new(Input::Zones, problem))?,
+            )
+        };
+        Ok(replicas::report(
+            &self.ring()?,
+            &input.servers,
+            input.keys.keys(),
+            self.hashes,
+            r.rf,
+            zones.as_ref(),
+            input.params.vnodes,
+        ))
+    }
+
+    /// Who takes the keys of server `name` when it fails, scheme by scheme.
+    fn failure(&self, name: &str) -> Result<FailureReport, LabError> {
+        let input = self.input;
+        let failed = input
+            .servers
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| LabError::new(Input::Fail, format!("no server {name:?}")))?;
+        failure::report(
+            &input.servers,
+            failed,
+            input.keys.keys(),
+            self.hashes,
+            &input.params,
+        )
+        .map_err(|(kind, error)| LabError::build(Input::Fail, kind, &error))
+    }
+
     /// The ring as the picture draws it: every point (up to [`MAX_PICTURE_POINTS`]) and
     /// the keys of a small run.
     fn ring_picture(&self, ring: &Ring) -> RingPicture {
@@ -664,9 +767,7 @@ impl Lab<'_> {
 
         // The hottest keys on their first `replicas` distinct servers clockwise, their
         // requests split evenly (the remainder to the first servers).
-        let ring = Ring::build_params(&input.servers, input.params.vnodes, &input.params).map_err(
-            |error| LabError::build(Input::Vnodes, SchemeKind::Ring, &BuildError::Ring(error)),
-        )?;
+        let ring = self.ring()?;
         let placed = self.place(&Scheme::Ring(ring.clone()), &input.servers);
         let (keys, mut loads) = placed.loads(counts);
         for &i in &order {

@@ -8,16 +8,20 @@
 //! - [`jump`]: jump consistent hash (Lamping and Veach 2014);
 //! - [`maglev`]: the project's own Maglev builder ([`lb_maglev`]), `table[hash mod M]`;
 //! - [`bounded`]: consistent hashing with bounded loads on the ring (Mirrokni, Thorup
-//!   and Zadimoghaddam 2016).
+//!   and Zadimoghaddam 2016), on keys or on requests.
 //!
 //! Around them: [`hashes`] (the three key hashes), [`servers`] and [`keys`] (inputs),
 //! [`events`] (membership changes), [`scheme`] (one interface over the six), [`stats`]
 //! (balance), [`theory`] (the expected values), [`lab`] (the runs), [`report`] (what
-//! is printed, text and JSON) and [`plot`] (the SVG charts).
+//! is printed, text and JSON) and [`plot`] (the SVG charts). Analyses of their own:
+//! [`request_bound`] (bounded load on requests and the hot key before and after) and
+//! [`replicas`] (preference lists, zone-aware, and the balance of copies), [`failure`]
+//! (who takes a failed server's keys).
 
 pub mod bounded;
 pub mod events;
 pub mod explain;
+pub mod failure;
 pub mod hashes;
 pub mod jump;
 pub mod ketama;
@@ -28,7 +32,9 @@ pub mod modn;
 pub mod nginx;
 pub mod plot;
 pub mod rendezvous;
+pub mod replicas;
 pub mod report;
+pub mod request_bound;
 pub mod ring;
 pub mod scheme;
 pub mod servers;

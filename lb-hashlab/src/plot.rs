@@ -11,7 +11,8 @@
 //! 3. the ring's sd/avg against `V` (two `V` or more), with the theory
 //!    `sqrt((N - 1)/(N·V))` dashed and Maglev's sd/avg as a grey reference;
 //! 4. bounded load against `epsilon` (two values or more): keys' and requests' max/avg
-//!    with the cap `1 + epsilon` dashed;
+//!    (and, with request counts, requests' max/avg when requests are bounded) with the
+//!    cap `1 + epsilon` dashed;
 //! 5. the ring as a circle (when the ring or bounded load ran): every arc coloured by
 //!    the server that owns it, the points as dots and, in small runs, the keys as ticks.
 //!
@@ -464,11 +465,12 @@ fn epsilon_chart<DB: DrawingBackend>(
 ) -> DrawResult<DB> {
     let rows = &report.epsilon_sweep;
     let hi = rows.iter().map(|r| r.epsilon).fold(0.0, f64::max) * 1.05;
-    let top = rows
-        .iter()
-        .flat_map(|r| [r.bound, r.keys_max_avg, r.requests_max_avg])
-        .fold(1.0, f64::max)
-        * 1.25;
+    let top = with_legend_room(
+        rows.iter()
+            .flat_map(|r| [r.bound, r.keys_max_avg, r.requests_max_avg])
+            .fold(1.0, f64::max),
+        4,
+    );
     let mut chart = ChartBuilder::on(area)
         .caption(EPSILON_TITLE, ("sans-serif", 20))
         .margin(12)
@@ -482,14 +484,29 @@ fn epsilon_chart<DB: DrawingBackend>(
         .y_desc("largest load / fair share")
         .draw()?;
     let mut series: Vec<(&str, Vec<(f64, f64)>)> = vec![(
-        "keys max/avg",
+        "keys max/avg (keys bounded)",
         rows.iter().map(|r| (r.epsilon, r.keys_max_avg)).collect(),
     )];
     if report.requests != report.keys as u64 {
         series.push((
-            "requests max/avg",
+            "requests max/avg (keys bounded)",
             rows.iter()
                 .map(|r| (r.epsilon, r.requests_max_avg))
+                .collect(),
+        ));
+    }
+    // Bounded on requests (its rows are at the same sorted epsilons).
+    if let Some(bound) = report
+        .request_bound
+        .as_ref()
+        .filter(|b| b.rows.len() == rows.len())
+    {
+        series.push((
+            "requests max/avg (requests bounded)",
+            bound
+                .rows
+                .iter()
+                .map(|r| (r.epsilon, r.request_bound_requests_max_avg))
                 .collect(),
         ));
     }

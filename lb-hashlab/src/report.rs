@@ -39,6 +39,16 @@ pub struct LabReport {
     pub vnodes_sweep: Vec<SweepRow>,
     /// Hot keys, when keys carry request counts.
     pub hot_keys: Option<HotKeysReport>,
+    /// Bounded load on requests and the hottest key before and after, when keys carry
+    /// request counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_bound: Option<crate::request_bound::RequestBoundReport>,
+    /// Every key's copies on the ring, with `--replicas`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<crate::replicas::ReplicaReport>,
+    /// Who takes a failed server's keys, with `--fail`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<crate::failure::FailureReport>,
     /// The comparison with `--peer`, when given.
     pub membership: Option<MembershipReport>,
     /// Bounded load at every `--epsilon` value, in increasing order (empty when only one
@@ -326,6 +336,15 @@ impl LabReport {
         }
         if let Some(hot) = &self.hot_keys {
             hot_text(&mut t, hot);
+        }
+        if let Some(bound) = &self.request_bound {
+            t.push_str(&bound.to_text());
+        }
+        if let Some(replicas) = &self.replicas {
+            t.push_str(&replicas.to_text());
+        }
+        if let Some(failure) = &self.failure {
+            t.push_str(&failure.to_text());
         }
         if let Some(membership) = &self.membership {
             membership_text(&mut t, membership);

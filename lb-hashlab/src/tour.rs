@@ -16,6 +16,7 @@ use super::{
     hashes::KeyHash,
     keys::KeySet,
     lab::{LabError, LabInput, run},
+    replicas::{Replication, parse_zones},
     report::{EventReport, LabReport, Movement},
     scheme::{Params, SchemeKind},
     servers::{Server, parse_servers},
@@ -105,6 +106,8 @@ fn input(servers_text: &str, keys: KeySet, schemes: &[SchemeKind], events: &[&st
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
+        replication: None,
     }
 }
 
@@ -153,6 +156,7 @@ pub fn tour() -> Result<Tour, LabError> {
             section_lookup()?,
             section_rendezvous()?,
             section_jump_maglev_bounded()?,
+            section_hot_replicas_failure()?,
         ],
     })
 }
@@ -493,5 +497,72 @@ fn section_jump_maglev_bounded() -> Result<Section, LabError> {
         ],
         text,
         reports: vec![("rendezvous-remove".to_owned(), hrw), ("jump-grow".to_owned(), jump), ("bounded".to_owned(), bounded)],
+    })
+}
+
+/// The tutorial's hot key on 10 servers: its server before and after, by epsilon.
+fn hot_key() -> Result<LabReport, LabError> {
+    let mut keys = users(10_000);
+    keys.add_hot_key("live-score", 5.0, 10)
+        .map_err(|problem| LabError {
+            input: super::lab::Input::Servers,
+            problem,
+        })?;
+    let mut hot = input("10", keys, &[SchemeKind::Ring, SchemeKind::Bounded], &[]);
+    hot.epsilon_sweep = vec![0.1, 0.5, 1.0, 0.25];
+    hot.params.epsilon = 0.25;
+    run(&hot)
+}
+
+/// Section 5's 0-999 ring with A and B in one zone: preference lists of two copies.
+fn replicas_text() -> Result<String, LabError> {
+    let mut lab = input(
+        "A,B,C",
+        KeySet::parse("a=100\nb=200\nc=300\nd=500\ne=950").unwrap_or_else(|_| unreachable_keys()),
+        &[SchemeKind::Ring],
+        &[],
+    );
+    lab.params = thousand_ring_params();
+    lab.replication = Some(Replication {
+        rf: 2,
+        zones: parse_zones("A=z1,B=z1,C=z2").unwrap_or_default(),
+    });
+    Ok(run(&lab)?.replicas.map(|r| r.to_text()).unwrap_or_default())
+}
+
+/// S3 of 10 servers fails: who takes its keys.
+fn failure_text() -> Result<String, LabError> {
+    let mut lab = input("10", users(10_000), &[SchemeKind::Ring], &[]);
+    lab.fail = Some("S3".to_owned());
+    Ok(run(&lab)?.failure.map(|f| f.to_text()).unwrap_or_default())
+}
+
+fn section_hot_replicas_failure() -> Result<Section, LabError> {
+    let hot = hot_key()?;
+    let hot_text = hot
+        .request_bound
+        .as_ref()
+        .map(|r| r.to_text())
+        .unwrap_or_default();
+    let text = [hot_text, replicas_text()?, failure_text()?].concat();
+    Ok(Section {
+        title: "8. Hot keys, replicas and failures".to_owned(),
+        explanation: [
+            "A key with 5x the average server load sinks its server; a bound on keys leaves it there, a bound".to_owned(),
+            "on requests splits it. Copies go to the next distinct servers (and zones); a failure spreads with V.".to_owned(),
+        ],
+        commands: vec![
+            "lb hash --servers 10 --key-gen users --key-seed 16 --keys 10000 --hash fnv1a32-fmix32 \
+             --schemes ring,bounded --hot-key 5 --epsilon 0.1,0.5,1,0.25"
+                .to_owned(),
+            "lb hash --space 1000 --positions A=105,930 B=290,610 C=450,845 --hash value \
+             --key-list a=100,b=200,c=300,d=500,e=950 --schemes ring --replicas 2 --zones A=z1,B=z1,C=z2"
+                .to_owned(),
+            "lb hash --servers 10 --key-gen users --key-seed 16 --keys 10000 --hash fnv1a32-fmix32 \
+             --schemes ring --fail S3"
+                .to_owned(),
+        ],
+        text,
+        reports: vec![("hot-key".to_owned(), hot)],
     })
 }

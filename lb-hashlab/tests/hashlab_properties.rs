@@ -4,7 +4,7 @@
 
 use lb_hashlab::{
     KeyHash, Server,
-    bounded::{capacities, place},
+    bounded::{capacities, place, place_requests, request_capacities},
     jump::jump_hash,
     rendezvous::Rendezvous,
     ring::Ring,
@@ -130,6 +130,37 @@ proptest! {
         for owner in owners {
             prop_assert!(servers[owner].weight > 0);
             loads[owner] += 1;
+        }
+        for (load, cap) in loads.iter().zip(&caps) {
+            prop_assert!(load <= cap, "load {load} > capacity {cap}");
+        }
+    }
+
+    #[test]
+    fn bounded_requests_never_exceed_capacity_and_serve_every_request(
+        weights in prop::collection::vec(0_u32..4, 1..8), vnodes in 1_u32..30,
+        epsilon in 0.01_f64..2.0,
+        keys in prop::collection::vec((any::<u64>(), 0_u64..50), 1..300)
+    ) {
+        let mut servers: Vec<Server> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| Server::new(format!("node-{i}"), w))
+            .collect();
+        servers[0].weight = servers[0].weight.max(1);
+        let ring = Ring::build(&servers, vnodes, &KeyHash::Fnv1a32Fmix32).unwrap();
+        let (hashes, counts): (Vec<u64>, Vec<u64>) = keys.into_iter().unzip();
+        let caps = request_capacities(&servers, counts.iter().sum(), epsilon);
+        let shares = place_requests(&ring, &caps, &hashes, &counts);
+        let mut loads = vec![0_u64; servers.len()];
+        for ((shares, &count), &hash) in shares.iter().zip(&counts).zip(&hashes) {
+            prop_assert_eq!(shares.iter().map(|s| s.1).sum::<u64>(), count);
+            // The first share is on the key's first server whenever that had room.
+            prop_assert!(shares[0].0 == ring.lookup(hash) || loads[ring.lookup(hash)] >= caps[ring.lookup(hash)]);
+            for &(server, n) in shares {
+                prop_assert!(servers[server].weight > 0 || n == 0);
+                loads[server] += n;
+            }
         }
         for (load, cap) in loads.iter().zip(&caps) {
             prop_assert!(load <= cap, "load {load} > capacity {cap}");

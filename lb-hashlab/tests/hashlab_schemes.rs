@@ -147,6 +147,8 @@ fn input(servers: &str, keys: KeySet) -> LabInput {
         peer: Some(parse_servers("a,b,c").unwrap()),
         hot: 3,
         replicas: 2,
+        fail: None,
+        replication: None,
     }
 }
 
@@ -320,6 +322,8 @@ fn ketama_and_nginx_as_schemes() {
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
+        replication: None,
     })
     .unwrap();
     let placements = report.placements.unwrap();

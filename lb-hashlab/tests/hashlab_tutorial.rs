@@ -32,6 +32,8 @@ fn run(
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
+        replication: None,
     };
     lb_hashlab::run(&input).unwrap()
 }

@@ -57,6 +57,8 @@ fn the_mod_4_mod_5_table() {
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
+        replication: None,
     };
     let report = lb_hashlab::run(&input).unwrap();
     let placements = report.placements.as_ref().unwrap();
@@ -133,6 +135,8 @@ fn the_0_99_ring() {
         peer: None,
         hot: 0,
         replicas: 1,
+        fail: None,
+        replication: None,
     };
     let report = lb_hashlab::run(&input).unwrap();
     let after: Vec<&str> = report
@@ -254,6 +258,15 @@ fn the_tour_prints_the_tutorials_output() {
         assert!(text.contains(line), "{line:?} in\n{text}");
     }
     let titles: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
-    assert_eq!(titles.len(), 7);
+    assert_eq!(titles.len(), 8);
     assert!(titles[0].starts_with("== 1.") && titles[6].starts_with("== 7."));
+    assert_eq!(titles[7], "== 8. Hot keys, replicas and failures ==");
+    // Section 8: the hot key has 5,000 requests; A and B share a zone, so 950 goes to A, C.
+    for line in [
+        "hot key live-score: 5000 requests (33.33% of all; 5.00x the average server load",
+        "e=950                   950  A, C",
+        "failure of S3 (10 servers): who takes its keys",
+    ] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
 }

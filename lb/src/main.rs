@@ -98,6 +98,12 @@ enum Command {
     /// Build and compare Maglev tables offline (no root needed).
     Table(table::TableArgs),
     /// Compare consistent-hashing schemes on the same keys offline (no root needed).
+    ///
+    /// Per scheme the balance of keys and requests, memory and lookup time; per --event
+    /// the keys that move and where; the ring at every --vnodes; hot keys and bounded
+    /// load on requests (--zipf, KEY COUNT files, --hot-key); every key's preference list
+    /// and the balance of replicas (--replicas, --zones); who takes a failed server's keys
+    /// (--fail); one key's whole decision (--explain); the tutorial as a program (tour).
     Hash(Box<hash::HashArgs>),
     /// Check a configuration file without root or a daemon (exit status 1 on any
     /// problem, each named with its key path and line), or show what a reload of one

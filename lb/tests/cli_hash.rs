@@ -146,6 +146,148 @@ fn key_files_with_counts_show_hot_keys() {
 }
 
 #[test]
+fn the_tutorials_hot_key_before_and_after_bounded_load_on_requests() {
+    // 10,000 keys of one request on 10 servers: 1,000 a server; 5x is 5,000 requests.
+    let args = [
+        "--servers",
+        "10",
+        "--keys",
+        "10000",
+        "--hot-key",
+        "5",
+        "--schemes",
+        "ring,bounded",
+        "--epsilon",
+        "0.1,0.25",
+    ];
+    let out = lb(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("10001 keys ("), "{stdout}");
+    assert!(stdout.contains(", 15000 requests;"), "{stdout}");
+    assert!(
+        stdout.contains("\nhot key live-score: 5000 requests (33.33% of all; 5.00x the average"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\n  before, ring V=100: S"), "{stdout}");
+    assert!(
+        stdout.contains("\n  requests bounded (epsilon 0.25): S"),
+        "{stdout}"
+    );
+    let out = lb(&[&args[..], &["--json"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bound = &json["request_bound"];
+    assert_eq!(bound["rows"].as_array().unwrap().len(), 2);
+    let hot = &bound["hot_key"];
+    assert_eq!(hot["key"], "live-score");
+    assert_eq!(hot["times_average"], 5.0);
+    // The hot key's server has its own ~1,000 requests and the 5,000: about 4x the fair
+    // 1,500 before; bounded on requests at 1.25, no server is above 1.25x (+ 1 request).
+    assert!(hot["ring"]["load_avg"].as_f64().unwrap() > 3.5, "{hot}");
+    assert!(hot["request_bound_max_avg"].as_f64().unwrap() <= 1.25 + 1.0 / 1500.0);
+    let served: u64 = hot["request_bound"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(served, 5000);
+    let path = scratch("hot.svg");
+    let out = lb(&[&args[..], &["--plot", path.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(svg.contains("requests max/avg (requests bounded)"));
+    assert!(svg.contains("requests max/avg (keys bounded)"));
+    rejects(
+        &["--hot-key", "0"],
+        "'--hot-key <F>': \"0\" is not a number > 0",
+    );
+}
+
+#[test]
+fn replicas_with_zones_list_preferences_and_balance_copies() {
+    let out = lb(&[
+        "--servers",
+        "6",
+        "--keys",
+        "3000",
+        "--schemes",
+        "ring",
+        "--replicas",
+        "3",
+        "--zones",
+        "S0=a,S1=a,S2=b,S3=b,S4=c,S5=c",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\nreplicas: RF=3 on the ring V=100, the first 3 distinct servers clockwise, skipping a zone already chosen (zones a, b, c)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("servers; 0 keys with two copies in one zone\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("preference list\n"), "{stdout}");
+    rejects(&["--zones", "S0=a"], "--replicas");
+    rejects(
+        &["--replicas", "2", "--zones", "S0=a"],
+        "lb hash: error: --zones: server \"S1\" has no zone",
+    );
+    rejects(
+        &["--replicas", "2", "--zones", "S0"],
+        "'--zones <LIST>': \"S0\" is not NAME=ZONE",
+    );
+    rejects(
+        &["--replicas", "0"],
+        "lb hash: error: --replicas: 0 replicas",
+    );
+}
+
+#[test]
+fn a_failed_servers_fan_out() {
+    let out = lb(&[
+        "--servers",
+        "10",
+        "--keys",
+        "10000",
+        "--fail",
+        "S9",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json["failure"]["rows"].as_array().unwrap();
+    let schemes: Vec<&str> = rows.iter().map(|r| r["scheme"].as_str().unwrap()).collect();
+    assert_eq!(
+        schemes,
+        ["ring V=1", "ring V=100", "rendezvous", "maglev", "jump"]
+    );
+    // One point a server: the successor takes everything; the others spread it over 9.
+    assert_eq!(rows[0]["receivers"].as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["largest_share"], 1.0);
+    for row in &rows[1..] {
+        assert_eq!(row["receivers"].as_array().unwrap().len(), 9, "{row}");
+    }
+    let out = lb(&["--servers", "10", "--keys", "2000", "--fail", "S3"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\nfailure of S3 (10 servers): who takes its keys\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\njump        not defined: S3 is bucket 3 of 0..9"),
+        "{stdout}"
+    );
+    rejects(
+        &["--fail", "S10"],
+        "lb hash: error: --fail: no server \"S10\"",
+    );
+}
+
+#[test]
 fn the_plot_has_its_charts_with_their_bars_and_lines() {
     let path = scratch("plot.svg");
     let out = lb(&[

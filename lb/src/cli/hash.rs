@@ -5,7 +5,9 @@
 //! lb hash [--servers N|LIST] [--keys N | --key-file FILE | --key-list LIST] [--zipf S]
 //!         [--hash NAME] [--space S] [--positions NAME=P,P...]...
 //!         [--schemes LIST] [--vnodes LIST] [--epsilon E] [--event EVENT]...
-//!         [--peer N|LIST] [--hot K] [--replicas R] [--explain KEY] [--json]
+//!         [--peer N|LIST] [--hot K] [--replicas RF [--zones NAME=ZONE,...]]
+//!         [--hot-key F] [--fail NAME] [--explain KEY]
+//!         [--json]
 //!         [--plot FILE.svg|FILE.png]
 //! lb hash tour
 //! ```
@@ -38,7 +40,11 @@ use lb_hashlab::{
     hashes::{DEFAULT_FLOW_VIP, HASH_NAMES},
     keys::MAX_KEYS,
     plot,
+    replicas::Replication,
 };
+
+/// The name of the key `--hot-key` adds (the tutorial's live score of a cricket final).
+pub const HOT_KEY: &str = "live-score";
 
 /// Arguments of `lb hash`.
 #[derive(Debug, Clone, clap::Args)]
@@ -82,6 +88,12 @@ pub struct HashArgs {
     /// Requests spread by --zipf.
     #[arg(long, value_name = "R", default_value_t = 1_000_000, requires = "zipf")]
     pub requests: u64,
+    /// Add the tutorial's hot key, `live-score`, with F times the average server load of
+    /// the other requests (F > 0; 5 in the tutorial), placed after them. Keys with
+    /// request counts (a KEY COUNT file, --zipf, --hot-key) add the report's bounded
+    /// load on requests: by epsilon, and the hottest key's server before and after.
+    #[arg(long, value_name = "F", value_parser = parse_positive)]
+    pub hot_key: Option<f64>,
     /// Key hash: fnv1a32-fmix32, flow (the data plane's flow hash), xxh3, or value (a key
     /// HASH or NAME=HASH is its own hash, for worked examples).
     #[arg(long, value_name = "NAME", default_value = "xxh3", value_parser = parse_hash_name)]
@@ -135,9 +147,22 @@ pub struct HashArgs {
     /// Hottest keys to spread over --replicas servers in the hot-key table.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub hot: usize,
-    /// Servers (distinct, clockwise on the ring) each hot key is spread over.
-    #[arg(long, value_name = "R", default_value_t = 3)]
-    pub replicas: usize,
+    /// Replication factor RF: adds every key's preference list on the ring (the first RF
+    /// distinct servers clockwise, Dynamo's) and the balance of primaries and replicas
+    /// per server; also the servers each hot key is spread over in the hot-key table
+    /// (default 3).
+    #[arg(long, value_name = "RF")]
+    pub replicas: Option<usize>,
+    /// Zones of the servers for --replicas, NAME=ZONE,... (every server one zone): a
+    /// preference list skips a server whose zone is already in it, until the zones run
+    /// out.
+    #[arg(long, value_name = "LIST", requires = "replicas")]
+    pub zones: Option<ZoneMap>,
+    /// Report a failure of server NAME: how many servers take its keys and how many
+    /// each, for the ring with V = 1 and V = 100, rendezvous, Maglev and jump (defined
+    /// only for the last server), beside the theory.
+    #[arg(long, value_name = "NAME")]
+    pub fail: Option<String>,
     /// Explain one key instead of the report: mod-N's division, the ring's binary
     /// search and wrap-around, every rendezvous score (raw and 0-1), jump's jumps,
     /// Maglev's slot and permutation entry, bounded load's walk past full servers.
@@ -218,6 +243,8 @@ pub fn run(args: &HashArgs) -> Result<Output, HashCliError> {
             Input::TableSize => "--table-size",
             Input::Schemes => "--schemes",
             Input::Replicas => "--replicas",
+            Input::Zones => "--zones",
+            Input::Fail => "--fail",
         };
         HashCliError::argument(option, error.problem)
     })?;
@@ -377,6 +404,12 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
         }
         keys.apply_zipf(s, args.requests);
     }
+    let servers = lab_servers(args)?;
+    if let Some(factor) = args.hot_key {
+        let active = servers.iter().filter(|s| s.weight > 0).count();
+        keys.add_hot_key(HOT_KEY, factor, active)
+            .map_err(|problem| HashCliError::argument("--hot-key", problem))?;
+    }
     let hash = match args.hash.as_str() {
         "fnv1a32-fmix32" => KeyHash::Fnv1a32Fmix32,
         "flow" => KeyHash::Flow {
@@ -409,20 +442,6 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
             other => other,
         })?;
     }
-    let servers = match (&args.servers, args.positions.is_empty()) {
-        (Some(list), _) => list.0.clone(),
-        (None, true) => lb_hashlab::parse_servers("5").expect("5 servers parse"),
-        (None, false) => {
-            let list: Vec<Server> = args
-                .positions
-                .iter()
-                .map(|(name, _)| Server::new(name.clone(), 1))
-                .collect();
-            lb_hashlab::servers::check_set(&list)
-                .map_err(|problem| HashCliError::argument("--positions", problem))?;
-            list
-        }
-    };
     Ok(LabInput {
         servers,
         keys,
@@ -447,8 +466,43 @@ fn lab_input(args: &HashArgs) -> Result<LabInput, HashCliError> {
         events: args.event.clone(),
         peer: args.peer.as_ref().map(|list| list.0.clone()),
         hot: args.hot,
-        replicas: args.replicas,
+        replicas: args.replicas.unwrap_or(3),
+        replication: args.replicas.map(|rf| Replication {
+            rf,
+            zones: args.zones.clone().map(|z| z.0).unwrap_or_default(),
+        }),
+        fail: args.fail.clone(),
     })
+}
+
+/// The servers of `--servers`, or of `--positions` in their order, or 5.
+fn lab_servers(args: &HashArgs) -> Result<Vec<Server>, HashCliError> {
+    Ok(match (&args.servers, args.positions.is_empty()) {
+        (Some(list), _) => list.0.clone(),
+        (None, true) => lb_hashlab::parse_servers("5").expect("5 servers parse"),
+        (None, false) => {
+            let list: Vec<Server> = args
+                .positions
+                .iter()
+                .map(|(name, _)| Server::new(name.clone(), 1))
+                .collect();
+            lb_hashlab::servers::check_set(&list)
+                .map_err(|problem| HashCliError::argument("--positions", problem))?;
+            list
+        }
+    })
+}
+
+/// A `--zones` value: `NAME=ZONE,...` (see [`lb_hashlab::replicas::parse_zones`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneMap(pub Vec<(String, String)>);
+
+impl std::str::FromStr for ZoneMap {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        lb_hashlab::replicas::parse_zones(text).map(Self)
+    }
 }
 
 /// A `--servers` / `--peer` value: a count or a list (see [`lb_hashlab::parse_servers`]).
