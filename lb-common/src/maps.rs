@@ -186,7 +186,8 @@ pub const TRACE_PROGRAM: &str = "lb_trace";
 pub const AYA_LOGS: &str = "AYA_LOGS";
 /// Per-CPU array of one [`crate::probe::ProbeStats`]: what the probe program did.
 pub const PROBE_STATS: &str = "PROBE_STATS";
-/// Array of one [`crate::types::BenchFrame`] (benchmark harness only).
+/// Per-CPU array of one [`crate::types::BenchFrame`] (benchmark harness only): each CPU
+/// restores its own copy and counts its own repetitions.
 pub const BENCH_FRAME: &str = "BENCH_FRAME";
 /// `BPF_MAP_TYPE_PROG_ARRAY` of one program: the program under benchmark.
 pub const BENCH_PROGS: &str = "BENCH_PROGS";

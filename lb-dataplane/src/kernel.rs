@@ -58,7 +58,7 @@ use aya::{
 pub use cleaning::{Cleaner, Cleaning, SlotCounts};
 use counters::{on_every_cpu, sum_per_cpu, sum_per_cpu_many};
 #[cfg(feature = "test-harness")]
-pub use harness::{BenchSpec, BenchTarget, TableWriter, TestRunOutput};
+pub use harness::{BenchRunner, BenchSpec, BenchTarget, TableWriter, TestRunOutput};
 use lb_common::{
     hash::filter_word,
     maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},

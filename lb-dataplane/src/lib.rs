@@ -52,7 +52,7 @@ pub mod agent {
     pub use crate::kernel::{read_pinned_stats, stats_pin};
 }
 #[cfg(feature = "test-harness")]
-pub use kernel::{BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};
+pub use kernel::{BenchRunner, BenchSpec, BenchTarget, PassProgram, TableWriter, TestRunOutput};
 
 /// Errors of the data-plane interface. Each names the object (map, program, interface)
 /// and the operation that failed.

@@ -10,7 +10,8 @@
 //! stamps a value into it so that repetitions are different flows (a new one each time,
 //! or one drawn from a population listed in `BENCH_SEQ`), optionally alternates two
 //! versions of one word (a connection's SYN, then its ACK), then tail-calls the program
-//! under test in `BENCH_PROGS[0]`. Measuring it in front of `lb_empty` gives the harness
+//! under test in `BENCH_PROGS[0]`. `BENCH_FRAME` is per CPU, so runs on several CPUs at
+//! once each keep their own repetition counter. Measuring it in front of `lb_empty` gives the harness
 //! cost to subtract (`lb_tx`, which returns `XDP_TX`, is the reference of the live-frames
 //! packet rate). `lb_empty` also gives a test bed's veth peer the XDP program it needs
 //! to receive frames sent with `XDP_TX`; `lb_sink` drops them instead, the cheapest
@@ -18,7 +19,7 @@
 
 use aya_ebpf::{
     bindings::xdp_action,
-    btf_maps::{Array, ProgramArray},
+    btf_maps::{Array, PerCpuArray, ProgramArray},
     helpers::generated::bpf_xdp_adjust_head,
     macros::{btf_map, xdp},
     programs::XdpContext,
@@ -27,9 +28,11 @@ use lb_common::types::{BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame};
 
 use crate::packet::{frame_len, ptr_at};
 
-/// The frame to restore before every repetition (`lb_common::maps::BENCH_FRAME`).
+/// The frame to restore before every repetition (`lb_common::maps::BENCH_FRAME`), one
+/// copy per CPU: two runs on two CPUs at once (the concurrent benchmark) each count
+/// their own repetitions and share no written cache line.
 #[btf_map]
-static BENCH_FRAME: Array<BenchFrame, 1> = Array::new();
+static BENCH_FRAME: PerCpuArray<BenchFrame, 1> = PerCpuArray::new();
 
 /// The program under benchmark (`lb_common::maps::BENCH_PROGS`).
 #[btf_map]
@@ -70,7 +73,8 @@ fn restore_and_call(ctx: &XdpContext) -> u32 {
     let Some(frame) = BENCH_FRAME.get_ptr_mut(0) else {
         return xdp_action::XDP_ABORTED;
     };
-    // SAFETY: the single array element; the harness runs on one CPU at a time.
+    // SAFETY: this CPU's copy of the single element; a program runs to completion on
+    // its CPU.
     let frame = unsafe { &mut *frame };
     let grown = frame_len(ctx).wrapping_sub(BENCH_FRAME_MAX);
     if grown != 0 {

@@ -9,12 +9,13 @@
 //!
 //! Its users: the privileged tests (`tests/`), the demo (`src/bin/lb-demo.rs`, behind
 //! `cargo xtask demo`) and the data-plane benchmark (`src/bin/lb-bench.rs`, behind
-//! `cargo xtask bench`). The two binaries live here because they are built on this
+//! `cargo xtask bench`; its runs on several CPUs at once: [`cpus`]). The two binaries live here because they are built on this
 //! library and the harness feature; xtask, which runs them, cannot host them: it must
 //! build before the eBPF toolchain that lb-dataplane needs is installed (it installs it).
 //!
 //! Everything here needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN for setns).
 
+pub mod cpus;
 pub mod daemon;
 pub mod fixture;
 pub mod fleet;

@@ -21,7 +21,9 @@
 //!    data-plane benchmark
 //!    (BPF_PROG_TEST_RUN ns/packet over an empty XDP program measured in the same run,
 //!    gateway next hop and FIB with and without its per-CPU cache, and the verifier's
-//!    instruction count), then `lb-restart-bench`: restart of `lb run` to its pinned
+//!    instruction count; then the same kinds of packets on two CPUs at once against each
+//!    alone, the scaling efficiency, which `-- --data-only --concurrent` runs alone and
+//!    `--quick` keeps short), then `lb-restart-bench`: restart of `lb run` to its pinned
 //!    datapath adopted (100 VIPs x 100 backends; one VIP with M = 655,373) and the time
 //!    to write the state file.
 

@@ -12,7 +12,8 @@ pub const BENCH_FRAME_MAX: usize = 128;
 /// each `u32` in an 8-byte cell).
 pub const BENCH_SEQ_MAX: u32 = 1 << 20;
 
-/// The single element of the `BENCH_FRAME` array (benchmark harness only).
+/// The single element of the per-CPU `BENCH_FRAME` array (benchmark harness only; each
+/// CPU has its own copy and counter).
 ///
 /// The frame under test is exactly [`BENCH_FRAME_MAX`] bytes long (a constant the
 /// verifier can check). Before repetition `c` (the value of [`Self::counter`], which the

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData},
-    programs::{TestRun as _, TestRunAttrs, TestRunOptions},
+    maps::{Array, MapData, PerCpuArray, PerCpuValues},
+    programs::{TestRun as _, TestRunAttrs, TestRunOptions, Xdp},
 };
 use lb_common::{
     maps,
@@ -156,6 +156,25 @@ impl KernelDataplane {
         )
     }
 
+    /// Prepares the harness for `target` on `frame` varied as `spec` says (as
+    /// [`Self::bench_run_spec`]) and returns a handle whose runs may come from several
+    /// threads at once, each on its own CPU: the concurrent benchmark. Every CPU's
+    /// repetition counter starts from the same value, so threads that must see
+    /// different flows pass frames that differ elsewhere (e.g. their source ports).
+    ///
+    /// # Errors
+    /// As [`Self::bench_run_spec`].
+    pub fn bench_runner(
+        &mut self,
+        target: BenchTarget,
+        frame: &[u8],
+        spec: &BenchSpec,
+    ) -> Result<BenchRunner<'_>, DataplaneError> {
+        self.prepare_bench(target, frame, spec)?;
+        let prog: &Xdp = xdp(&mut self.ebpf, maps::BENCH_PROGRAM)?;
+        Ok(BenchRunner { prog })
+    }
+
     /// Runs `target` through the harness `repeat` times in `BPF_PROG_TEST_RUN`'s
     /// live-frames mode (`BPF_F_TEST_XDP_LIVE_FRAMES`, kernel 5.18+, batches of
     /// `batch` frames): frames the program returns with `XDP_TX` really leave through
@@ -247,25 +266,32 @@ impl KernelDataplane {
             .ebpf
             .map_mut(maps::BENCH_FRAME)
             .ok_or(DataplaneError::MissingMap(maps::BENCH_FRAME))?;
-        let mut frames = Array::<&mut MapData, BenchFrame>::try_from(frames)
+        let mut frames = PerCpuArray::<&mut MapData, BenchFrame>::try_from(frames)
             .map_err(map_err(maps::BENCH_FRAME, "open"))?;
         // Unless the spec says where to start, the per-repetition counter continues
-        // across runs, so that flows varied by it stay new in every run.
-        let counter = match spec.counter {
-            Some(counter) => counter,
-            None => frames.get(&0, 0).map_or(0, |f| f.counter),
-        };
-        let frame = BenchFrame {
-            vary_offset: spec.vary_offset,
-            counter,
-            bytes,
-            seq_entries,
-            pair_offset: spec.pair_offset,
-            pair_word: spec.pair_word,
-            _pad: 0,
-        };
+        // from the highest CPU's, so that flows varied by it stay new in every run
+        // whichever CPU runs it. Every CPU starts from the same counter: runs on
+        // several CPUs at once vary frames that differ elsewhere (their ports).
+        let previous = frames
+            .get(&0, 0)
+            .map_err(map_err(maps::BENCH_FRAME, "lookup"))?;
+        let highest = previous.iter().map(|f| f.counter).max().unwrap_or(0);
+        let per_cpu: Vec<BenchFrame> = previous
+            .iter()
+            .map(|_| BenchFrame {
+                vary_offset: spec.vary_offset,
+                counter: spec.counter.unwrap_or(highest),
+                bytes,
+                seq_entries,
+                pair_offset: spec.pair_offset,
+                pair_word: spec.pair_word,
+                _pad: 0,
+            })
+            .collect();
+        let values = PerCpuValues::try_from(per_cpu)
+            .map_err(|e| DataplaneError::OutOfRange(format!("{}: {e}", maps::BENCH_FRAME)))?;
         frames
-            .set(0, frame, 0)
+            .set(0, values, 0)
             .map_err(map_err(maps::BENCH_FRAME, "update"))?;
         Ok(bytes)
     }
@@ -299,7 +325,8 @@ impl KernelDataplane {
         Ok(())
     }
 
-    /// The harness's repetition counter after the last run.
+    /// The harness's repetition counter after the last run: the highest of the CPUs'
+    /// counters (each CPU counts its own repetitions).
     ///
     /// # Errors
     /// Map failures.
@@ -308,9 +335,11 @@ impl KernelDataplane {
             .ebpf
             .map_mut(maps::BENCH_FRAME)
             .ok_or(DataplaneError::MissingMap(maps::BENCH_FRAME))?;
-        let frames = Array::<&mut MapData, BenchFrame>::try_from(frames)
+        let frames = PerCpuArray::<&mut MapData, BenchFrame>::try_from(frames)
             .map_err(map_err(maps::BENCH_FRAME, "open"))?;
-        Ok(frames.get(&0, 0).map_or(0, |f| f.counter))
+        Ok(frames
+            .get(&0, 0)
+            .map_or(0, |f| f.iter().map(|f| f.counter).max().unwrap_or(0)))
     }
 
     /// Instructions the verifier processed for program `name` (`verified_insns`,
@@ -359,6 +388,43 @@ impl KernelDataplane {
     }
 }
 
+/// The benchmark harness prepared by [`KernelDataplane::bench_runner`]: `Sync`, so that
+/// threads pinned to different CPUs run it at the same time (`BPF_PROG_TEST_RUN` with
+/// `repeat` runs every repetition on the calling thread's CPU).
+pub struct BenchRunner<'a> {
+    prog: &'a Xdp,
+}
+
+impl BenchRunner<'_> {
+    /// Runs the harness `repeat` times on `frame` (exactly `BENCH_FRAME_MAX` bytes; its
+    /// Ethernet header must be the prepared frame's, which the harness restores) on the
+    /// calling thread's CPU, with the context's ingress interface `ingress_ifindex`.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for a frame of another length;
+    /// [`DataplaneError::Program`] when the kernel refuses the run.
+    pub fn run(
+        &self,
+        frame: &[u8],
+        ingress_ifindex: Option<u32>,
+        repeat: u32,
+    ) -> Result<TestRunOutput, DataplaneError> {
+        if frame.len() != BENCH_FRAME_MAX {
+            return Err(DataplaneError::OutOfRange(format!(
+                "benchmark frames must be exactly {BENCH_FRAME_MAX} bytes, got {}",
+                frame.len()
+            )));
+        }
+        run_xdp(
+            self.prog,
+            maps::BENCH_PROGRAM,
+            frame,
+            ingress_ifindex,
+            repeat,
+        )
+    }
+}
+
 /// A second handle on the tables (shared with the [`KernelDataplane`] it came from),
 /// to install tables from another thread while the first runs packets.
 pub struct TableWriter {
@@ -389,6 +455,18 @@ pub(super) fn run_program(
     ingress_ifindex: Option<u32>,
     repeat: u32,
 ) -> Result<TestRunOutput, DataplaneError> {
+    run_xdp(xdp(ebpf, name)?, name, frame, ingress_ifindex, repeat)
+}
+
+/// Runs the loaded program `prog` (named `name`) `repeat` times on `frame` with
+/// `BPF_PROG_TEST_RUN`, on the calling thread's CPU.
+fn run_xdp(
+    prog: &Xdp,
+    name: &'static str,
+    frame: &[u8],
+    ingress_ifindex: Option<u32>,
+    repeat: u32,
+) -> Result<TestRunOutput, DataplaneError> {
     let mut out = vec![0u8; frame.len() + TEST_RUN_OUT_SLACK];
     // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
     // egress_ifindex (u32 each); data_end must equal the frame length.
@@ -399,7 +477,6 @@ pub(super) fn run_program(
             .flat_map(|v: &u32| v.to_ne_bytes())
             .collect()
     });
-    let prog = xdp(ebpf, name)?;
     let mut opts = TestRunOptions::new();
     opts.data_in = Some(frame);
     opts.data_out = Some(&mut out);

@@ -13,7 +13,8 @@
 //! 65,537-slot tables, a conntrack map of
 //! 1,048,576 entries. The cases that look like traffic (populations of established
 //! flows, uniform and Zipf-skewed; the SYN + ACK handshake on new 4-tuples; the packet
-//! rate through the real `XDP_TX` path) are in `traffic`.
+//! rate through the real `XDP_TX` path) are in `traffic`; the same cases on two CPUs at
+//! once, against each alone (`--concurrent`), in `concurrent`.
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
 // file were lb-bench/main.rs.
@@ -21,6 +22,8 @@
 mod api;
 #[path = "lb-bench/change.rs"]
 mod change;
+#[path = "lb-bench/concurrent.rs"]
+mod concurrent;
 #[path = "lb-bench/fleet.rs"]
 mod fleet;
 #[path = "lb-bench/health.rs"]
@@ -338,9 +341,13 @@ struct Options {
     #[arg(long)]
     api_only: bool,
     /// Keep the slow sections short (the API's: 20 requests of each kind instead of
-    /// 200).
+    /// 200; the concurrent section's: at most 3 runs of 200,000 repetitions).
     #[arg(long)]
     quick: bool,
+    /// Only the data plane on two CPUs at once (CPU 0 and CPU 1) against each alone:
+    /// the scaling efficiency of each case.
+    #[arg(long)]
+    concurrent: bool,
     /// Skip the FIB next-hop modes.
     #[arg(long)]
     gateway_only: bool,
@@ -366,7 +373,8 @@ struct Options {
     #[arg(long, env = "LB_BENCH_CPU", default_value_t = 1)]
     cpu: usize,
     /// Benchmark this build of the eBPF object (with the `test-harness` programs)
-    /// instead of the embedded one: for quick comparisons of changes to lb-ebpf.
+    /// instead of the embedded one: for quick comparisons of changes to lb-ebpf. The
+    /// concurrent section measures both, the embedded object then this one, each round.
     #[arg(long)]
     object: Option<std::path::PathBuf>,
 }
@@ -395,6 +403,9 @@ fn main() -> anyhow::Result<()> {
     if opts.api_only {
         return api::api_latency(opts.quick);
     }
+    if opts.concurrent {
+        return concurrent::two_cpus(&opts);
+    }
     if !opts.data_only {
         control_plane()?;
         api::api_latency(opts.quick)?;
@@ -403,7 +414,8 @@ fn main() -> anyhow::Result<()> {
         health::detection_to_live()?;
         fleet::failover_times()?;
     }
-    data_plane(&opts)
+    data_plane(&opts)?;
+    concurrent::two_cpus(&opts)
 }
 
 /// Observability costs: a scrape of the metrics endpoint's content at 100 VIPs x 100

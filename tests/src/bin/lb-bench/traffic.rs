@@ -47,9 +47,9 @@ struct Timing {
 }
 
 /// Entries of the draw sequence (`BENCH_SEQ`).
-const SEQ_LEN: u32 = 1 << 20;
+pub(crate) const SEQ_LEN: u32 = 1 << 20;
 /// Offset of the IPv4 source address in the frame.
-const V4_SRC: u32 = 26;
+pub(crate) const V4_SRC: u32 = 26;
 /// Offset of the last 4 bytes of the IPv6 source address in the frame.
 const V6_SRC_LOW: u32 = 34;
 /// Offset of the word holding the TCP flags (data offset and flags bytes, with the
@@ -64,7 +64,7 @@ const V6_SEQ: u32 = 58;
 
 /// How the flows of a population are drawn.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Draw {
+pub(crate) enum Draw {
     Uniform,
     /// Zipf with exponent 1.
     Zipf,
@@ -72,7 +72,7 @@ enum Draw {
 
 /// A small, fast, seeded generator (splitmix64): reproducible draws without a
 /// dependency.
-struct SplitMix(u64);
+pub(crate) struct SplitMix(pub(crate) u64);
 
 impl SplitMix {
     fn next(&mut self) -> u64 {
@@ -104,7 +104,7 @@ impl SplitMix {
 }
 
 /// `len` flow indexes in `0..n` drawn as `draw` says.
-fn draws(n: u32, draw: Draw, len: u32, rng: &mut SplitMix) -> Vec<u32> {
+pub(crate) fn draws(n: u32, draw: Draw, len: u32, rng: &mut SplitMix) -> Vec<u32> {
     match draw {
         Draw::Uniform => {
             // Shuffled passes over the population: every flow equally often.
@@ -141,22 +141,22 @@ fn draws(n: u32, draw: Draw, len: u32, rng: &mut SplitMix) -> Vec<u32> {
 
 /// The 4 bytes stamped for flow `i` of a population: an IPv4 source in 10.0.0.0/8, or
 /// the last 4 bytes of an IPv6 source (in both cases network order, as stored).
-fn source_word(i: u32) -> u32 {
+pub(crate) fn source_word(i: u32) -> u32 {
     u32::from_ne_bytes((0x0a00_0000 | i).to_be_bytes())
 }
 
 /// One family's frames and offsets.
-struct Family {
-    name: &'static str,
-    flow: Flow,
-    src: u32,
-    flags_word: u32,
-    seq: u32,
-    vip_id: u32,
-    vip: VipKey,
+pub(crate) struct Family {
+    pub(crate) name: &'static str,
+    pub(crate) flow: Flow,
+    pub(crate) src: u32,
+    pub(crate) flags_word: u32,
+    pub(crate) seq: u32,
+    pub(crate) vip_id: u32,
+    pub(crate) vip: VipKey,
 }
 
-fn families() -> [Family; 2] {
+pub(crate) fn families() -> [Family; 2] {
     // The IPv6 client's last 4 bytes are replaced per flow; its first 12 stay.
     let client6 = Ipv6Addr::from(u128::from(CLIENT6) & !0xffff_ffff);
     [
@@ -182,7 +182,7 @@ fn families() -> [Family; 2] {
 }
 
 /// A SYN frame and the harness spec that turns odd repetitions into its ACK.
-fn handshake(family: &Family) -> anyhow::Result<(Vec<u8>, BenchSpec)> {
+pub(crate) fn handshake(family: &Family) -> anyhow::Result<(Vec<u8>, BenchSpec)> {
     let syn = sized(&family.flow, L4::Tcp(SYN));
     let ack = sized(&family.flow, L4::Tcp(ACK));
     let at = family.flags_word as usize;
@@ -422,7 +422,7 @@ pub(crate) fn handshakes(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
 
 /// How far `age_table_seen` moves a table's first sighting back: past the 180 s window
 /// after a table change in which a SYN looks its flow up in conntrack.
-const STEADY_SECS: u32 = 200;
+pub(crate) const STEADY_SECS: u32 = 200;
 
 /// A TCP SYN on a new 4-tuple per packet, for each family: long after the VIP's last
 /// table change (the steady state: the table and SYN cache decide), and within 180 s
