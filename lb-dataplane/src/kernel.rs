@@ -55,7 +55,7 @@ use aya::{
     maps::{Array, HashMap, IterableMap as _, MapData, PerCpuArray},
     programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
-pub use cleaning::{Cleaner, Cleaning, SlotCounts};
+pub use cleaning::{Cleaner, Cleaning, PinCounts, SlotCounts};
 use counters::{on_every_cpu, sum_per_cpu, sum_per_cpu_many};
 #[cfg(feature = "test-harness")]
 pub use harness::{BenchRunner, BenchSpec, BenchTarget, TableWriter, TestRunOutput};

@@ -158,6 +158,12 @@ fn walk_cleans(fast_path: bool) {
     let walk = cleaner.clean(&two_secs).expect("walk");
     assert_eq!((walk.cleaned, walk.vips[&0].foreign), (1, 1), "{walk:?}");
     assert_eq!(walk.vips[&0].dirty, 1, "{walk:?}");
+    // The pin names another backend than its slot's owner, and is live; counted by
+    // kind on the fast path only.
+    let pins = walk.vips[&0].pins;
+    let kinds = (pins.owner, pins.other, pins.other_live);
+    let want = if fast_path { (0, 1, 1) } else { (0, 0, 0) };
+    assert_eq!(kinds, want, "{walk:?}");
     let s = states(&lb);
     assert!(!s[1].is_dirty() && s[2].is_dirty());
     assert_eq!(
@@ -175,6 +181,12 @@ fn walk_cleans(fast_path: bool) {
     let walk = cleaner.clean(&two_secs).expect("walk");
     let deleted = u64::from(fast_path);
     assert_eq!((walk.cleaned, walk.pins_deleted), (1, deleted), "{walk:?}");
+    let idle = u64::from(fast_path);
+    assert_eq!(
+        (walk.vips[&0].pins.other, walk.vips[&0].pins.other_live),
+        (idle, 0),
+        "idle: {walk:?}"
+    );
     assert!(states(&lb).iter().all(|s| !s.is_dirty()));
     assert_eq!(
         lb.dp.conntrack_len().expect("len").0 as u64,

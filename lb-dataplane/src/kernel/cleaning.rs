@@ -65,6 +65,25 @@ pub struct SlotCounts {
     pub recent: u64,
     /// Of those, held by a live pin or held SYN naming another backend (C1).
     pub foreign: u64,
+    /// Whether the VIP takes the fast path.
+    #[serde(default)]
+    pub fast: bool,
+    /// Pins by kind, on a fast-path VIP (zero on today's path).
+    #[serde(default)]
+    pub pins: PinCounts,
+}
+
+/// A fast-path VIP's pins by what they say against its table (rule I1 of the book's
+/// chapter "The fast path": a pin matters only where it names another backend).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PinCounts {
+    /// Pins naming their slot's owner: the table would choose the same backend.
+    pub owner: u64,
+    /// Pins naming another backend: the exceptions to the table. A change is safe for
+    /// their flows only while these pins last.
+    pub other: u64,
+    /// Of those, live: seen within the TCP idle time (a UDP pin within its timeout).
+    pub other_live: u64,
 }
 
 /// A dirty slot that may turn clean: the state the walk read.
@@ -79,6 +98,9 @@ struct VipSlots {
     size: u32,
     fast: bool,
     candidates: HashMap<u32, Candidate>,
+    /// A fast-path VIP's owner by slot, to count its pins by kind.
+    owners: Vec<u16>,
+    pins: PinCounts,
 }
 
 /// The VIPs the walk looks at, by id.
@@ -195,12 +217,19 @@ impl Cleaner {
             }
             let size = u32::try_from(states.len()).unwrap_or(u32::MAX);
             let fast = tables.fast_path(vip_id);
+            let owners = if fast {
+                states.iter().map(|s| s.owner).collect()
+            } else {
+                Vec::new()
+            };
             vips.insert(
                 vip_id,
                 VipSlots {
                     size,
                     fast,
                     candidates,
+                    owners,
+                    pins: PinCounts::default(),
                 },
             );
             counts.insert(vip_id, count);
@@ -235,6 +264,19 @@ impl Cleaner {
     ) -> Result<Vec<Outlived>, DataplaneError> {
         let mut outlived = Vec::new();
         let mut pin = |key: &FlowKey, entry: &CtEntry, of: FlowKeyOf| {
+            let udp = key.vip.proto == PROTO_UDP;
+            let seen_ns = if udp {
+                entry.stamp_ns
+            } else {
+                u64::from(entry.seen_ticks) << CT_TICK_SHIFT
+            };
+            let idle_ns = if udp {
+                cfg.udp_timeout_ns
+            } else {
+                cfg.tcp_idle_ns
+            };
+            let live = now.wrapping_sub(seen_ns) <= idle_ns;
+            count_pin(vips, entry, key, seed, live);
             let Some((slot, candidate)) = candidate_of(vips, entry.vip_id, key, seed) else {
                 return;
             };
@@ -246,12 +288,6 @@ impl Cleaner {
                 liveness: backend_liveness(liveness, entry.backend_id),
                 stamp_ns: entry.stamp_ns,
                 isn: entry.isn,
-            };
-            let udp = key.vip.proto == PROTO_UDP;
-            let seen_ns = if udp {
-                entry.stamp_ns
-            } else {
-                u64::from(entry.seen_ticks) << CT_TICK_SHIFT
             };
             candidate.foreign |=
                 pin_blocks_cleaning(cfg, &candidate.read, &view, udp, seen_ns, now);
@@ -293,6 +329,7 @@ impl Cleaner {
         let tables = lock(&self.tables);
         for (vip_id, vip) in vips.iter_mut() {
             let count = cleaning.vips.entry(*vip_id).or_default();
+            (count.fast, count.pins) = (vip.fast, vip.pins);
             vip.candidates.retain(|slot, candidate| {
                 if candidate.foreign {
                     count.foreign += 1;
@@ -339,6 +376,30 @@ impl Cleaner {
             deleted += u64::from(removed.is_ok());
         }
         deleted
+    }
+}
+
+/// Counts pin `entry` of flow `key` by kind ([`PinCounts`]), if its VIP takes the fast
+/// path; `live` whether it was seen within its idle time.
+fn count_pin(
+    vips: &mut HashMap<u32, VipSlots>,
+    entry: &CtEntry,
+    key: &FlowKey,
+    seed: u32,
+    live: bool,
+) {
+    let Some(vip) = vips.get_mut(&entry.vip_id).filter(|v| v.size > 0) else {
+        return;
+    };
+    let slot = flow_hash(key, seed) % vip.size;
+    let Some(&owner) = vip.owners.get(slot as usize) else {
+        return;
+    };
+    if u32::from(owner) == entry.backend_id {
+        vip.pins.owner += 1;
+    } else {
+        vip.pins.other += 1;
+        vip.pins.other_live += u64::from(live);
     }
 }
 

@@ -233,17 +233,29 @@ fn cleaning_line(c: Option<&CleaningStatus>) -> String {
     line
 }
 
-/// A VIP's dirty table slots (nothing before the first cleaning walk).
+/// A VIP's dirty table slots and its pins by kind (nothing before the first cleaning
+/// walk).
 fn slot_states_line(v: &VipStatus) -> String {
-    match v.slot_states {
-        Some(s) if s.dirty == 0 => "  slots: all clean\n".to_owned(),
-        Some(s) => format!(
+    let Some(s) = v.slot_states else {
+        return String::new();
+    };
+    let slots = if s.dirty == 0 {
+        "  slots: all clean\n".to_owned()
+    } else {
+        format!(
             "  slots: {} dirty ({} within the quiet time, {} held by pins or held SYNs \
              naming another backend)\n",
             s.dirty, s.recent, s.held
-        ),
-        None => String::new(),
-    }
+        )
+    };
+    let Some(p) = s.pins else {
+        return slots;
+    };
+    format!(
+        "{slots}  pins: {} naming another backend than the table ({} live), {} naming \
+         the owner\n",
+        p.other, p.other_live, p.owner
+    )
 }
 
 mod announce;

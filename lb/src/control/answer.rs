@@ -169,6 +169,22 @@ pub struct SlotStatus {
     pub recent: u64,
     /// Of those, held dirty by a live pin or held SYN naming another backend.
     pub held: u64,
+    /// A fast-path VIP's pins by kind (none on today's path, where every flow is
+    /// pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pins: Option<PinStatus>,
+}
+
+/// A fast-path VIP's pins by what they say against its table, at the last cleaning walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PinStatus {
+    /// Pins naming their slot's owner (the table would choose the same backend).
+    pub owner: u64,
+    /// Pins naming another backend than their slot's owner: the exceptions to the
+    /// table, which keep their flows across its changes.
+    pub other: u64,
+    /// Of those, seen within the TCP idle time (a UDP pin within its timeout).
+    pub other_live: u64,
 }
 
 /// What the last conntrack walk found (`lb status`, `lb stats`).

@@ -37,8 +37,8 @@ pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncem
 pub use answer::{
     BackendCounters, BackendStatus, ChangeOutcome, CleaningStatus, ConnectionCounts,
     ConntrackStatus, Counter, DatapathHealth, FlowReport, FlowSlot, OverrideStatus,
-    OverridesReport, Pin, RECENT_CHANGES, Response, SlotStatus, Stats, Status, VipCounters,
-    VipStatus,
+    OverridesReport, Pin, PinStatus, RECENT_CHANGES, Response, SlotStatus, Stats, Status,
+    VipCounters, VipStatus,
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;

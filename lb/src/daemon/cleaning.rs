@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::Shared;
 use crate::{
     config::CleaningConfig,
-    control::{CleaningStatus, SlotStatus, Status},
+    control::{CleaningStatus, PinStatus, SlotStatus, Status},
 };
 
 /// The cleaning walks' results since start.
@@ -78,6 +78,11 @@ impl Cleanings {
                 dirty: c.dirty,
                 recent: c.recent,
                 held: c.foreign,
+                pins: c.fast.then_some(PinStatus {
+                    owner: c.pins.owner,
+                    other: c.pins.other,
+                    other_live: c.pins.other_live,
+                }),
             });
         }
     }

@@ -414,6 +414,21 @@ fn vip_label(v: &VipSample) -> Labels {
     vec![("vip", v.vip.clone())]
 }
 
+/// `lb_vip_pins`' samples of a fast-path VIP, one per kind.
+fn pin_samples(v: &VipSample) -> Vec<(Labels, u64)> {
+    let Some(p) = v.slot_states.and_then(|s| s.pins) else {
+        return Vec::new();
+    };
+    [
+        ("owner", p.owner),
+        ("other", p.other),
+        ("other_live", p.other_live),
+    ]
+    .into_iter()
+    .map(|(kind, n)| (vec![("vip", v.vip.clone()), ("kind", kind.to_owned())], n))
+    .collect()
+}
+
 fn backend_label(b: &BackendSample) -> Labels {
     vec![("vip", b.vip.clone()), ("backend", b.backend.clone())]
 }
@@ -581,6 +596,14 @@ impl Snapshot {
                 .iter()
                 .filter_map(|v| Some((vip_label(v), v.slot_states?.dirty)))
                 .collect::<Vec<_>>(),
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_vip_pins",
+            "A fast-path VIP's pins at the last cleaning walk, by kind: owner (naming their slot's owner), other (naming another backend), other_live (of those, seen within the idle time)",
+            MetricType::Gauge,
+            self.vips.iter().flat_map(pin_samples).collect::<Vec<_>>(),
             gauge,
         )
     }
