@@ -585,8 +585,8 @@ impl World {
         let (vip, mut view) = inst.today_view(&self.states, now);
         match conntrack::decide_syn(&mut view, key, seq, &vip, entry.as_ref(), &self.lb) {
             SynDecision::Pin(b) | SynDecision::HeldSyn(b) => Some(b),
-            SynDecision::Table { hash } => {
-                let b = inst.owners[index(hash, inst.owners.len())];
+            SynDecision::Table { hash, table } => {
+                let b = inst.owners[index(table, inst.owners.len())];
                 let slot = index(hash, inst.syn.len());
                 (b != 0).then(|| {
                     inst.syn[slot] = held(key, hash, b, inst.epoch, seq, now);
