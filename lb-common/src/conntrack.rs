@@ -24,7 +24,8 @@
 //!    open pin, so the live connection counts see it.
 //! 3. Without a pin that holds, a TCP flow takes its held SYN's choice: the handshake is
 //!    completing, and the choice is promoted into conntrack.
-//! 4. Otherwise the table decides, `table[flow_hash % M]`, and the choice is pinned:
+//! 4. Otherwise the table decides, `table[table_hash % M]` (the flow hash, or the hash of
+//!    the VIP's hash fields: [`crate::hash_fields`]), and the choice is pinned:
 //!    mid-flow TCP after a restart or an eviction, and new UDP flows.
 //!
 //! A TCP RST is forwarded like any other packet but writes no state.
@@ -40,6 +41,7 @@ use core::borrow::Borrow;
 
 use crate::{
     hash::flow_hash,
+    hash_fields::table_hash_of,
     stats::VipStats,
     types::{CT_OPEN, CtEntry, FlowKey, LbConfig, PROTO_UDP, SynEntry, VipEntry, ct_ticks},
 };
@@ -230,7 +232,8 @@ pub enum Decision<B, S> {
     /// table, pins the flow there with `record` (`None` for a RST) and counts a new
     /// flow.
     Table {
-        /// The flow hash ([`crate::hash::flow_hash`]).
+        /// The table hash ([`crate::hash_fields::table_hash`]: the flow hash, or the
+        /// hash of the VIP's hash fields).
         hash: u32,
         /// The pin to write, pointing at the table's backend.
         record: Option<Record>,
@@ -357,7 +360,7 @@ pub fn decide<L: Lookups>(
         isn: 0,
     });
     Decision::Table {
-        hash,
+        hash: table_hash_of(key, vip.flags, cfg.hash_seed, hash),
         record,
         stale_slot,
     }
@@ -397,7 +400,8 @@ fn recheck<L: Lookups>(
             };
         }
     }
-    let touch = if lookups.table_slot(hash) == Some(entry.backend_id) {
+    let table = table_hash_of(key, vip.flags, cfg.hash_seed, hash);
+    let touch = if lookups.table_slot(table) == Some(entry.backend_id) {
         Touch::Relabel(vip.epoch)
     } else {
         Touch::Nothing

@@ -11,7 +11,8 @@
 //! that sends a health probe to one backend), [`trace`] (the packet trace's filter and
 //! decision codes), [`csum`] (the Internet checksum arithmetic of the XDP program, here
 //! for host tests), and the two decisions both sides make,
-//! written once: [`hash`] (the flow hash, which picks a flow's Maglev slot) and
+//! written once: [`hash`] (the flow hash), [`hash_fields`] (a VIP's hash fields and the
+//! table hash, which picks a flow's Maglev slot) and
 //! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend).
 //! [`fastpath`] holds the fast path's slot state and decisions (issue 30), which the
 //! data path does not call yet.
@@ -91,6 +92,7 @@ pub mod csum;
 pub mod defaults;
 pub mod fastpath;
 pub mod hash;
+pub mod hash_fields;
 pub mod maps;
 pub mod probe;
 pub mod stats;

@@ -93,6 +93,8 @@ pub struct FakeDataplane {
     pub survived: bool,
     /// The VIP ids that take the fast path.
     pub fast: std::collections::BTreeSet<u32>,
+    /// The hash fields of VIP ids other than the 5-tuple.
+    pub hash_fields: HashMap<u32, lb_common::hash_fields::HashFields>,
     /// Dirty slots per VIP id (seeded by tests).
     pub dirty: HashMap<u32, u64>,
     /// The slot states of each VIP's table, published as the kernel's buffers publish
@@ -278,6 +280,28 @@ impl Dataplane for FakeDataplane {
 
     fn fast_path(&self, vip_id: u32) -> bool {
         self.fast.contains(&vip_id)
+    }
+
+    fn set_hash_fields(
+        &mut self,
+        _key: &VipKey,
+        vip_id: u32,
+        fields: lb_common::hash_fields::HashFields,
+    ) -> Result<(), DataplaneError> {
+        if vip_id >= MAX_VIPS {
+            return Err(DataplaneError::OutOfRange(format!("VIP id {vip_id}")));
+        }
+        self.mutate("set_hash_fields")?;
+        if fields == lb_common::hash_fields::HashFields::default() {
+            self.hash_fields.remove(&vip_id);
+        } else {
+            self.hash_fields.insert(vip_id, fields);
+        }
+        Ok(())
+    }
+
+    fn hash_fields(&self, vip_id: u32) -> lb_common::hash_fields::HashFields {
+        self.hash_fields.get(&vip_id).copied().unwrap_or_default()
     }
 
     fn dirty_slots(&self, vip_id: u32) -> Result<u64, DataplaneError> {

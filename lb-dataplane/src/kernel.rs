@@ -445,6 +445,20 @@ impl Dataplane for KernelDataplane {
         lock(&self.tables).fast_path(vip_id)
     }
 
+    fn set_hash_fields(
+        &mut self,
+        _key: &VipKey,
+        vip_id: u32,
+        fields: lb_common::hash_fields::HashFields,
+    ) -> Result<(), DataplaneError> {
+        check_vip_id(vip_id)?;
+        lock(&self.tables).set_hash_fields(vip_id, fields)
+    }
+
+    fn hash_fields(&self, vip_id: u32) -> lb_common::hash_fields::HashFields {
+        lock(&self.tables).hash_fields(vip_id)
+    }
+
     fn dirty_slots(&self, vip_id: u32) -> Result<u64, DataplaneError> {
         check_vip_id(vip_id)?;
         let states = lock(&self.tables).states(vip_id)?;

@@ -378,6 +378,24 @@ pub trait Dataplane {
     /// Whether VIP `vip_id` takes the fast path ([`Self::set_fast_path`]).
     fn fast_path(&self, vip_id: u32) -> bool;
 
+    /// Sets the hash fields of VIP `key` (id `vip_id`): which fields of a flow pick its
+    /// table slot (`lb_common::hash_fields`, carried in the flags of its `VIPS` entry).
+    /// Set before the VIP's first table, so that no packet hashes otherwise.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map; a failed map update
+    /// (the previous setting stays).
+    fn set_hash_fields(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        fields: lb_common::hash_fields::HashFields,
+    ) -> Result<(), DataplaneError>;
+
+    /// VIP `vip_id`'s hash fields ([`Self::set_hash_fields`]; the default, the 5-tuple,
+    /// for an unknown id).
+    fn hash_fields(&self, vip_id: u32) -> lb_common::hash_fields::HashFields;
+
     /// Dirty slots of VIP `vip_id`'s live table (0 without one): slots whose owner
     /// changed since they were last clean (`lb_common::fastpath`).
     ///

@@ -34,6 +34,7 @@ use std::{
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 use lb_common::{
     fastpath::SlotState,
+    hash_fields::HashFields,
     maps::{self, TABLE_HEADER_LEN},
     types::{VIP_FAST_PATH, VIP_TABLE_B, VipEntry, VipInfo, VipKey},
 };
@@ -77,6 +78,8 @@ struct VipBuffers {
     epoch: u32,
     /// Whether the VIP takes the fast path (`VIP_FAST_PATH` in its entry).
     fast: bool,
+    /// The VIP's hash fields (their bits in its entry's flags).
+    hash: HashFields,
 }
 
 impl VipBuffers {
@@ -179,6 +182,7 @@ impl TableSet {
                 key: Some(key),
                 epoch: entry.epoch,
                 fast: entry.flags & VIP_FAST_PATH != 0,
+                hash: HashFields::of_flags(entry.flags),
                 ..VipBuffers::default()
             };
             epoch = epoch.max(entry.epoch);
@@ -248,7 +252,7 @@ impl TableSet {
         let fast = if vip.fast { VIP_FAST_PATH } else { 0 };
         let entry = VipEntry {
             vip_id,
-            flags: table | fast,
+            flags: table | fast | vip.hash.flags(),
             epoch: vip.epoch,
         };
         self.vips
@@ -547,6 +551,33 @@ impl TableSet {
         self.by_id.get(&vip_id).is_some_and(|v| v.fast)
     }
 
+    /// Sets VIP `vip_id`'s hash fields, and rewrites its `VIPS` entry if it has one
+    /// (the table buffer and epoch unchanged).
+    pub(crate) fn set_hash_fields(
+        &mut self,
+        vip_id: u32,
+        fields: HashFields,
+    ) -> Result<(), DataplaneError> {
+        let vip = self.by_id.entry(vip_id).or_default();
+        let previous = vip.hash;
+        vip.hash = fields;
+        let Some(key) = vip.key else {
+            return Ok(());
+        };
+        let written = self.write_vip(&key, vip_id);
+        if written.is_err() {
+            self.by_id.entry(vip_id).or_default().hash = previous;
+        }
+        written
+    }
+
+    /// VIP `vip_id`'s hash fields.
+    pub(crate) fn hash_fields(&self, vip_id: u32) -> HashFields {
+        self.by_id
+            .get(&vip_id)
+            .map_or_else(HashFields::default, |v| v.hash)
+    }
+
     /// The slot states of VIP `vip_id`'s live table (owners included).
     pub(crate) fn states(&self, vip_id: u32) -> Result<Option<Vec<SlotState>>, DataplaneError> {
         let vip = self.by_id.get(&vip_id);
@@ -627,6 +658,7 @@ impl TableSet {
             if let Some(v) = self.by_id.get_mut(&id) {
                 v.key = None;
                 v.fast = false;
+                v.hash = HashFields::default();
             }
         }
         Ok(())

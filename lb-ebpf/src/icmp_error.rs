@@ -26,7 +26,7 @@
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
-    hash::flow_hash,
+    hash_fields::table_hash,
     stats::Reason,
     types::{
         CONFIG_SOURCE_RANGES, FAMILY_V4, FAMILY_V6, FlowKey, LbConfig, PROTO_TCP, PROTO_UDP,
@@ -119,7 +119,7 @@ fn owner(key: &FlowKey, vip: &VipEntry, cfg: &LbConfig) -> Result<Choice, Reason
     {
         return Ok(choice);
     }
-    table::pick(vip, flow_hash(key, cfg.hash_seed))
+    table::pick(vip, table_hash(key, vip.flags, cfg.hash_seed))
 }
 
 /// Writes into `key` the client-to-VIP flow of the packet the error `at` quotes.

@@ -79,6 +79,7 @@ mod vlan;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
     hash::flow_hash,
+    hash_fields::table_hash,
     stats::{Reason, VipStats},
     trace::Path,
     types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig, VipEntry},
@@ -276,7 +277,8 @@ fn vip_packet<const FULL: bool>(
         && let Some(vip) = vip::find_vip(&parsed.key.vip)
         && fast::is_fast(&vip)
     {
-        if let Some(choice) = fast::clean_owner(&vip, flow_hash(&parsed.key, cfg.hash_seed), syn)
+        if let Some(choice) =
+            fast::clean_owner(&vip, table_hash(&parsed.key, vip.flags, cfg.hash_seed), syn)
             && let Some(vip_stats) = stats::vip(vip.vip_id)
         {
             vip_stats.packets += 1;

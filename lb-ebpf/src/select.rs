@@ -10,7 +10,7 @@
 //!   flow's pinned connection, or a retransmission of the SYN held in its SYN cache
 //!   slot, goes where that connection went (`lb_common::conntrack::decide_syn`: both
 //!   carry its ISN). Any other SYN opens a connection: it takes the VIP's current
-//!   table, `table[flow_hash % M]`, and its choice is remembered in the SYN cache. A
+//!   table, `table[table_hash % M]`, and its choice is remembered in the SYN cache. A
 //!   SYN that reuses the 4-tuple of an older connection (another ISN) is a new
 //!   connection and follows the current table, so a drained backend gets no new
 //!   connection through port reuse either. No SYN writes conntrack, and only a SYN in
@@ -26,7 +26,7 @@ use lb_common::{
     conntrack::{
         Decision, Lookups, PinLookups, PinState, Record, SynDecision, decide, decide_syn, pin_state,
     },
-    hash::flow_hash,
+    hash_fields::table_hash,
     stats::{Reason, VipStats},
     trace::Path,
     types::{LbConfig, PROTO_UDP, SynEntry, VipEntry},
@@ -149,7 +149,8 @@ pub(crate) fn pick_syn(
     // SAFETY: the pointer comes from a successful lookup and the entry is only read
     // within this program run.
     let entry = ct.map(|entry| unsafe { &*entry });
-    let hash = match decide_syn(&mut Maps { vip, cfg }, &p.key, p.tcp_seq, vip, entry, cfg) {
+    let (hash, table) = match decide_syn(&mut Maps { vip, cfg }, &p.key, p.tcp_seq, vip, entry, cfg)
+    {
         SynDecision::Pin(backend) => {
             traced.set(Path::CtPin, 0);
             stats.ct_hits += 1;
@@ -165,12 +166,12 @@ pub(crate) fn pick_syn(
             stats.ct_hits += 1;
             return Ok(backend);
         }
-        SynDecision::Table { hash } => hash,
+        SynDecision::Table { hash, table } => (hash, table),
     };
     let (choice, pin) = if fast::is_fast(vip) {
-        fast::pick_syn(vip, hash, now)?
+        fast::pick_syn(vip, table, now)?
     } else {
-        (table::pick(vip, hash)?, false)
+        (table::pick(vip, table)?, false)
     };
     stats.new_flows += 1;
     traced.new_flow = true;
@@ -248,7 +249,11 @@ pub(crate) fn pick_backend(
             }
             let pin = record.entry(backend.id);
             if fast::is_fast(vip) {
-                fast::note_pin(vip, flow_hash(&p.key, cfg.hash_seed), backend.id);
+                fast::note_pin(
+                    vip,
+                    table_hash(&p.key, vip.flags, cfg.hash_seed),
+                    backend.id,
+                );
             }
             let (recorded, choice) = conntrack::pin_flow(&p.key, &pin, backend, record.replace);
             if recorded {

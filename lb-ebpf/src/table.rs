@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! The VIPs' Maglev tables (`TABLES`): the backend in slot `flow_hash % M` of a VIP's
+//! The VIPs' Maglev tables (`TABLES`): the backend in slot `table_hash % M` of a VIP's
 //! live table (Maglev paper, section 3.4). Each inner map holds a header cell (the table
 //! size M and its generation), then the M slots, each its owner and its fast-path state
 //! (`lb_common::types::TableCell`, `lb_common::maps::TABLE_HEADER_LEN`). The data path

@@ -23,7 +23,7 @@
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::info;
 use lb_common::{
-    hash::flow_hash,
+    hash_fields::table_hash,
     stats::Reason,
     trace::{NO_SLOT, Path, TracedPacket},
     types::{FAMILY_V4, FlowKey},
@@ -166,7 +166,7 @@ fn log(ctx: &XdpContext, t: &TracedPacket) {
     }
 }
 
-/// The slot `flow_hash % M` of flow `key`'s VIP's live table (read again: only traced
+/// The slot `table_hash % M` of flow `key`'s VIP's live table (read again: only traced
 /// packets pay for it), or [`NO_SLOT`].
 #[inline(always)]
 fn table_slot(key: &FlowKey) -> u32 {
@@ -179,5 +179,7 @@ fn table_slot(key: &FlowKey) -> u32 {
     let Some(table) = TABLES.get(vip.table_index()) else {
         return NO_SLOT;
     };
-    crate::table::size(table).map_or(NO_SLOT, |size| flow_hash(key, cfg.hash_seed) % size)
+    crate::table::size(table).map_or(NO_SLOT, |size| {
+        table_hash(key, vip.flags, cfg.hash_seed) % size
+    })
 }

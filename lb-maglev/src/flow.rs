@@ -1,11 +1,12 @@
 //! Flows as the data plane sees them: building the conntrack key of a client → VIP
 //! flow from socket addresses, and predicting the Maglev slot the data plane will pick
-//! for it (the same [`lb_common::hash::flow_hash`] the XDP program runs).
+//! for it (the same [`lb_common::hash_fields::table_hash`] the XDP program runs).
 
 use std::net::{IpAddr, SocketAddr};
 
 use lb_common::{
     hash::flow_hash,
+    hash_fields::{HashFields, table_hash},
     types::{FAMILY_V4, FAMILY_V6, FlowKey, VipKey},
 };
 
@@ -51,9 +52,17 @@ pub fn flow_key(client: SocketAddr, vip: SocketAddr, proto: u8) -> Option<FlowKe
 }
 
 /// The slot (`0..table_size`) the data plane picks for `key` on a conntrack miss, with
-/// hash seed `seed`. `None` for a zero table size.
+/// hash seed `seed`, for a VIP hashing the 5-tuple (the default hash fields). `None`
+/// for a zero table size.
 pub fn slot_of(key: &FlowKey, seed: u32, table_size: u32) -> Option<u32> {
     (table_size != 0).then(|| flow_hash(key, seed) % table_size)
+}
+
+/// The slot (`0..table_size`) the data plane picks for `key` on a conntrack miss, with
+/// hash seed `seed`, for a VIP with hash fields `fields`: `table_hash % table_size`
+/// ([`lb_common::hash_fields::table_hash`]). `None` for a zero table size.
+pub fn table_slot_of(key: &FlowKey, fields: HashFields, seed: u32, table_size: u32) -> Option<u32> {
+    (table_size != 0).then(|| table_hash(key, fields.flags(), seed) % table_size)
 }
 
 #[cfg(test)]
@@ -84,5 +93,22 @@ mod tests {
         );
         assert_eq!(slot_of(&key, 0, 0), None);
         assert!(slot_of(&key, 0, 7).unwrap() < 7);
+        let five = HashFields::default();
+        assert_eq!(table_slot_of(&key, five, 3, 1009), slot_of(&key, 3, 1009));
+        let src = HashFields {
+            fields: lb_common::hash_fields::Fields::Src,
+            prefix: 0,
+        };
+        let other_port = flow_key(
+            "192.0.2.10:40001".parse().unwrap(),
+            "203.0.113.10:80".parse().unwrap(),
+            PROTO_TCP,
+        )
+        .unwrap();
+        assert_eq!(
+            table_slot_of(&key, src, 3, 1009),
+            table_slot_of(&other_port, src, 3, 1009)
+        );
+        assert_eq!(table_slot_of(&key, src, 3, 0), None);
     }
 }

@@ -110,6 +110,9 @@ pub const GUE_PORT: u16 = lb_common::types::GUE_DEFAULT_PORT;
 /// `vip.encap`: IP-in-IP (`ipip`); `gue` is Generic UDP Encapsulation.
 pub const VIP_ENCAP: &str = "ipip";
 
+/// `vip.hash`: the 5-tuple picks a flow's backend (`lb_common::hash_fields::Fields`).
+pub const VIP_HASH: &str = lb_common::hash_fields::Fields::FiveTuple.name();
+
 /// `vip.backend.state`.
 pub const BACKEND_STATE: &str = "active";
 

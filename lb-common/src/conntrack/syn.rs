@@ -30,6 +30,7 @@ use core::borrow::Borrow;
 use super::{Lookups, held_syn};
 use crate::{
     hash::flow_hash,
+    hash_fields::table_hash_of,
     types::{CtEntry, FlowKey, LbConfig, SynEntry, VipEntry},
 };
 
@@ -47,11 +48,13 @@ pub enum SynDecision<B> {
     Pin(B),
     /// A retransmission of the SYN held in the flow's SYN cache slot: its backend.
     HeldSyn(B),
-    /// A new connection: the caller picks slot `hash % M` of the VIP's live table and
-    /// holds the SYN in the SYN cache.
+    /// A new connection: the caller picks slot `table % M` of the VIP's live table and
+    /// holds the SYN in the SYN cache slot of `hash`.
     Table {
-        /// The flow hash ([`crate::hash::flow_hash`]).
+        /// The flow hash ([`crate::hash::flow_hash`]): the SYN cache slot.
         hash: u32,
+        /// The table hash ([`crate::hash_fields::table_hash`]): the table slot.
+        table: u32,
     },
 }
 
@@ -88,5 +91,8 @@ pub fn decide_syn<L: Lookups>(
             return SynDecision::HeldSyn(backend);
         }
     }
-    SynDecision::Table { hash }
+    SynDecision::Table {
+        hash,
+        table: table_hash_of(key, vip.flags, cfg.hash_seed, hash),
+    }
 }

@@ -546,7 +546,8 @@ fn a_syn_with_another_isn_over_a_pin_is_a_new_connection() {
     assert_eq!(
         run_syn(&mut state, 12, Some(&entry)),
         SynDecision::Table {
-            hash: hash(PROTO_TCP)
+            hash: hash(PROTO_TCP),
+            table: hash(PROTO_TCP)
         }
     );
 }
@@ -560,7 +561,8 @@ fn a_retransmitted_syn_follows_its_held_syn_across_a_table_change() {
     assert_eq!(
         run_syn(&mut state, 100, None),
         SynDecision::Table {
-            hash: hash(PROTO_TCP)
+            hash: hash(PROTO_TCP),
+            table: hash(PROTO_TCP)
         }
     );
 }
@@ -569,6 +571,7 @@ fn a_retransmitted_syn_follows_its_held_syn_across_a_table_change() {
 fn a_syn_follows_no_pin_made_without_a_syn_nor_of_another_vip_nor_on_a_down_backend() {
     let table = SynDecision::Table {
         hash: hash(PROTO_TCP),
+        table: hash(PROTO_TCP),
     };
     // A pin made mid-flow has no ISN: a SYN with sequence number 0 is not its duplicate.
     let mut state = lookups([2, 3], None, None);

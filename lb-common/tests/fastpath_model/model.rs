@@ -648,8 +648,8 @@ impl World {
                 Some(b)
             }
             SynDecision::HeldSyn(b) => Some(b),
-            SynDecision::Table { hash } => {
-                let (b, pin) = self.pick(i, fid, hash, Pick::Syn)?;
+            SynDecision::Table { hash, table } => {
+                let (b, pin) = self.pick(i, fid, table, Pick::Syn)?;
                 let inst = &mut self.insts[i];
                 if pin {
                     // `select::pin_syn`: an existing pin wins if its backend keeps flows.

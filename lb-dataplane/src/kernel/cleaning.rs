@@ -28,7 +28,7 @@ use lb_common::{
         self, CleanCheck, HeldView, Liveness, PinView, SlotState, clean_check,
         held_blocks_cleaning, pin_blocks_cleaning, pin_outlived_cleaning,
     },
-    hash::flow_hash,
+    hash_fields::table_hash,
     maps::{self, MAX_BACKENDS},
     types::{
         BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4,
@@ -97,6 +97,8 @@ struct Candidate {
 struct VipSlots {
     size: u32,
     fast: bool,
+    /// The VIP's hash fields as `VipEntry::flags` bits (`lb_common::hash_fields`).
+    hash_flags: u32,
     candidates: HashMap<u32, Candidate>,
     /// A fast-path VIP's owner by slot, to count its pins by kind.
     owners: Vec<u16>,
@@ -227,6 +229,7 @@ impl Cleaner {
                 VipSlots {
                     size,
                     fast,
+                    hash_flags: tables.hash_fields(vip_id).flags(),
                     candidates,
                     owners,
                     pins: PinCounts::default(),
@@ -414,7 +417,7 @@ fn candidate_of<'a>(
     if vip.size == 0 || vip.candidates.is_empty() {
         return None;
     }
-    let slot = flow_hash(key, seed) % vip.size;
+    let slot = table_hash(key, vip.hash_flags, seed) % vip.size;
     vip.candidates.get_mut(&slot).map(|c| (slot, c))
 }
 

@@ -222,6 +222,14 @@ pub struct VipFile {
     /// The fast path: the table decides on clean slots, conntrack only where it changed.
     #[serde(default)]
     pub fast_path: Option<bool>,
+    /// The fields of a flow that pick its backend: `5-tuple` (default), `src`,
+    /// `src+dport`, `dport`.
+    #[serde(default)]
+    pub hash: Option<String>,
+    /// The leading bits of the client address hashed with `src` or `src+dport` (a /64
+    /// client is one client); default: the whole address.
+    #[serde(default)]
+    pub hash_source_prefix: Option<UInt<u32>>,
     /// Its health checks, multi-failure policy and flap damping (`[vip.health]`).
     #[serde(default)]
     pub health: Option<HealthFile>,

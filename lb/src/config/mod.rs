@@ -109,6 +109,8 @@ pub struct VipConfig {
     /// The fast path is on (asked for, and this instance is not a fleet member:
     /// `[announce]` off; `lb_common::fastpath::enabled`).
     pub fast_path: bool,
+    /// The fields of a flow that pick its backend (`vip.hash`, `vip.hash_source_prefix`).
+    pub hash: lb_common::hash_fields::HashFields,
     /// Backends, in file order.
     pub backends: Vec<BackendConfig>,
     /// Health checks of its backends, its multi-failure policy.

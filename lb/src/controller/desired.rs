@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use lb_common::hash_fields::HashFields;
 use lb_common::types::{
     CONFIG_FLOW_LABEL_HASH, CONFIG_ICMP_ECHO, CONFIG_ICMP_TOO_BIG, CONFIG_SOURCE_PREFIX_V4,
     CONFIG_SOURCE_PREFIX_V6, CONFIG_SOURCE_RANGES, CONFIG_VALID, LbConfig, NEXTHOP_FIB,
@@ -151,6 +152,8 @@ pub struct VipSpec {
     pub allowed_sources: Vec<Prefix>,
     /// The fast path is on (`VIP_FAST_PATH`).
     pub fast_path: bool,
+    /// The fields of a flow that pick its table slot (`lb_common::hash_fields`).
+    pub hash: HashFields,
     /// Backends by key.
     pub backends: BTreeMap<BackendKey, BackendSpec>,
     /// What the VIP does when its backends fail health checks (`[vip.health]`).
@@ -242,6 +245,7 @@ impl Desired {
                         },
                         allowed_sources: v.allowed_sources.clone(),
                         fast_path: v.fast_path,
+                        hash: v.hash,
                         backends,
                         policy: v.health.policy(),
                     },

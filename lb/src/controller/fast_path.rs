@@ -1,6 +1,7 @@
 //! What a change may do to a VIP with the fast path on (the book's chapter "The fast
 //! path"): flows on its clean slots have no pins, so two changes would break them. A
-//! new table size moves every flow, and none has a pin to keep it. Turning the fast
+//! new table size moves every flow, and none has a pin to keep it; so do new hash
+//! fields (`vip.hash`, `vip.hash_source_prefix`). Turning the fast
 //! path off while a slot is dirty hands that slot's unpinned flows to today's miss rule,
 //! which takes the owner instead of their clean owner. Both are refused, with what to do.
 
@@ -29,6 +30,19 @@ impl<D: Dataplane> Controller<D> {
                          fast_path = false, wait conntrack.tcp_idle_secs (every flow gets a \
                          pin again at its next packet), then change the size",
                         old.spec.table_size, spec.table_size
+                    ),
+                });
+            }
+            if fast && old.spec.hash != spec.hash {
+                return Err(ApplyError::FastPath {
+                    vip: *vip,
+                    reason: format!(
+                        "hash cannot change from {:?} to {:?} (or its source prefix) while \
+                         the fast path is on: flows on clean slots have no pins, and new \
+                         hash fields move them. Set fast_path = false, wait \
+                         conntrack.tcp_idle_secs, then change it",
+                        old.spec.hash.fields.name(),
+                        spec.hash.fields.name()
                     ),
                 });
             }

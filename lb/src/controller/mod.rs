@@ -49,7 +49,7 @@ use crate::{
 };
 use lb_dataplane::{CtTable, Dataplane, DataplaneError};
 use lb_maglev::BackendKey;
-use lb_maglev::flow::{flow_key, slot_of};
+use lb_maglev::flow::{flow_key, table_slot_of};
 use table::TableFacts;
 
 /// A VIP as applied to the data plane.
@@ -363,7 +363,7 @@ impl<D: Dataplane> Controller<D> {
             .ok_or(FlowError::Family(client, *vip))?;
         let seed = self.state.globals.map_or(0, |g| g.hash_seed);
         let size = u32::try_from(applied.slots.len()).unwrap_or(u32::MAX);
-        let slot = slot_of(&key, seed, size).unwrap_or(0);
+        let slot = table_slot_of(&key, applied.spec.hash, seed, size).unwrap_or(0);
         let by_id = |id: u32| {
             applied
                 .backend_ids

@@ -24,6 +24,7 @@ use std::{
     time::Instant,
 };
 
+use lb_common::hash_fields::HashFields;
 use lb_common::types::{
     BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UNUSED, BackendEntry, LbConfig, VipKey,
 };
@@ -58,6 +59,7 @@ pub(super) enum Op {
     RemoveVip(VipKey),
     SetSources(VipKey, u32, Arc<Vec<Prefix>>),
     SetFastPath(VipKey, u32, bool),
+    SetHashFields(VipKey, u32, HashFields),
     Quiesce,
 }
 
@@ -82,6 +84,10 @@ impl Op {
             Op::SetFastPath(_, vip_id, on) => format!(
                 "turning the fast path of VIP id {vip_id} {}",
                 if *on { "on" } else { "off" }
+            ),
+            Op::SetHashFields(_, vip_id, h) => format!(
+                "writing the hash fields of VIP id {vip_id} ({})",
+                h.fields.name()
             ),
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
@@ -108,6 +114,7 @@ impl Op {
             Op::RemoveVip(k) => dp.remove_vip(k),
             Op::SetSources(k, vip_id, p) => dp.set_sources(k, *vip_id, p),
             Op::SetFastPath(k, vip_id, on) => dp.set_fast_path(k, *vip_id, *on),
+            Op::SetHashFields(k, vip_id, h) => dp.set_hash_fields(k, *vip_id, *h),
             Op::Quiesce => dp.quiesce(),
         }
     }
@@ -271,6 +278,11 @@ impl<'a> Planner<'a> {
     fn vip(&mut self, vip: Vip, spec: &VipSpec) -> Result<AppliedVip, ApplyError> {
         let old = self.current.vips.get(&vip);
         let vip_id = self.next.ids.vip(vip).map_err(ApplyError::Ids)?;
+        // Before the VIP's first table: no packet of it is hashed otherwise.
+        if spec.hash != old.map_or_else(HashFields::default, |o| o.spec.hash) {
+            self.tables
+                .push(Op::SetHashFields(vip.key(), vip_id, spec.hash));
+        }
         let backend_ids = self.backends(vip, spec, old)?;
         let applied = self.table(vip, vip_id, spec, old, backend_ids)?;
         let old_sources = old.map_or(&[][..], |o| &o.spec.allowed_sources[..]);
@@ -522,6 +534,8 @@ struct Shadow {
     sources: HashMap<VipKey, (u32, Arc<Vec<Prefix>>)>,
     /// The VIPs that take the fast path.
     fast: HashMap<VipKey, u32>,
+    /// The hash fields of every VIP.
+    hash: HashMap<VipKey, HashFields>,
 }
 
 impl Shadow {
@@ -550,6 +564,11 @@ impl Shadow {
                 .iter()
                 .filter(|(_, v)| v.spec.fast_path)
                 .map(|(vip, v)| (vip.key(), v.id))
+                .collect(),
+            hash: state
+                .vips
+                .iter()
+                .map(|(vip, v)| (vip.key(), v.spec.hash))
                 .collect(),
         }
     }
@@ -583,6 +602,11 @@ impl Shadow {
             Op::SetFastPath(key, vip_id, _) => {
                 Op::SetFastPath(*key, *vip_id, self.fast.contains_key(key))
             }
+            Op::SetHashFields(key, vip_id, _) => Op::SetHashFields(
+                *key,
+                *vip_id,
+                self.hash.get(key).copied().unwrap_or_default(),
+            ),
         })
     }
 
@@ -623,6 +647,9 @@ impl Shadow {
                 } else {
                     self.fast.remove(k);
                 }
+            }
+            Op::SetHashFields(k, _, h) => {
+                self.hash.insert(*k, *h);
             }
         }
     }

@@ -32,6 +32,7 @@ use std::{
 };
 
 use lb_common::{
+    hash_fields::HashFields,
     maps::MAX_BACKENDS,
     types::{BACKEND_ACTIVE, BACKEND_DRAINING, BACKEND_UNUSED, PROTO_TCP, PROTO_UDP, VipKey},
 };
@@ -124,10 +125,17 @@ impl VipRecord {
         })
     }
 
-    /// The spec of `vip` this entry records, with `allowed_sources` and `fast_path`
-    /// (which the maps hold). The policy is not recorded: it changes no table by itself
-    /// (the plan compares table inputs), and the next apply brings the configured one.
-    fn spec(&self, vip: &Vip, allowed_sources: Vec<Prefix>, fast_path: bool) -> VipSpec {
+    /// The spec of `vip` this entry records, with `allowed_sources`, `fast_path` and
+    /// `hash` (which the maps hold). The policy is not recorded: it changes no table by
+    /// itself (the plan compares table inputs), and the next apply brings the
+    /// configured one.
+    fn spec(
+        &self,
+        vip: &Vip,
+        allowed_sources: Vec<Prefix>,
+        fast_path: bool,
+        hash: HashFields,
+    ) -> VipSpec {
         let backends: BTreeMap<BackendKey, BackendSpec> = self.backends.iter().copied().collect();
         VipSpec {
             table_size: self.table_size,
@@ -137,6 +145,7 @@ impl VipRecord {
             gue_port: 0,
             allowed_sources,
             fast_path,
+            hash,
             backends,
             policy: FailurePolicy::default(),
         }
@@ -266,7 +275,7 @@ impl Checker {
         let mut keys: Vec<TableKey> = Vec::new();
         let mut wanted: HashMap<TableKey, usize> = HashMap::new();
         for r in entries.filter(|r| r.recorded(comparable).is_none()) {
-            let key = table_key(&r.spec(&r.vip, Vec::new(), false));
+            let key = table_key(&r.spec(&r.vip, Vec::new(), false, HashFields::default()));
             let count = wanted.entry(key.clone()).or_default();
             if *count == 0 {
                 keys.push(key);
@@ -383,6 +392,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             installed,
             allowed_sources,
             fast_path: dp.fast_path(*vip_id),
+            hash: dp.hash_fields(*vip_id),
         };
         let applied_vip = recover_vip(
             dp,
@@ -438,6 +448,8 @@ struct Found {
     allowed_sources: Vec<Prefix>,
     /// Whether its `VIPS` entry takes the fast path.
     fast_path: bool,
+    /// The hash fields its `VIPS` entry carries.
+    hash: HashFields,
 }
 
 /// The applied state of `found`: its recorded spec when `recorded` (of the installed
@@ -454,7 +466,12 @@ fn recover_vip<D: Dataplane>(
 ) -> Result<AppliedVip, DataplaneError> {
     let vip = found.vip;
     let verified = recorded.and_then(|r| {
-        let spec = r.spec(&vip, found.allowed_sources.clone(), found.fast_path);
+        let spec = r.spec(
+            &vip,
+            found.allowed_sources.clone(),
+            found.fast_path,
+            found.hash,
+        );
         let (table, slots) = checker.check(&vip, r, &spec, &state.ids, &found.installed.slots)?;
         Some((spec, table, slots))
     });
@@ -498,6 +515,7 @@ fn unverified_vip<D: Dataplane>(
         installed,
         allowed_sources,
         fast_path,
+        hash,
     } = found;
     let in_table = table::distinct_ids(&installed.slots);
     used_ids.extend(in_table.iter().copied());
@@ -532,6 +550,7 @@ fn unverified_vip<D: Dataplane>(
             gue_port: 0,
             allowed_sources,
             fast_path,
+            hash,
             backends,
             policy: FailurePolicy::default(),
         },

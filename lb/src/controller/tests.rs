@@ -766,3 +766,50 @@ fn a_fast_path_vip_keeps_its_table_size_and_its_switch_while_slots_are_dirty() {
     // Off, the size may change.
     c.apply(&three_fast(false, 1013)).unwrap();
 }
+
+#[test]
+fn hash_fields_reach_the_data_plane_and_flow_predicts_with_them() {
+    use lb_common::hash_fields::Fields;
+    let src = |size: u32, fast: bool| {
+        desired(
+            &vip_toml(
+                80,
+                size,
+                &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            )
+            .replace(
+                "table_size",
+                &format!("hash = \"src\"\nfast_path = {fast}\ntable_size"),
+            ),
+        )
+    };
+    let mut c = controller();
+    c.apply(&src(1009, false)).unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).fields, Fields::Src);
+    // Every connection of one client: one slot, one backend.
+    let backends: BTreeSet<Option<String>> = (40000..40040)
+        .map(|port| {
+            let client = SocketAddr::from(([192, 0, 2, 10], port));
+            c.flow(&vip80(), client).unwrap().table_backend
+        })
+        .collect();
+    assert_eq!(backends.len(), 1, "{backends:?}");
+    // Back to the 5-tuple: the data plane is told, and the ports spread.
+    c.apply(&three()).unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).fields, Fields::FiveTuple);
+    let spread: BTreeSet<Option<String>> = (40000..40040)
+        .map(|port| {
+            let client = SocketAddr::from(([192, 0, 2, 10], port));
+            c.flow(&vip80(), client).unwrap().table_backend
+        })
+        .collect();
+    assert!(spread.len() > 1, "{spread:?}");
+    // With the fast path on, the fields cannot change.
+    c.apply(&three_fast(true, 1009)).unwrap();
+    let err = c.apply(&src(1009, true)).unwrap_err().to_string();
+    assert!(
+        err.contains("hash cannot change from \"5-tuple\" to \"src\""),
+        "{err}"
+    );
+    assert_eq!(c.dataplane().hash_fields(0).fields, Fields::FiveTuple);
+}

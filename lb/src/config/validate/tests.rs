@@ -162,6 +162,7 @@ fn the_example_file_states_exactly_the_defaults() {
         ),
         ("vip[0].table_size", int(defaults::TABLE_SIZE.into())),
         ("vip[0].encap", string(defaults::VIP_ENCAP)),
+        ("vip[0].hash", string(defaults::VIP_HASH)),
         (
             "health.coalesce_ms",
             int(defaults::HEALTH_COALESCE_MS.into()),
@@ -469,6 +470,21 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
             "vip[0].encap: expected \"ipip\" or \"gue\", got \"vxlan\" (line 8)",
         ),
         (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\nhash = \"sh\"\n"),
+            "vip[0].hash: expected one of \"5-tuple\", \"src\", \"src+dport\", \"dport\", got \"sh\" (line 8)",
+        ),
+        (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\nhash_source_prefix = 24\n"),
+            "vip[0].hash_source_prefix: applies only with hash = \"src\" or \"src+dport\" (the hashed client address), not with hash = \"5-tuple\" (line 8)",
+        ),
+        (
+            with_vip("").replace(
+                "[[vip]]\n",
+                "[[vip]]\nhash = \"src\"\nhash_source_prefix = 33\n",
+            ),
+            "vip[0].hash_source_prefix: expected a prefix length from 1 to 32 for VIP 203.0.113.10:80/tcp, got 33 (line 9)",
+        ),
+        (
             format!("{BASE}[icmp]\nrate_limit = 0\n"),
             "icmp.rate_limit: expected a value from 1 to 1000000, got 0 (line 7)",
         ),
@@ -660,4 +676,29 @@ fn the_fast_path_is_off_by_default_and_stays_off_in_a_fleet_with_a_warning() {
           second chance)"
         ]
     );
+}
+
+#[test]
+fn hash_fields_are_read_and_a_whole_address_prefix_is_no_prefix() {
+    let hashed = |keys: &str| {
+        let text = format!("{BASE}{VIP}").replace("[[vip]]\n", &format!("[[vip]]\n{keys}"));
+        load(&text).expect("valid").config.vips[0].hash
+    };
+    use lb_common::hash_fields::{Fields, HashFields};
+    assert_eq!(hashed(""), HashFields::default());
+    assert_eq!(
+        hashed("hash = \"src\"\nhash_source_prefix = 24\n"),
+        HashFields {
+            fields: Fields::Src,
+            prefix: 24
+        }
+    );
+    assert_eq!(
+        hashed("hash = \"src+dport\"\nhash_source_prefix = 32\n"),
+        HashFields {
+            fields: Fields::SrcDport,
+            prefix: 0
+        }
+    );
+    assert_eq!(hashed("hash = \"dport\"\n").fields, Fields::Dport);
 }

@@ -6,7 +6,11 @@ use std::{
     net::IpAddr,
 };
 
-use lb_common::maps::{MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS};
+use lb_common::{
+    hash_fields::{Fields, HashFields, max_prefix},
+    maps::{MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS},
+    types::{FAMILY_V4, FAMILY_V6},
+};
 
 use super::{Encap, Report, health, uint};
 use crate::{
@@ -100,6 +104,7 @@ fn vip(
     let ipv6_backends = backend_family(&path, v, vip, r);
     let tunnel = vip_encap(&path, v, r);
     let allowed_sources = allowed_sources(&path, v, vip, r);
+    let hash = hash_fields(&path, v, vip, r);
     let lb_source = lb_source(&path, vip, ipv6_backends, encap, mtu, r);
     let table_size = uint(v.table_size, defaults::TABLE_SIZE);
     if let Err(e) = lb_maglev::validate_table_size(table_size) {
@@ -139,6 +144,7 @@ fn vip(
         encap: tunnel,
         allowed_sources,
         fast_path: v.fast_path.unwrap_or(false),
+        hash,
         backends,
         health,
     })
@@ -157,6 +163,55 @@ fn vip_encap(path: &str, v: &VipFile, r: &mut Report) -> Encapsulation {
             Encapsulation::Ipip
         }
     }
+}
+
+/// `vip[i].hash` and `vip[i].hash_source_prefix`: the fields of a flow that pick its
+/// backend, and the leading bits of the client address hashed (its whole length is
+/// stored as 0, the whole address).
+fn hash_fields(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> HashFields {
+    let name = v.hash.as_deref().unwrap_or(defaults::VIP_HASH);
+    let Some(fields) = Fields::from_name(name) else {
+        let names: Vec<String> = Fields::ALL
+            .iter()
+            .map(|f| format!("{:?}", f.name()))
+            .collect();
+        r.error(
+            format!("{path}.hash"),
+            format!("expected one of {}, got {name:?}", names.join(", ")),
+        );
+        return HashFields::default();
+    };
+    let Some(prefix) = v.hash_source_prefix.map(|p| p.0) else {
+        return HashFields { fields, prefix: 0 };
+    };
+    let key = format!("{path}.hash_source_prefix");
+    let family = if vip.addr.is_ipv4() {
+        FAMILY_V4
+    } else {
+        FAMILY_V6
+    };
+    let max = max_prefix(family);
+    if !fields.uses_source() {
+        r.error(
+            key,
+            format!(
+                "applies only with hash = \"src\" or \"src+dport\" (the hashed client \
+                 address), not with hash = {name:?}"
+            ),
+        );
+    } else if prefix == 0 || prefix > u32::from(max) {
+        r.error(
+            key,
+            format!("expected a prefix length from 1 to {max} for VIP {vip}, got {prefix}"),
+        );
+    } else {
+        // The whole address is stored as 0 (no cut): prefix % max.
+        return HashFields {
+            fields,
+            prefix: u8::try_from(prefix).unwrap_or(0) % max,
+        };
+    }
+    HashFields { fields, prefix: 0 }
 }
 
 /// `vip[i].backend_family`: whether the VIP's backends are IPv6 (for an IPv4 VIP:
