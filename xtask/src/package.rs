@@ -8,13 +8,14 @@
 //! and book (docs/src's Markdown, in usr/share/doc/lb/book/),
 //! the list of linked crates); then cargo-deb (`--no-build`), which reads
 //! `[package.metadata.deb]` of lb/Cargo.toml and takes the unit from
-//! dist/systemd/lb.service. The version is [`deb_version`].
+//! dist/systemd/lb.service and dist/systemd/lb-agent@.service. The version is
+//! [`deb_version`].
 //!
 //! Check ([`check`], also step 6 of `cargo xtask test`): the package's file list and
 //! control data, lintian, and the unpacked tree (`dpkg-deb -x` into a temporary
 //! directory, never installed): `lb --version` with an empty environment, the conffile
 //! refused by `lb run`, `man -l` on every page (lb.toml(5) too), the bash completion of `lb b`, and
-//! `systemd-analyze verify` on the unit.
+//! `systemd-analyze verify` on both units (the agent's as an instance).
 
 use std::{
     path::{Path, PathBuf},
@@ -42,6 +43,7 @@ const EXPECTED_FILES: &[&str] = &[
     "usr/bin/lb",
     "etc/lb/lb.toml",
     "usr/lib/systemd/system/lb.service",
+    "usr/lib/systemd/system/lb-agent@.service",
     "usr/share/doc/lb/copyright",
     "usr/share/doc/lb/changelog.Debian.gz",
     "usr/share/doc/lb/README.md.gz",
@@ -478,8 +480,10 @@ pub(crate) fn check(built: &Built) -> Vec<Outcome> {
         check_bash_completion(&unpacked),
     ));
     outcomes.push(outcome(
-        "systemd-analyze verify accepts the unit",
-        check_unit(&unpacked),
+        "systemd-analyze verify accepts the units",
+        UNITS
+            .iter()
+            .try_for_each(|(unit, instance)| check_unit(&unpacked, unit, instance)),
     ));
     outcomes
 }
@@ -818,30 +822,40 @@ fn check_bash_completion(unpacked: &Unpacked) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check_unit(unpacked: &Unpacked) -> anyhow::Result<()> {
+/// The package's units and the name `systemd-analyze verify` checks each as: the
+/// agent's template as an instance (`%i` an interface name).
+const UNITS: &[(&str, &str)] = &[
+    ("lb.service", "lb.service"),
+    ("lb-agent@.service", "lb-agent@eth0.service"),
+];
+
+/// `systemd-analyze verify` accepts unit file `unit` of the package, checked as
+/// `instance`.
+fn check_unit(unpacked: &Unpacked, unit: &str, instance: &str) -> anyhow::Result<()> {
     // verify checks that ExecStart's binary exists and that the Documentation= pages
     // open with man: point ExecStart at the unpacked binary (in a copy of the unit) and
     // MANPATH at the unpacked pages.
     let tree = unpacked.tree();
-    let unit = std::fs::read_to_string(tree.join("usr/lib/systemd/system/lb.service"))?;
+    let text = std::fs::read_to_string(tree.join("usr/lib/systemd/system").join(unit))
+        .with_context(|| format!("reading {unit}"))?;
     let exec = "ExecStart=/usr/bin/lb ";
-    if !unit.lines().any(|l| l.starts_with(exec)) {
-        bail!("the unit has no `{exec}...` line");
+    if !text.lines().any(|l| l.starts_with(exec)) {
+        bail!("{unit} has no `{exec}...` line");
     }
     let lb = tree.join("usr/bin/lb");
-    let copy = unit.replace(exec, &format!("ExecStart={} ", lb.display()));
+    let copy = text.replace(exec, &format!("ExecStart={} ", lb.display()));
     let dir = unpacked.root.join("unit");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("lb.service"), copy)?;
+    std::fs::write(dir.join(unit), copy)?;
     let (ok, out, err) = capture(
         unpacked
             .bare("systemd-analyze")
             .arg("verify")
-            .arg(dir.join("lb.service"))
+            .arg(dir.join(instance))
             .env("MANPATH", tree.join("usr/share/man")),
     )?;
     if !ok || !err.trim().is_empty() {
-        bail!("systemd-analyze verify: {out}{err}");
+        bail!("systemd-analyze verify {instance}: {out}{err}");
     }
     Ok(())
 }
