@@ -394,7 +394,7 @@ fn count_pin(
     let Some(vip) = vips.get_mut(&entry.vip_id).filter(|v| v.size > 0) else {
         return;
     };
-    let slot = flow_hash(key, seed) % vip.size;
+    let slot = table_hash(key, vip.hash_flags, seed) % vip.size;
     let Some(&owner) = vip.owners.get(slot as usize) else {
         return;
     };
