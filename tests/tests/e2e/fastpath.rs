@@ -1,9 +1,11 @@
 //! The fast path end to end (issue 30, the one-instance bed): 100 long-lived TCP
-//! connections ([`super::longlived`]) to a VIP with `fast_path = true`, while the
-//! controller adds a backend, reweights one, drains one, restarts (the dirty period
-//! goes on across it), adds another, and removes one; then the traffic runs on until
-//! the cleaning walk has turned slots clean (quiet time one minute). Every connection
-//! of a backend that was not removed keeps working on its first backend.
+//! connections ([`super::longlived`]) to a VIP with `fast_path = true` and TCP health
+//! probes, while the controller adds a backend, reweights one, drains one, restarts
+//! (the dirty period goes on across it), adds another, sees it fail its probes and
+//! recover (a flap: its slots move away and back while dirty), and removes one; then
+//! the traffic runs on until the cleaning walk has turned slots clean (quiet time one
+//! minute). Every connection of a backend that was not removed keeps working on its
+//! first backend.
 //!
 //! Each step is checked to be what it claims: before the first change the connections
 //! forward by the table alone (clean-slot hits, no conntrack entry of an established
@@ -18,7 +20,11 @@ use std::{
 use lb::control::ConnList;
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, Stop, backend_addr, vip_text},
-    testbed::{TestBed, backend_name, vip_tcp},
+    testbed::{
+        TestBed, backend_name,
+        health::{PortListener, TCP_PROBE_PORT},
+        vip_tcp,
+    },
     traffic::{self, Ports, Tally},
 };
 
@@ -28,19 +34,47 @@ use super::{
     tcp_vip,
 };
 
-/// The changes: add, weight, drain, restart, add, remove, and the cleaning.
-const CHANGES: usize = 7;
+/// The changes: add, weight, drain, restart, add, down, up, remove, and the cleaning.
+const CHANGES: usize = 9;
 /// How long the cleaning may take to turn a slot clean after the first change: the
 /// quiet time (60 s) plus walks every second, with margin for a loaded machine.
 const CLEANED_WITHIN: Duration = Duration::from_secs(150);
 
 fn config() -> DaemonConfig {
     let vip = vip_text(false, true);
+    let probe = format!(
+        "kind = \"tcp\"\nport = {TCP_PROBE_PORT}\ninterval_ms = 200\ntimeout_ms = 100\n\
+         rise = 2\nfall = 3\nflap_transitions = 0\n"
+    );
     DaemonConfig {
-        vip_keys: vec![(vip, "fast_path = true".to_owned())],
+        vip_keys: vec![(vip.clone(), "fast_path = true".to_owned())],
         conntrack_keys: "tcp_idle_secs = 60\nquiet_secs = 60\nclean_interval_secs = 1\n".to_owned(),
         ..DaemonConfig::equal(1..=3)
     }
+    .with_health(&vip, &probe)
+}
+
+/// Backend `k`'s probe port, open until dropped.
+fn probe_port(bed: &TestBed, k: u8) -> anyhow::Result<PortListener> {
+    PortListener::open(bed.backend_ns(k), TCP_PROBE_PORT)
+}
+
+/// Backend `k`'s health label, once `lb status` says `label` (within 10 s); counted
+/// in `applied` and followed by [`QUIET`].
+fn health_is(lb: &Daemon<'_>, applied: &AtomicUsize, k: u8, label: &str) -> anyhow::Result<()> {
+    let vip = vip_text(false, true);
+    let addr = backend_addr(k, false).to_string();
+    let status = lb.wait_status(&format!("b{k} {label}"), Duration::from_secs(10), |s| {
+        s.vips.iter().filter(|v| v.vip == vip).any(|v| {
+            v.backends
+                .iter()
+                .any(|b| b.address == addr && b.health.as_ref().is_some_and(|h| h.state == label))
+        })
+    })?;
+    eprintln!("b{k} {label}: {:?}", tcp_vip(&status).slot_states);
+    applied.fetch_add(1, Ordering::Relaxed);
+    std::thread::sleep(QUIET);
+    Ok(())
 }
 
 /// The VIP's counter `name` in `lb stats`.
@@ -103,11 +137,18 @@ fn changes(bed: &TestBed, lb: &mut Daemon<'_>, applied: &AtomicUsize) -> anyhow:
     std::thread::sleep(QUIET);
     anyhow::ensure!(bed.add_backend()? == 4, "the bed's fourth backend");
     anyhow::ensure!(bed.add_backend()? == 5, "the bed's fifth backend");
+    let _probe4 = probe_port(bed, 4)?;
+    let probe5 = probe_port(bed, 5)?;
     backend(lb, applied, "add", 4, None)?;
     let status = lb.wait_status("dirty slots after the add", QUIET * 10, |s| {
         tcp_vip(s).slot_states.is_some_and(|d| d.dirty > 0)
     })?;
     eprintln!("after the add: {:?}", tcp_vip(&status).slot_states);
+    // The connections on moved slots are pinned to their clean owners: exceptions.
+    let status = lb.wait_status("pins naming another backend", QUIET * 10, |s| {
+        (tcp_vip(s).slot_states.and_then(|d| d.pins)).is_some_and(|p| p.other_live > 0)
+    })?;
+    eprintln!("pins: {:?}", tcp_vip(&status).slot_states);
     backend(lb, applied, "weight", 1, Some("3"))?;
     backend(lb, applied, "drain", 2, None)?;
 
@@ -122,6 +163,12 @@ fn changes(bed: &TestBed, lb: &mut Daemon<'_>, applied: &AtomicUsize) -> anyhow:
     std::thread::sleep(QUIET);
 
     backend(lb, applied, "add", 5, None)?;
+    health_is(lb, applied, 5, "healthy")?;
+    // A flap: b5 fails its probes, its slots move away, then it recovers.
+    drop(probe5);
+    health_is(lb, applied, 5, "unhealthy")?;
+    let _probe5 = probe_port(bed, 5)?;
+    health_is(lb, applied, 5, "healthy")?;
     backend(lb, applied, "remove", 3, None)?;
 
     let status = lb.wait_status("slots cleaned by the walk", CLEANED_WITHIN, |s| {
@@ -138,8 +185,12 @@ fn changes(bed: &TestBed, lb: &mut Daemon<'_>, applied: &AtomicUsize) -> anyhow:
 }
 
 #[test]
-fn fast_path_connections_survive_changes_a_restart_and_the_cleaning() {
+fn fast_path_connections_survive_changes_a_restart_a_flap_and_the_cleaning() {
     let bed = bed(3);
+    let _probes = (1..=3)
+        .map(|k| probe_port(&bed, k))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .expect("probe ports");
     let mut lb = daemon(&bed, &config());
     let srcs = traffic::sources(&bed, CONNECTIONS, false, Ports::Kernel);
     let greeted = traffic::connect_all(&bed, &srcs, vip_tcp(false)).expect("connections");
