@@ -175,6 +175,20 @@ fn vip_settings(old: &VipConfig, new: &VipConfig) -> Vec<SettingChange> {
         out.push(SettingChange::new("allowed_sources", Some(s0), Some(s1)));
     }
     compare(&mut out, "health", &old.health, &new.health);
+    compare(&mut out, "encap", &old.encap, &new.encap);
+    compare(&mut out, "fast_path", &old.fast_path, &new.fast_path);
+    compare(
+        &mut out,
+        "hash",
+        &old.hash.fields.name(),
+        &new.hash.fields.name(),
+    );
+    compare(
+        &mut out,
+        "hash_source_prefix",
+        &old.hash.prefix,
+        &new.hash.prefix,
+    );
     out
 }
 
@@ -303,6 +317,34 @@ mod tests {
         enabled: bool,
         table: Option<u32>,
         inner: Inner,
+    }
+
+    /// The VIP of a configuration whose `[[vip]]` table has `keys` beside its address
+    /// and one backend.
+    fn vip_with(keys: &str) -> VipConfig {
+        let text = format!(
+            "interface = \"eth0\"\n[encap]\nsource_v4 = \"192.0.2.1\"\n[[vip]]\naddress = \"203.0.113.10\"\nport = 80\n\
+             protocol = \"tcp\"\n{keys}\n\
+             [[vip.backend]]\naddress = \"198.51.100.11\"\n"
+        );
+        let loaded = Config::from_toml(&text).expect("valid");
+        loaded.config.vips[0].clone()
+    }
+
+    #[test]
+    fn a_vips_hash_fields_fast_path_and_encapsulation_changes_are_named() {
+        let old = vip_with("");
+        let new = vip_with("hash = \"src\"\nhash_source_prefix = 24\nfast_path = true");
+        let keys: Vec<String> = vip_settings(&old, &new)
+            .iter()
+            .map(|c| format!("{c:?}"))
+            .collect();
+        let text = keys.join("\n");
+        for key in ["\"fast_path\"", "\"hash\"", "\"hash_source_prefix\""] {
+            assert!(text.contains(key), "{key} in {text}");
+        }
+        assert!(text.contains("src") && text.contains("5-tuple"), "{text}");
+        assert!(vip_settings(&old, &old).is_empty());
     }
 
     #[test]
