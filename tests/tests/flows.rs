@@ -715,14 +715,20 @@ fn a_busy_udp_flow_never_expires_even_with_a_one_second_timeout() {
 fn a_late_duplicate_syn_does_not_move_its_established_connection() {
     // The duplicate carries the connection's own ISN: not a new connection. It goes to
     // the connection's backend (the backend ignores or answers it within the
-    // connection) and changes no state.
+    // connection) and changes no state but the tick the flow was last seen in.
     let mut lb = Lb::standard();
     let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 47_400), VIP4, 80);
     assert_eq!(establish(&mut lb, &flow), b4(2));
     let pinned = pin_of(&lb, &flow);
     lb.table(0, &[3; 65_537]);
     assert_eq!(lb.send(&flow.frame(L4::Tcp(SYN), &[])), (XDP_TX, b4(2)));
-    assert_eq!(pin_of(&lb, &flow), pinned);
+    let (state, entry) = pin_of(&lb, &flow);
+    assert!(entry.seen_ticks >= pinned.1.seen_ticks, "{entry:?}");
+    let seen = |mut e: CtEntry| {
+        e.seen_ticks = 0;
+        e
+    };
+    assert_eq!((state, seen(entry)), (pinned.0, seen(pinned.1)));
     assert_eq!(lb.send(&flow.frame(L4::Tcp(ACK), b"d")), (XDP_TX, b4(2)));
     // Drained, the backend keeps the connection, duplicates included.
     lb.backend(2, packets::backend4(2), BACKEND_DRAINING);
