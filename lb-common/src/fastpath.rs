@@ -944,12 +944,20 @@ pub fn pin_blocks_cleaning(
     seen_ns: u64,
     now_ns: u64,
 ) -> bool {
+    pin.backend != slot.owner() && pin_live(cfg, udp, seen_ns, now_ns)
+}
+
+/// Whether a pin last seen at `seen_ns` is live at `now_ns` (rule C1): a UDP pin within
+/// the UDP idle timeout, a TCP pin within the TCP idle time.
+#[inline(always)]
+#[must_use]
+pub fn pin_live(cfg: &Config, udp: bool, seen_ns: u64, now_ns: u64) -> bool {
     let idle_ns = if udp {
         cfg.udp_timeout_ns
     } else {
         cfg.tcp_idle_ns
     };
-    pin.backend != slot.owner() && now_ns.wrapping_sub(seen_ns) <= idle_ns
+    now_ns.wrapping_sub(seen_ns) <= idle_ns
 }
 
 /// Rule C1 for a held SYN (`held`) of a flow on `slot`: it blocks the cleaning while

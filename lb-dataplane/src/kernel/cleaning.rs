@@ -26,7 +26,7 @@ use std::{
 use lb_common::{
     fastpath::{
         self, CleanCheck, HeldView, Liveness, PinView, SlotState, clean_check,
-        held_blocks_cleaning, pin_blocks_cleaning, pin_outlived_cleaning,
+        held_blocks_cleaning, pin_blocks_cleaning, pin_live, pin_outlived_cleaning,
     },
     hash_fields::table_hash,
     maps::{self, MAX_BACKENDS},
@@ -267,20 +267,21 @@ impl Cleaner {
     ) -> Result<Vec<Outlived>, DataplaneError> {
         let mut outlived = Vec::new();
         let mut pin = |key: &FlowKey, entry: &CtEntry, of: FlowKeyOf| {
+            let Some(vip) = vips.get_mut(&entry.vip_id) else {
+                return;
+            };
+            // One table hash per pin, for its kind and its candidate slot.
+            let Some(slot) = vip.slot_of(key, seed) else {
+                return;
+            };
             let udp = key.vip.proto == PROTO_UDP;
             let seen_ns = if udp {
                 entry.stamp_ns
             } else {
                 u64::from(entry.seen_ticks) << CT_TICK_SHIFT
             };
-            let idle_ns = if udp {
-                cfg.udp_timeout_ns
-            } else {
-                cfg.tcp_idle_ns
-            };
-            let live = now.wrapping_sub(seen_ns) <= idle_ns;
-            count_pin(vips, entry, key, seed, live);
-            let Some((slot, candidate)) = candidate_of(vips, entry.vip_id, key, seed) else {
+            vip.count_pin(slot, entry.backend_id, pin_live(cfg, udp, seen_ns, now));
+            let Some(candidate) = vip.candidates.get_mut(&slot) else {
                 return;
             };
             if entry.backend_id == candidate.read.owner() {
@@ -382,27 +383,28 @@ impl Cleaner {
     }
 }
 
-/// Counts pin `entry` of flow `key` by kind ([`PinCounts`]), if its VIP takes the fast
-/// path; `live` whether it was seen within its idle time.
-fn count_pin(
-    vips: &mut HashMap<u32, VipSlots>,
-    entry: &CtEntry,
-    key: &FlowKey,
-    seed: u32,
-    live: bool,
-) {
-    let Some(vip) = vips.get_mut(&entry.vip_id).filter(|v| v.size > 0) else {
-        return;
-    };
-    let slot = table_hash(key, vip.hash_flags, seed) % vip.size;
-    let Some(&owner) = vip.owners.get(slot as usize) else {
-        return;
-    };
-    if u32::from(owner) == entry.backend_id {
-        vip.pins.owner += 1;
-    } else {
-        vip.pins.other += 1;
-        vip.pins.other_live += u64::from(live);
+impl VipSlots {
+    /// The slot of flow `key` when the walk needs it (the VIP counts its pins or has
+    /// candidates): its table hash modulo the size.
+    fn slot_of(&self, key: &FlowKey, seed: u32) -> Option<u32> {
+        if self.size == 0 || (self.owners.is_empty() && self.candidates.is_empty()) {
+            return None;
+        }
+        Some(table_hash(key, self.hash_flags, seed) % self.size)
+    }
+
+    /// Counts a pin on `slot` naming `backend` by kind ([`PinCounts`]), on a fast-path
+    /// VIP; `live` whether it was seen within its idle time.
+    fn count_pin(&mut self, slot: u32, backend: u32, live: bool) {
+        let Some(&owner) = self.owners.get(slot as usize) else {
+            return;
+        };
+        if u32::from(owner) == backend {
+            self.pins.owner += 1;
+        } else {
+            self.pins.other += 1;
+            self.pins.other_live += u64::from(live);
+        }
     }
 }
 
@@ -414,10 +416,10 @@ fn candidate_of<'a>(
     seed: u32,
 ) -> Option<(u32, &'a mut Candidate)> {
     let vip = vips.get_mut(&vip_id)?;
-    if vip.size == 0 || vip.candidates.is_empty() {
+    if vip.candidates.is_empty() {
         return None;
     }
-    let slot = table_hash(key, vip.hash_flags, seed) % vip.size;
+    let slot = vip.slot_of(key, seed)?;
     vip.candidates.get_mut(&slot).map(|c| (slot, c))
 }
 

@@ -38,7 +38,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{Output, json};
+use super::{Output, json, remote::CredentialArgs};
 use crate::{
     api::client::{Credentials, Remote},
     cli::config::diff_text,
@@ -83,18 +83,9 @@ pub struct InstanceArgs {
     /// name, url and its own credentials).
     #[arg(long, value_name = "FILE")]
     pub fleet: Option<PathBuf>,
-    /// The CA certificates (PEM) of the servers' certificates.
-    #[arg(long, value_name = "FILE")]
-    pub cacert: Option<PathBuf>,
-    /// A client certificate (PEM), with --key.
-    #[arg(long, value_name = "FILE")]
-    pub cert: Option<PathBuf>,
-    /// The client certificate's key (PEM).
-    #[arg(long, value_name = "FILE")]
-    pub key: Option<PathBuf>,
-    /// A file whose first line is the bearer token.
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    /// The credentials, for each instance the fleet file gives none for.
+    #[command(flatten)]
+    pub creds: CredentialArgs,
 }
 
 /// `lb fleet status`.
@@ -199,12 +190,7 @@ struct Instance {
 
 impl InstanceArgs {
     fn flag_credentials(&self) -> Credentials {
-        Credentials {
-            cacert: self.cacert.clone(),
-            cert: self.cert.clone(),
-            key: self.key.clone(),
-            token_file: self.token_file.clone(),
-        }
+        self.creds.credentials()
     }
 
     /// The instances, each with its client (a client that cannot be made is that

@@ -33,23 +33,44 @@ pub struct SocketArg {
     /// given).
     #[arg(long, value_name = "URL", env = "LB_REMOTE")]
     pub remote: Option<String>,
-    /// With --remote: the CA certificates (PEM) of the server's certificate (default:
-    /// the system's).
-    #[arg(long, value_name = "FILE")]
-    pub cacert: Option<PathBuf>,
-    /// With --remote: a client certificate (PEM), for mutual TLS; with --key.
-    #[arg(long, value_name = "FILE")]
-    pub cert: Option<PathBuf>,
-    /// With --remote: the client certificate's private key (PEM).
-    #[arg(long, value_name = "FILE")]
-    pub key: Option<PathBuf>,
-    /// With --remote: a file whose first line is the bearer token.
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    /// With --remote: its credentials.
+    #[command(flatten)]
+    pub creds: CredentialArgs,
     /// A client configuration file (TOML: url, cacert, cert, key, token_file) for
     /// --remote and its credentials; flags given override its keys.
     #[arg(long, value_name = "FILE", env = "LB_CLIENT_CONFIG")]
     pub client_config: Option<PathBuf>,
+}
+
+/// The credential flags for a remote daemon's API (`lb --remote`, `lb fleet`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct CredentialArgs {
+    /// With --remote or --instances: the CA certificates (PEM) of the server's
+    /// certificate (default: the system's).
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// With --remote or --instances: a client certificate (PEM), for mutual TLS; with
+    /// --key.
+    #[arg(long, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// With --remote or --instances: the client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// With --remote or --instances: a file whose first line is the bearer token.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+impl CredentialArgs {
+    /// The credentials the flags give.
+    pub fn credentials(&self) -> Credentials {
+        Credentials {
+            cacert: self.cacert.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            token_file: self.token_file.clone(),
+        }
+    }
 }
 
 /// A client configuration file: a remote daemon and the credentials for it.
@@ -107,12 +128,7 @@ impl ClientConfig {
 impl SocketArg {
     /// The credentials the flags give.
     pub fn credentials(&self) -> Credentials {
-        Credentials {
-            cacert: self.cacert.clone(),
-            cert: self.cert.clone(),
-            key: self.key.clone(),
-            token_file: self.token_file.clone(),
-        }
+        self.creds.credentials()
     }
 
     /// The client: of the remote daemon when `--remote` (or the client configuration's
