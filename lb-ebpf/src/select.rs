@@ -185,11 +185,10 @@ pub(crate) fn pick_syn(
     Ok(choice)
 }
 
-/// Counts what a new connection's SYN to fast-path VIP `vip_id` gives up
-/// (`lb_common::fastpath::Note`, as `fastpath::decide` notes it): `note` from its slot,
-/// and `fp_syn_over_pin` (R1) when the flow's pin (read only in the window after a table
-/// change) was made without a SYN (ISN 0) and its backend keeps flows: the SYN may
-/// duplicate that connection's.
+/// Counts what a new connection's SYN to fast-path VIP `vip_id` gives up, one note as
+/// `fastpath::decide` notes it: `fp_syn_over_pin` (R1) when the flow's pin (read only
+/// in the window after a table change) was made without a SYN (ISN 0) and its backend
+/// keeps flows, as the SYN may duplicate that connection's; else `note`, its slot's.
 #[inline(always)]
 fn count_syn_give_ups(
     stats: &mut VipStats,
@@ -197,15 +196,13 @@ fn count_syn_give_ups(
     pin: Option<&CtEntry>,
     vip_id: u32,
 ) {
-    if let Some(note) = note {
-        stats.count(note);
-    }
-    if let Some(pin) = pin
-        && pin.vip_id == vip_id
-        && pin.isn == 0
-        && backend::keeps_flows(pin.backend_id).is_some()
-    {
+    let over_pin = pin.is_some_and(|pin| {
+        pin.vip_id == vip_id && pin.isn == 0 && backend::keeps_flows(pin.backend_id).is_some()
+    });
+    if over_pin {
         stats.count(Note::SynOverPin);
+    } else if let Some(note) = note {
+        stats.count(note);
     }
 }
 
