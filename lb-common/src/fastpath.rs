@@ -725,7 +725,8 @@ fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
 /// [`Note::SynToDraining`] (R3) when it went to a draining clean owner within the lead
 /// (rule P2: `backend` is the clean owner, not the owner);
 /// [`Note::SynMaybeSplit`] (R1) when it went to the owner and [`syn_maybe_split`]
-/// holds. The decision and the data path count by this one test.
+/// holds. Nothing on a clean slot (rule T1). The decision and the data path count by
+/// this one test.
 #[inline(always)]
 #[must_use]
 pub fn syn_give_up(
@@ -734,6 +735,9 @@ pub fn syn_give_up(
     backend: u32,
     now_ns: u64,
 ) -> Option<Note> {
+    if !slot.is_dirty() {
+        return None;
+    }
     if backend != slot.owner() {
         return (clean_owner == Liveness::Draining).then_some(Note::SynToDraining);
     }

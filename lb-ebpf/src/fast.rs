@@ -16,12 +16,12 @@
 
 use lb_common::{
     fastpath::{
-        DEFAULT_LEAD_NS, Liveness, Note, SlotState, miss_backend, syn_backend, syn_give_up,
+        DEFAULT_LEAD_NS, Liveness, SlotState, miss_backend, syn_backend, syn_give_up,
         syn_needs_pin, udp_give_up,
     },
     hash::vip_filter_bit,
     maps::TABLE_HEADER_LEN,
-    stats::Reason,
+    stats::{Reason, VipStats},
     types::{BACKEND_DRAINING, LbConfig, TableCell, VIP_FAST_PATH, VipEntry, VipKey},
 };
 
@@ -80,30 +80,37 @@ pub(crate) fn clean_owner(vip: &VipEntry, hash: u32, syn: bool) -> Option<Choice
 /// ([`DEFAULT_LEAD_NS`]) of the slot's change, its clean owner if that backend keeps
 /// flows, so a SYN retransmitted across the change reaches the backend of its first;
 /// otherwise the owner, which must take new flows. Also whether the SYN is pinned at
-/// once (rule S4, [`syn_needs_pin`]), and the give-up it counts ([`syn_give_up`]:
-/// `fp_syn_maybe_split` of residual R1, `fp_syn_drained_owner` of R3).
+/// once (rule S4, [`syn_needs_pin`]). Counts in `stats` the give-up it makes
+/// ([`syn_give_up`]: `fp_syn_maybe_split` of residual R1, `fp_syn_drained_owner` of
+/// R3), unless `noted` (the caller counted another). The count is made where the
+/// decision is, so no note is carried through the rest of the program (the verifier
+/// would follow each value apart); a SYN to the owner that is then dropped because
+/// the owner takes no new flows (a table not yet rebuilt) is counted too.
 #[inline(always)]
 pub(crate) fn pick_syn(
     vip: &VipEntry,
     hash: u32,
     now_ns: u64,
-) -> Result<(Choice, bool, Option<Note>), Reason> {
+    stats: &mut VipStats,
+    noted: bool,
+) -> Result<(Choice, bool), Reason> {
     let mut pin = false;
-    let mut note = None;
     let choice = pick_by(vip, hash, |slot, clean| {
         let id = syn_backend(slot, clean, now_ns, DEFAULT_LEAD_NS);
         pin = syn_needs_pin(slot, clean, id);
-        note = syn_give_up(slot, clean, id, now_ns);
+        if !noted && let Some(note) = syn_give_up(slot, clean, id, now_ns) {
+            stats.count(note);
+        }
         id
     })?;
-    Ok((choice, pin, note))
+    Ok((choice, pin))
 }
 
 /// Rules M1 and M2: the backend of a miss (no pin, no held SYN) on VIP `vip`'s slot
 /// `hash % M` ([`miss_backend`]): on a dirty slot the clean owner, if it keeps flows
 /// (UDP only within the UDP idle timeout of the slot's last change); else the owner,
-/// which must take new flows. Also the give-up a UDP miss counts ([`udp_give_up`]:
-/// `fp_udp_drained_clean_owner` of residual R3).
+/// which must take new flows. Counts in `stats` the give-up a UDP miss makes
+/// ([`udp_give_up`]: `fp_udp_drained_clean_owner` of residual R3).
 #[inline(always)]
 pub(crate) fn pick_miss(
     vip: &VipEntry,
@@ -111,16 +118,15 @@ pub(crate) fn pick_miss(
     udp: bool,
     now_ns: u64,
     cfg: &LbConfig,
-) -> Result<(Choice, Option<Note>), Reason> {
-    let mut note = None;
-    let choice = pick_by(vip, hash, |slot, clean| {
+    stats: &mut VipStats,
+) -> Result<Choice, Reason> {
+    pick_by(vip, hash, |slot, clean| {
         let id = miss_backend(slot, udp, clean, now_ns, cfg.udp_timeout_ns);
-        if udp {
-            note = udp_give_up(slot, clean, id);
+        if udp && let Some(note) = udp_give_up(slot, clean, id) {
+            stats.count(note);
         }
         id
-    })?;
-    Ok((choice, note))
+    })
 }
 
 /// Reads VIP `vip`'s slot `hash % M` and its clean owner's state, and

@@ -170,9 +170,8 @@ pub(crate) fn pick_syn(
         SynDecision::Table { hash, table } => (hash, table),
     };
     let (choice, pin) = if fast::is_fast(vip) {
-        let (choice, pin, note) = fast::pick_syn(vip, table, now)?;
-        count_syn_give_ups(stats, note, entry, vip.vip_id);
-        (choice, pin)
+        let over_pin = syn_over_pin(stats, entry, vip.vip_id);
+        fast::pick_syn(vip, table, now, stats, over_pin)?
     } else {
         (table::pick(vip, table)?, false)
     };
@@ -185,28 +184,20 @@ pub(crate) fn pick_syn(
     Ok(choice)
 }
 
-/// Counts what a new connection's SYN to fast-path VIP `vip_id` gives up
-/// (`lb_common::fastpath::Note`, as `fastpath::decide` notes it): `note` from its slot,
-/// and `fp_syn_over_pin` (R1) when the flow's pin (read only in the window after a table
-/// change) was made without a SYN (ISN 0) and its backend keeps flows: the SYN may
-/// duplicate that connection's.
+/// Counts `fp_syn_over_pin` (R1) for a new connection's SYN to fast-path VIP `vip_id`
+/// when the flow's pin (read only in the window after a table change) was made without
+/// a SYN (ISN 0) and its backend keeps flows: the SYN may duplicate that connection's.
+/// Returns whether it did: the SYN then counts no other give-up, as
+/// `fastpath::decide` notes one.
 #[inline(always)]
-fn count_syn_give_ups(
-    stats: &mut VipStats,
-    note: Option<Note>,
-    pin: Option<&CtEntry>,
-    vip_id: u32,
-) {
-    if let Some(note) = note {
-        stats.count(note);
-    }
-    if let Some(pin) = pin
-        && pin.vip_id == vip_id
-        && pin.isn == 0
-        && backend::keeps_flows(pin.backend_id).is_some()
-    {
+fn syn_over_pin(stats: &mut VipStats, pin: Option<&CtEntry>, vip_id: u32) -> bool {
+    let over_pin = pin.is_some_and(|pin| {
+        pin.vip_id == vip_id && pin.isn == 0 && backend::keeps_flows(pin.backend_id).is_some()
+    });
+    if over_pin {
         stats.count(Note::SynOverPin);
     }
+    over_pin
 }
 
 /// Rule S4 as the data path applies it (`lb_common::fastpath::syn_needs_pin`): pins a
@@ -300,11 +291,7 @@ pub(crate) fn pick_backend(
             let fast = fast::is_fast(vip);
             let choice = if fast {
                 let udp = p.key.vip.proto == PROTO_UDP;
-                let (choice, note) = fast::pick_miss(vip, hash, udp, now_coarse_ns(), cfg)?;
-                if let Some(note) = note {
-                    stats.count(note);
-                }
-                choice
+                fast::pick_miss(vip, hash, udp, now_coarse_ns(), cfg, stats)?
             } else {
                 table::pick(vip, hash)?
             };

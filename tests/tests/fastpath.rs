@@ -529,3 +529,28 @@ fn a_drained_clean_owner_in_the_lead_counts_the_new_flows_it_gets() {
 fn states_of(lb: &Lb, vip: u32) -> Vec<fastpath::SlotState> {
     lb.dp.slot_states(vip).expect("read").expect("a live table")
 }
+
+#[test]
+fn a_syn_over_a_pin_made_by_a_miss_is_counted() {
+    // Residual R1: a miss's pin has no ISN, so a SYN on its 4-tuple cannot tell a
+    // duplicate of that connection's SYN from a new connection; it is counted once.
+    let mut lb = fast();
+    let flow = flow_on(2);
+    let clean_owner = states(&lb)[2].owner();
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[2] = if clean_owner == 1 { 2 } else { 1 };
+    lb.table(0, &next);
+    assert_eq!(
+        sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"x")),
+        clean_owner
+    );
+    assert_eq!(pins(&lb), 1, "the miss is pinned");
+    let before = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(
+        sent_to(&mut lb, &flow.frame(L4::Tcp(SYN), &[])),
+        clean_owner,
+        "within the lead"
+    );
+    let after = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(give_ups(&after, &before), [(Note::SynOverPin.counter(), 1)]);
+}

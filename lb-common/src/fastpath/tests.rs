@@ -468,3 +468,49 @@ fn the_data_paths_miss_rule_takes_the_clean_owner_on_a_dirty_slot_only() {
         D
     );
 }
+
+/// The data path counts a new SYN's and a UDP miss's give-up by `syn_give_up` and
+/// `udp_give_up` on the backend it chose; `decide` notes the same, over slots in and
+/// out of the lead and of the duplicate-SYN window, with every state of the clean
+/// owner.
+#[test]
+fn the_data_paths_give_up_tests_note_what_decide_notes() {
+    let cfg = Config::DEFAULT;
+    let states = [Liveness::Active, Liveness::Draining, Liveness::Down];
+    let times = [11 * S, 30 * S, 10 * S + DUPLICATE_SYN_WINDOW_NS + 5 * S];
+    let slots = [
+        moved(),
+        SlotState::clean(A),
+        SlotState::clean(A).marked(10 * S),
+    ];
+    let mut seen = [false; 3];
+    for (slot, clean, now) in slots
+        .into_iter()
+        .flat_map(|s| states.into_iter().map(move |c| (s, c)))
+        .flat_map(|(s, c)| times.into_iter().map(move |t| (s, c, t)))
+    {
+        let mut inp = inputs(slot, Packet::Syn { seq: 7 }, now);
+        inp.clean_owner = clean;
+        if let Outcome::Forward { backend, note, .. } = decide(&cfg, &inp) {
+            assert_eq!(
+                note,
+                syn_give_up(&slot, clean, backend, now),
+                "{slot:?} {clean:?} {now}"
+            );
+            seen[0] |= note == Some(Note::SynMaybeSplit);
+            seen[1] |= note == Some(Note::SynToDraining);
+        }
+        inp.packet = Packet::Udp;
+        if let Outcome::Forward {
+            backend, note, by, ..
+        } = decide(&cfg, &inp)
+        {
+            let counted = (by == By::MissToCleanOwner)
+                .then(|| udp_give_up(&slot, clean, backend))
+                .flatten();
+            assert_eq!(note, counted, "UDP {slot:?} {clean:?} {now}");
+            seen[2] |= note == Some(Note::UdpToDraining);
+        }
+    }
+    assert_eq!(seen, [true; 3], "each give-up occurs in the grid");
+}
