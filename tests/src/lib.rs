@@ -20,6 +20,7 @@ pub mod daemon;
 pub mod fixture;
 pub mod fleet;
 pub mod netns;
+pub mod old_layout;
 pub mod packets;
 pub mod prometheus;
 pub mod schema;

@@ -12,53 +12,21 @@
 //! shorter `VIP_STATS`, no `FAST_FILTER`, `meta` of layout 1; `rewind_to_layout2`: the
 //! layout-2 `VIP_STATS`, `meta` of layout 2), and the old object's program is put on
 //! the pinned link (`run_old_program`). Every packet of the test before the upgrade is
-//! forwarded by the old program, so the conntrack entries and SYN cache slots the
+//! forwarded by the old program (`lb_tests::old_layout`), so the conntrack entries and SYN cache slots the
 //! migration must keep are the old program's.
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
-use lb_dataplane::{
-    LoadOptions,
-    kernel::old_layout::run_old_program,
-    pinned::{
-        MetaMap, PinDir,
-        migrate::{rewind_to_layout1, rewind_to_layout2},
-    },
+use lb_dataplane::pinned::{
+    MetaMap,
+    migrate::{rewind_to_layout1, rewind_to_layout2},
 };
 use lb_tests::{
-    daemon::{CT_CAPACITY, CT_SYN_CAPACITY, Daemon, DaemonConfig, Stop},
-    netns::PIN_ROOT,
+    daemon::{Daemon, DaemonConfig, Stop},
+    old_layout::{Rewind, in_pin_dir, run_old_layout, xdp_program},
     steady::{Steady, SteadyOptions},
-    testbed::{LB_IFACE, TcpConn, TestBed, TestBedOptions, vip_tcp},
+    testbed::{TcpConn, TestBed, TestBedOptions, vip_tcp},
 };
-
-/// The eBPF object of the last build of layout `version`.
-fn old_object(version: u32) -> Vec<u8> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("data/lb-ebpf-layout{version}.o"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The XDP program id on the bed's LB interface.
-fn xdp_program(bed: &TestBed) -> Option<u64> {
-    let out = bed
-        .lb_ns()
-        .exec("ip", &["-j", "-d", "link", "show", "dev", bed.lb_iface()])
-        .expect("ip link");
-    let links: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
-    links[0]["xdp"]["prog"]["id"].as_u64()
-}
-
-/// Runs `f` on the pin directory of the bed's LB interface, in its namespace.
-fn in_pin_dir<T: Send>(bed: &TestBed, f: impl FnOnce(&PinDir) -> anyhow::Result<T> + Send) -> T {
-    bed.lb_ns()
-        .enter(|| {
-            let dir = PinDir::locate(Path::new(PIN_ROOT), LB_IFACE, false)?;
-            f(&dir)
-        })
-        .expect("enter the LB namespace")
-        .expect("pin directory work")
-}
 
 /// `n` connections to the TCP VIP, each greeted once: (connection, backend name).
 fn connect(bed: &TestBed, n: usize) -> Vec<(TcpConn, String)> {
@@ -82,43 +50,11 @@ fn entries(line: &str, map: &str, action: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {line}"))
 }
 
-/// The pinned datapath of `bed`, made by this build's daemon `lb`, rewound by `rewind`
-/// into layout `version` and run by that build's program. Returns the program's id.
-fn run_old_layout(
-    bed: &TestBed,
-    lb: &mut Daemon<'_>,
-    version: u32,
-    rewind: fn(&PinDir, &[u8]) -> std::io::Result<()>,
-) -> u32 {
-    lb.halt(Stop::Term);
-    let created = xdp_program(bed).expect("attached");
-    let object = old_object(version);
-    let old = in_pin_dir(bed, |dir| {
-        rewind(dir, &object)?;
-        let options = LoadOptions {
-            ct_capacity: CT_CAPACITY,
-            ct_syn_capacity: CT_SYN_CAPACITY,
-            ..LoadOptions::default()
-        };
-        Ok(run_old_program(dir, &object, version, options)?)
-    });
-    assert_eq!(
-        xdp_program(bed),
-        Some(u64::from(old)),
-        "the layout-{version} program runs"
-    );
-    assert_ne!(u64::from(old), created);
-    old
-}
-
 /// Upgrades the datapath of layout `version` (rewound by `rewind`) to this build's
 /// under traffic: 100 connections opened through the old program and checked after,
 /// 100 long-lived ones busy across it, new connections throughout; none breaks.
 /// Returns the start's migration log line.
-fn upgrade_keeps_every_connection(
-    version: u32,
-    rewind: fn(&PinDir, &[u8]) -> std::io::Result<()>,
-) -> String {
+fn upgrade_keeps_every_connection(version: u32, rewind: Rewind) -> String {
     assert!(lb_tests::is_root(), "privileged test: run as root");
     let bed = TestBed::new(TestBedOptions {
         backends: 4,
@@ -127,7 +63,7 @@ fn upgrade_keeps_every_connection(
     })
     .expect("bed");
     let mut lb = Daemon::start(&bed, &DaemonConfig::equal(1..=3)).expect("lb run");
-    let old = run_old_layout(&bed, &mut lb, version, rewind);
+    let old = run_old_layout(&bed, &mut lb, version, rewind).expect("the old datapath");
     let mut flows = connect(&bed, 100);
     let steady = Steady::new(&format!("layout {version}, no daemon"));
     let options = SteadyOptions {
@@ -221,7 +157,8 @@ fn a_newer_layout_is_refused_untouched_naming_both_versions_and_reset() {
         let mut meta = MetaMap::open(&dir.meta())?.expect("meta");
         meta.update(|m| m.layout_version = ours + 1)?;
         Ok(())
-    });
+    })
+    .expect("meta rewritten");
     let refused = lb.resume(&[]).expect_err("a newer layout is refused");
     let text = format!("{refused:#}");
     assert!(

@@ -1,7 +1,8 @@
 //! The fast path end to end (issue 30, the one-instance bed): 100 long-lived TCP
 //! connections ([`super::longlived`]) to a VIP with `fast_path = true` and TCP health
 //! probes, while the controller adds a backend, reweights one, drains one, restarts
-//! (the dirty period goes on across it), adds another, sees it fail its probes and
+//! (the dirty period goes on across it), is upgraded from the last build of map layout
+//! 2 (still dirty), adds another, sees it fail its probes and
 //! recover (a flap: its slots move away and back while dirty), and removes one; then
 //! the traffic runs on until the cleaning walk has turned slots clean (quiet time one
 //! minute). Every connection of a backend that was not removed keeps working on its
@@ -18,8 +19,10 @@ use std::{
 };
 
 use lb::control::ConnList;
+use lb_dataplane::pinned::migrate::rewind_to_layout2;
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, Stop, backend_addr, vip_text},
+    old_layout::run_old_layout,
     testbed::{
         TestBed, backend_name,
         health::{PortListener, TCP_PROBE_PORT},
@@ -34,8 +37,9 @@ use super::{
     tcp_vip,
 };
 
-/// The changes: add, weight, drain, restart, add, down, up, remove, and the cleaning.
-const CHANGES: usize = 9;
+/// The changes: add, weight, drain, restart, upgrade, add, down, up, remove, and the
+/// cleaning.
+const CHANGES: usize = 10;
 /// How long the cleaning may take to turn a slot clean after the first change: the
 /// quiet time (60 s) plus walks every second, with margin for a loaded machine.
 const CLEANED_WITHIN: Duration = Duration::from_secs(150);
@@ -132,6 +136,28 @@ fn backend(
     Ok(())
 }
 
+/// An upgrade in the dirty period: the last build of map layout 2 runs the datapath
+/// (`lb_tests::old_layout`) for [`QUIET`], then this build's `lb run` migrates it and
+/// takes over, the slots still dirty.
+fn upgrade(bed: &TestBed, lb: &mut Daemon<'_>) -> anyhow::Result<()> {
+    run_old_layout(bed, lb, 2, rewind_to_layout2)?;
+    std::thread::sleep(QUIET);
+    lb.resume(&[])?;
+    let text = lb.cli(&["status"])?;
+    anyhow::ensure!(
+        text.contains("datapath migrated from layout 2 to"),
+        "no migration in lb status:\n{text}"
+    );
+    let status = lb.status()?;
+    anyhow::ensure!(
+        tcp_vip(&status).slot_states.is_some_and(|d| d.dirty > 0),
+        "the upgrade lost the dirty slots: {:?}",
+        tcp_vip(&status).slot_states
+    );
+    eprintln!("after the upgrade: {:?}", tcp_vip(&status).slot_states);
+    Ok(())
+}
+
 /// The changes, while the connections run.
 fn changes(bed: &TestBed, lb: &mut Daemon<'_>, applied: &AtomicUsize) -> anyhow::Result<()> {
     std::thread::sleep(QUIET);
@@ -161,6 +187,9 @@ fn changes(bed: &TestBed, lb: &mut Daemon<'_>, applied: &AtomicUsize) -> anyhow:
     );
     applied.fetch_add(1, Ordering::Relaxed);
     std::thread::sleep(QUIET);
+    upgrade(bed, lb)?;
+    applied.fetch_add(1, Ordering::Relaxed);
+    std::thread::sleep(QUIET);
 
     backend(lb, applied, "add", 5, None)?;
     health_is(lb, applied, 5, "healthy")?;
@@ -185,7 +214,7 @@ fn changes(bed: &TestBed, lb: &mut Daemon<'_>, applied: &AtomicUsize) -> anyhow:
 }
 
 #[test]
-fn fast_path_connections_survive_changes_a_restart_a_flap_and_the_cleaning() {
+fn fast_path_connections_survive_changes_a_restart_an_upgrade_a_flap_and_the_cleaning() {
     let bed = bed(3);
     let _probes = (1..=3)
         .map(|k| probe_port(&bed, k))

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | 1,000 connections, 3 backends, shares within 15% of a third | [`distribution::three_equal_backends_share_1000_connections_evenly`] |
 //! | weights 1:2:1 | [`distribution::weights_1_2_1_give_shares_of_25_50_25`] |
-//! | the fast path: 100 connections kept through add, weight, drain, restart, add, remove and the cleaning (issue 30) | [`fastpath::fast_path_connections_survive_changes_a_restart_and_the_cleaning`] |
+//! | the fast path: 100 connections kept through add, weight, drain, restart, an upgrade from layout 2, add, a health flap, remove and the cleaning (issue 30) | [`fastpath::fast_path_connections_survive_changes_a_restart_an_upgrade_a_flap_and_the_cleaning`] |
 //! | established connections keep their backend through add, drain and reload | [`stickiness::live_connections_keep_their_backend_through_add_drain_and_reload`] |
 //! | removing a backend resets only its connections (BR-13.T3) | [`removal::removing_a_backend_resets_only_its_connections_and_new_ones_avoid_it`] |
 //! | UDP flows keep their backend | [`udp::udp_flows_keep_their_backend_across_datagrams_and_a_backend_addition`] |
