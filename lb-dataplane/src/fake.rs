@@ -40,6 +40,8 @@ pub enum Op {
     },
     /// `remove_table(vip_id)`.
     RemoveTable(u32),
+    /// `set_second_chance(key, vip_id, on)`: the VIP id and `on`.
+    SetSecondChance(u32, bool),
     /// `quiesce()`.
     Quiesce,
     /// `set_vip(key, vip_id)`.
@@ -299,6 +301,7 @@ impl Dataplane for FakeDataplane {
         } else {
             self.second_chance.remove(&vip_id);
         }
+        self.ops.push(Op::SetSecondChance(vip_id, on));
         Ok(())
     }
 
