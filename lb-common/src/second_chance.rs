@@ -24,6 +24,11 @@
 //!   balancer cannot know which of the two holds the flow, so a pin would name a
 //!   guess and the next packet, a conntrack hit, would carry no candidate. Every packet
 //!   of the flow misses again and carries the same candidate while the slot stays dirty.
+//!   A VIP with the fast path carries none and keeps its pin (rule M3 of
+//!   `crate::fastpath`): its cleaning walk must see the flow (rule C1), and the fast
+//!   path runs on one instance only (rule F1), where a flow without a pin on a dirty
+//!   slot is on the clean owner the miss rule takes (invariant I2). How pins and
+//!   candidates combine once F1 admits fleets is the fleet-cleaning stage's to decide.
 //! - **SC5 (given up).** The state keeps two owners. A slot whose owner changes again
 //!   while it is dirty forgets the owner in between ([`owner_given_up`]): a flow that
 //!   began on that owner, on another instance, has no candidate left. A candidate that

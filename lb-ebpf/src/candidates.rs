@@ -16,8 +16,8 @@ use lb_common::{
     second_chance,
     stats::Reason,
     types::{
-        CONFIG_VALID, FAMILY_V4, FAMILY_V6, FlowKey, LbConfig, PROTO_TCP, VIP_SECOND_CHANCE,
-        VipEntry,
+        CONFIG_VALID, FAMILY_V4, FAMILY_V6, FlowKey, LbConfig, PROTO_TCP, VIP_FAST_PATH,
+        VIP_SECOND_CHANCE, VipEntry,
     },
 };
 
@@ -36,11 +36,15 @@ use crate::{
 
 /// Rules SC1-SC3: the candidate (backend id) packet `p` of VIP `vip`, on slot `hash % M`,
 /// sent to `choice` by the miss rule, carries; 0 for none: a VIP without the second
-/// chance, not TCP, a destination without GUE, a clean slot, or a candidate that keeps
-/// no flows or is of another family than the destination.
+/// chance or with the fast path (rule SC4), not TCP, a destination without GUE, a
+/// clean slot, or a candidate that keeps no flows or is of another family than the
+/// destination.
 #[inline(always)]
 pub(crate) fn offer(p: &Parsed, vip: &VipEntry, hash: u32, choice: &Choice) -> u32 {
-    if vip.flags & VIP_SECOND_CHANCE == 0 || p.key.vip.proto != PROTO_TCP || !choice.backend.gue() {
+    if vip.flags & (VIP_SECOND_CHANCE | VIP_FAST_PATH) != VIP_SECOND_CHANCE
+        || p.key.vip.proto != PROTO_TCP
+        || !choice.backend.gue()
+    {
         return 0;
     }
     let Ok(cell) = fast::cell(vip, hash) else {

@@ -15,7 +15,11 @@ use lb_tests::{
     packets::{ACK, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, VIP6, encapsulated_with, with_candidates},
 };
 
-use super::{backend_ip, expect, flow4, flow6, gue::gue_lb, gue::gue_outer};
+use super::{
+    backend_ip, expect, flow4, flow6,
+    gue::{gue_lb, gue_outer},
+    too_big::{frag_needed, packet_too_big},
+};
 
 /// Table size of the standard set-up.
 const M: u32 = 65_537;
@@ -179,4 +183,45 @@ fn an_ip_in_ip_owner_or_a_removed_clean_owner_carries_none() {
     let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
     assert_eq!(out, sent(&frame, &flow, owner, None));
     assert_eq!(pins(&lb), 1);
+}
+
+#[test]
+fn on_the_fast_path_the_miss_goes_to_the_clean_owner_with_none_and_is_pinned() {
+    let flow = flow4(48040, 80);
+    let (mut lb, clean, _) = moved(0, [1, 2, 3], &flow, true);
+    let key = vip_key(VIP4.into(), 80, PROTO_TCP);
+    lb.dp.set_fast_path(&key, 0, true).expect("fast path on");
+    let frame = flow.frame(L4::Tcp(ACK), b"x");
+    let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
+    assert_eq!(out, sent(&frame, &flow, clean, None));
+    assert_eq!(pins(&lb), 1, "the cleaning needs the pin (rule C1)");
+    // The next packet is a conntrack hit: today's bytes.
+    let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
+    assert_eq!(out, sent(&frame, &flow, clean, None));
+}
+
+#[test]
+fn the_mtu_budget_of_a_packet_with_a_candidate_counts_its_private_data() {
+    // IPv4: 1,460 + 20 + 12 + 8 = 1,500 fits; 1,461 gets "fragmentation needed" 1,460.
+    let flow = flow4(48050, 80);
+    let (mut lb, clean, owner) = moved(0, [1, 2, 3], &flow, true);
+    let sized4 = |l3: usize| flow.frame(L4::Tcp(ACK), &vec![0x5a; l3 - 40]);
+    let fits = sized4(1460);
+    let out = expect(&mut lb, &fits, XDP_TX, Reason::TxEncap);
+    assert_eq!(out, sent(&fits, &flow, owner, Some(clean)));
+    assert_eq!(out.len(), 14 + 1500);
+    let over = sized4(1461);
+    let out = expect(&mut lb, &over, XDP_TX, Reason::TxIcmpTooBig);
+    assert_eq!(out, frag_needed(&over, 1460));
+    // IPv6: 1,428 + 40 + 12 + 20 = 1,500 fits; 1,429 gets "packet too big" 1,428.
+    let flow = flow6(48051, 80);
+    let (mut lb, clean, owner) = moved(2, [11, 12, 13], &flow, true);
+    let sized6 = |l3: usize| flow.frame(L4::Tcp(ACK), &vec![0x5a; l3 - 60]);
+    let fits = sized6(1428);
+    let out = expect(&mut lb, &fits, XDP_TX, Reason::TxEncap);
+    assert_eq!(out, sent(&fits, &flow, owner, Some(clean)));
+    assert_eq!(out.len(), 14 + 1500);
+    let over = sized6(1429);
+    let out = expect(&mut lb, &over, XDP_TX, Reason::TxIcmpTooBig);
+    assert_eq!(out, packet_too_big(&over, 1428));
 }
