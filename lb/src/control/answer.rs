@@ -312,6 +312,12 @@ pub struct FlowReport {
     /// The fast path's view of the flow's slot; absent when the VIP's fast path is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FlowSlot>,
+    /// The second-chance candidate (backend address) the flow's next packet other than a
+    /// SYN carries to the owner, for the backends' agent (`lb_common::second_chance`):
+    /// a TCP flow of a VIP with `second_chance` and without the fast path, not pinned,
+    /// on a dirty slot whose clean owner keeps flows. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<String>,
 }
 
 /// The flow's slot as the fast path sees it (`lb flow`; the book's chapter "The fast
