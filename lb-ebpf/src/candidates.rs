@@ -14,7 +14,7 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::{
     hash::flow_hash,
     second_chance,
-    stats::Reason,
+    stats::{Reason, VipStats},
     types::{
         CONFIG_VALID, FAMILY_V4, FAMILY_V6, FlowKey, LbConfig, PROTO_TCP, VIP_FAST_PATH,
         VIP_SECOND_CHANCE, VipEntry,
@@ -39,8 +39,16 @@ use crate::{
 /// chance or with the fast path (rule SC4), not TCP, a destination without GUE, a
 /// clean slot, or a candidate that keeps no flows or is of another family than the
 /// destination.
+///
+/// A slot that names a candidate this packet cannot carry counts `sc_given_up`.
 #[inline(always)]
-pub(crate) fn offer(p: &Parsed, vip: &VipEntry, hash: u32, choice: &Choice) -> u32 {
+pub(crate) fn offer(
+    p: &Parsed,
+    vip: &VipEntry,
+    hash: u32,
+    choice: &Choice,
+    stats: &mut VipStats,
+) -> u32 {
     if vip.flags & (VIP_SECOND_CHANCE | VIP_FAST_PATH) != VIP_SECOND_CHANCE
         || p.key.vip.proto != PROTO_TCP
         || !choice.backend.gue()
@@ -53,9 +61,15 @@ pub(crate) fn offer(p: &Parsed, vip: &VipEntry, hash: u32, choice: &Choice) -> u
     // SAFETY: a successful lookup's element, read once by value.
     let slot = unsafe { *cell }.slot();
     let id = second_chance::offer(&slot, choice.id).candidate;
+    if id == 0 {
+        return 0;
+    }
     match backend::keeps_flows(id) {
-        Some(c) if id != 0 && c.backend.family == choice.backend.family => id,
-        _ => 0,
+        Some(c) if c.backend.family == choice.backend.family => id,
+        _ => {
+            stats.sc_given_up += 1;
+            0
+        }
     }
 }
 
@@ -140,6 +154,9 @@ fn sent(ctx: &XdpContext, work: &RareWork) -> Result<Reason, Reason> {
     match forward::encapsulate_with::<true>(ctx, &p, id, backend, cfg, hash, candidate) {
         Ok(sent) => {
             stats::backend(id, bytes, false);
+            if let Some(vip_stats) = stats::vip(work.v4) {
+                vip_stats.sc_candidates += 1;
+            }
             Ok(sent.reason)
         }
         Err(Reason::DropTooBig) => {

@@ -320,7 +320,7 @@ pub(crate) fn pick_backend(
             } else {
                 table::pick(vip, hash)?
             };
-            *out.candidate = candidates::offer(p, vip, hash, &choice);
+            *out.candidate = candidates::offer(p, vip, hash, &choice, stats);
             if *out.candidate != 0 {
                 return Ok(choice);
             }

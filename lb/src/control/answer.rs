@@ -407,7 +407,8 @@ pub struct VipCounters {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
     /// Counters (packets, bytes, new_flows, ct_hits, ct_misses_non_syn,
-    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted, clean_slot_hits).
+    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted, clean_slot_hits,
+    /// the fast path's give-ups, sc_candidates, sc_given_up).
     pub counters: Vec<Counter>,
     /// Per-backend counters.
     pub backends: Vec<BackendCounters>,

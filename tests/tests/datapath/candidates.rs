@@ -82,10 +82,12 @@ fn a_miss_on_a_dirty_slot_carries_the_clean_owner_and_is_not_pinned() {
     ] {
         let (mut lb, clean, owner) = moved(vip_id, ids, &flow, true);
         let frame = flow.frame(L4::Tcp(ACK), b"mid-flow");
-        for _ in 0..2 {
+        for n in 1..=2 {
             let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
             assert_eq!(out, sent(&frame, &flow, owner, Some(clean)), "{flow:?}");
             assert_eq!(pins(&lb), 0, "no pin: every packet carries the candidate");
+            let stats = lb.dp.vip_stats(vip_id).expect("stats");
+            assert_eq!((stats.sc_candidates, stats.sc_given_up), (n, 0));
         }
         // The private data as the wire carries it: Hlen, kind 'S', one candidate, none
         // used, then the clean owner's address.
@@ -183,6 +185,12 @@ fn an_ip_in_ip_owner_or_a_removed_clean_owner_carries_none() {
     let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
     assert_eq!(out, sent(&frame, &flow, owner, None));
     assert_eq!(pins(&lb), 1);
+    let stats = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(
+        (stats.sc_candidates, stats.sc_given_up),
+        (0, 1),
+        "given up (SC5)"
+    );
 }
 
 #[test]
