@@ -15,7 +15,8 @@
 //! table hash, which picks a flow's Maglev slot) and
 //! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend).
 //! [`fastpath`] holds the fast path's slot state and decisions (issue 30), which the
-//! data path does not call yet.
+//! data path decides by, and [`second_chance`] the candidates a packet offers the
+//! backends' agent (issue 31).
 //!
 //! # Glossary
 //!
@@ -95,6 +96,7 @@ pub mod hash;
 pub mod hash_fields;
 pub mod maps;
 pub mod probe;
+pub mod second_chance;
 pub mod stats;
 pub mod trace;
 pub mod types;

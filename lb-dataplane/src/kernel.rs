@@ -445,6 +445,20 @@ impl Dataplane for KernelDataplane {
         lock(&self.tables).fast_path(vip_id)
     }
 
+    fn set_second_chance(
+        &mut self,
+        _key: &VipKey,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError> {
+        check_vip_id(vip_id)?;
+        lock(&self.tables).set_second_chance(vip_id, on)
+    }
+
+    fn second_chance(&self, vip_id: u32) -> bool {
+        lock(&self.tables).second_chance(vip_id)
+    }
+
     fn set_hash_fields(
         &mut self,
         _key: &VipKey,

@@ -378,6 +378,25 @@ pub trait Dataplane {
     /// Whether VIP `vip_id` takes the fast path ([`Self::set_fast_path`]).
     fn fast_path(&self, vip_id: u32) -> bool;
 
+    /// Sets whether VIP `key` (id `vip_id`) offers the backends' agent second-chance
+    /// candidates (`lb_common::types::VIP_SECOND_CHANCE` in its `VIPS` entry,
+    /// `lb_common::second_chance`): a TCP packet that misses conntrack on a dirty slot
+    /// names the slot's other possible owner and is not pinned.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map; a failed map update
+    /// (the previous setting stays).
+    fn set_second_chance(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError>;
+
+    /// Whether VIP `vip_id` offers second-chance candidates
+    /// ([`Self::set_second_chance`]).
+    fn second_chance(&self, vip_id: u32) -> bool;
+
     /// Sets the hash fields of VIP `key` (id `vip_id`): which fields of a flow pick its
     /// table slot (`lb_common::hash_fields`, carried in the flags of its `VIPS` entry).
     /// Set before the VIP's first table, so that no packet hashes otherwise.

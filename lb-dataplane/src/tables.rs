@@ -36,7 +36,7 @@ use lb_common::{
     fastpath::SlotState,
     hash_fields::HashFields,
     maps::{self, TABLE_HEADER_LEN},
-    types::{VIP_FAST_PATH, VIP_TABLE_B, VipEntry, VipInfo, VipKey},
+    types::{VIP_FAST_PATH, VIP_SECOND_CHANCE, VIP_TABLE_B, VipEntry, VipInfo, VipKey},
 };
 
 use super::{
@@ -78,6 +78,9 @@ struct VipBuffers {
     epoch: u32,
     /// Whether the VIP takes the fast path (`VIP_FAST_PATH` in its entry).
     fast: bool,
+    /// Whether its misses on dirty slots carry second-chance candidates
+    /// (`VIP_SECOND_CHANCE` in its entry).
+    second_chance: bool,
     /// The VIP's hash fields (their bits in its entry's flags).
     hash: HashFields,
 }
@@ -182,6 +185,7 @@ impl TableSet {
                 key: Some(key),
                 epoch: entry.epoch,
                 fast: entry.flags & VIP_FAST_PATH != 0,
+                second_chance: entry.flags & VIP_SECOND_CHANCE != 0,
                 hash: HashFields::of_flags(entry.flags),
                 ..VipBuffers::default()
             };
@@ -250,9 +254,14 @@ impl TableSet {
         let vip = self.by_id.entry(vip_id).or_default();
         let table = if vip.live == Some(1) { VIP_TABLE_B } else { 0 };
         let fast = if vip.fast { VIP_FAST_PATH } else { 0 };
+        let second_chance = if vip.second_chance {
+            VIP_SECOND_CHANCE
+        } else {
+            0
+        };
         let entry = VipEntry {
             vip_id,
-            flags: table | fast | vip.hash.flags(),
+            flags: table | fast | second_chance | vip.hash.flags(),
             epoch: vip.epoch,
         };
         self.vips
@@ -549,6 +558,32 @@ impl TableSet {
     /// Whether VIP `vip_id` takes the fast path.
     pub(crate) fn fast_path(&self, vip_id: u32) -> bool {
         self.by_id.get(&vip_id).is_some_and(|v| v.fast)
+    }
+
+    /// Sets whether VIP `vip_id`'s misses on dirty slots carry second-chance candidates,
+    /// and rewrites its `VIPS` entry if it has one (the table buffer and epoch
+    /// unchanged).
+    pub(crate) fn set_second_chance(
+        &mut self,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError> {
+        let vip = self.by_id.entry(vip_id).or_default();
+        let previous = vip.second_chance;
+        vip.second_chance = on;
+        let Some(key) = vip.key else {
+            return Ok(());
+        };
+        let written = self.write_vip(&key, vip_id);
+        if written.is_err() {
+            self.by_id.entry(vip_id).or_default().second_chance = previous;
+        }
+        written
+    }
+
+    /// Whether VIP `vip_id` offers second-chance candidates.
+    pub(crate) fn second_chance(&self, vip_id: u32) -> bool {
+        self.by_id.get(&vip_id).is_some_and(|v| v.second_chance)
     }
 
     /// Sets VIP `vip_id`'s hash fields, and rewrites its `VIPS` entry if it has one

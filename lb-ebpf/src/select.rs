@@ -35,6 +35,7 @@ use lb_common::{
 
 use crate::{
     backend::{self, Choice},
+    candidates,
     conntrack::{self, CtHit, now_coarse_ns},
     fast, new_pin_rate,
     parse::Parsed,
@@ -216,11 +217,21 @@ fn pin_syn(p: &Parsed, vip: &VipEntry, choice: Choice, now: u64) -> Choice {
     conntrack::pin_flow(&p.key, &record.entry(choice.id), choice, false).1
 }
 
+/// What [`pick_backend`] reports besides the backend.
+pub(crate) struct Out<'a> {
+    /// A new pin was over the CPU's rate and not made.
+    pub(crate) unpinned: &'a mut bool,
+    /// The second-chance candidate the packet carries (backend id), 0 for none
+    /// ([`candidates::offer`]); such a packet is not pinned.
+    pub(crate) candidate: &'a mut u32,
+}
+
 /// Chooses the backend for a VIP packet other than a TCP SYN
 /// (`lb_common::conntrack::decide`) and writes what the decision asks: the pin's new
 /// time or label, a new pin, a freed SYN cache slot. A new pin over the CPU's rate
 /// ([`new_pin_rate::may_pin`]) is not made: the packet goes where it would have pointed and
-/// `unpinned` is set.
+/// `out.unpinned` is set. A miss that carries a second-chance candidate is not pinned
+/// either (rule SC4 of `lb_common::second_chance`): `out.candidate` names it.
 #[inline(always)]
 pub(crate) fn pick_backend(
     p: &Parsed,
@@ -229,8 +240,9 @@ pub(crate) fn pick_backend(
     stats: &mut VipStats,
     ct: CtHit,
     traced: &mut Traced,
-    unpinned: &mut bool,
+    out: Out<'_>,
 ) -> Result<Choice, Reason> {
+    let unpinned = out.unpinned;
     // SAFETY: the pointer comes from a successful lookup and the value is only used
     // within this program run.
     let entry = ct.map(|entry| unsafe { &mut *entry });
@@ -295,6 +307,10 @@ pub(crate) fn pick_backend(
             } else {
                 table::pick(vip, hash)?
             };
+            *out.candidate = candidates::offer(p, vip, hash, &choice, stats);
+            if *out.candidate != 0 {
+                return Ok(choice);
+            }
             let Some(record) = record else {
                 return Ok(choice);
             };

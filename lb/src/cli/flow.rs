@@ -92,6 +92,13 @@ pub fn flow_text(f: &FlowReport) -> String {
             _ => "; the next packet misses and goes to the slot's owner",
         });
     }
+    if let Some(candidate) = &f.candidate {
+        let _ = write!(
+            out,
+            "\nsecond chance: the next packet names {candidate} (the slot's clean owner) as \
+             candidate"
+        );
+    }
     out.push('\n');
     out
 }

@@ -179,6 +179,7 @@ fn text_forms() {
         table_backend: Some("198.51.100.11".into()),
         pinned: None,
         fast_path: None,
+        candidate: None,
     };
     assert_eq!(
         flow_text(&f),
@@ -200,5 +201,17 @@ fn text_forms() {
         ),
         "{}",
         flow_text(&dirty)
+    );
+    let second = FlowReport {
+        candidate: Some("198.51.100.12".into()),
+        ..dirty
+    };
+    assert!(
+        flow_text(&second).ends_with(
+            "\nsecond chance: the next packet names 198.51.100.12 (the slot's clean owner) as \
+             candidate\n"
+        ),
+        "{}",
+        flow_text(&second)
     );
 }

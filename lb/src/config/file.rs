@@ -222,6 +222,10 @@ pub struct VipFile {
     /// The fast path: the table decides on clean slots, conntrack only where it changed.
     #[serde(default)]
     pub fast_path: Option<bool>,
+    /// The backends' second chance: a TCP miss on a dirty slot names the slot's other
+    /// possible owner as a GUE candidate (needs `encap = "gue"`).
+    #[serde(default)]
+    pub second_chance: Option<bool>,
     /// The fields of a flow that pick its backend: `5-tuple` (default), `src`,
     /// `src+dport`, `dport`.
     #[serde(default)]

@@ -109,6 +109,9 @@ pub struct VipConfig {
     /// The fast path is on (asked for, and this instance is not a fleet member:
     /// `[announce]` off; `lb_common::fastpath::enabled`).
     pub fast_path: bool,
+    /// The backends' second chance (`vip.second_chance`, GUE only): a TCP miss on a
+    /// dirty slot carries the slot's other possible owner as a candidate.
+    pub second_chance: bool,
     /// The fields of a flow that pick its backend (`vip.hash`, `vip.hash_source_prefix`).
     pub hash: lb_common::hash_fields::HashFields,
     /// Backends, in file order.

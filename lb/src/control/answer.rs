@@ -328,6 +328,12 @@ pub struct FlowReport {
     /// The fast path's view of the flow's slot; absent when the VIP's fast path is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FlowSlot>,
+    /// The second-chance candidate (backend address) the flow's next packet other than a
+    /// SYN carries to the owner, for the backends' agent (`lb_common::second_chance`):
+    /// a TCP flow of a VIP with `second_chance` and without the fast path, not pinned,
+    /// on a dirty slot whose clean owner keeps flows. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<String>,
 }
 
 /// The flow's slot as the fast path sees it (`lb flow`; the book's chapter "The fast
@@ -401,7 +407,8 @@ pub struct VipCounters {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
     /// Counters (packets, bytes, new_flows, ct_hits, ct_misses_non_syn,
-    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted, clean_slot_hits).
+    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted, clean_slot_hits,
+    /// the fast path's give-ups, sc_candidates, sc_given_up).
     pub counters: Vec<Counter>,
     /// Per-backend counters.
     pub backends: Vec<BackendCounters>,

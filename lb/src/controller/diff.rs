@@ -179,6 +179,12 @@ fn vip_settings(old: &VipConfig, new: &VipConfig) -> Vec<SettingChange> {
     compare(&mut out, "fast_path", &old.fast_path, &new.fast_path);
     compare(
         &mut out,
+        "second_chance",
+        &old.second_chance,
+        &new.second_chance,
+    );
+    compare(
+        &mut out,
         "hash",
         &old.hash.fields.name(),
         &new.hash.fields.name(),

@@ -44,7 +44,7 @@ pub use record::Recovery;
 pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
-    config::Vip,
+    config::{Protocol, Vip},
     control::{FlowReport, FlowSlot, Pin},
 };
 use lb_dataplane::{CtTable, Dataplane, DataplaneError};
@@ -395,6 +395,15 @@ impl<D: Dataplane> Controller<D> {
         } else {
             None
         };
+        let candidate = if applied.spec.second_chance
+            && !applied.spec.fast_path
+            && vip.proto == Protocol::Tcp
+            && pinned.is_none()
+        {
+            self.candidate(applied.id, slot)?.and_then(by_id)
+        } else {
+            None
+        };
         Ok(FlowReport {
             vip: vip.to_string(),
             client: client.to_string(),
@@ -402,7 +411,31 @@ impl<D: Dataplane> Controller<D> {
             table_backend,
             pinned,
             fast_path,
+            candidate,
         })
+    }
+}
+
+impl<D: Dataplane> Controller<D> {
+    /// The candidate (backend id) a miss on slot `slot` of VIP id `vip_id` carries to
+    /// its owner (`lb_common::second_chance::offer`), if the candidate keeps flows
+    /// (active or draining), as the data path requires.
+    fn candidate(&self, vip_id: u32, slot: u32) -> Result<Option<u32>, FlowError> {
+        let Some(state) = self
+            .dp
+            .slot_state(vip_id, slot)
+            .map_err(FlowError::Dataplane)?
+        else {
+            return Ok(None);
+        };
+        let id = lb_common::second_chance::offer(&state, state.owner()).candidate;
+        if id == 0 {
+            return Ok(None);
+        }
+        let entry = self.dp.backend(id).map_err(FlowError::Dataplane)?;
+        let keeps = entry.state == lb_common::types::BACKEND_ACTIVE
+            || entry.state == lb_common::types::BACKEND_DRAINING;
+        Ok(keeps.then_some(id))
     }
 }
 

@@ -713,6 +713,73 @@ fn the_fast_path_is_switched_on_and_off_in_the_data_plane() {
     assert!(c.dataplane().fast_path(0));
 }
 
+/// [`three`] over GUE with the second chance `on`.
+fn three_second_chance(on: bool) -> Desired {
+    desired(
+        &vip_toml(
+            80,
+            1009,
+            &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+        )
+        .replace(
+            "table_size",
+            &format!("encap = \"gue\"\nsecond_chance = {on}\ntable_size"),
+        ),
+    )
+}
+
+#[test]
+fn the_second_chance_is_switched_in_the_data_plane_and_survives_a_restart() {
+    let mut c = controller();
+    c.apply(&three_second_chance(true)).unwrap();
+    assert!(c.dataplane().second_chance(0));
+    assert!(c.dataplane().ops.contains(&FOp::SetSecondChance(0, true)));
+    // A restarted daemon reads it from the maps: the same file changes nothing.
+    let dp = std::mem::take(c.dataplane_mut()).restarted();
+    let mut c = Controller::adopt(dp).expect("adopt").0;
+    c.apply(&three_second_chance(true)).unwrap();
+    assert!(
+        !c.dataplane()
+            .ops
+            .iter()
+            .any(|o| matches!(o, FOp::SetSecondChance(..))),
+        "{:#?}",
+        c.dataplane().ops
+    );
+    assert!(c.dataplane().second_chance(0));
+    c.apply(&three_second_chance(false)).unwrap();
+    assert!(!c.dataplane().second_chance(0));
+}
+
+#[test]
+fn flow_names_the_candidate_of_a_miss_on_a_dirty_slot_of_a_second_chance_vip() {
+    let mut c = controller();
+    c.apply(&three_second_chance(true)).unwrap();
+    // A client whose slot is owned by a backend that is then drained.
+    let client: SocketAddr = "192.0.2.10:40000".parse().unwrap();
+    let first = c.flow(&vip80(), client).unwrap();
+    assert_eq!(first.candidate, None, "a clean slot names none");
+    let owner = first.table_backend.expect("an owner");
+    let last = owner.rsplit('.').next().unwrap().parse::<u8>().unwrap();
+    let mut d = three_second_chance(true);
+    d.set_backend(&vip80(), &key(last), BackendState::Drain, None)
+        .unwrap();
+    c.apply(&d).unwrap();
+    let after = c.flow(&vip80(), client).unwrap();
+    assert_ne!(after.table_backend.as_deref(), Some(owner.as_str()));
+    assert_eq!(
+        after.candidate,
+        Some(owner),
+        "the clean owner, draining, keeps flows"
+    );
+    // Without the second chance: none.
+    let mut off = three_second_chance(false);
+    off.set_backend(&vip80(), &key(last), BackendState::Drain, None)
+        .unwrap();
+    c.apply(&off).unwrap();
+    assert_eq!(c.flow(&vip80(), client).unwrap().candidate, None);
+}
+
 #[test]
 fn flow_says_whether_the_fast_path_slot_is_clean_or_dirty_and_what_decides() {
     let mut c = controller();

@@ -702,3 +702,27 @@ fn hash_fields_are_read_and_a_whole_address_prefix_is_no_prefix() {
     );
     assert_eq!(hashed("hash = \"dport\"\n").fields, Fields::Dport);
 }
+
+#[test]
+fn the_second_chance_is_off_by_default_and_needs_gue() {
+    let plain = load(&format!("{BASE}{VIP}")).expect("valid");
+    assert!(!plain.config.vips[0].second_chance);
+    let ipip = VIP.replace(
+        "protocol = \"tcp\"",
+        "protocol = \"tcp\"\nsecond_chance = true",
+    );
+    // The line is the key's own.
+    assert_eq!(
+        errors(&format!("{BASE}{ipip}")),
+        [
+            "vip[0].second_chance: second_chance = true needs encap = \"gue\": candidates \
+             travel in the GUE header, IP-in-IP has no room for them (line 11)"
+        ]
+    );
+    let gue = VIP.replace(
+        "protocol = \"tcp\"",
+        "protocol = \"tcp\"\nencap = \"gue\"\nsecond_chance = true",
+    );
+    let loaded = load(&format!("{BASE}{gue}")).expect("valid");
+    assert!(loaded.config.vips[0].second_chance);
+}

@@ -137,6 +137,15 @@ fn vip(
         ));
     }
     let health = health::vip_probes(&path, v, vip, r);
+    let second_chance = v.second_chance.unwrap_or(false);
+    if second_chance && tunnel != Encapsulation::Gue {
+        r.error(
+            format!("{path}.second_chance"),
+            "second_chance = true needs encap = \"gue\": candidates travel in the GUE \
+             header, IP-in-IP has no room for them"
+                .to_owned(),
+        );
+    }
     Some(VipConfig {
         vip,
         table_size,
@@ -144,6 +153,7 @@ fn vip(
         encap: tunnel,
         allowed_sources,
         fast_path: v.fast_path.unwrap_or(false),
+        second_chance,
         hash,
         backends,
         health,
