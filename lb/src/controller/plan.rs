@@ -404,7 +404,7 @@ impl<'a> Planner<'a> {
             backends: spec.backends.len(),
             in_table: facts.active_backends(),
             table_size: spec.table_size,
-            fingerprint: facts.fingerprint(),
+            fingerprint: facts.fingerprint().with_hash_fields(spec.hash),
             generation,
             build_ms,
             changed_slots,

@@ -161,7 +161,10 @@ fn vip_status(
         id: applied.id,
         table_size: applied.spec.table_size,
         generation: applied.generation,
-        fingerprint: table.fingerprint().to_string(),
+        fingerprint: table
+            .fingerprint()
+            .with_hash_fields(applied.spec.hash)
+            .to_string(),
         allowed_sources: applied
             .spec
             .allowed_sources

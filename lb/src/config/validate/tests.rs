@@ -690,14 +690,16 @@ fn hash_fields_are_read_and_a_whole_address_prefix_is_no_prefix() {
         hashed("hash = \"src\"\nhash_source_prefix = 24\n"),
         HashFields {
             fields: Fields::Src,
-            prefix: 24
+            prefix: 24,
+            affinity_secs: 0,
         }
     );
     assert_eq!(
         hashed("hash = \"src+dport\"\nhash_source_prefix = 32\n"),
         HashFields {
             fields: Fields::SrcDport,
-            prefix: 0
+            prefix: 0,
+            affinity_secs: 0,
         }
     );
     assert_eq!(hashed("hash = \"dport\"\n").fields, Fields::Dport);

@@ -182,7 +182,11 @@ fn hash_fields(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> HashFields 
         return HashFields::default();
     };
     let Some(prefix) = v.hash_source_prefix.map(|p| p.0) else {
-        return HashFields { fields, prefix: 0 };
+        return HashFields {
+            fields,
+            prefix: 0,
+            affinity_secs: 0,
+        };
     };
     let key = format!("{path}.hash_source_prefix");
     let family = if vip.addr.is_ipv4() {
@@ -209,9 +213,14 @@ fn hash_fields(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> HashFields 
         return HashFields {
             fields,
             prefix: u8::try_from(prefix).unwrap_or(0) % max,
+            affinity_secs: 0,
         };
     }
-    HashFields { fields, prefix: 0 }
+    HashFields {
+        fields,
+        prefix: 0,
+        affinity_secs: 0,
+    }
 }
 
 /// `vip[i].backend_family`: whether the VIP's backends are IPv6 (for an IPv4 VIP:
