@@ -490,7 +490,51 @@ pub enum Note {
     Repicked,
 }
 
+/// Number of [`Note`]s that count a give-up ([`Note::give_up`]): the length of
+/// [`crate::stats::VipStats::fp_give_ups`].
+pub const GIVE_UP_COUNT: usize = 7;
+
 impl Note {
+    /// The notes that count a give-up of the chapter's residuals R1-R3, in the order of
+    /// [`crate::stats::VipStats::fp_give_ups`] ([`Note::give_up`] is the index).
+    pub const GIVE_UPS: [Note; GIVE_UP_COUNT] = [
+        Note::SynMaybeSplit,
+        Note::SynOverPin,
+        Note::SynDropped,
+        Note::HeldKept,
+        Note::Unpinned,
+        Note::SynToDraining,
+        Note::UdpToDraining,
+    ];
+
+    /// The note's index in [`crate::stats::VipStats::fp_give_ups`]; `None` for
+    /// [`Note::Repicked`], which today's `ct_stale_repicked` counts.
+    #[must_use]
+    pub const fn give_up(self) -> Option<usize> {
+        match self {
+            Note::SynMaybeSplit => Some(0),
+            Note::SynOverPin => Some(1),
+            Note::SynDropped => Some(2),
+            Note::HeldKept => Some(3),
+            Note::Unpinned => Some(4),
+            Note::SynToDraining => Some(5),
+            Note::UdpToDraining => Some(6),
+            Note::Repicked => None,
+        }
+    }
+
+    /// The residual of the chapter's table the note counts (`R1`-`R3`); `None` for
+    /// [`Note::Repicked`].
+    #[must_use]
+    pub const fn residual(self) -> Option<&'static str> {
+        match self {
+            Note::SynMaybeSplit | Note::SynOverPin => Some("R1"),
+            Note::SynDropped | Note::HeldKept | Note::Unpinned => Some("R2"),
+            Note::SynToDraining | Note::UdpToDraining => Some("R3"),
+            Note::Repicked => None,
+        }
+    }
+
     /// The counter's name.
     #[must_use]
     pub fn counter(self) -> &'static str {
@@ -670,13 +714,40 @@ fn decide_syn(cfg: &Config, inp: &Inputs, seq: u32) -> Outcome {
     {
         return noted(outcome, Note::SynOverPin);
     }
-    if !lead && maybe_split(inp) {
-        return noted(outcome, Note::SynMaybeSplit);
+    match syn_give_up(&inp.slot, inp.clean_owner, backend, inp.now_ns) {
+        Some(note) => noted(outcome, note),
+        None => outcome,
     }
-    if liveness == Liveness::Draining {
-        return noted(outcome, Note::SynToDraining);
+}
+
+/// The give-up a new connection's SYN counts (no pin or held SYN of its own decided),
+/// sent to `backend` on `slot`, whose clean owner's state is `clean_owner`:
+/// [`Note::SynToDraining`] (R3) when it went to a draining clean owner within the lead
+/// (rule P2: `backend` is the clean owner, not the owner);
+/// [`Note::SynMaybeSplit`] (R1) when it went to the owner and [`syn_maybe_split`]
+/// holds. The decision and the data path count by this one test.
+#[inline(always)]
+#[must_use]
+pub fn syn_give_up(
+    slot: &SlotState,
+    clean_owner: Liveness,
+    backend: u32,
+    now_ns: u64,
+) -> Option<Note> {
+    if backend != slot.owner() {
+        return (clean_owner == Liveness::Draining).then_some(Note::SynToDraining);
     }
-    outcome
+    syn_maybe_split(slot, clean_owner, now_ns).then_some(Note::SynMaybeSplit)
+}
+
+/// The give-up a UDP miss counts (rule M1), sent to `backend` on a dirty `slot` whose
+/// clean owner's state is `clean_owner`: [`Note::UdpToDraining`] (R3) when it went to
+/// the clean owner and that backend is draining (it may be a new flow).
+#[inline(always)]
+#[must_use]
+pub fn udp_give_up(slot: &SlotState, clean_owner: Liveness, backend: u32) -> Option<Note> {
+    (slot.is_dirty() && backend == slot.clean_owner() && clean_owner == Liveness::Draining)
+        .then_some(Note::UdpToDraining)
 }
 
 /// Rule P2 (the lead): whether a new connection's SYN on `slot` at `now_ns` goes to
@@ -728,12 +799,6 @@ pub fn syn_maybe_split(slot: &SlotState, clean_owner: Liveness, now_ns: u64) -> 
     slot.owner != slot.clean_owner
         && clean_owner.keeps_flows()
         && within_ticks(slot.changed_ticks, now_ns, DUPLICATE_SYN_WINDOW_NS)
-}
-
-/// [`syn_maybe_split`] for the decision's inputs.
-#[inline(always)]
-fn maybe_split(inp: &Inputs) -> bool {
-    syn_maybe_split(&inp.slot, inp.clean_owner, inp.now_ns)
 }
 
 /// Whether `now_ns` is at most `span_ns` after the time `ticks` ([`ct_ticks`]),
@@ -839,11 +904,12 @@ fn decide_udp(cfg: &Config, inp: &Inputs) -> Outcome {
     let outcome = miss(inp, false, replace, recent, By::MissToOwner);
     if let Outcome::Forward {
         by: By::MissToCleanOwner,
+        backend,
         ..
     } = outcome
-        && inp.clean_owner == Liveness::Draining
+        && let Some(note) = udp_give_up(&inp.slot, inp.clean_owner, backend)
     {
-        return noted(outcome, Note::UdpToDraining);
+        return noted(outcome, note);
     }
     outcome
 }

@@ -8,7 +8,7 @@
 /// compared by themselves when a restarted daemon adopts a pinned datapath; bump this
 /// when a key or value changes meaning without changing size (a field renamed to another
 /// use, a flag bit reassigned), so that a pinned datapath of the old meaning is refused.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";

@@ -4,7 +4,10 @@
 //! All counters are `u64` in host byte order, one copy per CPU; userspace sums them.
 //! Every packet the program sees increments exactly one [`Reason`] in `GLOBAL_STATS`.
 
-use crate::impl_pod;
+use crate::{
+    fastpath::{GIVE_UP_COUNT, Note},
+    impl_pod,
+};
 
 /// Why the program returned the verdict it did. Index into [`GlobalStats::counters`].
 ///
@@ -247,7 +250,9 @@ impl GlobalStats {
 
 /// Per-VIP counters (per-CPU `VIP_STATS`, index = VIP id).
 ///
-/// Layout (72 bytes): nine `u64`.
+/// Layout (136 bytes): seventeen `u64`. Counters are only ever appended: a migration
+/// (`lb_dataplane::pinned::migrate`) copies an older layout's bytes as a prefix and
+/// zeroes the rest.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipStats {
@@ -277,8 +282,13 @@ pub struct VipStats {
     /// Packets the fast path forwarded by a clean slot's owner, with no conntrack
     /// lookup (`lb_common::fastpath`'s rule T1; VIPs with the fast path on).
     pub clean_slot_hits: u64,
+    /// The fast path's give-ups (the book's residuals R1-R3), indexed by
+    /// [`Note::give_up`] and named by [`Note::counter`] (`fp_syn_maybe_split`, ...):
+    /// each packet the data path forwarded or dropped in a way that may break a flow
+    /// today's design keeps.
+    pub fp_give_ups: [u64; GIVE_UP_COUNT],
 }
-const _: () = assert!(size_of::<VipStats>() == 80);
+const _: () = assert!(size_of::<VipStats>() == 136);
 
 impl VipStats {
     /// Adds `other` field by field (summing per-CPU copies).
@@ -295,6 +305,25 @@ impl VipStats {
             .ct_syn_only_evicted
             .wrapping_add(other.ct_syn_only_evicted);
         self.clean_slot_hits = self.clean_slot_hits.wrapping_add(other.clean_slot_hits);
+        for (total, value) in self.fp_give_ups.iter_mut().zip(other.fp_give_ups) {
+            *total = total.wrapping_add(value);
+        }
+    }
+
+    /// Counts `note` once, if it is a give-up ([`Note::give_up`]).
+    #[inline(always)]
+    pub fn count(&mut self, note: Note) {
+        if let Some(i) = note.give_up()
+            && let Some(n) = self.fp_give_ups.get_mut(i)
+        {
+            *n += 1;
+        }
+    }
+
+    /// The fast path's give-ups by counter name ([`Note::counter`]), in
+    /// [`Note::GIVE_UPS`] order.
+    pub fn give_ups(&self) -> impl Iterator<Item = (Note, u64)> + '_ {
+        Note::GIVE_UPS.into_iter().zip(self.fp_give_ups)
     }
 }
 

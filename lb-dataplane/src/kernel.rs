@@ -28,11 +28,11 @@ mod conntrack;
 mod counters;
 #[cfg(feature = "test-harness")]
 mod harness;
-#[cfg(feature = "test-harness")]
-pub mod layout1;
 mod listing;
 mod load;
 mod mend;
+#[cfg(feature = "test-harness")]
+pub mod old_layout;
 #[cfg(feature = "test-harness")]
 mod pass;
 mod pinning;

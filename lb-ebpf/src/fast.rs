@@ -15,11 +15,14 @@
 //! no `VIPS` lookup before its conntrack lookup.
 
 use lb_common::{
-    fastpath::{DEFAULT_LEAD_NS, Liveness, SlotState, miss_backend, syn_backend, syn_needs_pin},
+    fastpath::{
+        DEFAULT_LEAD_NS, Liveness, Note, SlotState, miss_backend, syn_backend, syn_give_up,
+        syn_needs_pin, udp_give_up,
+    },
     hash::vip_filter_bit,
     maps::TABLE_HEADER_LEN,
     stats::Reason,
-    types::{LbConfig, TableCell, VIP_FAST_PATH, VipEntry, VipKey},
+    types::{BACKEND_DRAINING, LbConfig, TableCell, VIP_FAST_PATH, VipEntry, VipKey},
 };
 
 use crate::{
@@ -77,22 +80,30 @@ pub(crate) fn clean_owner(vip: &VipEntry, hash: u32, syn: bool) -> Option<Choice
 /// ([`DEFAULT_LEAD_NS`]) of the slot's change, its clean owner if that backend keeps
 /// flows, so a SYN retransmitted across the change reaches the backend of its first;
 /// otherwise the owner, which must take new flows. Also whether the SYN is pinned at
-/// once (rule S4, [`syn_needs_pin`]).
+/// once (rule S4, [`syn_needs_pin`]), and the give-up it counts ([`syn_give_up`]:
+/// `fp_syn_maybe_split` of residual R1, `fp_syn_drained_owner` of R3).
 #[inline(always)]
-pub(crate) fn pick_syn(vip: &VipEntry, hash: u32, now_ns: u64) -> Result<(Choice, bool), Reason> {
+pub(crate) fn pick_syn(
+    vip: &VipEntry,
+    hash: u32,
+    now_ns: u64,
+) -> Result<(Choice, bool, Option<Note>), Reason> {
     let mut pin = false;
+    let mut note = None;
     let choice = pick_by(vip, hash, |slot, clean| {
         let id = syn_backend(slot, clean, now_ns, DEFAULT_LEAD_NS);
         pin = syn_needs_pin(slot, clean, id);
+        note = syn_give_up(slot, clean, id, now_ns);
         id
     })?;
-    Ok((choice, pin))
+    Ok((choice, pin, note))
 }
 
 /// Rules M1 and M2: the backend of a miss (no pin, no held SYN) on VIP `vip`'s slot
 /// `hash % M` ([`miss_backend`]): on a dirty slot the clean owner, if it keeps flows
 /// (UDP only within the UDP idle timeout of the slot's last change); else the owner,
-/// which must take new flows.
+/// which must take new flows. Also the give-up a UDP miss counts ([`udp_give_up`]:
+/// `fp_udp_drained_clean_owner` of residual R3).
 #[inline(always)]
 pub(crate) fn pick_miss(
     vip: &VipEntry,
@@ -100,13 +111,19 @@ pub(crate) fn pick_miss(
     udp: bool,
     now_ns: u64,
     cfg: &LbConfig,
-) -> Result<Choice, Reason> {
-    pick_by(vip, hash, |slot, clean| {
-        miss_backend(slot, udp, clean, now_ns, cfg.udp_timeout_ns)
-    })
+) -> Result<(Choice, Option<Note>), Reason> {
+    let mut note = None;
+    let choice = pick_by(vip, hash, |slot, clean| {
+        let id = miss_backend(slot, udp, clean, now_ns, cfg.udp_timeout_ns);
+        if udp {
+            note = udp_give_up(slot, clean, id);
+        }
+        id
+    })?;
+    Ok((choice, note))
 }
 
-/// Reads VIP `vip`'s slot `hash % M` and whether its clean owner keeps flows, and
+/// Reads VIP `vip`'s slot `hash % M` and its clean owner's state, and
 /// returns the backend `rule` names from them: the clean owner if it keeps flows, the
 /// owner if it takes new flows; `drop_no_backend` otherwise.
 #[inline(always)]
@@ -119,6 +136,7 @@ fn pick_by(
     let slot = unsafe { *cell(vip, hash)? }.slot();
     let clean = slot.clean_owner();
     let clean_liveness = match backend::keeps_flows(clean) {
+        Some(c) if clean != 0 && c.backend.state == BACKEND_DRAINING => Liveness::Draining,
         Some(_) if clean != 0 => Liveness::Active,
         _ => Liveness::Down,
     };

@@ -26,10 +26,11 @@ use lb_common::{
     conntrack::{
         Decision, Lookups, PinLookups, PinState, Record, SynDecision, decide, decide_syn, pin_state,
     },
+    fastpath::Note,
     hash_fields::table_hash,
     stats::{Reason, VipStats},
     trace::Path,
-    types::{LbConfig, PROTO_UDP, SynEntry, VipEntry},
+    types::{CtEntry, LbConfig, PROTO_UDP, SynEntry, VipEntry},
 };
 
 use crate::{
@@ -169,7 +170,9 @@ pub(crate) fn pick_syn(
         SynDecision::Table { hash, table } => (hash, table),
     };
     let (choice, pin) = if fast::is_fast(vip) {
-        fast::pick_syn(vip, table, now)?
+        let (choice, pin, note) = fast::pick_syn(vip, table, now)?;
+        count_syn_give_ups(stats, note, entry, vip.vip_id);
+        (choice, pin)
     } else {
         (table::pick(vip, table)?, false)
     };
@@ -180,6 +183,30 @@ pub(crate) fn pick_syn(
     }
     syn_cache::remember(p, vip, hash, &choice, cfg, stats, now);
     Ok(choice)
+}
+
+/// Counts what a new connection's SYN to fast-path VIP `vip_id` gives up
+/// (`lb_common::fastpath::Note`, as `fastpath::decide` notes it): `note` from its slot,
+/// and `fp_syn_over_pin` (R1) when the flow's pin (read only in the window after a table
+/// change) was made without a SYN (ISN 0) and its backend keeps flows: the SYN may
+/// duplicate that connection's.
+#[inline(always)]
+fn count_syn_give_ups(
+    stats: &mut VipStats,
+    note: Option<Note>,
+    pin: Option<&CtEntry>,
+    vip_id: u32,
+) {
+    if let Some(note) = note {
+        stats.count(note);
+    }
+    if let Some(pin) = pin
+        && pin.vip_id == vip_id
+        && pin.isn == 0
+        && backend::keeps_flows(pin.backend_id).is_some()
+    {
+        stats.count(Note::SynOverPin);
+    }
 }
 
 /// Rule S4 as the data path applies it (`lb_common::fastpath::syn_needs_pin`): pins a
@@ -273,7 +300,11 @@ pub(crate) fn pick_backend(
             let fast = fast::is_fast(vip);
             let choice = if fast {
                 let udp = p.key.vip.proto == PROTO_UDP;
-                fast::pick_miss(vip, hash, udp, now_coarse_ns(), cfg)?
+                let (choice, note) = fast::pick_miss(vip, hash, udp, now_coarse_ns(), cfg)?;
+                if let Some(note) = note {
+                    stats.count(note);
+                }
+                choice
             } else {
                 table::pick(vip, hash)?
             };

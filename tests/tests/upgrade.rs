@@ -1,24 +1,29 @@
-//! Upgrades across map layouts: a datapath pinned by the last build of layout 1 (its
-//! eBPF object kept as `tests/data/lb-ebpf-layout1.o`, see the README there) is adopted
-//! by this build, which migrates its maps (`lb_dataplane::pinned::migrate`) before it
+//! Upgrades across map layouts: a datapath pinned by the last build of layout 1 or 2
+//! (their eBPF objects kept as `tests/data/lb-ebpf-layout1.o` and `lb-ebpf-layout2.o`,
+//! see the README there) is adopted by this build, which migrates its maps
+//! (`lb_dataplane::pinned::migrate`, through every step from the old layout) before it
 //! replaces the program through the link; and a datapath of a newer layout than this
 //! build knows (a downgrade) is refused untouched, naming both versions and
 //! `lb run --reset`.
 //!
-//! The layout-1 datapath is made as that build's `lb run` left it: this build's daemon
+//! The old datapath is made as that build's `lb run` left it: this build's daemon
 //! creates the datapath and stops (so the controller's record names the same ids), its
-//! maps are rewritten into layout 1 (`rewind_to_layout1`: `u32` table cells, the
-//! shorter `VIP_STATS`, no `FAST_FILTER`, `meta` of layout 1), and the old object's
-//! program is put on the pinned link (`run_layout1_program`). Every packet of the test
-//! before the upgrade is forwarded by the layout-1 program, so the conntrack entries
-//! and SYN cache slots the migration must keep are the old program's.
+//! maps are rewritten into the old layout (`rewind_to_layout1`: `u32` table cells, the
+//! shorter `VIP_STATS`, no `FAST_FILTER`, `meta` of layout 1; `rewind_to_layout2`: the
+//! layout-2 `VIP_STATS`, `meta` of layout 2), and the old object's program is put on
+//! the pinned link (`run_old_program`). Every packet of the test before the upgrade is
+//! forwarded by the old program, so the conntrack entries and SYN cache slots the
+//! migration must keep are the old program's.
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_dataplane::{
     LoadOptions,
-    kernel::layout1::run_layout1_program,
-    pinned::{MetaMap, PinDir, migrate::rewind_to_layout1},
+    kernel::old_layout::run_old_program,
+    pinned::{
+        MetaMap, PinDir,
+        migrate::{rewind_to_layout1, rewind_to_layout2},
+    },
 };
 use lb_tests::{
     daemon::{CT_CAPACITY, CT_SYN_CAPACITY, Daemon, DaemonConfig, Stop},
@@ -27,9 +32,10 @@ use lb_tests::{
     testbed::{LB_IFACE, TcpConn, TestBed, TestBedOptions, vip_tcp},
 };
 
-/// The layout-1 build's eBPF object.
-fn layout1_object() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/lb-ebpf-layout1.o");
+/// The eBPF object of the last build of layout `version`.
+fn old_object(version: u32) -> Vec<u8> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("data/lb-ebpf-layout{version}.o"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -76,8 +82,43 @@ fn entries(line: &str, map: &str, action: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {line}"))
 }
 
-#[test]
-fn an_upgrade_from_layout_1_migrates_the_datapath_and_keeps_every_connection() {
+/// The pinned datapath of `bed`, made by this build's daemon `lb`, rewound by `rewind`
+/// into layout `version` and run by that build's program. Returns the program's id.
+fn run_old_layout(
+    bed: &TestBed,
+    lb: &mut Daemon<'_>,
+    version: u32,
+    rewind: fn(&PinDir, &[u8]) -> std::io::Result<()>,
+) -> u32 {
+    lb.halt(Stop::Term);
+    let created = xdp_program(bed).expect("attached");
+    let object = old_object(version);
+    let old = in_pin_dir(bed, |dir| {
+        rewind(dir, &object)?;
+        let options = LoadOptions {
+            ct_capacity: CT_CAPACITY,
+            ct_syn_capacity: CT_SYN_CAPACITY,
+            ..LoadOptions::default()
+        };
+        Ok(run_old_program(dir, &object, version, options)?)
+    });
+    assert_eq!(
+        xdp_program(bed),
+        Some(u64::from(old)),
+        "the layout-{version} program runs"
+    );
+    assert_ne!(u64::from(old), created);
+    old
+}
+
+/// Upgrades the datapath of layout `version` (rewound by `rewind`) to this build's
+/// under traffic: 100 connections opened through the old program and checked after,
+/// 100 long-lived ones busy across it, new connections throughout; none breaks.
+/// Returns the start's migration log line.
+fn upgrade_keeps_every_connection(
+    version: u32,
+    rewind: fn(&PinDir, &[u8]) -> std::io::Result<()>,
+) -> String {
     assert!(lb_tests::is_root(), "privileged test: run as root");
     let bed = TestBed::new(TestBedOptions {
         backends: 4,
@@ -86,40 +127,23 @@ fn an_upgrade_from_layout_1_migrates_the_datapath_and_keeps_every_connection() {
     })
     .expect("bed");
     let mut lb = Daemon::start(&bed, &DaemonConfig::equal(1..=3)).expect("lb run");
-    lb.halt(Stop::Term);
-    let created = xdp_program(&bed).expect("attached");
-    let object = layout1_object();
-    let old = in_pin_dir(&bed, |dir| {
-        rewind_to_layout1(dir, &object)?;
-        let options = LoadOptions {
-            ct_capacity: CT_CAPACITY,
-            ct_syn_capacity: CT_SYN_CAPACITY,
-            ..LoadOptions::default()
-        };
-        Ok(run_layout1_program(dir, &object, options)?)
-    });
-    assert_eq!(
-        xdp_program(&bed),
-        Some(u64::from(old)),
-        "the layout-1 program runs"
-    );
-    assert_ne!(u64::from(old), created);
-    // 100 connections opened through the layout-1 program, checked after the upgrade,
-    // and 100 more long-lived ones busy across it, with new connections throughout.
+    let old = run_old_layout(&bed, &mut lb, version, rewind);
     let mut flows = connect(&bed, 100);
-    let steady = Steady::new("layout 1, no daemon");
+    let steady = Steady::new(&format!("layout {version}, no daemon"));
     let options = SteadyOptions {
         long_lived: 100,
         period: Duration::from_millis(10),
         new_per_sec: 50,
     };
     let settle = Duration::from_millis(1500);
+    let ours = lb_common::maps::LAYOUT_VERSION;
     let tallies = std::thread::scope(|scope| {
         steady.run(scope, &bed, &options).expect("traffic");
         std::thread::sleep(settle);
-        steady.phase("upgrade: lb run migrates layout 1 to 2");
-        lb.resume(&[])
-            .expect("this build adopts the layout-1 datapath");
+        steady.phase(&format!(
+            "upgrade: lb run migrates layout {version} to {ours}"
+        ));
+        lb.resume(&[]).expect("this build adopts the old datapath");
         std::thread::sleep(settle);
         steady.stop()
     });
@@ -131,12 +155,12 @@ fn an_upgrade_from_layout_1_migrates_the_datapath_and_keeps_every_connection() {
             t.name
         );
     }
-    let mut broken = Vec::new();
-    for (i, (c, name)) in flows.iter_mut().enumerate() {
-        if c.exchange("after").ok().as_ref() != Some(name) {
-            broken.push(i);
-        }
-    }
+    let broken: Vec<usize> = (0..flows.len())
+        .filter(|&i| {
+            let (c, name) = &mut flows[i];
+            c.exchange("after").ok().as_ref() != Some(name)
+        })
+        .collect();
     assert!(broken.is_empty(), "0 of 100 broken, not {broken:?}\n{log}");
     assert_eq!(connect(&bed, 20).len(), 20, "new connections go through");
     let now = xdp_program(&bed).expect("attached after the upgrade");
@@ -148,19 +172,40 @@ fn an_upgrade_from_layout_1_migrates_the_datapath_and_keeps_every_connection() {
     let line = log
         .lines()
         .find(|l| l.contains("migrated the datapath pinned at"))
-        .unwrap_or_else(|| panic!("no migration line:\n{log}"));
-    assert!(line.contains("layout 1 to 2 in "), "{line}");
-    assert!(entries(line, "CONNTRACK_V4", "kept") >= 200, "{line}");
-    // Three VIPs of the file's family pairs at most: each live buffer converted.
-    assert!(entries(line, "TABLES", "converted") >= 1, "{line}");
-    assert!(entries(line, "VIP_STATS", "converted") >= 1, "{line}");
-    assert!(line.contains("FAST_FILTER created"), "{line}");
+        .unwrap_or_else(|| panic!("no migration line:\n{log}"))
+        .to_owned();
+    assert!(
+        line.contains(&format!("layout {version} to {ours} in ")),
+        "{line}"
+    );
+    assert!(entries(&line, "CONNTRACK_V4", "kept") >= 200, "{line}");
+    // Three VIPs of the file's family pairs at most: each one's counters converted.
+    assert!(entries(&line, "VIP_STATS", "converted") >= 1, "{line}");
     let status = lb.cli(&["status"]).expect("lb status");
     assert!(
-        status.contains("datapath migrated from layout 1 to 2"),
+        status.contains(&format!(
+            "datapath migrated from layout {version} to {ours}"
+        )),
         "{status}"
     );
     eprintln!("{line}\nphases: {tallies:#?}");
+    line
+}
+
+#[test]
+fn an_upgrade_from_layout_1_migrates_the_datapath_through_each_step_and_keeps_every_connection() {
+    let line = upgrade_keeps_every_connection(1, rewind_to_layout1);
+    // Each live buffer converted by the 1-to-2 step.
+    assert!(entries(&line, "TABLES", "converted") >= 1, "{line}");
+    assert!(line.contains("FAST_FILTER created"), "{line}");
+}
+
+#[test]
+fn an_upgrade_from_layout_2_migrates_the_datapath_and_keeps_every_connection() {
+    let line = upgrade_keeps_every_connection(2, rewind_to_layout2);
+    // The 2-to-3 step converts the counters alone: the tables are kept as pinned.
+    assert!(!line.contains("TABLES"), "{line}");
+    assert!(!line.contains("FAST_FILTER"), "{line}");
 }
 
 #[test]

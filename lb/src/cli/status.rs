@@ -78,6 +78,7 @@ pub fn status_text(s: &Status) -> String {
         );
         out.push_str(&allowed_sources_line(v));
         out.push_str(&slot_states_line(v));
+        out.push_str(&give_ups_line(v));
         health::policy(&mut out, v);
         announce::vip(&mut out, v);
         let _ = writeln!(
@@ -258,6 +259,19 @@ fn slot_states_line(v: &VipStatus) -> String {
     )
 }
 
+/// A VIP's fast-path give-ups that are not zero (the residuals the data path counts).
+fn give_ups_line(v: &VipStatus) -> String {
+    if v.give_ups.is_empty() {
+        return String::new();
+    }
+    let counts: Vec<String> = v
+        .give_ups
+        .iter()
+        .map(|g| format!("{} {} ({})", g.value, g.counter, g.residual))
+        .collect();
+    format!("  fast-path give-ups: {}\n", counts.join(", "))
+}
+
 mod announce;
 mod health;
 
@@ -280,6 +294,28 @@ mod tests {
             "fingerprint": "", "backends": [], "allowed_sources": sources,
         }))
         .expect("a VIP's status")
+    }
+
+    #[test]
+    fn a_vip_lists_its_give_ups_with_their_residuals_and_says_nothing_without() {
+        let mut v = vip(&[]);
+        assert_eq!(give_ups_line(&v), "");
+        v.give_ups = vec![
+            crate::control::GiveUpCount {
+                counter: "fp_syn_maybe_split".into(),
+                residual: "R1".into(),
+                value: 3,
+            },
+            crate::control::GiveUpCount {
+                counter: "fp_udp_drained_clean_owner".into(),
+                residual: "R3".into(),
+                value: 1,
+            },
+        ];
+        assert_eq!(
+            give_ups_line(&v),
+            "  fast-path give-ups: 3 fp_syn_maybe_split (R1), 1 fp_udp_drained_clean_owner (R3)\n"
+        );
     }
 
     #[test]

@@ -175,6 +175,17 @@ pub struct SlotStatus {
     pub pins: Option<PinStatus>,
 }
 
+/// One of a VIP's fast-path give-up counters (`lb_common::fastpath::Note`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct GiveUpCount {
+    /// The counter's name (`fp_syn_maybe_split`, ...).
+    pub counter: String,
+    /// The residual it counts (`R1`, `R2`, `R3`).
+    pub residual: String,
+    /// Packets counted since the program was loaded (summed over CPUs).
+    pub value: u64,
+}
+
 /// A fast-path VIP's pins by what they say against its table, at the last cleaning walk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PinStatus {
@@ -258,6 +269,11 @@ pub struct VipStatus {
     /// Its table slots by fast-path state, at the last cleaning walk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot_states: Option<SlotStatus>,
+    /// The fast path's give-ups that are not zero (the data path's counters of the
+    /// residuals R1-R3 in the book's chapter "The fast path"), as of the last second's
+    /// sample of the counters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub give_ups: Vec<GiveUpCount>,
 }
 
 /// A backend in `lb status`.

@@ -36,7 +36,7 @@ mod trace;
 pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement, VipChange};
 pub use answer::{
     BackendCounters, BackendStatus, ChangeOutcome, CleaningStatus, ConnectionCounts,
-    ConntrackStatus, Counter, DatapathHealth, FlowReport, FlowSlot, OverrideStatus,
+    ConntrackStatus, Counter, DatapathHealth, FlowReport, FlowSlot, GiveUpCount, OverrideStatus,
     OverridesReport, Pin, PinStatus, RECENT_CHANGES, Response, SlotStatus, Stats, Status,
     VipCounters, VipStatus,
 };

@@ -175,6 +175,7 @@ fn vip_status(
         policy: mode.map(|m| PolicyStatus::new(m, &applied.spec.policy)),
         announce: None,
         slot_states: None,
+        give_ups: Vec::new(),
     }
 }
 

@@ -688,6 +688,25 @@ impl Snapshot {
         )?;
         family(
             enc,
+            "lb_vip_fast_path_give_ups",
+            "The fast path's give-ups of the VIP's packets, by counter (fp_syn_maybe_split, \
+             fp_syn_over_pin, fp_syn_dropped, fp_held_kept, fp_unpinned, \
+             fp_syn_drained_owner, fp_udp_drained_clean_owner) and the residual it counts \
+             (R1-R3 of the book's chapter The fast path)",
+            MetricType::Counter,
+            self.vips.iter().flat_map(|v| {
+                v.stats.give_ups().map(|(note, n)| {
+                    let labels = with(vip_label(v), "counter", note.counter());
+                    (
+                        with(labels, "residual", note.residual().unwrap_or_default()),
+                        n,
+                    )
+                })
+            }),
+            counter,
+        )?;
+        family(
+            enc,
             "lb_table",
             "The VIP's live Maglev table: generation, fingerprint and size",
             MetricType::Info,

@@ -820,6 +820,11 @@ impl<D: Dataplane> Service<D> {
         self.announce.annotate(&mut status);
         self.connections.annotate(&mut status);
         self.cleanings.annotate(&mut status);
+        if let Some(sample) = self.samples.newest() {
+            for v in &mut status.vips {
+                v.give_ups = stats::give_ups(sample, v.id);
+            }
+        }
         if let Some(health) = &self.health {
             health.annotate(&mut status, &self.controller);
         }

@@ -11,7 +11,7 @@ use lb_common::stats::{BackendStats, GlobalStats, Reason, VipStats};
 
 use super::connections::Latest;
 use crate::{
-    control::{BackendCounters, Counter, Stats, VipCounters},
+    control::{BackendCounters, Counter, GiveUpCount, Stats, VipCounters},
     controller::Controller,
 };
 use lb_dataplane::{Dataplane, DataplaneError};
@@ -87,11 +87,17 @@ impl Window {
     pub(super) fn oldest(&self) -> Option<&Sample> {
         self.samples.front()
     }
+
+    /// The newest sample.
+    pub(super) fn newest(&self) -> Option<&Sample> {
+        self.samples.back()
+    }
 }
 
-/// The per-VIP counters of `lb stats`, by name.
-fn vip_fields(v: &VipStats) -> [(&'static str, u64); 10] {
-    [
+/// The per-VIP counters of `lb stats`, by name: today's, then the fast path's
+/// give-ups ([`lb_common::fastpath::Note::counter`]).
+fn vip_fields(v: &VipStats) -> Vec<(&'static str, u64)> {
+    let base = [
         ("packets", v.packets),
         ("bytes", v.bytes),
         ("new_flows", v.new_flows),
@@ -102,7 +108,25 @@ fn vip_fields(v: &VipStats) -> [(&'static str, u64); 10] {
         ("drops", v.drops),
         ("ct_syn_only_evicted", v.ct_syn_only_evicted),
         ("clean_slot_hits", v.clean_slot_hits),
-    ]
+    ];
+    base.into_iter()
+        .chain(v.give_ups().map(|(note, n)| (note.counter(), n)))
+        .collect()
+}
+
+/// The give-ups of VIP `id` in `sample` that are not zero, for `lb status`.
+pub(super) fn give_ups(sample: &Sample, id: u32) -> Vec<GiveUpCount> {
+    let Some(v) = sample.vip(id) else {
+        return Vec::new();
+    };
+    v.give_ups()
+        .filter(|(_, n)| *n > 0)
+        .map(|(note, value)| GiveUpCount {
+            counter: note.counter().to_owned(),
+            residual: note.residual().unwrap_or_default().to_owned(),
+            value,
+        })
+        .collect()
 }
 
 /// `lb stats` of `controller` at `now`, with rates since `prev` (zero without one):
@@ -137,7 +161,7 @@ pub(super) fn report<D: Dataplane>(
             let counters = cur
                 .iter()
                 .enumerate()
-                .map(|(i, (name, value))| counter(name, *value, old.map(|f| f[i].1)))
+                .map(|(i, (name, value))| counter(name, *value, old.as_ref().map(|f| f[i].1)))
                 .collect();
             let backends = applied
                 .backend_ids

@@ -13,7 +13,8 @@
 //! 65,537-slot tables, a conntrack map of
 //! 1,048,576 entries. The cases that look like traffic (populations of established
 //! flows, uniform and Zipf-skewed; the SYN + ACK handshake on new 4-tuples; the packet
-//! rate through the real `XDP_TX` path) are in `traffic`; the same cases on two CPUs at
+//! rate through the real `XDP_TX` path) are in `traffic`; the conntrack entries a
+//! fast-path VIP keeps, in steady state and after a table change, in `entries`; the same cases on two CPUs at
 //! once, against each alone (`--concurrent`), in `concurrent`.
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
@@ -24,6 +25,8 @@ mod api;
 mod change;
 #[path = "lb-bench/concurrent.rs"]
 mod concurrent;
+#[path = "lb-bench/entries.rs"]
+mod entries;
 #[path = "lb-bench/fleet.rs"]
 mod fleet;
 #[path = "lb-bench/health.rs"]
@@ -680,6 +683,9 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
         );
         println!("|---|---|---:|---:|---:|---:|---|");
         traffic::populations(opts)?;
+    }
+    if wants(opts, "entries") {
+        entries::entries(opts)?;
     }
     Ok(())
 }

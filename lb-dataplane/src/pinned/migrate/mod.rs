@@ -3,8 +3,10 @@
 //! tables, and with them every connection.
 //!
 //! - A migration is a chain of steps, one per layout version (`from` to `from + 1`),
-//!   each a module of its own that knows only its two layouts ([`v1_to_v2`]); a
-//!   future layout 3 adds one step.
+//!   each a module of its own that knows only its two layouts ([`v1_to_v2`],
+//!   [`v2_to_v3`]); a future layout 4 adds one step. A per-CPU counter array whose
+//!   value grew at its end is converted by [`grow`], to this build's size whichever
+//!   step runs it.
 //! - A step converts only the maps whose definition or meaning changed, into new maps
 //!   it creates, fills and then pins in place of the old ones; every other map (the
 //!   conntrack maps, the SYN cache, the VIPs, the backends) is kept as it is pinned, and
@@ -21,7 +23,9 @@
 //! - A datapath of a newer layout than this build knows is refused
 //!   ([`PinError::Newer`]): a downgrade needs `lb run --reset`.
 
+mod grow;
 mod v1_to_v2;
+mod v2_to_v3;
 
 use std::{
     os::fd::{AsFd as _, BorrowedFd, OwnedFd},
@@ -126,7 +130,7 @@ struct Step {
 }
 
 /// Every step, by the version it reads.
-const STEPS: &[Step] = &[v1_to_v2::STEP];
+const STEPS: &[Step] = &[v1_to_v2::STEP, v2_to_v3::STEP];
 
 /// The maps kept as they are pinned that a migration reports (by their entries).
 const KEPT: [&str; 3] = [
@@ -298,15 +302,27 @@ fn def<'a>(ctx: &'a Context<'_>, name: &str) -> Result<&'a MapDef, PinError> {
 
 /// Test support: turns the datapath this build pinned at `dir` (no daemon running)
 /// back into the maps and `meta` the layout-1 build pinned, for the object `old_object`
-/// of that build (`tests/data/lb-ebpf-layout1.o`). Its program is attached by
-/// `crate::kernel::layout1`.
+/// of that build (`tests/data/lb-ebpf-layout1.o`): the 2-to-3 step's maps are undone,
+/// then the 1-to-2 step's. Its program is attached by `crate::kernel::old_layout`.
 ///
 /// # Errors
 /// When the object cannot be read or a map cannot be rewritten.
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout1(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 1).map_err(std::io::Error::other)?;
+    v2_to_v3::strip(dir)?;
     v1_to_v2::rewind(dir, &old)
+}
+
+/// Test support: as [`rewind_to_layout1`], back into what the layout-2 build pinned,
+/// for its object `old_object` (`tests/data/lb-ebpf-layout2.o`).
+///
+/// # Errors
+/// When the object cannot be read or a map cannot be rewritten.
+#[cfg(feature = "test-harness")]
+pub fn rewind_to_layout2(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
+    let old = Layout::of_object_at(old_object, 2).map_err(std::io::Error::other)?;
+    v2_to_v3::rewind(dir, &old)
 }
 
 #[cfg(test)]

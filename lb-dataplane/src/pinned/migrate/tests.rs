@@ -30,32 +30,58 @@ fn a_step_leads_from_every_older_layout_to_this_one() {
     assert_eq!(froms.len(), STEPS.len(), "one step per version");
 }
 
-/// The layout-1 object and this build's differ exactly in the maps the 1-to-2 step
-/// converts: every other map the new program reads as the old build pinned it.
-#[test]
-fn layout_1_differs_from_this_build_only_in_the_maps_its_step_converts() {
-    let old = Layout::of_object_at(LAYOUT1_OBJECT, 1).expect("layout 1 object");
+/// The eBPF object of the last build of layout 2 (tests/data/README.md).
+static LAYOUT2_OBJECT: &[u8] =
+    aya::include_bytes_aligned!("../../../../tests/data/lb-ebpf-layout2.o");
+
+/// The maps in which the object of layout `from` and this build's differ, sorted, and
+/// those the steps from `from` convert.
+fn differing_and_converted(object: &[u8], from: u32) -> (Vec<String>, Vec<&'static str>) {
+    let old = Layout::of_object_at(object, from).expect("old object");
     let new = Layout::of_object(crate::EBPF_OBJECT).expect("this build's object");
-    let mut differing: Vec<&str> = new
+    let mut differing: Vec<String> = new
         .maps
         .iter()
         .filter(|m| old.map(&m.name) != Some(m))
-        .map(|m| m.name.as_str())
+        .map(|m| m.name.clone())
         .collect();
     differing.extend(
         old.maps
             .iter()
             .filter(|m| new.map(&m.name).is_none())
-            .map(|m| m.name.as_str()),
+            .map(|m| m.name.clone()),
     );
     differing.sort_unstable();
-    let step = STEPS.iter().find(|s| s.from == 1).expect("step 1");
-    let mut converted = step.maps.to_vec();
+    let mut converted: Vec<&str> = plan(from, lb_common::maps::LAYOUT_VERSION)
+        .expect("a way")
+        .iter()
+        .flat_map(|s| s.maps.iter().copied())
+        .collect();
     converted.sort_unstable();
-    assert_eq!(differing, converted);
+    converted.dedup();
     assert_ne!(old.digest, new.digest);
+    (differing, converted)
+}
+
+/// The layout-1 object and this build's differ exactly in the maps the steps from
+/// layout 1 convert: every other map the new program reads as the old build pinned it.
+#[test]
+fn layout_1_differs_from_this_build_only_in_the_maps_its_steps_convert() {
+    let (differing, converted) = differing_and_converted(LAYOUT1_OBJECT, 1);
+    assert_eq!(differing, converted);
     // The layout-1 stamp as that build's `lb --version` printed it.
+    let old = Layout::of_object_at(LAYOUT1_OBJECT, 1).expect("layout 1 object");
     assert_eq!(old.stamp(), "1-a8ed7f580efe");
+}
+
+/// As for layout 1: the layout-2 object (main at b627aeb) and this build's differ
+/// exactly in the maps the 2-to-3 step converts.
+#[test]
+fn layout_2_differs_from_this_build_only_in_the_maps_its_step_converts() {
+    let (differing, converted) = differing_and_converted(LAYOUT2_OBJECT, 2);
+    assert_eq!(differing, converted);
+    let old = Layout::of_object_at(LAYOUT2_OBJECT, 2).expect("layout 2 object");
+    assert_eq!(old.stamp(), "1-75d54978ffe3");
 }
 
 #[test]

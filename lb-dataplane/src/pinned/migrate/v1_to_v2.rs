@@ -11,7 +11,8 @@
 //!   The `VIPS` entries select buffers by index and keep their table epochs, so the
 //!   conntrack pins stay valid.
 //! - `VIP_STATS` (per CPU): `VipStats` grew from 72 to 80 bytes (`clean_slot_hits`,
-//!   appended): each CPU's counters are copied, the new one starts at 0.
+//!   appended): each CPU's counters are copied, the new one starts at 0
+//!   ([`grow::per_cpu`], which converts to this build's size, that of any later layout).
 //! - `FAST_FILTER` is new: created empty (no VIP of layout 1 takes the fast path).
 
 use std::{
@@ -21,7 +22,7 @@ use std::{
 
 use lb_common::maps::{FAST_FILTER, TABLES, VIP_STATS};
 
-use super::{Action, Context, MapDef, MapMigration, Step, create_like, def};
+use super::{Action, Context, MapDef, MapMigration, Step, create_like, def, grow};
 use crate::{
     bpf_sys,
     pinned::{PinError, io_err},
@@ -39,11 +40,13 @@ pub(super) const STEP: Step = Step {
 const V1_HEADER_LEN: u32 = 2;
 /// Layout 1's table cell value size, bytes (a `u32`); the kernel's stride is 8.
 const V1_CELL_VALUE: u32 = 4;
-/// Layout 1's `VipStats` size, bytes.
-const V1_VIP_STATS: usize = 72;
 
 fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
-    Ok(vec![tables(ctx)?, vip_stats(ctx)?, fast_filter(ctx)?])
+    Ok(vec![
+        tables(ctx)?,
+        grow::per_cpu(ctx, VIP_STATS)?,
+        fast_filter(ctx)?,
+    ])
 }
 
 /// A layout-1 table buffer: (generation, owners).
@@ -174,65 +177,6 @@ fn tables(ctx: &Context<'_>) -> Result<MapMigration, PinError> {
     })
 }
 
-/// `VIP_STATS`: each element's per-CPU counters copied into the longer `VipStats`.
-fn vip_stats(ctx: &Context<'_>) -> Result<MapMigration, PinError> {
-    let path = ctx.dir.map(VIP_STATS);
-    let shown = ctx.dir.shown().join("maps").join(VIP_STATS);
-    let def = def(ctx, VIP_STATS)?;
-    let old = bpf_sys::open_pinned(&path).map_err(io_err("opening", &shown))?;
-    let Some(old) = old else {
-        let new = create_like(def, None).map_err(io_err("creating", &shown))?;
-        bpf_sys::pin_replacing(new.as_fd(), &path).map_err(io_err("pinning", &shown))?;
-        return Ok(MapMigration {
-            map: VIP_STATS.into(),
-            action: Action::Created,
-            entries: 0,
-            detail: None,
-        });
-    };
-    let info = bpf_sys::map_info(old.as_fd()).map_err(io_err("examining", &shown))?;
-    if info.value_size == def.value_size {
-        return Ok(MapMigration {
-            map: VIP_STATS.into(),
-            action: Action::Kept,
-            entries: 0,
-            detail: Some("converted by an earlier start".into()),
-        });
-    }
-    let new = create_like(def, None).map_err(io_err("creating", &shown))?;
-    let cpus = aya::util::nr_cpus()
-        .map_err(|(_, e)| e)
-        .map_err(io_err("counting the possible CPUs for", &shown))?;
-    let old_stride = (info.value_size as usize).next_multiple_of(8);
-    let new_stride = (def.value_size as usize).next_multiple_of(8);
-    let copied = V1_VIP_STATS.min(info.value_size as usize);
-    let mut old_value = vec![0u8; old_stride * cpus];
-    let mut new_value = vec![0u8; new_stride * cpus];
-    let mut nonzero = 0;
-    for index in 0..info.max_entries.min(def.max_entries) {
-        let key = index.to_ne_bytes();
-        if !bpf_sys::lookup(old.as_fd(), &key, &mut old_value).map_err(io_err("reading", &shown))?
-            || old_value.iter().all(|b| *b == 0)
-        {
-            continue;
-        }
-        new_value.fill(0);
-        for cpu in 0..cpus {
-            new_value[cpu * new_stride..cpu * new_stride + copied]
-                .copy_from_slice(&old_value[cpu * old_stride..cpu * old_stride + copied]);
-        }
-        bpf_sys::update(new.as_fd(), &key, &new_value).map_err(io_err("writing", &shown))?;
-        nonzero += 1;
-    }
-    bpf_sys::pin_replacing(new.as_fd(), &path).map_err(io_err("pinning", &shown))?;
-    Ok(MapMigration {
-        map: VIP_STATS.into(),
-        action: Action::Converted,
-        entries: nonzero,
-        detail: None,
-    })
-}
-
 /// `FAST_FILTER`: created empty unless an earlier start did.
 fn fast_filter(ctx: &Context<'_>) -> Result<MapMigration, PinError> {
     let path = ctx.dir.map(FAST_FILTER);
@@ -290,7 +234,7 @@ pub(super) fn rewind(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::i
         bpf_sys::pin_replacing(buffer.as_fd(), path)?;
     }
     bpf_sys::pin_replacing(outer.as_fd(), &dir.map(TABLES))?;
-    rewind_vip_stats(dir, old)?;
+    grow::rewind(dir, old, VIP_STATS)?;
     std::fs::remove_file(dir.map(FAST_FILTER))?;
     let mut meta = crate::pinned::MetaMap::open(&dir.meta())?
         .ok_or_else(|| std::io::Error::other("no meta pinned"))?;
@@ -324,35 +268,4 @@ fn write_v1_buffer(fd: BorrowedFd<'_>, generation: u32, owners: &[u32]) -> std::
         bpf_sys::update(fd, &index.to_ne_bytes(), &word.to_ne_bytes())?;
     }
     Ok(())
-}
-
-/// `VIP_STATS` back to layout 1's 72-byte `VipStats` (the fast path's counter dropped).
-#[cfg(feature = "test-harness")]
-fn rewind_vip_stats(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::io::Result<()> {
-    let def = old
-        .map(VIP_STATS)
-        .ok_or_else(|| std::io::Error::other("VIP_STATS is not in the layout-1 object"))?;
-    let cur = bpf_sys::open_pinned(&dir.map(VIP_STATS))?
-        .ok_or_else(|| std::io::Error::other("no VIP_STATS pinned"))?;
-    let info = bpf_sys::map_info(cur.as_fd())?;
-    let new = create_like(def, None)?;
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
-    let (cur_stride, old_stride) = (info.value_size as usize, def.value_size as usize);
-    let mut cur_value = vec![0u8; cur_stride.next_multiple_of(8) * cpus];
-    let mut old_value = vec![0u8; old_stride.next_multiple_of(8) * cpus];
-    for index in 0..def.max_entries {
-        let key = index.to_ne_bytes();
-        if !bpf_sys::lookup(cur.as_fd(), &key, &mut cur_value)? {
-            continue;
-        }
-        for cpu in 0..cpus {
-            let (o, c) = (
-                cpu * old_stride.next_multiple_of(8),
-                cpu * cur_stride.next_multiple_of(8),
-            );
-            old_value[o..o + V1_VIP_STATS].copy_from_slice(&cur_value[c..c + V1_VIP_STATS]);
-        }
-        bpf_sys::update(new.as_fd(), &key, &old_value)?;
-    }
-    bpf_sys::pin_replacing(new.as_fd(), &dir.map(VIP_STATS))
 }

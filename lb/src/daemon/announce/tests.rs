@@ -147,6 +147,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
                 policy: None,
                 announce: None,
                 slot_states: None,
+                give_ups: Vec::new(),
             })
             .collect(),
         health: crate::control::HealthSummary::default(),

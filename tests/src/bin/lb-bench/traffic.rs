@@ -54,11 +54,11 @@ pub(crate) const V4_SRC: u32 = 26;
 const V6_SRC_LOW: u32 = 34;
 /// Offset of the word holding the TCP flags (data offset and flags bytes, with the
 /// low half of the acknowledgment number before them) after an IPv4 header.
-const V4_FLAGS_WORD: u32 = 44;
+pub(crate) const V4_FLAGS_WORD: u32 = 44;
 /// The same after an IPv6 header.
 const V6_FLAGS_WORD: u32 = 64;
 /// Offset of the TCP sequence number (a SYN's ISN) after an IPv4 header.
-const V4_SEQ: u32 = 38;
+pub(crate) const V4_SEQ: u32 = 38;
 /// The same after an IPv6 header.
 const V6_SEQ: u32 = 58;
 

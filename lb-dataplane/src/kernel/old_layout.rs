@@ -1,10 +1,10 @@
-//! Test support for the upgrade across map layouts: runs the layout-1 build's programs
-//! (`tests/data/lb-ebpf-layout1.o`) on a datapath pinned in layout 1, as that build's
-//! `lb run` left it. The maps come first from
-//! `crate::pinned::migrate::rewind_to_layout1`; here the old object is loaded over
-//! those pins (every map by its pin, as `load_pinned` does), its tail-called programs
-//! put in `RARE_PROGS`, and its load balancer program put on the pinned XDP link with
-//! `bpf_link_update`, so that it forwards from then on.
+//! Test support for the upgrades across map layouts: runs an older layout's build's
+//! programs (`tests/data/lb-ebpf-layout1.o`, `lb-ebpf-layout2.o`) on a datapath pinned
+//! in that layout, as that build's `lb run` left it. The maps come first from
+//! `crate::pinned::migrate::rewind_to_layout1` or `rewind_to_layout2`; here the old
+//! object is loaded over those pins (every map by its pin, as `load_pinned` does), its
+//! tail-called programs put in `RARE_PROGS`, and its load balancer program put on the
+//! pinned XDP link with `bpf_link_update`, so that it forwards from then on.
 
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::{EbpfLoader, programs::xdp::XdpLink};
@@ -16,20 +16,21 @@ use crate::{
     pinned::{Layout, PinDir},
 };
 
-/// Loads `object` (the layout-1 build's) over the maps pinned at `dir` with the sizes
-/// of `options`, and replaces the program of the pinned link with its `lb_xdp`. The
-/// `programs` pin (which build's programs run) is removed: the layout-1 build wrote
-/// its own. Returns the kernel's id of the program now attached.
+/// Loads `object` (the build's of layout `version`) over the maps pinned at `dir` with
+/// the sizes of `options`, and replaces the program of the pinned link with its
+/// `lb_xdp`. The `programs` pin (which build's programs run) is removed: the old build
+/// wrote its own. Returns the kernel's id of the program now attached.
 ///
 /// # Errors
 /// When the object cannot be loaded or the link updated.
-pub fn run_layout1_program(
+pub fn run_old_program(
     dir: &PinDir,
     object: &[u8],
+    version: u32,
     options: LoadOptions,
 ) -> Result<u32, DataplaneError> {
-    let layout =
-        Layout::of_object_at(object, 1).map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
+    let layout = Layout::of_object_at(object, version)
+        .map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
     let _ = std::fs::remove_file(dir.programs());
     let paths: Vec<(String, std::path::PathBuf)> = layout
         .maps
