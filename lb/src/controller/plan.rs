@@ -86,8 +86,9 @@ impl Op {
                 if *on { "on" } else { "off" }
             ),
             Op::SetHashFields(_, vip_id, h) => format!(
-                "writing the hash fields of VIP id {vip_id} ({})",
-                h.fields.name()
+                "writing the hash fields of VIP id {vip_id} ({}, persistence {} s)",
+                h.fields.name(),
+                h.affinity_secs
             ),
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }

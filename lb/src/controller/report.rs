@@ -176,6 +176,8 @@ fn vip_status(
         announce: None,
         slot_states: None,
         give_ups: Vec::new(),
+        // A marker the last conntrack walk replaces with the count.
+        affinity_pins: (applied.spec.hash.affinity_secs != 0).then_some(0),
     }
 }
 

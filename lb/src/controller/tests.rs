@@ -855,3 +855,46 @@ fn a_vips_fingerprint_covers_its_hash_fields() {
     let all: BTreeSet<&String> = [&five, &src, &net, &port].into_iter().collect();
     assert_eq!(all.len(), 4, "{all:?}");
 }
+
+#[test]
+fn a_persistence_timeout_reaches_the_data_plane_and_lb_flow_reports_it() {
+    let with = |keys: &str| {
+        desired(
+            &vip_toml(
+                80,
+                1009,
+                &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            )
+            .replace("table_size", &format!("{keys}table_size")),
+        )
+    };
+    let mut c = controller();
+    c.apply(&with("hash = \"src\"\npersistence_timeout_secs = 300\n"))
+        .unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 300);
+    let client = SocketAddr::from(([192, 0, 2, 10], 40000));
+    let report = c.flow(&vip80(), client).unwrap();
+    // The fake keeps no pins: the client has none, and the table decides.
+    assert_eq!(
+        report.affinity,
+        Some(FlowAffinity {
+            timeout_secs: 300,
+            backend: None,
+            idle_secs: None,
+            decides: false,
+        })
+    );
+    assert_eq!(
+        c.vip_statuses()[0].affinity_pins,
+        Some(0),
+        "the status marker"
+    );
+    // A new timeout is written; without one, the VIP has no affinity.
+    c.apply(&with("hash = \"src\"\npersistence_timeout_secs = 60\n"))
+        .unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 60);
+    c.apply(&with("hash = \"src\"\n")).unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 0);
+    assert_eq!(c.flow(&vip80(), client).unwrap().affinity, None);
+    assert_eq!(c.vip_statuses()[0].affinity_pins, None);
+}
