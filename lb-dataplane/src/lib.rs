@@ -222,6 +222,21 @@ pub struct InstalledTable {
     pub slots: Vec<u32>,
 }
 
+/// A client's affinity pin, as [`Dataplane::lookup_affinity`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AffinityPin {
+    /// The pinned backend's id.
+    pub backend_id: u32,
+    /// How long since the client last opened a connection (ns; the pin's time is
+    /// rewritten at most once a second, so up to a second more).
+    pub idle_ns: u64,
+    /// The VIP's affinity timeout (s).
+    pub timeout_secs: u32,
+    /// Whether the pin decides the client's next new connection
+    /// (`lb_common::affinity::decide`): it is live and its backend active.
+    pub decides: bool,
+}
+
 /// Which state holds a flow: a pin or a held SYN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtTable {
@@ -488,6 +503,18 @@ pub trait Dataplane {
     /// # Errors
     /// When the maps cannot be read.
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError>;
+
+    /// The affinity pin of the client of flow `key` (`AFFINITY`, keyed by its VIP's
+    /// affinity fields, `lb_common::affinity::key`) and whether it decides the client's
+    /// next new connection; `None` when the VIP has no affinity or the client no pin.
+    /// The in-memory fake keeps no pins.
+    ///
+    /// # Errors
+    /// When the maps cannot be read.
+    fn lookup_affinity(&self, key: &FlowKey) -> Result<Option<AffinityPin>, DataplaneError> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// Slot `slot`'s fast-path state in VIP `vip_id`'s live table: its owner, clean or
     /// dirty, and clean owner (`lb_common::fastpath::SlotState`); `None` without a live

@@ -44,6 +44,7 @@
 #![no_std]
 #![no_main]
 
+mod affinity;
 mod agent;
 mod backend;
 #[cfg(feature = "test-harness")]

@@ -21,6 +21,10 @@
 //!   the table chooses, by the rules of `lb_common::conntrack` (which `lb flow` applies
 //!   too); this module reads the maps for that decision and carries it out. A new pin
 //!   is made only within the CPU's rate of new pins ([`new_pin_rate`](crate::new_pin_rate)).
+//!
+//! On a VIP with a persistence timeout, the client's affinity pin chooses before the
+//! table wherever the table would choose for a new connection: a SYN's, and that of a
+//! packet no pin or held SYN decides ([`affinity`](crate::affinity)).
 
 use lb_common::{
     conntrack::{
@@ -34,6 +38,7 @@ use lb_common::{
 };
 
 use crate::{
+    affinity,
     backend::{self, Choice},
     candidates,
     conntrack::{self, CtHit, now_coarse_ns},
@@ -174,7 +179,11 @@ pub(crate) fn pick_syn(
         let over_pin = syn_over_pin(stats, entry, vip.vip_id);
         fast::pick_syn(vip, table, now, stats, over_pin)?
     } else {
-        (table::pick(vip, table)?, false)
+        let (choice, pinned) = affinity::pick(&p.key, vip, now, true, || table::pick(vip, table))?;
+        if pinned {
+            traced.set(Path::Affinity, 0);
+        }
+        (choice, false)
     };
     stats.new_flows += 1;
     traced.new_flow = true;
@@ -305,7 +314,14 @@ pub(crate) fn pick_backend(
                 let udp = p.key.vip.proto == PROTO_UDP;
                 fast::pick_miss(vip, hash, udp, now_coarse_ns(), cfg, stats)?
             } else {
-                table::pick(vip, hash)?
+                let now = record.map_or_else(now_coarse_ns, |r| r.stamp_ns);
+                let write = record.is_some();
+                let (choice, pinned) =
+                    affinity::pick(&p.key, vip, now, write, || table::pick(vip, hash))?;
+                if pinned {
+                    traced.set(Path::Affinity, 0);
+                }
+                choice
             };
             *out.candidate = candidates::offer(p, vip, hash, &choice, stats);
             if *out.candidate != 0 {

@@ -274,6 +274,11 @@ pub struct VipStatus {
     /// sample of the counters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub give_ups: Vec<GiveUpCount>,
+    /// With a persistence timeout (`persistence_timeout_secs`): the clients whose
+    /// affinity pin is live (opened a connection within the timeout), at the last
+    /// conntrack walk; absent without affinity or before the first walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_pins: Option<u64>,
 }
 
 /// A backend in `lb status`.
@@ -334,6 +339,29 @@ pub struct FlowReport {
     /// on a dirty slot whose clean owner keeps flows. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidate: Option<String>,
+    /// The client's affinity (`vip.persistence_timeout_secs`); absent when the VIP has
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<FlowAffinity>,
+}
+
+/// A client's affinity on a VIP with a persistence timeout (`lb flow`;
+/// `lb_common::affinity`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FlowAffinity {
+    /// The VIP's persistence timeout (s).
+    pub timeout_secs: u32,
+    /// The client's affinity pin: the backend its new connections go to; absent when
+    /// it has none (its next new connection takes the table's choice and is pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Seconds since the client's last new connection (up to a second more: the
+    /// pin's time is rewritten at most once a second); absent without a pin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_secs: Option<u64>,
+    /// Whether the pin decides the client's next new connection: idle no longer than
+    /// the timeout and its backend active (not draining, down or removed).
+    pub decides: bool,
 }
 
 /// The flow's slot as the fast path sees it (`lb flow`; the book's chapter "The fast

@@ -195,6 +195,12 @@ fn vip_settings(old: &VipConfig, new: &VipConfig) -> Vec<SettingChange> {
         &old.hash.prefix,
         &new.hash.prefix,
     );
+    compare(
+        &mut out,
+        "persistence_timeout_secs",
+        &old.hash.affinity_secs,
+        &new.hash.affinity_secs,
+    );
     out
 }
 
@@ -351,6 +357,17 @@ mod tests {
         }
         assert!(text.contains("src") && text.contains("5-tuple"), "{text}");
         assert!(vip_settings(&old, &old).is_empty());
+        let sticky = vip_with("hash = \"src\"\npersistence_timeout_secs = 300");
+        let plain = vip_with("hash = \"src\"");
+        let changes: Vec<String> = vip_settings(&plain, &sticky)
+            .iter()
+            .map(|c| format!("{c:?}"))
+            .collect();
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(
+            changes[0].contains("\"persistence_timeout_secs\"") && changes[0].contains("300"),
+            "{changes:?}"
+        );
     }
 
     #[test]

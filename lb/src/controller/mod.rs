@@ -45,7 +45,7 @@ pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
     config::{Protocol, Vip},
-    control::{FlowReport, FlowSlot, Pin},
+    control::{FlowAffinity, FlowReport, FlowSlot, Pin},
 };
 use lb_dataplane::{CtTable, Dataplane, DataplaneError};
 use lb_maglev::BackendKey;
@@ -400,10 +400,11 @@ impl<D: Dataplane> Controller<D> {
             && vip.proto == Protocol::Tcp
             && pinned.is_none()
         {
-            self.candidate(applied.id, slot)?.and_then(by_id)
+            self.candidate(applied.id, slot)?.and_then(&by_id)
         } else {
             None
         };
+        let affinity = self.flow_affinity(applied, &key, &by_id)?;
         Ok(FlowReport {
             vip: vip.to_string(),
             client: client.to_string(),
@@ -412,6 +413,7 @@ impl<D: Dataplane> Controller<D> {
             pinned,
             fast_path,
             candidate,
+            affinity,
         })
     }
 }
@@ -436,6 +438,32 @@ impl<D: Dataplane> Controller<D> {
         let keeps = entry.state == lb_common::types::BACKEND_ACTIVE
             || entry.state == lb_common::types::BACKEND_DRAINING;
         Ok(keeps.then_some(id))
+    }
+
+    /// `lb flow`'s view of the client's affinity on VIP `applied` (flow `key`), read
+    /// and decided as the data plane does (`lb_common::affinity::decide`); `None`
+    /// when the VIP has none. `name` gives a backend id's address.
+    fn flow_affinity(
+        &self,
+        applied: &AppliedVip,
+        key: &lb_common::types::FlowKey,
+        name: impl Fn(u32) -> Option<String>,
+    ) -> Result<Option<FlowAffinity>, FlowError> {
+        let timeout_secs = applied.spec.hash.affinity_secs;
+        if timeout_secs == 0 {
+            return Ok(None);
+        }
+        let pin = self.dp.lookup_affinity(key).map_err(FlowError::Dataplane)?;
+        Ok(Some(FlowAffinity {
+            timeout_secs,
+            backend: pin.map(|p| {
+                name(p.backend_id).unwrap_or_else(|| {
+                    format!("backend id {} (no longer in the VIP)", p.backend_id)
+                })
+            }),
+            idle_secs: pin.map(|p| p.idle_ns / 1_000_000_000),
+            decides: pin.is_some_and(|p| p.decides),
+        }))
     }
 }
 

@@ -91,8 +91,9 @@ impl Op {
                 if *on { "on" } else { "off" }
             ),
             Op::SetHashFields(_, vip_id, h) => format!(
-                "writing the hash fields of VIP id {vip_id} ({})",
-                h.fields.name()
+                "writing the hash fields of VIP id {vip_id} ({}, persistence {} s)",
+                h.fields.name(),
+                h.affinity_secs
             ),
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
@@ -414,7 +415,7 @@ impl<'a> Planner<'a> {
             backends: spec.backends.len(),
             in_table: facts.active_backends(),
             table_size: spec.table_size,
-            fingerprint: facts.fingerprint(),
+            fingerprint: facts.fingerprint().with_hash_fields(spec.hash),
             generation,
             build_ms,
             changed_slots,

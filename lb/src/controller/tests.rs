@@ -880,3 +880,88 @@ fn hash_fields_reach_the_data_plane_and_flow_predicts_with_them() {
     );
     assert_eq!(c.dataplane().hash_fields(0).fields, Fields::FiveTuple);
 }
+
+#[test]
+fn a_vips_fingerprint_covers_its_hash_fields() {
+    let with = |keys: &str| {
+        desired(
+            &vip_toml(
+                80,
+                1009,
+                &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            )
+            .replace("table_size", &format!("{keys}table_size")),
+        )
+    };
+    let shown = |d: &Desired| {
+        let mut c = controller();
+        let report = c.apply(d).unwrap();
+        let installed = report.changes.iter().find_map(|ch| match ch {
+            VipChange::Table(t) => Some(t.fingerprint.to_string()),
+            VipChange::Removed(_) => None,
+        });
+        let status = c.vip_statuses()[0].fingerprint.clone();
+        assert_eq!(
+            installed.as_deref(),
+            Some(status.as_str()),
+            "report and status agree"
+        );
+        (status, c.vips()[&vip80()].table.fingerprint().to_string())
+    };
+    // Two instances with one table: the 5-tuple shows the table's own fingerprint.
+    let (five, table) = shown(&three());
+    assert_eq!(five, table);
+    let (src, same_table) = shown(&with("hash = \"src\"\n"));
+    assert_eq!(
+        same_table, table,
+        "the hash fields move no slot of the table"
+    );
+    assert_ne!(src, five);
+    let (net, _) = shown(&with("hash = \"src\"\nhash_source_prefix = 24\n"));
+    let (port, _) = shown(&with("hash = \"src+dport\"\n"));
+    let all: BTreeSet<&String> = [&five, &src, &net, &port].into_iter().collect();
+    assert_eq!(all.len(), 4, "{all:?}");
+}
+
+#[test]
+fn a_persistence_timeout_reaches_the_data_plane_and_lb_flow_reports_it() {
+    let with = |keys: &str| {
+        desired(
+            &vip_toml(
+                80,
+                1009,
+                &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            )
+            .replace("table_size", &format!("{keys}table_size")),
+        )
+    };
+    let mut c = controller();
+    c.apply(&with("hash = \"src\"\npersistence_timeout_secs = 300\n"))
+        .unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 300);
+    let client = SocketAddr::from(([192, 0, 2, 10], 40000));
+    let report = c.flow(&vip80(), client).unwrap();
+    // The fake keeps no pins: the client has none, and the table decides.
+    assert_eq!(
+        report.affinity,
+        Some(FlowAffinity {
+            timeout_secs: 300,
+            backend: None,
+            idle_secs: None,
+            decides: false,
+        })
+    );
+    assert_eq!(
+        c.vip_statuses()[0].affinity_pins,
+        Some(0),
+        "the status marker"
+    );
+    // A new timeout is written; without one, the VIP has no affinity.
+    c.apply(&with("hash = \"src\"\npersistence_timeout_secs = 60\n"))
+        .unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 60);
+    c.apply(&with("hash = \"src\"\n")).unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 0);
+    assert_eq!(c.flow(&vip80(), client).unwrap().affinity, None);
+    assert_eq!(c.vip_statuses()[0].affinity_pins, None);
+}
