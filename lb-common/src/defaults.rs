@@ -25,3 +25,9 @@ const _: () = assert!(CT_SYN_CAPACITY.is_power_of_two());
 /// datagram whose entry is evicted before its last fragment loses the rest
 /// (`drop_fragment`).
 pub const FRAG_CAPACITY: u32 = 8_192;
+
+/// Default entries of `AFFINITY` (the daemon sets `conntrack.persistence_capacity` at
+/// load time): the clients of VIPs with a persistence timeout whose affinity pins are
+/// kept, 65,536 entries of 40 bytes (key and value) over all such VIPs. An evicted
+/// client's next connection follows the table (and pins it again).
+pub const AFFINITY_CAPACITY: u32 = 65_536;

@@ -29,7 +29,7 @@
 
 use crate::{
     hash::flow_hash,
-    types::{FAMILY_V4, FlowKey},
+    types::{FAMILY_V4, FlowKey, VIP_AFFINITY},
 };
 
 /// `VipEntry::flags`: the hash fields ([`Fields`] as a number) sit at this bit, in
@@ -97,18 +97,31 @@ pub struct HashFields {
     /// The leading bits of the source address hashed (1..=32 for IPv4, 1..=128 for
     /// IPv6); 0: the whole address. Meaningful only when [`Fields::uses_source`].
     pub prefix: u8,
+    /// The VIP's affinity timeout (s, `vip.persistence_timeout_secs`): a client stays
+    /// on its backend until idle this long ([`crate::affinity`]); 0: no affinity. Only
+    /// with source fields ([`Fields::uses_source`]). Not in the flags' hash bits: its
+    /// bit is [`VIP_AFFINITY`], the timeout is in `AFFINITY_TIMEOUT`.
+    pub affinity_secs: u32,
 }
 
 impl HashFields {
-    /// The `VipEntry::flags` bits of `self` (the other bits zero).
+    /// The `VipEntry::flags` bits of `self` (the other bits zero): the fields, the
+    /// prefix and [`VIP_AFFINITY`] when the VIP has affinity.
     #[must_use]
     pub const fn flags(self) -> u32 {
+        let affinity = if self.affinity_secs != 0 {
+            VIP_AFFINITY
+        } else {
+            0
+        };
         (self.fields as u32) << VIP_HASH_FIELDS_SHIFT
             | (self.prefix as u32) << VIP_HASH_PREFIX_SHIFT
+            | affinity
     }
 
     /// The hash fields of `VipEntry::flags` `flags`; an unknown fields number reads as
-    /// the 5-tuple, as the XDP program takes it.
+    /// the 5-tuple, as the XDP program takes it. The affinity timeout is not in the
+    /// flags: `affinity_secs` is 0 (the caller reads `AFFINITY_TIMEOUT`).
     #[must_use]
     pub const fn of_flags(flags: u32) -> Self {
         let fields = match (flags >> VIP_HASH_FIELDS_SHIFT) & VIP_HASH_FIELDS_MASK {
@@ -118,7 +131,11 @@ impl HashFields {
             _ => Fields::FiveTuple,
         };
         let prefix = ((flags >> VIP_HASH_PREFIX_SHIFT) & 0xff) as u8;
-        Self { fields, prefix }
+        Self {
+            fields,
+            prefix,
+            affinity_secs: 0,
+        }
     }
 }
 

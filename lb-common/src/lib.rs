@@ -13,9 +13,12 @@
 //! for host tests), and the two decisions both sides make,
 //! written once: [`hash`] (the flow hash), [`hash_fields`] (a VIP's hash fields and the
 //! table hash, which picks a flow's Maglev slot) and
-//! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend).
+//! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend),
+//! [`affinity`] (whether a client's affinity pin or the table chooses a new
+//! connection's backend).
 //! [`fastpath`] holds the fast path's slot state and decisions (issue 30), which the
-//! data path does not call yet.
+//! data path decides by, and [`second_chance`] the candidates a packet offers the
+//! backends' agent (issue 31).
 //!
 //! # Glossary
 //!
@@ -62,6 +65,11 @@
 //!   (UDP) it is not idle past the timeout; a pin that does not hold is *re-picked*:
 //!   overwritten with the current table's choice. A pin is *re-labelled* when the
 //!   current table agrees with it: its epoch becomes the VIP's.
+//! - **Affinity pin**: a client's entry in `AFFINITY` ([`types::AffinityEntry`]) on a
+//!   VIP with a persistence timeout: the backend its new connections go to while it is
+//!   not idle longer than the timeout and the backend is active (IPVS: a persistence
+//!   template). A client is the source address cut to the VIP's prefix (and the port
+//!   for `src+dport`): its *affinity fields* ([`affinity::key`]).
 //! - **SYN cache**: the `SYN_CACHE` array, shared by all CPUs, in which the backend
 //!   chosen for a TCP SYN waits, in the flow's slot, for the handshake's ACK. A slot so
 //!   filled is a **held SYN** ([`types::SynEntry`]); the ACK *promotes* it into a pin. A
@@ -86,6 +94,7 @@
 //!   return, DSR).
 #![no_std]
 
+pub mod affinity;
 pub mod agent;
 pub mod conntrack;
 pub mod csum;
@@ -95,6 +104,7 @@ pub mod hash;
 pub mod hash_fields;
 pub mod maps;
 pub mod probe;
+pub mod second_chance;
 pub mod stats;
 pub mod trace;
 pub mod types;

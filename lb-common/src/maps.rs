@@ -115,6 +115,17 @@ pub const TABLE_SEEN: &str = "TABLE_SEEN";
 /// (`crate::types::LbConfig::new_pin_interval_ns`). Per CPU: no lock, no atomics, and a
 /// flood on one CPU does not take the others' budget.
 pub const NEW_PIN_RATE: &str = "NEW_PIN_RATE";
+/// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::AffinityKey`] →
+/// [`crate::types::AffinityEntry`], the affinity pins of the clients of VIPs with a
+/// persistence timeout (`crate::affinity`): the backend a client's new connections go
+/// to, and when it last opened one. Shared by all CPUs and both families; sized at load
+/// time (`conntrack.persistence_capacity`, default
+/// [`crate::defaults::AFFINITY_CAPACITY`]). LRU: a full map evicts the least recently
+/// used client, whose next connection follows the table.
+pub const AFFINITY: &str = "AFFINITY";
+/// `BPF_MAP_TYPE_ARRAY`: VIP id → `u64`, the VIP's affinity timeout (ns; 0: none). Read
+/// only for a new connection of a VIP whose entry has [`crate::types::VIP_AFFINITY`].
+pub const AFFINITY_TIMEOUT: &str = "AFFINITY_TIMEOUT";
 /// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FragKey`] → [`crate::types::FragEntry`],
 /// the backend the first fragment of each recent IP datagram to a VIP went to; later
 /// fragments (no ports) look their datagram up and follow it. Small (the default

@@ -250,7 +250,7 @@ impl GlobalStats {
 
 /// Per-VIP counters (per-CPU `VIP_STATS`, index = VIP id).
 ///
-/// Layout (136 bytes): seventeen `u64`. Counters are only ever appended: a migration
+/// Layout (152 bytes): nineteen `u64`. Counters are only ever appended: a migration
 /// (`lb_dataplane::pinned::migrate`) copies an older layout's bytes as a prefix and
 /// zeroes the rest.
 #[repr(C)]
@@ -287,8 +287,15 @@ pub struct VipStats {
     /// each packet the data path forwarded or dropped in a way that may break a flow
     /// today's design keeps.
     pub fp_give_ups: [u64; GIVE_UP_COUNT],
+    /// Packets sent with a second-chance candidate (`crate::second_chance`, rules
+    /// SC1-SC3; VIPs with `second_chance`).
+    pub sc_candidates: u64,
+    /// TCP misses on a dirty slot of a second-chance VIP that carried no candidate
+    /// although the slot names one (rule SC5: it keeps no flows, or is of another
+    /// family than the destination): the window's give-ups.
+    pub sc_given_up: u64,
 }
-const _: () = assert!(size_of::<VipStats>() == 136);
+const _: () = assert!(size_of::<VipStats>() == 152);
 
 impl VipStats {
     /// Adds `other` field by field (summing per-CPU copies).
@@ -305,6 +312,8 @@ impl VipStats {
             .ct_syn_only_evicted
             .wrapping_add(other.ct_syn_only_evicted);
         self.clean_slot_hits = self.clean_slot_hits.wrapping_add(other.clean_slot_hits);
+        self.sc_candidates = self.sc_candidates.wrapping_add(other.sc_candidates);
+        self.sc_given_up = self.sc_given_up.wrapping_add(other.sc_given_up);
         for (total, value) in self.fp_give_ups.iter_mut().zip(other.fp_give_ups) {
             *total = total.wrapping_add(value);
         }

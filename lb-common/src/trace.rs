@@ -121,11 +121,14 @@ pub enum Path {
     Table = 5,
     /// The fast path: a clean slot's owner decided, with no conntrack lookup.
     CleanSlot = 6,
+    /// A new connection of a VIP with a persistence timeout: the client's affinity pin
+    /// decided (`crate::affinity`).
+    Affinity = 7,
 }
 
 impl Path {
     /// Every path, by code.
-    pub const ALL: [Path; 7] = [
+    pub const ALL: [Path; 8] = [
         Path::None,
         Path::CtFast,
         Path::CtPin,
@@ -133,6 +136,7 @@ impl Path {
         Path::SynCache,
         Path::Table,
         Path::CleanSlot,
+        Path::Affinity,
     ];
 
     /// The path of code `code`, if any.
@@ -152,6 +156,7 @@ impl Path {
             Path::SynCache => "syn-cache",
             Path::Table => "conntrack-miss",
             Path::CleanSlot => "clean-slot",
+            Path::Affinity => "affinity",
         }
     }
 

@@ -40,6 +40,8 @@ pub enum Op {
     },
     /// `remove_table(vip_id)`.
     RemoveTable(u32),
+    /// `set_second_chance(key, vip_id, on)`: the VIP id and `on`.
+    SetSecondChance(u32, bool),
     /// `quiesce()`.
     Quiesce,
     /// `set_vip(key, vip_id)`.
@@ -93,6 +95,8 @@ pub struct FakeDataplane {
     pub survived: bool,
     /// The VIP ids that take the fast path.
     pub fast: std::collections::BTreeSet<u32>,
+    /// The VIP ids that offer second-chance candidates.
+    pub second_chance: std::collections::BTreeSet<u32>,
     /// The hash fields of VIP ids other than the 5-tuple.
     pub hash_fields: HashMap<u32, lb_common::hash_fields::HashFields>,
     /// Dirty slots per VIP id (seeded by tests).
@@ -280,6 +284,29 @@ impl Dataplane for FakeDataplane {
 
     fn fast_path(&self, vip_id: u32) -> bool {
         self.fast.contains(&vip_id)
+    }
+
+    fn set_second_chance(
+        &mut self,
+        _key: &VipKey,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError> {
+        if vip_id >= MAX_VIPS {
+            return Err(DataplaneError::OutOfRange(format!("VIP id {vip_id}")));
+        }
+        self.mutate("set_second_chance")?;
+        if on {
+            self.second_chance.insert(vip_id);
+        } else {
+            self.second_chance.remove(&vip_id);
+        }
+        self.ops.push(Op::SetSecondChance(vip_id, on));
+        Ok(())
+    }
+
+    fn second_chance(&self, vip_id: u32) -> bool {
+        self.second_chance.contains(&vip_id)
     }
 
     fn set_hash_fields(

@@ -22,6 +22,7 @@
 //! `lb` binary (the eBPF object is built without them, see `lb-dataplane/build.rs`).
 
 mod activity;
+mod affinity;
 mod agent;
 mod cleaning;
 mod conntrack;
@@ -63,7 +64,10 @@ use lb_common::{
     hash::filter_word,
     maps::{self, MAX_BACKENDS, MAX_TABLE_SIZE, MAX_VIPS},
     stats::{BackendStats, GlobalStats, VipStats},
-    types::{BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry, VipAddrKey, VipKey},
+    types::{
+        AffinityEntry, AffinityKey, BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig, SynEntry,
+        VipAddrKey, VipKey,
+    },
 };
 pub use listing::{ConnListing, ConnRow, ConnState, widen};
 use load::load_err;
@@ -75,8 +79,9 @@ pub use trace::{TraceReader, TraceRecord};
 pub use walk::{Census, ConnectionCounts, ConntrackWalker, WalkSettings, conntrack_now_ns};
 
 use super::{
-    Adopted, AttachMode, CompactImage, CtTable, Dataplane, DataplaneError, InstalledTable,
-    TableImage, absent_is_ok, bpf_sys, map_err, pinned::PinDir, pinned::PinLock, tables::TableSet,
+    Adopted, AffinityPin, AttachMode, CompactImage, CtTable, Dataplane, DataplaneError,
+    InstalledTable, TableImage, absent_is_ok, bpf_sys, map_err, pinned::PinDir, pinned::PinLock,
+    tables::TableSet,
 };
 use crate::prefix::Prefix;
 
@@ -116,6 +121,8 @@ pub struct KernelDataplane {
     conntrack_v4: HashMap<MapData, FlowKey4, CtEntry>,
     conntrack_v6: HashMap<MapData, FlowKey, CtEntry>,
     syn_cache: Array<MapData, SynEntry>,
+    /// `AFFINITY`: the clients' affinity pins.
+    affinity: HashMap<MapData, AffinityKey, AffinityEntry>,
     /// Slots of `syn_cache`, as loaded. This implementation is the only writer of
     /// `LbConfig::syn_cache_mask`: it derives the mask from this size.
     syn_slots: u32,
@@ -445,6 +452,20 @@ impl Dataplane for KernelDataplane {
         lock(&self.tables).fast_path(vip_id)
     }
 
+    fn set_second_chance(
+        &mut self,
+        _key: &VipKey,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError> {
+        check_vip_id(vip_id)?;
+        lock(&self.tables).set_second_chance(vip_id, on)
+    }
+
+    fn second_chance(&self, vip_id: u32) -> bool {
+        lock(&self.tables).second_chance(vip_id)
+    }
+
     fn set_hash_fields(
         &mut self,
         _key: &VipKey,
@@ -552,6 +573,10 @@ impl Dataplane for KernelDataplane {
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         self.conntrack_lookup(key)
+    }
+
+    fn lookup_affinity(&self, key: &FlowKey) -> Result<Option<AffinityPin>, DataplaneError> {
+        self.affinity_lookup(key)
     }
 
     fn probe_encap(&self) -> Option<(bool, lb_common::probe::ProbeStats)> {

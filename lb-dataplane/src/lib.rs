@@ -222,6 +222,21 @@ pub struct InstalledTable {
     pub slots: Vec<u32>,
 }
 
+/// A client's affinity pin, as [`Dataplane::lookup_affinity`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AffinityPin {
+    /// The pinned backend's id.
+    pub backend_id: u32,
+    /// How long since the client last opened a connection (ns; the pin's time is
+    /// rewritten at most once a second, so up to a second more).
+    pub idle_ns: u64,
+    /// The VIP's affinity timeout (s).
+    pub timeout_secs: u32,
+    /// Whether the pin decides the client's next new connection
+    /// (`lb_common::affinity::decide`): it is live and its backend active.
+    pub decides: bool,
+}
+
 /// Which state holds a flow: a pin or a held SYN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtTable {
@@ -378,6 +393,25 @@ pub trait Dataplane {
     /// Whether VIP `vip_id` takes the fast path ([`Self::set_fast_path`]).
     fn fast_path(&self, vip_id: u32) -> bool;
 
+    /// Sets whether VIP `key` (id `vip_id`) offers the backends' agent second-chance
+    /// candidates (`lb_common::types::VIP_SECOND_CHANCE` in its `VIPS` entry,
+    /// `lb_common::second_chance`): a TCP packet that misses conntrack on a dirty slot
+    /// names the slot's other possible owner and is not pinned.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] for an id beyond the map; a failed map update
+    /// (the previous setting stays).
+    fn set_second_chance(
+        &mut self,
+        key: &VipKey,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError>;
+
+    /// Whether VIP `vip_id` offers second-chance candidates
+    /// ([`Self::set_second_chance`]).
+    fn second_chance(&self, vip_id: u32) -> bool;
+
     /// Sets the hash fields of VIP `key` (id `vip_id`): which fields of a flow pick its
     /// table slot (`lb_common::hash_fields`, carried in the flags of its `VIPS` entry).
     /// Set before the VIP's first table, so that no packet hashes otherwise.
@@ -469,6 +503,18 @@ pub trait Dataplane {
     /// # Errors
     /// When the maps cannot be read.
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError>;
+
+    /// The affinity pin of the client of flow `key` (`AFFINITY`, keyed by its VIP's
+    /// affinity fields, `lb_common::affinity::key`) and whether it decides the client's
+    /// next new connection; `None` when the VIP has no affinity or the client no pin.
+    /// The in-memory fake keeps no pins.
+    ///
+    /// # Errors
+    /// When the maps cannot be read.
+    fn lookup_affinity(&self, key: &FlowKey) -> Result<Option<AffinityPin>, DataplaneError> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// Slot `slot`'s fast-path state in VIP `vip_id`'s live table: its owner, clean or
     /// dirty, and clean owner (`lb_common::fastpath::SlotState`); `None` without a live

@@ -36,7 +36,9 @@ use lb_common::{
     fastpath::SlotState,
     hash_fields::HashFields,
     maps::{self, TABLE_HEADER_LEN},
-    types::{VIP_FAST_PATH, VIP_TABLE_B, VipEntry, VipInfo, VipKey},
+    types::{
+        VIP_AFFINITY, VIP_FAST_PATH, VIP_SECOND_CHANCE, VIP_TABLE_B, VipEntry, VipInfo, VipKey,
+    },
 };
 
 use super::{
@@ -78,6 +80,9 @@ struct VipBuffers {
     epoch: u32,
     /// Whether the VIP takes the fast path (`VIP_FAST_PATH` in its entry).
     fast: bool,
+    /// Whether its misses on dirty slots carry second-chance candidates
+    /// (`VIP_SECOND_CHANCE` in its entry).
+    second_chance: bool,
     /// The VIP's hash fields (their bits in its entry's flags).
     hash: HashFields,
 }
@@ -96,6 +101,8 @@ pub(crate) struct TableSet {
     outer_raw: MapData,
     vips: HashMap<MapData, VipKey, VipEntry>,
     vip_info: Array<MapData, VipInfo>,
+    /// `AFFINITY_TIMEOUT`: VIP id → its affinity timeout (ns).
+    affinity_timeout: Array<MapData, u64>,
     by_id: StdHashMap<u32, VipBuffers>,
     /// Grace periods waited for (for tests and benchmarks).
     #[cfg(feature = "test-harness")]
@@ -130,6 +137,7 @@ impl TableSet {
         outer_raw: MapData,
         vips: HashMap<MapData, VipKey, VipEntry>,
         vip_info: Array<MapData, VipInfo>,
+        affinity_timeout: Array<MapData, u64>,
         pins: Option<TablePins>,
     ) -> Self {
         Self {
@@ -137,6 +145,7 @@ impl TableSet {
             outer_raw,
             vips,
             vip_info,
+            affinity_timeout,
             by_id: StdHashMap::new(),
             #[cfg(feature = "test-harness")]
             grace_periods: 0,
@@ -177,12 +186,21 @@ impl TableSet {
             .collect::<Result<_, _>>()
             .map_err(map_err(maps::VIPS, "iterate"))?;
         for (key, entry) in entries {
+            let mut hash = HashFields::of_flags(entry.flags);
+            if entry.flags & VIP_AFFINITY != 0 {
+                let ns = self
+                    .affinity_timeout
+                    .get(&entry.vip_id, 0)
+                    .map_err(map_err(maps::AFFINITY_TIMEOUT, "lookup"))?;
+                hash.affinity_secs = u32::try_from(ns / 1_000_000_000).unwrap_or(u32::MAX);
+            }
             let mut vip = VipBuffers {
                 live: Some(usize::from(entry.flags & VIP_TABLE_B != 0)),
                 key: Some(key),
                 epoch: entry.epoch,
                 fast: entry.flags & VIP_FAST_PATH != 0,
-                hash: HashFields::of_flags(entry.flags),
+                second_chance: entry.flags & VIP_SECOND_CHANCE != 0,
+                hash,
                 ..VipBuffers::default()
             };
             epoch = epoch.max(entry.epoch);
@@ -250,9 +268,14 @@ impl TableSet {
         let vip = self.by_id.entry(vip_id).or_default();
         let table = if vip.live == Some(1) { VIP_TABLE_B } else { 0 };
         let fast = if vip.fast { VIP_FAST_PATH } else { 0 };
+        let second_chance = if vip.second_chance {
+            VIP_SECOND_CHANCE
+        } else {
+            0
+        };
         let entry = VipEntry {
             vip_id,
-            flags: table | fast | vip.hash.flags(),
+            flags: table | fast | second_chance | vip.hash.flags(),
             epoch: vip.epoch,
         };
         self.vips
@@ -551,13 +574,44 @@ impl TableSet {
         self.by_id.get(&vip_id).is_some_and(|v| v.fast)
     }
 
-    /// Sets VIP `vip_id`'s hash fields, and rewrites its `VIPS` entry if it has one
-    /// (the table buffer and epoch unchanged).
+    /// Sets whether VIP `vip_id`'s misses on dirty slots carry second-chance candidates,
+    /// and rewrites its `VIPS` entry if it has one (the table buffer and epoch
+    /// unchanged).
+    pub(crate) fn set_second_chance(
+        &mut self,
+        vip_id: u32,
+        on: bool,
+    ) -> Result<(), DataplaneError> {
+        let vip = self.by_id.entry(vip_id).or_default();
+        let previous = vip.second_chance;
+        vip.second_chance = on;
+        let Some(key) = vip.key else {
+            return Ok(());
+        };
+        let written = self.write_vip(&key, vip_id);
+        if written.is_err() {
+            self.by_id.entry(vip_id).or_default().second_chance = previous;
+        }
+        written
+    }
+
+    /// Whether VIP `vip_id` offers second-chance candidates.
+    pub(crate) fn second_chance(&self, vip_id: u32) -> bool {
+        self.by_id.get(&vip_id).is_some_and(|v| v.second_chance)
+    }
+
+    /// Sets VIP `vip_id`'s hash fields and affinity timeout (`AFFINITY_TIMEOUT`), and
+    /// rewrites its `VIPS` entry if it has one (the table buffer and epoch unchanged).
     pub(crate) fn set_hash_fields(
         &mut self,
         vip_id: u32,
         fields: HashFields,
     ) -> Result<(), DataplaneError> {
+        // The timeout first: the entry's `VIP_AFFINITY` never reads a stale one.
+        let timeout_ns = u64::from(fields.affinity_secs) * 1_000_000_000;
+        self.affinity_timeout
+            .set(vip_id, timeout_ns, 0)
+            .map_err(map_err(maps::AFFINITY_TIMEOUT, "update"))?;
         let vip = self.by_id.entry(vip_id).or_default();
         let previous = vip.hash;
         vip.hash = fields;

@@ -49,7 +49,7 @@ pub(crate) fn is_fast(vip: &VipEntry) -> bool {
 /// The cell of slot `hash % M` of the VIP's live table; `drop_bad_config` as
 /// [`table::slot`].
 #[inline(always)]
-fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
+pub(crate) fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
     let table = TABLES.get(vip.table_index()).ok_or(Reason::DropBadConfig)?;
     let size = table::size(table).ok_or(Reason::DropBadConfig)?;
     table

@@ -34,6 +34,12 @@
 //! configured gateway and interface MACs are used. A packet whose neighbour is unresolved
 //! is dropped and counted rather than passed: passing would hand a VIP packet to the host
 //! stack.
+//!
+//! Second chance ([`encapsulate_with`] with `SC`, issue 31): the GUE header carries
+//! private data naming one candidate (`lb_common::types::SecondChance`: 4 bytes of
+//! header and the candidate's address, 8 bytes in an IPv4 outer header, 20 in IPv6),
+//! Hlen 2 or 5. Only the rare paths' program builds it ([`candidates`](crate::candidates)):
+//! `lb_xdp` itself instantiates the path without it, so its code is unchanged.
 
 use aya_ebpf::{
     bindings::xdp_action,
@@ -45,7 +51,8 @@ use lb_common::{
     stats::Reason,
     types::{
         BackendEntry, CONFIG_FLOW_LABEL_HASH, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6,
-        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY, gue_source_port,
+        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY, SECOND_CHANCE_KIND, gue_source_port,
+        second_chance_hlen,
     },
 };
 
@@ -60,6 +67,21 @@ use crate::{
     packet::ptr_at,
     parse::{ETH_LEN, Parsed},
 };
+
+/// Bytes of one IPv4 candidate's private data (header and address).
+pub(crate) const CANDIDATE_V4_LEN: u32 = 8;
+/// Bytes of one IPv6 candidate's private data.
+pub(crate) const CANDIDATE_V6_LEN: u32 = 20;
+/// [`CANDIDATE_V4_LEN`] as a `u16`.
+const CANDIDATE_V4_LEN_U16: u16 = 8;
+/// [`CANDIDATE_V6_LEN`] as a `u16`.
+const CANDIDATE_V6_LEN_U16: u16 = 20;
+const _: () = assert!(
+    CANDIDATE_V4_LEN as usize == 4 * second_chance_hlen(1, true) as usize
+        && CANDIDATE_V6_LEN as usize == 4 * second_chance_hlen(1, false) as usize
+        && CANDIDATE_V4_LEN_U16 as u32 == CANDIDATE_V4_LEN
+        && CANDIDATE_V6_LEN_U16 as u32 == CANDIDATE_V6_LEN
+);
 
 /// The options that need the flow hash.
 const HASHED_OUTER: u32 =
@@ -119,8 +141,23 @@ pub(crate) fn encapsulate(
     cfg: &LbConfig,
     hash: Option<u32>,
 ) -> Result<Sent, Reason> {
+    encapsulate_with::<false>(ctx, p, backend_id, backend, cfg, hash, backend)
+}
+
+/// [`encapsulate`]; with `SC`, to a GUE backend, the GUE header names backend
+/// `candidate` (of the backend's family) as the one second-chance candidate.
+#[inline(always)]
+pub(crate) fn encapsulate_with<const SC: bool>(
+    ctx: &XdpContext,
+    p: &Parsed,
+    backend_id: u32,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+    hash: Option<u32>,
+    candidate: &BackendEntry,
+) -> Result<Sent, Reason> {
     let outer = outer(p, backend)?;
-    let outer_len = p.l3_len + outer.len;
+    let outer_len = p.l3_len + outer.len + candidates_len::<SC>(outer.v4);
     if outer_len > u32::from(cfg.mtu) {
         return Err(Reason::DropTooBig);
     }
@@ -139,9 +176,13 @@ pub(crate) fn encapsulate(
     )]
     let outer_len = outer_len as u16;
     if outer.v4 {
-        push_ipv4(ctx, backend, cfg, &hop, outer_len, hash)?;
+        push_ipv4::<SC>(ctx, backend, cfg, &hop, outer_len, hash, candidate)?;
     } else {
-        push_ipv6(ctx, backend, cfg, &hop, p.l3_len, inner_v4, hash)?;
+        let inner = Inner {
+            len: p.l3_len,
+            v4: inner_v4,
+        };
+        push_ipv6::<SC>(ctx, backend, cfg, &hop, &inner, hash, candidate)?;
     }
     let ingress = ctx.ingress_ifindex();
     if hop.ifindex != 0 && hop.ifindex as usize != ingress {
@@ -189,6 +230,27 @@ pub(crate) fn overhead(backend: &BackendEntry) -> u32 {
         IPV4_LEN
     };
     if backend.gue() { ip + GUE_LEN } else { ip }
+}
+
+/// Bytes of second-chance private data (one candidate) in an outer header of family
+/// IPv4 (`v4`) or IPv6; 0 without `SC`.
+#[inline(always)]
+pub(crate) fn candidates_len<const SC: bool>(v4: bool) -> u32 {
+    if !SC {
+        0
+    } else if v4 {
+        CANDIDATE_V4_LEN
+    } else {
+        CANDIDATE_V6_LEN
+    }
+}
+
+/// The inner packet of an IPv6 outer header.
+struct Inner {
+    /// Its length in bytes.
+    len: u32,
+    /// IPv4 (else IPv6).
+    v4: bool,
 }
 
 /// The next hop of the outer packet.
@@ -284,15 +346,17 @@ fn eth_header(hop: &NextHop, proto: u16) -> EthHdr {
     }
 }
 
-/// Pushes Ethernet + outer IPv4 in front of the inner IPv4 packet.
+/// Pushes Ethernet + outer IPv4 in front of the inner IPv4 packet (with `SC`, GUE
+/// naming `candidate`).
 #[inline(always)]
-fn push_ipv4(
+fn push_ipv4<const SC: bool>(
     ctx: &XdpContext,
     backend: &BackendEntry,
     cfg: &LbConfig,
     hop: &NextHop,
     outer_len: u16,
     hash: u32,
+    candidate: &BackendEntry,
 ) -> Result<(), Reason> {
     // Inner fields copied to the outer header, read before the frame moves.
     let inner = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
@@ -311,7 +375,12 @@ fn push_ipv4(
         addr_words(&backend.addr)[0],
     );
     ip.check = csum::ipv4_header(&ip);
-    if gue {
+    if SC && gue {
+        push_head(ctx, IPV4_LEN + GUE_LEN + CANDIDATE_V4_LEN)?;
+        let inner_len = outer_len - IPV4_GUE_LEN_U16 - CANDIDATE_V4_LEN_U16;
+        push_gue::<{ IPV4_LEN as usize }>(ctx, backend, hash, inner_len, IPPROTO_IPIP)?;
+        push_candidate_v4(ctx, candidate)?;
+    } else if gue {
         push_head(ctx, IPV4_LEN + GUE_LEN)?;
         let inner_len = outer_len - IPV4_GUE_LEN_U16;
         push_gue::<{ IPV4_LEN as usize }>(ctx, backend, hash, inner_len, IPPROTO_IPIP)?;
@@ -350,18 +419,70 @@ fn push_gue<const IP: usize>(
     Ok(())
 }
 
-/// Pushes Ethernet + outer IPv6 in front of the inner packet of `inner_len` bytes
-/// (IPv4 when `inner_v4`).
+/// Writes the second-chance private data naming IPv4 `candidate` after the UDP and
+/// GUE headers already written (their lengths do not count it yet): UDP length plus 8,
+/// GUE Hlen 2.
 #[inline(always)]
-fn push_ipv6(
+fn push_candidate_v4(ctx: &XdpContext, candidate: &BackendEntry) -> Result<(), Reason> {
+    let at = finish_candidate::<{ IPV4_LEN as usize }, 2>(ctx, CANDIDATE_V4_LEN_U16)?;
+    // SAFETY: `finish_candidate` checked the two words, in the room pushed.
+    unsafe { (*at)[1] = addr_words(&candidate.addr)[0] };
+    Ok(())
+}
+
+/// As [`push_candidate_v4`] for IPv6 `candidate`: UDP length plus 20, Hlen 5.
+#[inline(always)]
+fn push_candidate_v6(ctx: &XdpContext, candidate: &BackendEntry) -> Result<(), Reason> {
+    let at = finish_candidate::<{ IPV6_LEN as usize }, 5>(ctx, CANDIDATE_V6_LEN_U16)?;
+    let a = addr_words(&candidate.addr);
+    // SAFETY: `finish_candidate` checked the five words, in the room pushed.
+    unsafe {
+        (*at)[1] = a[0];
+        (*at)[2] = a[1];
+        (*at)[3] = a[2];
+        (*at)[4] = a[3];
+    }
+    Ok(())
+}
+
+/// Writes the private data's header (kind, one candidate, none used) after the UDP and
+/// GUE headers behind an outer IP header of `IP` bytes, counts the `len` bytes of the
+/// `N` words of private data in the UDP length and the GUE Hlen, and returns the
+/// words, for the caller to write the candidate's address after the header.
+#[inline(always)]
+fn finish_candidate<const IP: usize, const N: usize>(
+    ctx: &XdpContext,
+    len: u16,
+) -> Result<*mut [u32; N], Reason> {
+    let udp = ptr_at::<UdpGueHdr>(ctx, ETH_LEN + IP).ok_or(Reason::DropEncapFail)?;
+    let at =
+        ptr_at::<[u32; N]>(ctx, ETH_LEN + IP + GUE_LEN as usize).ok_or(Reason::DropEncapFail)?;
+    // SAFETY: ptr_at checked the UDP and GUE headers and the private data, all in the
+    // room pushed in front of the inner packet.
+    unsafe {
+        (*udp).len = (u16::from_be((*udp).len) + len).to_be();
+        let [_, proto, flags, rest] = (*udp).gue.to_ne_bytes();
+        #[expect(clippy::cast_possible_truncation, reason = "N is 2 or 5 words")]
+        let hlen = N as u8;
+        (*udp).gue = u32::from_ne_bytes([hlen, proto, flags, rest]);
+        (*at)[0] = u32::from_ne_bytes([SECOND_CHANCE_KIND, 1, 0, 0]);
+    }
+    Ok(at)
+}
+
+/// Pushes Ethernet + outer IPv6 in front of the `inner` packet (with `SC`, GUE naming
+/// `candidate`).
+#[inline(always)]
+fn push_ipv6<const SC: bool>(
     ctx: &XdpContext,
     backend: &BackendEntry,
     cfg: &LbConfig,
     hop: &NextHop,
-    inner_len: u32,
-    inner_v4: bool,
+    inner: &Inner,
     hash: u32,
+    candidate: &BackendEntry,
 ) -> Result<(), Reason> {
+    let (inner_len, inner_v4) = (inner.len, inner.v4);
     // Version, traffic class, flow label (host order).
     let (first, next) = if inner_v4 {
         let inner = ptr_at::<Ipv4Hdr>(ctx, ETH_LEN).ok_or(Reason::DropEncapFail)?;
@@ -386,14 +507,23 @@ fn push_ipv6(
     )]
     let plen = inner_len as u16;
     let gue = backend.gue();
+    let extra = if SC && gue { CANDIDATE_V6_LEN_U16 } else { 0 };
     let ip = encap::ipv6!(
         first.to_be(),
-        if gue { plen + GUE_LEN_U16 } else { plen },
+        if gue {
+            plen + GUE_LEN_U16 + extra
+        } else {
+            plen
+        },
         if gue { IPPROTO_UDP } else { next },
         encap::source_v6(cfg, hash),
         addr_words(&backend.addr),
     );
-    if gue {
+    if SC && gue {
+        push_head(ctx, IPV6_LEN + GUE_LEN + CANDIDATE_V6_LEN)?;
+        push_gue::<{ IPV6_LEN as usize }>(ctx, backend, hash, plen, next)?;
+        push_candidate_v6(ctx, candidate)?;
+    } else if gue {
         push_head(ctx, IPV6_LEN + GUE_LEN)?;
         push_gue::<{ IPV6_LEN as usize }>(ctx, backend, hash, plen, next)?;
     } else {

@@ -24,7 +24,8 @@
 //! The rare paths run in a second program, `lb_xdp_rare`, reached by tail call
 //! ([`rare`]): ICMP to VIP addresses (echo replies, errors forwarded to the flow's
 //! backend: [`icmp`], [`icmp_error`]), later IP fragments ([`frag`]) and the "too big"
-//! answers ([`too_big`]). VLAN tags, the record of first fragments and the
+//! answers ([`too_big`]), and a VIP packet sent with a second-chance candidate
+//! ([`candidates`]). VLAN tags, the record of first fragments and the
 //! source-prefix trie are small functions out of line (`#[inline(never)]`, not
 //! `#[cold]`: LLVM puts cold functions in `.text.unlikely.`, and aya 0.14 relocates
 //! calls into `.text` only, so a call there lands on the wrong instruction). The fast
@@ -43,10 +44,12 @@
 #![no_std]
 #![no_main]
 
+mod affinity;
 mod agent;
 mod backend;
 #[cfg(feature = "test-harness")]
 mod bench;
+mod candidates;
 mod conntrack;
 mod csum;
 mod encap;
@@ -335,12 +338,24 @@ fn vip_packet<const FULL: bool>(
         return pending(verdict(Reason::DropBadConfig));
     };
     let mut unpinned = false;
+    let mut candidate = 0;
     let picked = if syn {
         select::pick_syn(parsed, &vip, cfg, vip_stats, traced)
     } else {
-        select::pick_backend(parsed, &vip, cfg, vip_stats, ct, traced, &mut unpinned)
+        let out = select::Out {
+            unpinned: &mut unpinned,
+            candidate: &mut candidate,
+        };
+        select::pick_backend(parsed, &vip, cfg, vip_stats, ct, traced, out)
     };
     match picked {
+        // A second-chance candidate (not for a first fragment, whose backend
+        // `lb_xdp_full` records): the rare paths' program sends it.
+        Ok(choice) if candidate != 0 && !(FULL && full_path::first_fragment().is_some()) => {
+            Processed::Rare(rare::candidate(candidates::work(
+                parsed, cfg, vip.vip_id, choice.id, candidate,
+            )))
+        }
         Ok(choice) => {
             traced.backend = choice.id;
             let sending = Sending {

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use lb_common::{
     agent::AgentStats,
-    defaults::{CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY},
+    defaults::{AFFINITY_CAPACITY, CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY},
     maps::{
         CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS, TABLE_HEADER_LEN,
         TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
@@ -22,8 +22,9 @@ use lb_common::{
     stats::{BackendStats, GlobalStats, VipStats},
     trace::{TraceFilter, TracedPacket},
     types::{
-        AgentConfig, BackendEntry, CtEntry, FlowKey, FlowKey4, FragEntry, FragKey, LbConfig,
-        NextHopEntry, SourceData, SynEntry, TableCell, VipAddrKey, VipEntry, VipInfo, VipKey,
+        AffinityEntry, AffinityKey, AgentConfig, BackendEntry, CtEntry, FlowKey, FlowKey4,
+        FragEntry, FragKey, LbConfig, NextHopEntry, SourceData, SynEntry, TableCell, VipAddrKey,
+        VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -104,6 +105,16 @@ pub(crate) static TABLE_SEEN: Array<u64, VIPS_MAX> = Array::new();
 /// Per CPU, the rate limit of new conntrack pins (`new_pin_rate`).
 #[btf_map]
 pub(crate) static NEW_PIN_RATE: PerCpuArray<u64, 1> = PerCpuArray::new();
+/// (VIP id, client's affinity fields) → its affinity pin: backend and last new
+/// connection (LRU; `affinity`).
+#[btf_map]
+pub(crate) static AFFINITY: LruHashMap<AffinityKey, AffinityEntry, { AFFINITY_CAPACITY as usize }> =
+    LruHashMap::new();
+
+/// VIP id → its affinity timeout (ns; 0: none).
+#[btf_map]
+pub(crate) static AFFINITY_TIMEOUT: Array<u64, VIPS_MAX> = Array::new();
+
 /// First fragment of a recent datagram → its backend and VIP (LRU).
 #[btf_map]
 pub(crate) static FRAGMENTS: LruHashMap<FragKey, FragEntry, { FRAG_CAPACITY as usize }> =

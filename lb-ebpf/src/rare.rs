@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The rare paths' program, `lb_xdp_rare`, which `lb_xdp` reaches by tail call: later IP
 //! fragments ([`frag`](crate::frag)), ICMP to VIP addresses ([`icmp`](crate::icmp)) and
-//! the "too big" answers ([`too_big`](crate::too_big)).
+//! the "too big" answers ([`too_big`](crate::too_big)), and VIP packets sent with a
+//! second-chance candidate ([`candidates`](crate::candidates)).
 //!
 //! Why a program of its own: the verifier allows 512 bytes of stack for a whole chain of
 //! BPF function calls, and the fast path's frame already takes about 400, so these
@@ -22,10 +23,10 @@ use lb_common::{
 };
 
 use crate::{
-    frag, icmp,
+    candidates, frag, icmp,
     maps::{CONFIG, RARE_PROGS, RARE_WORK},
     parse::{self, Parse},
-    records::{RareWork, WORK_FRAGMENT, WORK_ICMP, WORK_TOO_BIG},
+    records::{RareWork, WORK_CANDIDATE, WORK_FRAGMENT, WORK_ICMP, WORK_TOO_BIG},
     stats, too_big,
     vlan::{self, Tag},
 };
@@ -81,6 +82,14 @@ pub(crate) fn too_big(v4: bool, overhead: u32, l3_len: u32) -> Reason {
         },
         Reason::DropTooBig,
     )
+}
+
+/// Notes a VIP packet to send with a second-chance candidate (`work`, from
+/// [`candidates::work`]); without the rare program it is dropped (`drop_bad_config`:
+/// the object is incomplete).
+#[inline(always)]
+pub(crate) fn candidate(work: RareWork) -> Reason {
+    note(work, Reason::DropBadConfig)
 }
 
 /// Tail-calls the rare program with the frame's VLAN tag; returns the fallback verdict
@@ -145,12 +154,29 @@ fn too_big_answer(ctx: &XdpContext, work: &RareWork) -> u32 {
     reason as u32
 }
 
+/// A packet with a second-chance candidate ([`candidates::send`]), in a BPF function
+/// of its own; too big once encapsulated, it is answered as [`WORK_TOO_BIG`] work,
+/// which `send` noted in `RARE_WORK` (read in place, not copied to the stack).
+#[inline(never)]
+fn candidate_work(ctx: &XdpContext, work: &RareWork) -> u32 {
+    let reason = candidates::send(ctx, work);
+    if reason != Reason::DropTooBig as u32 {
+        return reason;
+    }
+    match RARE_WORK.get_ptr(0) {
+        // SAFETY: per-CPU array element, rewritten by `send` on this CPU just now.
+        Some(again) => too_big_answer(ctx, unsafe { &*again }),
+        None => reason,
+    }
+}
+
 #[inline(always)]
 fn run(ctx: &XdpContext, work: &RareWork) -> (u32, Reason) {
     let reason = match work.kind {
         WORK_FRAGMENT => fragment_work(ctx),
         WORK_ICMP => icmp_work(ctx),
         WORK_TOO_BIG => too_big_answer(ctx, work),
+        WORK_CANDIDATE => candidate_work(ctx, work),
         _ => Reason::DropBadConfig as u32,
     };
     let reason = reason_of(reason);

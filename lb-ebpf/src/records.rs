@@ -55,15 +55,18 @@ const _: () = assert!(size_of::<Carried>() == 16);
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub(crate) struct RareWork {
-    /// [`WORK_FRAGMENT`], [`WORK_ICMP`] or [`WORK_TOO_BIG`].
+    /// [`WORK_FRAGMENT`], [`WORK_ICMP`], [`WORK_TOO_BIG`] or [`WORK_CANDIDATE`].
     pub(crate) kind: u32,
     /// The stripped VLAN tag, as [`Tag::to_word`](crate::vlan::Tag::to_word) encodes it.
     pub(crate) tag: u32,
-    /// [`WORK_TOO_BIG`]: the packet's family is IPv4.
+    /// [`WORK_TOO_BIG`]: the packet's family is IPv4. [`WORK_CANDIDATE`]: its VIP id.
     pub(crate) v4: u32,
     /// [`WORK_TOO_BIG`]: bytes of the outer header its backend needs.
+    /// [`WORK_CANDIDATE`]: the backend id it is sent to (low 16 bits) and the
+    /// candidate's (high 16 bits).
     pub(crate) overhead: u32,
-    /// [`WORK_TOO_BIG`]: length of its IP packet.
+    /// [`WORK_TOO_BIG`]: length of its IP packet. [`WORK_CANDIDATE`]: its flow hash.
+    /// (The record keeps its five words: `RARE_WORK` is part of the pinned layout.)
     pub(crate) l3_len: u32,
 }
 
@@ -73,6 +76,9 @@ pub(crate) const WORK_FRAGMENT: u32 = 1;
 pub(crate) const WORK_ICMP: u32 = 2;
 /// [`RareWork::kind`]: a VIP packet too big for the MTU once encapsulated.
 pub(crate) const WORK_TOO_BIG: u32 = 3;
+/// [`RareWork::kind`]: a VIP packet to send with a second-chance candidate
+/// ([`candidates`](crate::candidates)).
+pub(crate) const WORK_CANDIDATE: u32 = 4;
 
 /// Map keys and values built off the stack by the functions the load balancer calls.
 #[repr(C)]

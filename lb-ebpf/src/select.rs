@@ -21,6 +21,10 @@
 //!   the table chooses, by the rules of `lb_common::conntrack` (which `lb flow` applies
 //!   too); this module reads the maps for that decision and carries it out. A new pin
 //!   is made only within the CPU's rate of new pins ([`new_pin_rate`](crate::new_pin_rate)).
+//!
+//! On a VIP with a persistence timeout, the client's affinity pin chooses before the
+//! table wherever the table would choose for a new connection: a SYN's, and that of a
+//! packet no pin or held SYN decides ([`affinity`](crate::affinity)).
 
 use lb_common::{
     conntrack::{
@@ -34,7 +38,9 @@ use lb_common::{
 };
 
 use crate::{
+    affinity,
     backend::{self, Choice},
+    candidates,
     conntrack::{self, CtHit, now_coarse_ns},
     fast, new_pin_rate,
     parse::Parsed,
@@ -173,7 +179,11 @@ pub(crate) fn pick_syn(
         let over_pin = syn_over_pin(stats, entry, vip.vip_id);
         fast::pick_syn(vip, table, now, stats, over_pin)?
     } else {
-        (table::pick(vip, table)?, false)
+        let (choice, pinned) = affinity::pick(&p.key, vip, now, true, || table::pick(vip, table))?;
+        if pinned {
+            traced.set(Path::Affinity, 0);
+        }
+        (choice, false)
     };
     stats.new_flows += 1;
     traced.new_flow = true;
@@ -216,11 +226,21 @@ fn pin_syn(p: &Parsed, vip: &VipEntry, choice: Choice, now: u64) -> Choice {
     conntrack::pin_flow(&p.key, &record.entry(choice.id), choice, false).1
 }
 
+/// What [`pick_backend`] reports besides the backend.
+pub(crate) struct Out<'a> {
+    /// A new pin was over the CPU's rate and not made.
+    pub(crate) unpinned: &'a mut bool,
+    /// The second-chance candidate the packet carries (backend id), 0 for none
+    /// ([`candidates::offer`]); such a packet is not pinned.
+    pub(crate) candidate: &'a mut u32,
+}
+
 /// Chooses the backend for a VIP packet other than a TCP SYN
 /// (`lb_common::conntrack::decide`) and writes what the decision asks: the pin's new
 /// time or label, a new pin, a freed SYN cache slot. A new pin over the CPU's rate
 /// ([`new_pin_rate::may_pin`]) is not made: the packet goes where it would have pointed and
-/// `unpinned` is set.
+/// `out.unpinned` is set. A miss that carries a second-chance candidate is not pinned
+/// either (rule SC4 of `lb_common::second_chance`): `out.candidate` names it.
 #[inline(always)]
 pub(crate) fn pick_backend(
     p: &Parsed,
@@ -229,8 +249,9 @@ pub(crate) fn pick_backend(
     stats: &mut VipStats,
     ct: CtHit,
     traced: &mut Traced,
-    unpinned: &mut bool,
+    out: Out<'_>,
 ) -> Result<Choice, Reason> {
+    let unpinned = out.unpinned;
     // SAFETY: the pointer comes from a successful lookup and the value is only used
     // within this program run.
     let entry = ct.map(|entry| unsafe { &mut *entry });
@@ -293,8 +314,19 @@ pub(crate) fn pick_backend(
                 let udp = p.key.vip.proto == PROTO_UDP;
                 fast::pick_miss(vip, hash, udp, now_coarse_ns(), cfg, stats)?
             } else {
-                table::pick(vip, hash)?
+                let now = record.map_or_else(now_coarse_ns, |r| r.stamp_ns);
+                let write = record.is_some();
+                let (choice, pinned) =
+                    affinity::pick(&p.key, vip, now, write, || table::pick(vip, hash))?;
+                if pinned {
+                    traced.set(Path::Affinity, 0);
+                }
+                choice
             };
+            *out.candidate = candidates::offer(p, vip, hash, &choice, stats);
+            if *out.candidate != 0 {
+                return Ok(choice);
+            }
             let Some(record) = record else {
                 return Ok(choice);
             };

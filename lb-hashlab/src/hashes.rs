@@ -9,8 +9,9 @@
 //! - `flow`: the data plane's own flow hash, [`lb_common::hash::flow_hash`] (lookup3, 32
 //!   bits), with a seed. A key written as a client endpoint `ADDR:PORT` (`192.0.2.7:40001`,
 //!   `[2001:db8::7]:40001`) of the VIP's family is the TCP flow from that client to the
-//!   VIP and hashes exactly as the XDP program hashes it, so `table[hash mod M]` of the
-//!   lab's Maglev scheme is the slot `lb flow` predicts. Any other text (point names,
+//!   VIP and hashes exactly as the XDP program picks its slot, by the VIP's hash fields
+//!   ([`lb_common::hash_fields::table_hash`]), so `table[hash mod M]` of the lab's
+//!   Maglev scheme is the slot `lb flow` predicts. Any other text (point names,
 //!   rendezvous pairs, keys that are not endpoints) goes through the same lookup3
 //!   `hashword` over the words `[byte length, bytes...]`, the bytes packed four to a
 //!   little-endian word and the last word zero-padded.
@@ -24,7 +25,11 @@
 
 use std::net::SocketAddr;
 
-use lb_common::{hash::hashword, types::PROTO_TCP};
+use lb_common::{
+    hash::hashword,
+    hash_fields::{HashFields, table_hash},
+    types::PROTO_TCP,
+};
 
 use lb_maglev::flow::flow_key;
 
@@ -40,12 +45,17 @@ const STACK_WORDS: usize = 64;
 pub enum KeyHash {
     /// 32-bit FNV-1a then MurmurHash3 `fmix32`, unseeded.
     Fnv1a32Fmix32,
-    /// The data plane's flow hash (32 bits) with `seed`; endpoint keys are flows to `vip`.
+    /// The data plane's table hash (32 bits) with `seed`; endpoint keys are flows to
+    /// `vip`, hashed by the VIP's hash fields `fields`.
     Flow {
         /// The `hash_seed` of the data plane.
         seed: u32,
         /// The VIP endpoint keys connect to (TCP).
         vip: SocketAddr,
+        /// The VIP's hash fields (`vip.hash`, `vip.hash_source_prefix`): the table
+        /// hash of an endpoint key is [`lb_common::hash_fields::table_hash`], the flow
+        /// hash itself for the default 5-tuple.
+        fields: HashFields,
     },
     /// XXH3-64 with `seed`.
     Xxh3 {
@@ -111,11 +121,11 @@ impl KeyHash {
         {
             return value;
         }
-        if let Self::Flow { seed, vip } = *self
+        if let Self::Flow { seed, vip, fields } = *self
             && let Ok(client) = text.parse::<SocketAddr>()
             && let Some(flow) = flow_key(client, vip, PROTO_TCP)
         {
-            return u64::from(lb_common::hash::flow_hash(&flow, seed));
+            return u64::from(table_hash(&flow, fields.flags(), seed));
         }
         self.bytes(text.as_bytes())
     }
@@ -180,7 +190,7 @@ pub fn lookup3_bytes(bytes: &[u8], seed: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lb_maglev::flow::slot_of;
+    use lb_maglev::flow::{slot_of, table_slot_of};
 
     #[test]
     fn fnv1a32_matches_the_published_vectors() {
@@ -195,11 +205,30 @@ mod tests {
     #[test]
     fn flow_keys_hash_as_the_data_plane_does() {
         let vip: SocketAddr = DEFAULT_FLOW_VIP.parse().unwrap();
-        let hash = KeyHash::Flow { seed: 7, vip };
+        let hash = KeyHash::Flow {
+            seed: 7,
+            vip,
+            fields: HashFields::default(),
+        };
         let client: SocketAddr = "192.0.2.7:40001".parse().unwrap();
         let flow = flow_key(client, vip, PROTO_TCP).unwrap();
         let slot = slot_of(&flow, 7, 65_537).unwrap();
         assert_eq!(hash.key("192.0.2.7:40001") % 65_537, u64::from(slot));
+        // With the VIP's hash fields, the slot the data plane picks by them.
+        let src = HashFields {
+            fields: lb_common::hash_fields::Fields::Src,
+            prefix: 24,
+            affinity_secs: 0,
+        };
+        let by_src = KeyHash::Flow {
+            seed: 7,
+            vip,
+            fields: src,
+        };
+        let slot = table_slot_of(&flow, src, 7, 65_537).unwrap();
+        assert_eq!(by_src.key("192.0.2.7:40001") % 65_537, u64::from(slot));
+        assert_eq!(by_src.key("192.0.2.7:40001"), by_src.key("192.0.2.99:1"));
+        assert_ne!(hash.key("192.0.2.7:40001"), hash.key("192.0.2.7:40002"));
         // Not an endpoint, or of the other family: the byte form.
         assert_eq!(hash.key("user-17"), hash.bytes(b"user-17"));
         assert_eq!(hash.key("[2001:db8::7]:1"), hash.bytes(b"[2001:db8::7]:1"));

@@ -23,7 +23,8 @@ fn hash_strategy() -> impl Strategy<Value = KeyHash> {
         any::<u64>().prop_map(|seed| KeyHash::Xxh3 { seed }),
         any::<u32>().prop_map(|seed| KeyHash::Flow {
             seed,
-            vip: "203.0.113.10:80".parse().unwrap()
+            vip: "203.0.113.10:80".parse().unwrap(),
+            fields: lb_common::hash_fields::HashFields::default(),
         }),
     ]
 }

@@ -112,7 +112,11 @@ fn jump_n_to_n_plus_one_moves_about_one_over_n_plus_one() {
 fn the_labs_maglev_with_the_flow_hash_is_the_data_planes_pick() {
     let vip: SocketAddr = "203.0.113.10:80".parse().unwrap();
     let params = Params {
-        hash: KeyHash::Flow { seed: 42, vip },
+        hash: KeyHash::Flow {
+            seed: 42,
+            vip,
+            fields: lb_common::hash_fields::HashFields::default(),
+        },
         table_size: 1009,
         ..Params::default()
     };

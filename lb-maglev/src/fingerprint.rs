@@ -15,12 +15,27 @@
 //! because the data plane behaves the same with either. The digest can be recomputed
 //! outside `lb` from a dump of the owners, e.g. with `sha256sum`.
 //!
+//! # A VIP's fingerprint: the table and its hash fields
+//! The fingerprint a VIP shows (`lb status`, reports, `lb fleet`, `lb table build
+//! --hash`) also covers the fields that pick a flow's slot (lb.toml's `vip.hash` and
+//! `vip.hash_source_prefix`, [`lb_common::hash_fields`]): two instances with the same
+//! table but other hash fields send a flow to different backends.
+//! [`Fingerprint::with_hash_fields`] leaves a table's fingerprint unchanged for the
+//! default fields, the 5-tuple; for any other fields it is SHA-256 over
+//! ```text
+//! "lb-maglev-fingerprint-v1+hash\n" || the table's 32 digest bytes || "hash=" name "/" prefix "\n"
+//! ```
+//! with the fields' lb.toml name (`src`, `src+dport`, `dport`) and the prefix length (0:
+//! the whole address; meaningless with `dport`, where it is 0). The affinity timeout is
+//! not covered: it changes no flow's slot.
+//!
 //! The fingerprint of given inputs changes only when the encoding or the table
 //! algorithm changes deliberately; either change must bump [`FINGERPRINT_VERSION`] (and
 //! the header). A golden test pins it.
 
 use std::{fmt, str::FromStr};
 
+use lb_common::hash_fields::{Fields, HashFields};
 use sha2::{Digest as _, Sha256};
 
 use super::BackendKey;
@@ -30,6 +45,8 @@ pub const FINGERPRINT_VERSION: u32 = 1;
 
 /// The first bytes hashed.
 const HEADER: &[u8] = b"lb-maglev-fingerprint-v1\n";
+/// The first bytes hashed for a VIP with hash fields other than the 5-tuple.
+const HASH_HEADER: &[u8] = b"lb-maglev-fingerprint-v1+hash\n";
 
 /// A table's SHA-256 fingerprint (32 bytes). `Display` and serde give 64 lowercase
 /// hexadecimal digits; [`FromStr`] parses them back (either case).
@@ -66,6 +83,21 @@ impl Fingerprint {
     #[must_use]
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
+    }
+
+    /// The fingerprint of a VIP whose table has fingerprint `self` and whose flows
+    /// pick their slot by `hash` (see the module documentation): `self` for the
+    /// 5-tuple.
+    #[must_use]
+    pub fn with_hash_fields(self, hash: HashFields) -> Self {
+        if hash.fields == Fields::FiveTuple {
+            return self;
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(HASH_HEADER);
+        hasher.update(self.0);
+        hasher.update(format!("hash={}/{}\n", hash.fields.name(), hash.prefix).as_bytes());
+        Self(hasher.finalize().into())
     }
 }
 
@@ -204,6 +236,39 @@ mod tests {
         );
         let empty = Fingerprint::of_slots(&[], &[]);
         assert_eq!(empty, Fingerprint(Sha256::digest(HEADER).into()));
+    }
+
+    #[test]
+    fn the_hash_fields_are_covered_as_documented() {
+        let table = Fingerprint([7; 32]);
+        let h = |fields, prefix| HashFields {
+            fields,
+            prefix,
+            affinity_secs: 0,
+        };
+        assert_eq!(table.with_hash_fields(HashFields::default()), table);
+        let src24 = table.with_hash_fields(h(Fields::Src, 24));
+        let mut bytes = b"lb-maglev-fingerprint-v1+hash\n".to_vec();
+        bytes.extend_from_slice(&[7; 32]);
+        bytes.extend_from_slice(b"hash=src/24\n");
+        assert_eq!(src24, Fingerprint(Sha256::digest(&bytes).into()));
+        let all = [
+            src24,
+            table,
+            table.with_hash_fields(h(Fields::Src, 0)),
+            table.with_hash_fields(h(Fields::SrcDport, 24)),
+            table.with_hash_fields(h(Fields::Dport, 0)),
+            Fingerprint([8; 32]).with_hash_fields(h(Fields::Src, 24)),
+        ];
+        let distinct: std::collections::HashSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len());
+        let mut sticky = h(Fields::Src, 24);
+        sticky.affinity_secs = 300;
+        assert_eq!(
+            table.with_hash_fields(sticky),
+            src24,
+            "affinity moves no slot"
+        );
     }
 
     #[test]

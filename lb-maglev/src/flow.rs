@@ -98,6 +98,7 @@ mod tests {
         let src = HashFields {
             fields: lb_common::hash_fields::Fields::Src,
             prefix: 0,
+            affinity_secs: 0,
         };
         let other_port = flow_key(
             "192.0.2.10:40001".parse().unwrap(),

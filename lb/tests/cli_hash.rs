@@ -565,3 +565,46 @@ fn the_tour_runs_the_tutorial() {
     assert!(stdout.contains("1000    10000   9394  10539      323     1.05    3.2%"));
     assert!(stdout.contains("\n$ lb hash --servers 4 --key-gen users"));
 }
+
+#[test]
+fn flow_keys_hash_by_the_vips_hash_fields() {
+    let hash_of = |extra: &[&str], key: &str| -> String {
+        let mut args = vec!["--hash", "flow", "--seed", "7", "--servers", "3"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--explain", key]);
+        let out = lb(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let first = stdout.lines().next().unwrap_or_default();
+        first
+            .rsplit_once("= ")
+            .map(|(_, h)| h.to_owned())
+            .unwrap_or_else(|| panic!("a hash in {first:?}"))
+    };
+    let (a, b) = ("192.0.2.7:40001", "192.0.2.7:40002");
+    assert_ne!(hash_of(&[], a), hash_of(&[], b), "the 5-tuple: ports count");
+    let src = ["--hash-fields", "src"];
+    assert_eq!(hash_of(&src, a), hash_of(&src, b), "src: one client");
+    assert_ne!(hash_of(&src, a), hash_of(&src, "192.0.2.8:40001"));
+    let net = ["--hash-fields", "src", "--hash-source-prefix", "24"];
+    assert_eq!(hash_of(&net, a), hash_of(&net, "192.0.2.99:1"), "a /24");
+    rejects(
+        &["--hash", "flow", "--hash-fields", "sh"],
+        "unknown hash fields \"sh\"",
+    );
+    rejects(
+        &["--hash", "flow", "--hash-source-prefix", "24"],
+        "lb hash: error: --hash-source-prefix: applies only with --hash-fields src or src+dport, not 5-tuple",
+    );
+    rejects(
+        &[
+            "--hash",
+            "flow",
+            "--hash-fields",
+            "src",
+            "--hash-source-prefix",
+            "33",
+        ],
+        "lb hash: error: --hash-source-prefix: expected a prefix length from 1 to 32 for VIP 203.0.113.10:80, got 33",
+    );
+}

@@ -162,6 +162,7 @@ impl Lb {
             ct_capacity,
             ct_syn_capacity,
             frag_capacity: FRAG_CAPACITY,
+            affinity_capacity: lb_common::defaults::AFFINITY_CAPACITY,
         })
     }
 

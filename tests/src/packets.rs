@@ -379,3 +379,34 @@ pub fn arp_request(sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
     out.extend_from_slice(&arp.to_bytes());
     out
 }
+
+/// A GUE frame (Ethernet, outer IPv4 or IPv6 header, UDP, GUE without options) with
+/// the second-chance candidates `sc` inserted as GUE private data: Hlen set, the
+/// outer IP length, the UDP length and the IPv4 header checksum rewritten.
+pub fn with_candidates(frame: &[u8], sc: &lb_common::types::SecondChance) -> Vec<u8> {
+    let v4 = frame[12..14] == [0x08, 0x00];
+    let udp = if v4 { 34 } else { 54 };
+    let gue = udp + 8;
+    let mut header = [0u8; 4 + lb_common::types::SECOND_CHANCE_MAX_LEN];
+    let n = sc.write_gue(frame[gue + 1], &mut header).expect("fits");
+    let mut out = frame[..gue].to_vec();
+    out.extend_from_slice(&header[..n]);
+    out.extend_from_slice(&frame[gue + 4..]);
+    let grow = u16::try_from(n - 4).expect("small");
+    let add = |bytes: &mut [u8]| {
+        let v = u16::from_be_bytes([bytes[0], bytes[1]]) + grow;
+        bytes.copy_from_slice(&v.to_be_bytes());
+    };
+    add(&mut out[udp + 4..udp + 6]);
+    if v4 {
+        add(&mut out[16..18]);
+        let mut h = Ipv4HeaderSlice::from_slice(&out[14..34])
+            .expect("outer IPv4")
+            .to_header();
+        h.header_checksum = h.calc_header_checksum();
+        out[24..26].copy_from_slice(&h.header_checksum.to_be_bytes());
+    } else {
+        add(&mut out[18..20]);
+    }
+    out
+}

@@ -177,6 +177,21 @@ pub fn vip_udp(v6: bool) -> SocketAddr {
     (ip, UDP_PORT).into()
 }
 
+/// `ip` commands for backend `k`'s permanent neighbour entries of every other backend
+/// the bed may have (both families).
+fn other_backends_neighbours(k: u8) -> Vec<String> {
+    let max = MAX_BACKENDS;
+    (1..=max)
+        .filter(|j| *j != k)
+        .flat_map(|j| {
+            let mac = mac_text(backend_mac(j));
+            [IpAddr::from(backend4(j)), backend6(j).into()].map(|addr| {
+                format!("neigh replace {addr} lladdr {mac} dev {BACKEND_IFACE} nud permanent")
+            })
+        })
+        .collect()
+}
+
 fn mac_text(mac: [u8; 6]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
@@ -198,6 +213,12 @@ pub struct TestBedOptions {
     pub encap_headroom: bool,
     /// Run the backend servers.
     pub servers: bool,
+    /// Let the backends' agents forward second-chance candidates to each other: IP
+    /// forwarding on in each backend namespace (the agent's FIB lookup needs it),
+    /// permanent neighbour entries for every other backend's addresses, and the
+    /// XDP_PASS program on each backend's bridge port (`sw-b<k>`: the agent's `XDP_TX`
+    /// is lost on a veth peer without it, BR-24).
+    pub agent_forwarding: bool,
     /// Timeout of every client socket operation of the [`TestBed`] helpers.
     pub io_timeout: Duration,
 }
@@ -210,8 +231,18 @@ impl Default for TestBedOptions {
             peer_pass_program: true,
             encap_headroom: true,
             servers: true,
+            agent_forwarding: false,
             io_timeout: DEFAULT_IO_TIMEOUT,
         }
+    }
+}
+
+/// The XDP_PASS program on a backend's bridge port, kept for the backend's lifetime.
+struct PeerPass(#[expect(dead_code, reason = "held for its drop")] Mutex<PassProgram>);
+
+impl std::fmt::Debug for PeerPass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerPass")
     }
 }
 
@@ -223,6 +254,9 @@ pub struct Backend {
     server: Option<server::EchoServer>,
     /// `None` while decapsulation is broken on purpose ([`Backend::set_decap`]).
     decap: Mutex<Option<decap::DecapLink>>,
+    /// The XDP_PASS program on its bridge port, with
+    /// [`TestBedOptions::agent_forwarding`].
+    _peer_pass: Option<PeerPass>,
     k: u8,
     ns: NetNs,
 }
@@ -264,6 +298,21 @@ impl Backend {
             .as_ref()
             .map(server::EchoServer::stats)
             .unwrap_or_default()
+    }
+
+    /// Its agent's counters (zero while decapsulation is off).
+    ///
+    /// # Errors
+    /// When the counters map cannot be read.
+    pub fn agent_stats(&self) -> anyhow::Result<lb_common::agent::AgentStats> {
+        let decap = self
+            .decap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        decap.as_ref().map_or_else(
+            || Ok(lb_common::agent::AgentStats::default()),
+            |d| d.stats(),
+        )
     }
 
     /// Detaches (`false`) or attaches again (`true`) its decapsulation program: while
@@ -540,7 +589,26 @@ impl TestBed {
                 ));
             }
         }
+        if self.options.agent_forwarding {
+            cmds.extend(other_backends_neighbours(k));
+        }
         plumbing::ip_batch(&ns, &cmds)?;
+        let peer_pass = if self.options.agent_forwarding {
+            plumbing::sysctls(
+                &ns,
+                &[
+                    ("net/ipv4/conf/all/forwarding".into(), "1"),
+                    ("net/ipv6/conf/all/forwarding".into(), "1"),
+                ],
+            )?;
+            let pass = self
+                .bridge
+                .enter(|| PassProgram::attach(&peer))?
+                .with_context(|| format!("attaching the pass program to {peer}"))?;
+            Some(PeerPass(Mutex::new(pass)))
+        } else {
+            None
+        };
         let rp_filter_off: Vec<(String, &str)> = ["all", "default", "lo", BACKEND_IFACE]
             .iter()
             .map(|dev| (format!("net/ipv4/conf/{dev}/rp_filter"), "0"))
@@ -575,6 +643,7 @@ impl TestBed {
         Ok(Backend {
             server,
             decap: Mutex::new(Some(decap)),
+            _peer_pass: peer_pass,
             k,
             ns,
         })

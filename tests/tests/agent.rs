@@ -20,7 +20,7 @@ use lb_tests::{
     fixture::{XDP_DROP, XDP_PASS, XDP_TX, fib_namespace, ifindex},
     packets::{
         self, ACK, CLIENT4, CLIENT6, Flow, GW_MAC, Gue, L4, LB_MAC, Outer, SYN, VIP4, VIP6,
-        encapsulated_with,
+        encapsulated_with, with_candidates,
     },
 };
 
@@ -108,25 +108,6 @@ fn ipv4_checksum(header: &[u8]) -> [u8; 2] {
     (!(sum as u16)).to_be_bytes()
 }
 
-/// Rewrites the outer IP header's length fields after `grow` bytes were inserted (and
-/// the IPv4 header checksum).
-fn fix_lengths(frame: &mut [u8], grow: usize) {
-    let add = |bytes: &mut [u8]| {
-        let v = u16::from_be_bytes([bytes[0], bytes[1]]) + u16::try_from(grow).expect("small");
-        bytes.copy_from_slice(&v.to_be_bytes());
-    };
-    if frame[12..14] == [0x08, 0x00] {
-        add(&mut frame[16..18]);
-        add(&mut frame[14 + 20 + 4..14 + 20 + 6]);
-        frame[24..26].copy_from_slice(&[0, 0]);
-        let c = ipv4_checksum(&frame[14..34]);
-        frame[24..26].copy_from_slice(&c);
-    } else {
-        add(&mut frame[18..20]);
-        add(&mut frame[14 + 40 + 4..14 + 40 + 6]);
-    }
-}
-
 /// The offset of the UDP header of a GUE frame.
 fn udp_at(frame: &[u8]) -> usize {
     if frame[12..14] == [0x08, 0x00] {
@@ -134,18 +115,6 @@ fn udp_at(frame: &[u8]) -> usize {
     } else {
         54
     }
-}
-
-/// A GUE frame with the candidates `sc` as private data (Hlen set, lengths fixed).
-fn with_candidates(frame: &[u8], sc: &SecondChance) -> Vec<u8> {
-    let at = udp_at(frame) + 8;
-    let mut gue = [0u8; 4 + lb_common::types::SECOND_CHANCE_MAX_LEN];
-    let n = sc.write_gue(frame[at + 1], &mut gue).expect("fits");
-    let mut out = frame[..at].to_vec();
-    out.extend_from_slice(&gue[..n]);
-    out.extend_from_slice(&frame[at + 4..]);
-    fix_lengths(&mut out, n - 4);
-    out
 }
 
 /// `frame` (GUE with candidates) as the agent forwards it from `own` to `next` with

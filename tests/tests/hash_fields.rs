@@ -54,7 +54,11 @@ fn lb_on(fields: HashFields, second: u16) -> Lb {
 }
 
 fn fields(fields: Fields, prefix: u8) -> HashFields {
-    HashFields { fields, prefix }
+    HashFields {
+        fields,
+        prefix,
+        affinity_secs: 0,
+    }
 }
 
 /// The backend id `frame` went to.

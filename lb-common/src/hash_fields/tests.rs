@@ -37,7 +37,12 @@ fn v6(src: [u8; 16], sport: u16) -> FlowKey {
 }
 
 fn flags(fields: Fields, prefix: u8) -> u32 {
-    HashFields { fields, prefix }.flags()
+    HashFields {
+        fields,
+        prefix,
+        affinity_secs: 0,
+    }
+    .flags()
 }
 
 #[test]
@@ -148,7 +153,11 @@ fn the_flags_round_trip() {
     for fields in Fields::ALL {
         assert_eq!(Fields::from_name(fields.name()), Some(fields));
         for prefix in [0u8, 1, 24, 32, 64, 127, 128] {
-            let h = HashFields { fields, prefix };
+            let h = HashFields {
+                fields,
+                prefix,
+                affinity_secs: 0,
+            };
             assert_eq!(HashFields::of_flags(h.flags() | 3), h);
             assert_eq!(h.flags() & 3, 0, "clear of the table and fast-path bits");
         }

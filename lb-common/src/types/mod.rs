@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! Map keys and values shared by the XDP program and userspace, one file per map family:
-//! the VIP maps, the per-backend arrays, connection tracking (flow keys, conntrack
+//! the VIP maps, the affinity pins, the per-backend arrays, connection tracking (flow keys, conntrack
 //! entries, SYN cache slots), fragment tracking, allowed source prefixes, the
 //! table buffers' cells, the configuration, the benchmark harness's frame, and the
 //! backend agent's configuration and second-chance candidates.
@@ -13,6 +13,7 @@
 //! `u16` holds the two wire bytes in memory order). Other integers are in host byte order.
 //! Every type documents its byte layout and is followed by a size assertion.
 
+mod affinity;
 mod agent;
 mod backend;
 mod bench;
@@ -23,6 +24,7 @@ mod source;
 mod table;
 mod vip;
 
+pub use affinity::*;
 pub use agent::*;
 pub use backend::*;
 pub use bench::*;

@@ -32,7 +32,9 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 pub struct VipEntry {
     /// Index into `VIP_STATS`, and (times two) into `TABLES`; `0..MAX_VIPS`.
     pub vip_id: u32,
-    /// Bit set: [`VIP_TABLE_B`], [`VIP_FAST_PATH`]; other bits zero.
+    /// Bit set: [`VIP_TABLE_B`], [`VIP_FAST_PATH`], [`VIP_SECOND_CHANCE`],
+    /// [`VIP_AFFINITY`], the hash
+    /// fields (`crate::hash_fields`); other bits zero.
     pub flags: u32,
     /// Table epoch: a data-plane-wide counter, incremented by every table install of
     /// any VIP (never reused, never 0 for an installed table). Pins and held SYNs record
@@ -91,6 +93,14 @@ pub const VIP_TABLE_B: u32 = 1;
 /// the table decides a packet other than a SYN with no conntrack lookup, and a miss on
 /// a dirty slot takes the clean owner.
 pub const VIP_FAST_PATH: u32 = 2;
+/// `VipEntry::flags`: the VIP's backends run the agent's second chance
+/// (`crate::second_chance`): a TCP packet that misses conntrack on a dirty slot carries
+/// the slot's other possible owner as a GUE candidate and is not pinned.
+pub const VIP_SECOND_CHANCE: u32 = 4;
+/// `VipEntry::flags`: the VIP keeps clients on their backends (`crate::affinity`): a
+/// new connection reads the client's `AFFINITY` pin, and the VIP's timeout in
+/// `AFFINITY_TIMEOUT`.
+pub const VIP_AFFINITY: u32 = 8;
 
 impl VipEntry {
     /// Index of the VIP's live table in `TABLES`.

@@ -13,7 +13,7 @@ use aya::{
 };
 use lb_common::{
     maps,
-    types::{BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
+    types::{AffinityKey, BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
 };
 
 use super::{
@@ -323,6 +323,34 @@ impl KernelDataplane {
         seen.set(vip_id, (word & !0xffff_ffff) | u64::from(first), 0)
             .map_err(map_err(maps::TABLE_SEEN, "update"))?;
         Ok(())
+    }
+
+    /// Moves every affinity pin's time (`AFFINITY`) `secs` seconds into the past, as
+    /// if its client had been idle that much longer: for tests of the affinity timeout.
+    /// Returns the pins moved.
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn age_affinity(&mut self, secs: u32) -> Result<usize, DataplaneError> {
+        let keys: Vec<AffinityKey> = self
+            .affinity
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(maps::AFFINITY, "iterate"))?;
+        let mut moved = 0;
+        for key in keys {
+            let Ok(mut entry) = self.affinity.get(&key, 0) else {
+                continue;
+            };
+            entry.stamp_ns = entry
+                .stamp_ns
+                .saturating_sub(u64::from(secs) * 1_000_000_000);
+            self.affinity
+                .insert(key, entry, 0)
+                .map_err(map_err(maps::AFFINITY, "update"))?;
+            moved += 1;
+        }
+        Ok(moved)
     }
 
     /// The harness's repetition counter after the last run: the highest of the CPUs'

@@ -113,6 +113,8 @@ pub struct LoadOptions {
     pub ct_syn_capacity: u32,
     /// Entries of fragment tracking (`FRAGMENTS`).
     pub frag_capacity: u32,
+    /// Entries of the affinity pins (`AFFINITY`).
+    pub affinity_capacity: u32,
 }
 
 impl Default for LoadOptions {
@@ -121,6 +123,7 @@ impl Default for LoadOptions {
             ct_capacity: defaults::CT_CAPACITY,
             ct_syn_capacity: defaults::CT_SYN_CAPACITY,
             frag_capacity: defaults::FRAG_CAPACITY,
+            affinity_capacity: defaults::AFFINITY_CAPACITY,
         }
     }
 }
@@ -256,7 +259,7 @@ impl Opened {
 }
 
 /// The start-time sizes that the pinned maps must have.
-pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 4] {
+pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 5] {
     [
         SizeOverride {
             map: maps::CONNTRACK_V4,
@@ -277,6 +280,11 @@ pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 4] {
             map: maps::FRAGMENTS,
             key: "conntrack.fragment_capacity",
             entries: options.frag_capacity,
+        },
+        SizeOverride {
+            map: maps::AFFINITY,
+            key: "conntrack.persistence_capacity",
+            entries: options.affinity_capacity,
         },
     ]
 }
@@ -428,6 +436,7 @@ impl KernelDataplane {
             ct_capacity: size(maps::CONNTRACK_V4)?,
             ct_syn_capacity: size(maps::SYN_CACHE)?,
             frag_capacity: size(maps::FRAGMENTS)?,
+            affinity_capacity: size(maps::AFFINITY)?,
         };
         let meta = dir
             .check(&layout, &size_overrides(&options))?
@@ -558,6 +567,7 @@ impl KernelDataplane {
             .map_max_entries(maps::CONNTRACK_V6, options.ct_capacity)
             .map_max_entries(maps::SYN_CACHE, options.ct_syn_capacity)
             .map_max_entries(maps::FRAGMENTS, options.frag_capacity)
+            .map_max_entries(maps::AFFINITY, options.affinity_capacity)
             .load(object)
             .map_err(DataplaneError::Load)?;
         if programs {
@@ -582,6 +592,10 @@ impl KernelDataplane {
             dup_fd(&ebpf, maps::CONNTRACK_V4)?,
             dup_fd(&ebpf, maps::CONNTRACK_V6)?,
             dup_fd(&ebpf, maps::SYN_CACHE)?,
+        )
+        .with_affinity(
+            dup_fd(&ebpf, maps::AFFINITY)?,
+            dup_fd(&ebpf, maps::AFFINITY_TIMEOUT)?,
         );
         let cleaner_fds = [
             dup_fd(&ebpf, maps::CONNTRACK_V4)?,
@@ -596,6 +610,7 @@ impl KernelDataplane {
             tables_raw,
             take(&mut ebpf, maps::VIPS)?,
             take(&mut ebpf, maps::VIP_INFO)?,
+            take(&mut ebpf, maps::AFFINITY_TIMEOUT)?,
             pins,
         );
         let tables = Arc::new(Mutex::new(tables));
@@ -624,6 +639,7 @@ impl KernelDataplane {
             conntrack_v4: take(&mut ebpf, maps::CONNTRACK_V4)?,
             conntrack_v6: take(&mut ebpf, maps::CONNTRACK_V6)?,
             syn_cache: take(&mut ebpf, maps::SYN_CACHE)?,
+            affinity: take(&mut ebpf, maps::AFFINITY)?,
             syn_slots: options.ct_syn_capacity,
             written_config: None,
             global_stats: take(&mut ebpf, maps::GLOBAL_STATS)?,

@@ -13,6 +13,10 @@
 //! - `syn_only`: a SYN cache slot holding a SYN younger than [`WalkSettings::syn_window`]
 //!   whose handshake has not completed.
 //!
+//! With the affinity maps ([`ConntrackWalker::with_affinity`]), the walk also counts
+//! each VIP's live affinity pins (`AFFINITY`): clients whose last new connection is no
+//! older than the VIP's timeout (`AFFINITY_TIMEOUT`), the pins that would decide.
+//!
 //! A draining backend's drain progresses as its `established` count falls. The walker
 //! owns duplicates of the maps' file descriptors, so it runs on a thread of its own
 //! without holding the data plane.
@@ -25,7 +29,10 @@ use std::{
 
 use lb_common::{
     maps::{self, MAX_BACKENDS, MAX_VIPS},
-    types::{CT_OPEN, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4, PROTO_UDP, SynEntry},
+    types::{
+        AffinityEntry, AffinityKey, CT_OPEN, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4, PROTO_UDP,
+        SynEntry,
+    },
 };
 
 use crate::{DataplaneError, bpf_sys};
@@ -74,6 +81,9 @@ pub struct Census {
     pub v6_entries: u64,
     /// `SYN_CACHE` slots holding a SYN whose handshake has not completed (any age).
     pub syn_slots_used: u64,
+    /// Live affinity pins per VIP id (VIPs without any are absent; empty when the
+    /// walker has no affinity maps).
+    pub affinity: HashMap<u32, u64>,
     /// How long the walk took.
     pub took: Duration,
 }
@@ -166,12 +176,55 @@ pub struct ConntrackWalker {
     v4: OwnedFd,
     v6: OwnedFd,
     syn: OwnedFd,
+    /// `AFFINITY` and `AFFINITY_TIMEOUT`, when the walk counts affinity pins.
+    affinity: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl ConntrackWalker {
     /// A walker over duplicates of the maps' file descriptors.
     pub(super) fn new(v4: OwnedFd, v6: OwnedFd, syn: OwnedFd) -> Self {
-        Self { v4, v6, syn }
+        Self {
+            v4,
+            v6,
+            syn,
+            affinity: None,
+        }
+    }
+
+    /// This walker, counting the live affinity pins of `pins` (`AFFINITY`) by the
+    /// timeouts of `timeouts` (`AFFINITY_TIMEOUT`) too.
+    pub(super) fn with_affinity(mut self, pins: OwnedFd, timeouts: OwnedFd) -> Self {
+        self.affinity = Some((pins, timeouts));
+        self
+    }
+
+    /// Live affinity pins per VIP id at `now` (see the module documentation).
+    fn affinity_pins(&self, now: u64) -> Result<HashMap<u32, u64>, DataplaneError> {
+        let Some((pins, timeouts)) = &self.affinity else {
+            return Ok(HashMap::new());
+        };
+        let mut timeout = vec![0u64; MAX_VIPS as usize];
+        for_each::<u32, u64>(timeouts, maps::AFFINITY_TIMEOUT, |id, ns| {
+            if let Some(t) = timeout.get_mut(*id as usize) {
+                *t = *ns;
+            }
+        })?;
+        let mut live = vec![0u64; MAX_VIPS as usize];
+        for_each::<AffinityKey, AffinityEntry>(pins, maps::AFFINITY, |k, e| {
+            let i = k.vip_id as usize;
+            if let (Some(&t), Some(n)) = (timeout.get(i), live.get_mut(i))
+                && t != 0
+                && now.saturating_sub(e.stamp_ns) <= t
+            {
+                *n += 1;
+            }
+        })?;
+        Ok(live
+            .into_iter()
+            .enumerate()
+            .filter(|(_, n)| *n != 0)
+            .filter_map(|(id, n)| Some((u32::try_from(id).ok()?, n)))
+            .collect())
     }
 
     /// `CONNTRACK_V4`'s descriptor.
@@ -242,6 +295,7 @@ impl ConntrackWalker {
         census.v4_entries = v4;
         census.v6_entries = v6;
         census.syn_slots_used = used;
+        census.affinity = self.affinity_pins(now)?;
         census.took = started.elapsed();
         Ok(census)
     }

@@ -92,6 +92,37 @@ pub fn flow_text(f: &FlowReport) -> String {
             _ => "; the next packet misses and goes to the slot's owner",
         });
     }
+    if let Some(candidate) = &f.candidate {
+        let _ = write!(
+            out,
+            "\nsecond chance: the next packet names {candidate} (the slot's clean owner) as \
+             candidate"
+        );
+    }
+    if let Some(a) = &f.affinity {
+        let _ = write!(out, "\naffinity: timeout {} s", a.timeout_secs);
+        match (&a.backend, a.decides) {
+            (Some(b), true) => {
+                let _ = write!(
+                    out,
+                    "; client pinned to {b} (idle {} s): its next new connection goes there",
+                    a.idle_secs.unwrap_or(0)
+                );
+            }
+            (Some(b), false) => {
+                let _ = write!(
+                    out,
+                    "; client's pin to {b} (idle {} s) no longer decides (expired, or the \
+                     backend takes no new flows): its next new connection takes the table's \
+                     choice",
+                    a.idle_secs.unwrap_or(0)
+                );
+            }
+            (None, _) => out.push_str(
+                "; no pin for this client: its next new connection takes the table's choice",
+            ),
+        }
+    }
     out.push('\n');
     out
 }

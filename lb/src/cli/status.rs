@@ -79,6 +79,7 @@ pub fn status_text(s: &Status) -> String {
         out.push_str(&allowed_sources_line(v));
         out.push_str(&slot_states_line(v));
         out.push_str(&give_ups_line(v));
+        out.push_str(&affinity_line(v));
         health::policy(&mut out, v);
         announce::vip(&mut out, v);
         let _ = writeln!(
@@ -275,6 +276,13 @@ fn give_ups_line(v: &VipStatus) -> String {
 mod announce;
 mod health;
 
+/// A VIP's live affinity pins (`persistence_timeout_secs`), once a walk counted them.
+fn affinity_line(v: &VipStatus) -> String {
+    v.affinity_pins.map_or_else(String::new, |n| {
+        format!("  affinity: {n} clients pinned (a new connection within the timeout)\n")
+    })
+}
+
 /// The clients a VIP accepts: its `allowed_sources`, or every client.
 fn allowed_sources_line(v: &VipStatus) -> String {
     if v.allowed_sources.is_empty() {
@@ -327,6 +335,17 @@ mod tests {
         assert_eq!(
             allowed_sources_line(&vip(&[])),
             "  allowed sources: every client\n"
+        );
+    }
+
+    #[test]
+    fn a_vip_with_affinity_counts_its_pinned_clients() {
+        let mut v = vip(&[]);
+        assert_eq!(affinity_line(&v), "");
+        v.affinity_pins = Some(3);
+        assert_eq!(
+            affinity_line(&v),
+            "  affinity: 3 clients pinned (a new connection within the timeout)\n"
         );
     }
 }

@@ -9,7 +9,7 @@ use super::{
     flow::{FlowArgs, flow_text},
 };
 use crate::{
-    control::{BackendAction, FlowReport, FlowSlot},
+    control::{BackendAction, FlowAffinity, FlowReport, FlowSlot},
     defaults,
 };
 
@@ -179,6 +179,8 @@ fn text_forms() {
         table_backend: Some("198.51.100.11".into()),
         pinned: None,
         fast_path: None,
+        candidate: None,
+        affinity: None,
     };
     assert_eq!(
         flow_text(&f),
@@ -191,7 +193,7 @@ fn text_forms() {
             clean_owner: Some("198.51.100.12".into()),
             decided_by: "clean-owner".into(),
         }),
-        ..f
+        ..f.clone()
     };
     assert!(
         flow_text(&dirty).ends_with(
@@ -200,5 +202,46 @@ fn text_forms() {
         ),
         "{}",
         flow_text(&dirty)
+    );
+    let second = FlowReport {
+        candidate: Some("198.51.100.12".into()),
+        ..dirty
+    };
+    assert!(
+        flow_text(&second).ends_with(
+            "\nsecond chance: the next packet names 198.51.100.12 (the slot's clean owner) as \
+             candidate\n"
+        ),
+        "{}",
+        flow_text(&second)
+    );
+    let sticky = |backend: Option<&str>, decides| FlowReport {
+        affinity: Some(FlowAffinity {
+            timeout_secs: 300,
+            backend: backend.map(Into::into),
+            idle_secs: backend.map(|_| 12),
+            decides,
+        }),
+        ..f.clone()
+    };
+    assert!(
+        flow_text(&sticky(Some("198.51.100.12"), true)).ends_with(
+            "\naffinity: timeout 300 s; client pinned to 198.51.100.12 (idle 12 s): its next \
+             new connection goes there\n"
+        ),
+        "{}",
+        flow_text(&sticky(Some("198.51.100.12"), true))
+    );
+    assert!(
+        flow_text(&sticky(Some("198.51.100.12"), false)).contains("no longer decides"),
+        "{}",
+        flow_text(&sticky(Some("198.51.100.12"), false))
+    );
+    assert!(
+        flow_text(&sticky(None, false)).ends_with(
+            "; no pin for this client: its next new connection takes the table's choice\n"
+        ),
+        "{}",
+        flow_text(&sticky(None, false))
     );
 }

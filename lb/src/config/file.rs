@@ -156,6 +156,9 @@ pub struct ConntrackFile {
     /// Datagrams whose first fragment was seen (fragment tracking entries).
     #[serde(default)]
     pub fragment_capacity: Option<UInt<u32>>,
+    /// Clients whose affinity pins are kept, over all VIPs with a persistence timeout.
+    #[serde(default)]
+    pub persistence_capacity: Option<UInt<u32>>,
     /// The established-TCP idle time (seconds) the fast path's cleaning assumes.
     #[serde(default)]
     pub tcp_idle_secs: Option<UInt<u32>>,
@@ -222,6 +225,10 @@ pub struct VipFile {
     /// The fast path: the table decides on clean slots, conntrack only where it changed.
     #[serde(default)]
     pub fast_path: Option<bool>,
+    /// The backends' second chance: a TCP miss on a dirty slot names the slot's other
+    /// possible owner as a GUE candidate (needs `encap = "gue"`).
+    #[serde(default)]
+    pub second_chance: Option<bool>,
     /// The fields of a flow that pick its backend: `5-tuple` (default), `src`,
     /// `src+dport`, `dport`.
     #[serde(default)]
@@ -230,6 +237,10 @@ pub struct VipFile {
     /// client is one client); default: the whole address.
     #[serde(default)]
     pub hash_source_prefix: Option<UInt<u32>>,
+    /// Client affinity (IPVS persistence): a client stays on its backend until idle
+    /// this long (seconds); needs `hash = "src"` or `"src+dport"`.
+    #[serde(default)]
+    pub persistence_timeout_secs: Option<UInt<u32>>,
     /// Its health checks, multi-failure policy and flap damping (`[vip.health]`).
     #[serde(default)]
     pub health: Option<HealthFile>,

@@ -109,7 +109,11 @@ pub struct VipConfig {
     /// The fast path is on (asked for, and this instance is not a fleet member:
     /// `[announce]` off; `lb_common::fastpath::enabled`).
     pub fast_path: bool,
-    /// The fields of a flow that pick its backend (`vip.hash`, `vip.hash_source_prefix`).
+    /// The backends' second chance (`vip.second_chance`, GUE only): a TCP miss on a
+    /// dirty slot carries the slot's other possible owner as a candidate.
+    pub second_chance: bool,
+    /// The fields of a flow that pick its backend (`vip.hash`, `vip.hash_source_prefix`)
+    /// and the affinity timeout (`vip.persistence_timeout_secs`).
     pub hash: lb_common::hash_fields::HashFields,
     /// Backends, in file order.
     pub backends: Vec<BackendConfig>,
@@ -240,6 +244,8 @@ pub struct Config {
     pub nexthop_cache: Duration,
     /// Fragment tracking entries (datagrams whose first fragment was seen).
     pub frag_capacity: u32,
+    /// Affinity pins (`AFFINITY`: clients of VIPs with a persistence timeout).
+    pub affinity_capacity: u32,
     /// The fast path's cleaning of dirty table slots.
     pub cleaning: CleaningConfig,
     /// The ICMP messages the data plane sends.

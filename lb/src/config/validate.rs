@@ -54,6 +54,9 @@ const IDLE_RANGE: (u32, u32) = (60, 604_800);
 const CLEAN_INTERVAL_RANGE: (u32, u32) = (1, 3_600);
 /// Fragment tracking entries: 256 to 1,048,576.
 const FRAG_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
+/// `conntrack.persistence_capacity`: at least a few clients, at most 16 Mi (key and
+/// value are 40 bytes; an LRU map preallocates its entries).
+const AFFINITY_CAPACITY_RANGE: (u32, u32) = (256, 1 << 24);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
 const MTU_RANGE: (u16, u16) = (576, 65_535);
@@ -479,6 +482,16 @@ fn conntrack(file: &ConntrackFile, r: &mut Report) -> (u32, u32, Duration, u32) 
     )
 }
 
+/// `conntrack.persistence_capacity`.
+fn persistence_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
+    in_range(
+        r,
+        "conntrack.persistence_capacity",
+        uint(file.persistence_capacity, defaults::AFFINITY_CAPACITY),
+        AFFINITY_CAPACITY_RANGE,
+    )
+}
+
 /// `conntrack.fragment_capacity`.
 fn fragment_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
     in_range(
@@ -559,6 +572,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
     let (ct_capacity, ct_syn_capacity, udp_timeout, new_pin_rate) =
         conntrack(&file.conntrack, &mut r);
     let frag_capacity = fragment_capacity(&file.conntrack, &mut r);
+    let affinity_capacity = persistence_capacity(&file.conntrack, &mut r);
     let cleaning = cleaning(&file.conntrack, &mut r);
     let icmp = datapath::icmp(&file.icmp, &mut r);
     let outer = datapath::outer(&file.encap, &mut r);
@@ -594,6 +608,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
             new_pin_rate,
             nexthop_cache,
             frag_capacity,
+            affinity_capacity,
             cleaning,
             icmp,
             outer,

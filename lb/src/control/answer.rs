@@ -274,6 +274,11 @@ pub struct VipStatus {
     /// sample of the counters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub give_ups: Vec<GiveUpCount>,
+    /// With a persistence timeout (`persistence_timeout_secs`): the clients whose
+    /// affinity pin is live (opened a connection within the timeout), at the last
+    /// conntrack walk; absent without affinity or before the first walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_pins: Option<u64>,
 }
 
 /// A backend in `lb status`.
@@ -328,6 +333,35 @@ pub struct FlowReport {
     /// The fast path's view of the flow's slot; absent when the VIP's fast path is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FlowSlot>,
+    /// The second-chance candidate (backend address) the flow's next packet other than a
+    /// SYN carries to the owner, for the backends' agent (`lb_common::second_chance`):
+    /// a TCP flow of a VIP with `second_chance` and without the fast path, not pinned,
+    /// on a dirty slot whose clean owner keeps flows. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<String>,
+    /// The client's affinity (`vip.persistence_timeout_secs`); absent when the VIP has
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<FlowAffinity>,
+}
+
+/// A client's affinity on a VIP with a persistence timeout (`lb flow`;
+/// `lb_common::affinity`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FlowAffinity {
+    /// The VIP's persistence timeout (s).
+    pub timeout_secs: u32,
+    /// The client's affinity pin: the backend its new connections go to; absent when
+    /// it has none (its next new connection takes the table's choice and is pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Seconds since the client's last new connection (up to a second more: the
+    /// pin's time is rewritten at most once a second); absent without a pin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_secs: Option<u64>,
+    /// Whether the pin decides the client's next new connection: idle no longer than
+    /// the timeout and its backend active (not draining, down or removed).
+    pub decides: bool,
 }
 
 /// The flow's slot as the fast path sees it (`lb flow`; the book's chapter "The fast
@@ -401,7 +435,8 @@ pub struct VipCounters {
     /// `ADDR:PORT/PROTO`.
     pub vip: String,
     /// Counters (packets, bytes, new_flows, ct_hits, ct_misses_non_syn,
-    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted, clean_slot_hits).
+    /// ct_stale_repicked, ct_udp_expired, drops, ct_syn_only_evicted, clean_slot_hits,
+    /// the fast path's give-ups, sc_candidates, sc_given_up).
     pub counters: Vec<Counter>,
     /// Per-backend counters.
     pub backends: Vec<BackendCounters>,

@@ -36,9 +36,9 @@ mod trace;
 pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncement, VipChange};
 pub use answer::{
     BackendCounters, BackendStatus, ChangeOutcome, CleaningStatus, ConnectionCounts,
-    ConntrackStatus, Counter, DatapathHealth, FlowReport, FlowSlot, GiveUpCount, OverrideStatus,
-    OverridesReport, Pin, PinStatus, RECENT_CHANGES, Response, SlotStatus, Stats, Status,
-    VipCounters, VipStatus,
+    ConntrackStatus, Counter, DatapathHealth, FlowAffinity, FlowReport, FlowSlot, GiveUpCount,
+    OverrideStatus, OverridesReport, Pin, PinStatus, RECENT_CHANGES, Response, SlotStatus, Stats,
+    Status, VipCounters, VipStatus,
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;

@@ -152,6 +152,8 @@ pub struct VipSpec {
     pub allowed_sources: Vec<Prefix>,
     /// The fast path is on (`VIP_FAST_PATH`).
     pub fast_path: bool,
+    /// Misses on dirty slots carry second-chance candidates (`VIP_SECOND_CHANCE`).
+    pub second_chance: bool,
     /// The fields of a flow that pick its table slot (`lb_common::hash_fields`).
     pub hash: HashFields,
     /// Backends by key.
@@ -245,6 +247,7 @@ impl Desired {
                         },
                         allowed_sources: v.allowed_sources.clone(),
                         fast_path: v.fast_path,
+                        second_chance: v.second_chance,
                         hash: v.hash,
                         backends,
                         policy: v.health.policy(),

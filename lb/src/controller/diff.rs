@@ -179,6 +179,12 @@ fn vip_settings(old: &VipConfig, new: &VipConfig) -> Vec<SettingChange> {
     compare(&mut out, "fast_path", &old.fast_path, &new.fast_path);
     compare(
         &mut out,
+        "second_chance",
+        &old.second_chance,
+        &new.second_chance,
+    );
+    compare(
+        &mut out,
         "hash",
         &old.hash.fields.name(),
         &new.hash.fields.name(),
@@ -188,6 +194,12 @@ fn vip_settings(old: &VipConfig, new: &VipConfig) -> Vec<SettingChange> {
         "hash_source_prefix",
         &old.hash.prefix,
         &new.hash.prefix,
+    );
+    compare(
+        &mut out,
+        "persistence_timeout_secs",
+        &old.hash.affinity_secs,
+        &new.hash.affinity_secs,
     );
     out
 }
@@ -345,6 +357,17 @@ mod tests {
         }
         assert!(text.contains("src") && text.contains("5-tuple"), "{text}");
         assert!(vip_settings(&old, &old).is_empty());
+        let sticky = vip_with("hash = \"src\"\npersistence_timeout_secs = 300");
+        let plain = vip_with("hash = \"src\"");
+        let changes: Vec<String> = vip_settings(&plain, &sticky)
+            .iter()
+            .map(|c| format!("{c:?}"))
+            .collect();
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(
+            changes[0].contains("\"persistence_timeout_secs\"") && changes[0].contains("300"),
+            "{changes:?}"
+        );
     }
 
     #[test]

@@ -164,6 +164,7 @@ mod tests {
             gue_port: 0,
             allowed_sources: Vec::new(),
             fast_path: false,
+            second_chance: false,
             hash: lb_common::hash_fields::HashFields::default(),
             policy: lb_health::policy::FailurePolicy::default(),
             backends: backends

@@ -44,8 +44,8 @@ pub use record::Recovery;
 pub use report::{ApplyReport, TableChange, VipChange};
 
 use crate::{
-    config::Vip,
-    control::{FlowReport, FlowSlot, Pin},
+    config::{Protocol, Vip},
+    control::{FlowAffinity, FlowReport, FlowSlot, Pin},
 };
 use lb_dataplane::{CtTable, Dataplane, DataplaneError};
 use lb_maglev::BackendKey;
@@ -395,6 +395,16 @@ impl<D: Dataplane> Controller<D> {
         } else {
             None
         };
+        let candidate = if applied.spec.second_chance
+            && !applied.spec.fast_path
+            && vip.proto == Protocol::Tcp
+            && pinned.is_none()
+        {
+            self.candidate(applied.id, slot)?.and_then(&by_id)
+        } else {
+            None
+        };
+        let affinity = self.flow_affinity(applied, &key, &by_id)?;
         Ok(FlowReport {
             vip: vip.to_string(),
             client: client.to_string(),
@@ -402,7 +412,58 @@ impl<D: Dataplane> Controller<D> {
             table_backend,
             pinned,
             fast_path,
+            candidate,
+            affinity,
         })
+    }
+}
+
+impl<D: Dataplane> Controller<D> {
+    /// The candidate (backend id) a miss on slot `slot` of VIP id `vip_id` carries to
+    /// its owner (`lb_common::second_chance::offer`), if the candidate keeps flows
+    /// (active or draining), as the data path requires.
+    fn candidate(&self, vip_id: u32, slot: u32) -> Result<Option<u32>, FlowError> {
+        let Some(state) = self
+            .dp
+            .slot_state(vip_id, slot)
+            .map_err(FlowError::Dataplane)?
+        else {
+            return Ok(None);
+        };
+        let id = lb_common::second_chance::offer(&state, state.owner()).candidate;
+        if id == 0 {
+            return Ok(None);
+        }
+        let entry = self.dp.backend(id).map_err(FlowError::Dataplane)?;
+        let keeps = entry.state == lb_common::types::BACKEND_ACTIVE
+            || entry.state == lb_common::types::BACKEND_DRAINING;
+        Ok(keeps.then_some(id))
+    }
+
+    /// `lb flow`'s view of the client's affinity on VIP `applied` (flow `key`), read
+    /// and decided as the data plane does (`lb_common::affinity::decide`); `None`
+    /// when the VIP has none. `name` gives a backend id's address.
+    fn flow_affinity(
+        &self,
+        applied: &AppliedVip,
+        key: &lb_common::types::FlowKey,
+        name: impl Fn(u32) -> Option<String>,
+    ) -> Result<Option<FlowAffinity>, FlowError> {
+        let timeout_secs = applied.spec.hash.affinity_secs;
+        if timeout_secs == 0 {
+            return Ok(None);
+        }
+        let pin = self.dp.lookup_affinity(key).map_err(FlowError::Dataplane)?;
+        Ok(Some(FlowAffinity {
+            timeout_secs,
+            backend: pin.map(|p| {
+                name(p.backend_id).unwrap_or_else(|| {
+                    format!("backend id {} (no longer in the VIP)", p.backend_id)
+                })
+            }),
+            idle_secs: pin.map(|p| p.idle_ns / 1_000_000_000),
+            decides: pin.is_some_and(|p| p.decides),
+        }))
     }
 }
 

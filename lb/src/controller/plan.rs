@@ -59,6 +59,7 @@ pub(super) enum Op {
     RemoveVip(VipKey),
     SetSources(VipKey, u32, Arc<Vec<Prefix>>),
     SetFastPath(VipKey, u32, bool),
+    SetSecondChance(VipKey, u32, bool),
     SetHashFields(VipKey, u32, HashFields),
     Quiesce,
 }
@@ -85,9 +86,14 @@ impl Op {
                 "turning the fast path of VIP id {vip_id} {}",
                 if *on { "on" } else { "off" }
             ),
+            Op::SetSecondChance(_, vip_id, on) => format!(
+                "turning the second chance of VIP id {vip_id} {}",
+                if *on { "on" } else { "off" }
+            ),
             Op::SetHashFields(_, vip_id, h) => format!(
-                "writing the hash fields of VIP id {vip_id} ({})",
-                h.fields.name()
+                "writing the hash fields of VIP id {vip_id} ({}, persistence {} s)",
+                h.fields.name(),
+                h.affinity_secs
             ),
             Op::Quiesce => "waiting for packets to leave the replaced tables".to_owned(),
         }
@@ -114,6 +120,7 @@ impl Op {
             Op::RemoveVip(k) => dp.remove_vip(k),
             Op::SetSources(k, vip_id, p) => dp.set_sources(k, *vip_id, p),
             Op::SetFastPath(k, vip_id, on) => dp.set_fast_path(k, *vip_id, *on),
+            Op::SetSecondChance(k, vip_id, on) => dp.set_second_chance(k, *vip_id, *on),
             Op::SetHashFields(k, vip_id, h) => dp.set_hash_fields(k, *vip_id, *h),
             Op::Quiesce => dp.quiesce(),
         }
@@ -300,6 +307,10 @@ impl<'a> Planner<'a> {
             self.tables
                 .push(Op::SetFastPath(vip.key(), vip_id, spec.fast_path));
         }
+        if spec.second_chance != old.is_some_and(|o| o.spec.second_chance) {
+            self.tables
+                .push(Op::SetSecondChance(vip.key(), vip_id, spec.second_chance));
+        }
         Ok(applied)
     }
 
@@ -404,7 +415,7 @@ impl<'a> Planner<'a> {
             backends: spec.backends.len(),
             in_table: facts.active_backends(),
             table_size: spec.table_size,
-            fingerprint: facts.fingerprint(),
+            fingerprint: facts.fingerprint().with_hash_fields(spec.hash),
             generation,
             build_ms,
             changed_slots,
@@ -534,6 +545,8 @@ struct Shadow {
     sources: HashMap<VipKey, (u32, Arc<Vec<Prefix>>)>,
     /// The VIPs that take the fast path.
     fast: HashMap<VipKey, u32>,
+    /// The VIPs that offer second-chance candidates.
+    second_chance: HashMap<VipKey, u32>,
     /// The hash fields of every VIP.
     hash: HashMap<VipKey, HashFields>,
 }
@@ -563,6 +576,12 @@ impl Shadow {
                 .vips
                 .iter()
                 .filter(|(_, v)| v.spec.fast_path)
+                .map(|(vip, v)| (vip.key(), v.id))
+                .collect(),
+            second_chance: state
+                .vips
+                .iter()
+                .filter(|(_, v)| v.spec.second_chance)
                 .map(|(vip, v)| (vip.key(), v.id))
                 .collect(),
             hash: state
@@ -601,6 +620,9 @@ impl Shadow {
             },
             Op::SetFastPath(key, vip_id, _) => {
                 Op::SetFastPath(*key, *vip_id, self.fast.contains_key(key))
+            }
+            Op::SetSecondChance(key, vip_id, _) => {
+                Op::SetSecondChance(*key, *vip_id, self.second_chance.contains_key(key))
             }
             Op::SetHashFields(key, vip_id, _) => Op::SetHashFields(
                 *key,
@@ -646,6 +668,13 @@ impl Shadow {
                     self.fast.insert(*k, *id);
                 } else {
                     self.fast.remove(k);
+                }
+            }
+            Op::SetSecondChance(k, id, on) => {
+                if *on {
+                    self.second_chance.insert(*k, *id);
+                } else {
+                    self.second_chance.remove(k);
                 }
             }
             Op::SetHashFields(k, _, h) => {

@@ -125,7 +125,8 @@ impl VipRecord {
         })
     }
 
-    /// The spec of `vip` this entry records, with `allowed_sources`, `fast_path` and
+    /// The spec of `vip` this entry records, with `allowed_sources`, `fast_path`,
+    /// `second_chance` and
     /// `hash` (which the maps hold). The policy is not recorded: it changes no table by
     /// itself (the plan compares table inputs), and the next apply brings the
     /// configured one.
@@ -134,6 +135,7 @@ impl VipRecord {
         vip: &Vip,
         allowed_sources: Vec<Prefix>,
         fast_path: bool,
+        second_chance: bool,
         hash: HashFields,
     ) -> VipSpec {
         let backends: BTreeMap<BackendKey, BackendSpec> = self.backends.iter().copied().collect();
@@ -145,6 +147,7 @@ impl VipRecord {
             gue_port: 0,
             allowed_sources,
             fast_path,
+            second_chance,
             hash,
             backends,
             policy: FailurePolicy::default(),
@@ -275,7 +278,7 @@ impl Checker {
         let mut keys: Vec<TableKey> = Vec::new();
         let mut wanted: HashMap<TableKey, usize> = HashMap::new();
         for r in entries.filter(|r| r.recorded(comparable).is_none()) {
-            let key = table_key(&r.spec(&r.vip, Vec::new(), false, HashFields::default()));
+            let key = table_key(&r.spec(&r.vip, Vec::new(), false, false, HashFields::default()));
             let count = wanted.entry(key.clone()).or_default();
             if *count == 0 {
                 keys.push(key);
@@ -392,6 +395,7 @@ pub(super) fn recover<D: Dataplane>(dp: &D) -> Result<(State, Recovery), Datapla
             installed,
             allowed_sources,
             fast_path: dp.fast_path(*vip_id),
+            second_chance: dp.second_chance(*vip_id),
             hash: dp.hash_fields(*vip_id),
         };
         let applied_vip = recover_vip(
@@ -448,6 +452,8 @@ struct Found {
     allowed_sources: Vec<Prefix>,
     /// Whether its `VIPS` entry takes the fast path.
     fast_path: bool,
+    /// Whether its `VIPS` entry offers second-chance candidates.
+    second_chance: bool,
     /// The hash fields its `VIPS` entry carries.
     hash: HashFields,
 }
@@ -470,6 +476,7 @@ fn recover_vip<D: Dataplane>(
             &vip,
             found.allowed_sources.clone(),
             found.fast_path,
+            found.second_chance,
             found.hash,
         );
         let (table, slots) = checker.check(&vip, r, &spec, &state.ids, &found.installed.slots)?;
@@ -515,6 +522,7 @@ fn unverified_vip<D: Dataplane>(
         installed,
         allowed_sources,
         fast_path,
+        second_chance,
         hash,
     } = found;
     let in_table = table::distinct_ids(&installed.slots);
@@ -550,6 +558,7 @@ fn unverified_vip<D: Dataplane>(
             gue_port: 0,
             allowed_sources,
             fast_path,
+            second_chance,
             hash,
             backends,
             policy: FailurePolicy::default(),

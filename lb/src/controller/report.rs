@@ -161,7 +161,10 @@ fn vip_status(
         id: applied.id,
         table_size: applied.spec.table_size,
         generation: applied.generation,
-        fingerprint: table.fingerprint().to_string(),
+        fingerprint: table
+            .fingerprint()
+            .with_hash_fields(applied.spec.hash)
+            .to_string(),
         allowed_sources: applied
             .spec
             .allowed_sources
@@ -173,6 +176,8 @@ fn vip_status(
         announce: None,
         slot_states: None,
         give_ups: Vec::new(),
+        // A marker the last conntrack walk replaces with the count.
+        affinity_pins: (applied.spec.hash.affinity_secs != 0).then_some(0),
     }
 }
 

@@ -713,6 +713,73 @@ fn the_fast_path_is_switched_on_and_off_in_the_data_plane() {
     assert!(c.dataplane().fast_path(0));
 }
 
+/// [`three`] over GUE with the second chance `on`.
+fn three_second_chance(on: bool) -> Desired {
+    desired(
+        &vip_toml(
+            80,
+            1009,
+            &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+        )
+        .replace(
+            "table_size",
+            &format!("encap = \"gue\"\nsecond_chance = {on}\ntable_size"),
+        ),
+    )
+}
+
+#[test]
+fn the_second_chance_is_switched_in_the_data_plane_and_survives_a_restart() {
+    let mut c = controller();
+    c.apply(&three_second_chance(true)).unwrap();
+    assert!(c.dataplane().second_chance(0));
+    assert!(c.dataplane().ops.contains(&FOp::SetSecondChance(0, true)));
+    // A restarted daemon reads it from the maps: the same file changes nothing.
+    let dp = std::mem::take(c.dataplane_mut()).restarted();
+    let mut c = Controller::adopt(dp).expect("adopt").0;
+    c.apply(&three_second_chance(true)).unwrap();
+    assert!(
+        !c.dataplane()
+            .ops
+            .iter()
+            .any(|o| matches!(o, FOp::SetSecondChance(..))),
+        "{:#?}",
+        c.dataplane().ops
+    );
+    assert!(c.dataplane().second_chance(0));
+    c.apply(&three_second_chance(false)).unwrap();
+    assert!(!c.dataplane().second_chance(0));
+}
+
+#[test]
+fn flow_names_the_candidate_of_a_miss_on_a_dirty_slot_of_a_second_chance_vip() {
+    let mut c = controller();
+    c.apply(&three_second_chance(true)).unwrap();
+    // A client whose slot is owned by a backend that is then drained.
+    let client: SocketAddr = "192.0.2.10:40000".parse().unwrap();
+    let first = c.flow(&vip80(), client).unwrap();
+    assert_eq!(first.candidate, None, "a clean slot names none");
+    let owner = first.table_backend.expect("an owner");
+    let last = owner.rsplit('.').next().unwrap().parse::<u8>().unwrap();
+    let mut d = three_second_chance(true);
+    d.set_backend(&vip80(), &key(last), BackendState::Drain, None)
+        .unwrap();
+    c.apply(&d).unwrap();
+    let after = c.flow(&vip80(), client).unwrap();
+    assert_ne!(after.table_backend.as_deref(), Some(owner.as_str()));
+    assert_eq!(
+        after.candidate,
+        Some(owner),
+        "the clean owner, draining, keeps flows"
+    );
+    // Without the second chance: none.
+    let mut off = three_second_chance(false);
+    off.set_backend(&vip80(), &key(last), BackendState::Drain, None)
+        .unwrap();
+    c.apply(&off).unwrap();
+    assert_eq!(c.flow(&vip80(), client).unwrap().candidate, None);
+}
+
 #[test]
 fn flow_says_whether_the_fast_path_slot_is_clean_or_dirty_and_what_decides() {
     let mut c = controller();
@@ -812,4 +879,89 @@ fn hash_fields_reach_the_data_plane_and_flow_predicts_with_them() {
         "{err}"
     );
     assert_eq!(c.dataplane().hash_fields(0).fields, Fields::FiveTuple);
+}
+
+#[test]
+fn a_vips_fingerprint_covers_its_hash_fields() {
+    let with = |keys: &str| {
+        desired(
+            &vip_toml(
+                80,
+                1009,
+                &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            )
+            .replace("table_size", &format!("{keys}table_size")),
+        )
+    };
+    let shown = |d: &Desired| {
+        let mut c = controller();
+        let report = c.apply(d).unwrap();
+        let installed = report.changes.iter().find_map(|ch| match ch {
+            VipChange::Table(t) => Some(t.fingerprint.to_string()),
+            VipChange::Removed(_) => None,
+        });
+        let status = c.vip_statuses()[0].fingerprint.clone();
+        assert_eq!(
+            installed.as_deref(),
+            Some(status.as_str()),
+            "report and status agree"
+        );
+        (status, c.vips()[&vip80()].table.fingerprint().to_string())
+    };
+    // Two instances with one table: the 5-tuple shows the table's own fingerprint.
+    let (five, table) = shown(&three());
+    assert_eq!(five, table);
+    let (src, same_table) = shown(&with("hash = \"src\"\n"));
+    assert_eq!(
+        same_table, table,
+        "the hash fields move no slot of the table"
+    );
+    assert_ne!(src, five);
+    let (net, _) = shown(&with("hash = \"src\"\nhash_source_prefix = 24\n"));
+    let (port, _) = shown(&with("hash = \"src+dport\"\n"));
+    let all: BTreeSet<&String> = [&five, &src, &net, &port].into_iter().collect();
+    assert_eq!(all.len(), 4, "{all:?}");
+}
+
+#[test]
+fn a_persistence_timeout_reaches_the_data_plane_and_lb_flow_reports_it() {
+    let with = |keys: &str| {
+        desired(
+            &vip_toml(
+                80,
+                1009,
+                &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            )
+            .replace("table_size", &format!("{keys}table_size")),
+        )
+    };
+    let mut c = controller();
+    c.apply(&with("hash = \"src\"\npersistence_timeout_secs = 300\n"))
+        .unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 300);
+    let client = SocketAddr::from(([192, 0, 2, 10], 40000));
+    let report = c.flow(&vip80(), client).unwrap();
+    // The fake keeps no pins: the client has none, and the table decides.
+    assert_eq!(
+        report.affinity,
+        Some(FlowAffinity {
+            timeout_secs: 300,
+            backend: None,
+            idle_secs: None,
+            decides: false,
+        })
+    );
+    assert_eq!(
+        c.vip_statuses()[0].affinity_pins,
+        Some(0),
+        "the status marker"
+    );
+    // A new timeout is written; without one, the VIP has no affinity.
+    c.apply(&with("hash = \"src\"\npersistence_timeout_secs = 60\n"))
+        .unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 60);
+    c.apply(&with("hash = \"src\"\n")).unwrap();
+    assert_eq!(c.dataplane().hash_fields(0).affinity_secs, 0);
+    assert_eq!(c.flow(&vip80(), client).unwrap().affinity, None);
+    assert_eq!(c.vip_statuses()[0].affinity_pins, None);
 }

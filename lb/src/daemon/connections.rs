@@ -78,5 +78,11 @@ impl Latest {
         for b in status.vips.iter_mut().flat_map(|v| v.backends.iter_mut()) {
             b.connections = self.of(b.id);
         }
+        // VIPs with affinity (marked by the controller): their live pins.
+        for v in status.vips.iter_mut().filter(|v| v.affinity_pins.is_some()) {
+            v.affinity_pins = self
+                .census()
+                .map(|c| c.affinity.get(&v.id).copied().unwrap_or(0));
+        }
     }
 }

@@ -681,6 +681,8 @@ impl Snapshot {
                     ("udp_expired", s.ct_udp_expired),
                     ("syn_only_evicted", s.ct_syn_only_evicted),
                     ("clean_slot", s.clean_slot_hits),
+                    ("second_chance_candidate", s.sc_candidates),
+                    ("second_chance_given_up", s.sc_given_up),
                 ]
                 .map(|(event, n)| (with(vip_label(v), "event", event), n))
             }),

@@ -85,6 +85,7 @@ struct StartOnly {
     ct_capacity: u32,
     ct_syn_capacity: u32,
     frag_capacity: u32,
+    affinity_capacity: u32,
     /// The flow hash places every flow in its table slot and SYN cache slot: changing
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
@@ -108,6 +109,7 @@ impl StartOnly {
             ct_capacity: c.ct_capacity,
             ct_syn_capacity: c.ct_syn_capacity,
             frag_capacity: c.frag_capacity,
+            affinity_capacity: c.affinity_capacity,
             hash_seed: c.hash_seed,
             health: c.health,
         }
@@ -132,6 +134,10 @@ impl StartOnly {
             (
                 "conntrack.fragment_capacity",
                 self.frag_capacity != other.frag_capacity,
+            ),
+            (
+                "conntrack.persistence_capacity",
+                self.affinity_capacity != other.affinity_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
             ("metrics", self.metrics != other.metrics),

@@ -108,6 +108,8 @@ fn vip_fields(v: &VipStats) -> Vec<(&'static str, u64)> {
         ("drops", v.drops),
         ("ct_syn_only_evicted", v.ct_syn_only_evicted),
         ("clean_slot_hits", v.clean_slot_hits),
+        ("sc_candidates", v.sc_candidates),
+        ("sc_given_up", v.sc_given_up),
     ];
     base.into_iter()
         .chain(v.give_ups().map(|(note, n)| (note.counter(), n)))

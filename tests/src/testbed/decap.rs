@@ -47,7 +47,7 @@ impl Accept {
 
 /// The backend agent attached to one interface; detached on drop.
 pub struct DecapLink {
-    _agent: Agent,
+    agent: Agent,
 }
 
 impl std::fmt::Debug for DecapLink {
@@ -80,6 +80,14 @@ impl DecapLink {
         agent
             .attach(iface, AgentMode::Native)
             .with_context(|| format!("attaching the backend agent to {iface}"))?;
-        Ok(Self { _agent: agent })
+        Ok(Self { agent })
+    }
+
+    /// The agent's counters, summed over the CPUs.
+    ///
+    /// # Errors
+    /// When the counters map cannot be read.
+    pub fn stats(&self) -> anyhow::Result<lb_common::agent::AgentStats> {
+        Ok(self.agent.stats()?)
     }
 }

@@ -143,6 +143,7 @@ fn an_evicted_datagram_loses_its_later_fragments_only() {
         ct_capacity: 16_384,
         ct_syn_capacity: 4_096,
         frag_capacity: 256,
+        ..LoadOptions::default()
     });
     lb.backends(3, false);
     lb.table(1, &lb_tests::fixture::round_robin(65_537, &[1, 2, 3]));

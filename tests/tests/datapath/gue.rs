@@ -22,10 +22,10 @@ use super::{
 };
 
 /// The GUE port of the fixtures (Katran's default).
-const PORT: u16 = 6080;
+pub(super) const PORT: u16 = 6080;
 
 /// The standard set-up with every backend (1..=3 IPv4, 11..=13 IPv6) sent GUE.
-fn gue_lb() -> Lb {
+pub(super) fn gue_lb() -> Lb {
     let mut lb = Lb::standard();
     for k in 1..=3u8 {
         lb.encap_backend(u32::from(k), packets::backend4(k), BACKEND_ACTIVE, PORT);
@@ -36,7 +36,7 @@ fn gue_lb() -> Lb {
 }
 
 /// The outer fields of `flow` (of protocol `proto`) sent GUE.
-fn gue_outer(flow: &packets::Flow, proto: u8, flow_label: Option<u32>) -> Outer {
+pub(super) fn gue_outer(flow: &packets::Flow, proto: u8, flow_label: Option<u32>) -> Outer {
     let hash = flow_hash(&flow_key(flow, proto), SEED);
     Outer {
         src: None,

@@ -19,7 +19,9 @@
 //! | per-flow outer sources, flow labels, IPv4-in-IPv6 | [`outer`] |
 //! | allowed source prefixes, narrowed while flows run | [`sources`] |
 //! | GUE: exact bytes of both families and IPv4-in-IPv6, source ports from the flow hash, mixed tables, the MTU budget with 12 bytes more (issue 31) | [`gue`] |
+//! | second-chance candidates: a dirty-slot miss carries the clean owner, unpinned; a clean slot, a conntrack hit, a SYN, a VIP without the second chance, an IP-in-IP owner and a removed clean owner carry none; IPv4 and IPv6 outer (issue 31) | [`candidates`] |
 
+mod candidates;
 mod echo;
 mod errors;
 mod fragments;

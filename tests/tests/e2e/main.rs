@@ -30,12 +30,14 @@
 //! | `lb status`, `stats`, `flow`, `conn list` answer from the pins with the daemon killed or stopped (issue 32) | [`nodaemon`] |
 //! | `lb conn list` lists real connections of both families; its filters and `--limit` (issue 32) | [`conns`] |
 //! | `lb config diff` says what a reload would change, exits 0/1/2 as diff(1) (issue 32) | [`reload`] |
+//! | client affinity: a client's many new connections stay on its backend when a backend is added (issue 32) | [`affinity::a_clients_connections_stay_on_its_backend_when_a_backend_is_added`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!
 //! [`harness`] checks the harness itself: graceful stop, and cleanup on panic.
 
 mod adoption;
+mod affinity;
 mod conns;
 mod distribution;
 mod fastpath;

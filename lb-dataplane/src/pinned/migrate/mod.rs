@@ -116,6 +116,8 @@ struct Context<'a> {
     dir: &'a PinDir,
     /// This build's layout.
     layout: &'a Layout,
+    /// The sizes chosen at start (a map a step creates takes its size from them).
+    overrides: &'a [SizeOverride],
 }
 
 /// One version step.
@@ -176,7 +178,11 @@ pub fn migrate(
         return Err(incompatible(dir, differences));
     }
     let start = Instant::now();
-    let ctx = Context { dir, layout };
+    let ctx = Context {
+        dir,
+        layout,
+        overrides,
+    };
     let mut maps = Vec::new();
     for step in steps {
         maps.extend((step.run)(&ctx)?);

@@ -5,27 +5,77 @@
 //!   counters (`fp_give_ups`, residuals R1-R3 of the fast path's chapter) and any
 //!   counters appended after them: each CPU's 80 bytes are copied as the prefix of
 //!   the new value, the new counters start at 0 ([`grow::per_cpu`]).
+//! - `AFFINITY` (client affinity's pins, LRU hash, sized by
+//!   `conntrack.persistence_capacity`) and `AFFINITY_TIMEOUT` (VIP id → timeout) are
+//!   new: created empty. No VIP of layout 2 has affinity (its `VIPS` entries have no
+//!   `VIP_AFFINITY` bit), so nothing reads them until a VIP is given a timeout.
 
-use lb_common::maps::VIP_STATS;
+use std::os::fd::AsFd as _;
 
-use super::{Context, MapMigration, Step, grow};
-use crate::pinned::PinError;
+use lb_common::maps::{AFFINITY, AFFINITY_TIMEOUT, VIP_STATS};
+
+use super::{Action, Context, MapMigration, Step, create_like, def, grow};
+use crate::{
+    bpf_sys,
+    pinned::{PinError, io_err},
+};
+
+/// The maps new in layout 3, created empty.
+const CREATED: [&str; 2] = [AFFINITY, AFFINITY_TIMEOUT];
 
 /// The step.
 pub(super) const STEP: Step = Step {
     from: 2,
-    maps: &[VIP_STATS],
+    maps: &[VIP_STATS, AFFINITY, AFFINITY_TIMEOUT],
     run,
 };
 
 fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
-    Ok(vec![grow::per_cpu(ctx, VIP_STATS)?])
+    let mut maps = vec![grow::per_cpu(ctx, VIP_STATS)?];
+    for name in CREATED {
+        maps.push(created(ctx, name)?);
+    }
+    Ok(maps)
 }
 
-/// Test support: removes what this step adds that no older rewind knows (the maps new
-/// in layout 3: none yet besides the grown `VIP_STATS`, which the older rewinds shrink).
+/// Map `name`, new in layout 3: created empty with this build's definition (and the
+/// size chosen at start, for a map sized by the configuration) and pinned, unless a
+/// run interrupted after pinning it left it there.
+fn created(ctx: &Context<'_>, name: &str) -> Result<MapMigration, PinError> {
+    let path = ctx.dir.map(name);
+    let shown = ctx.dir.shown().join("maps").join(name);
+    let action = if bpf_sys::open_pinned(&path)
+        .map_err(io_err("opening", &shown))?
+        .is_some()
+    {
+        Action::Kept
+    } else {
+        let mut shape = def(ctx, name)?.clone();
+        if let Some(o) = ctx.overrides.iter().find(|o| o.map == name) {
+            shape.max_entries = o.entries;
+        }
+        let new = create_like(&shape, None).map_err(io_err("creating", &shown))?;
+        bpf_sys::pin(new.as_fd(), &path).map_err(io_err("pinning", &shown))?;
+        Action::Created
+    };
+    Ok(MapMigration {
+        map: name.into(),
+        action,
+        entries: 0,
+        detail: None,
+    })
+}
+
+/// Test support: removes what this step adds that no older rewind knows: the pins of
+/// the maps new in layout 3 (the grown `VIP_STATS` the older rewinds shrink).
 #[cfg(feature = "test-harness")]
-pub(super) fn strip(_dir: &crate::pinned::PinDir) -> std::io::Result<()> {
+pub(super) fn strip(dir: &crate::pinned::PinDir) -> std::io::Result<()> {
+    for name in CREATED {
+        match std::fs::remove_file(dir.map(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
     Ok(())
 }
 

@@ -485,6 +485,35 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
             "vip[0].hash_source_prefix: expected a prefix length from 1 to 32 for VIP 203.0.113.10:80/tcp, got 33 (line 9)",
         ),
         (
+            with_vip("").replace("[[vip]]\n", "[[vip]]\npersistence_timeout_secs = 300\n"),
+            "vip[0].persistence_timeout_secs: applies only with hash = \"src\" or \"src+dport\" (a client is its source address), not with hash = \"5-tuple\" (line 8)",
+        ),
+        (
+            with_vip("").replace(
+                "[[vip]]\n",
+                "[[vip]]\nhash = \"dport\"\npersistence_timeout_secs = 300\n",
+            ),
+            "vip[0].persistence_timeout_secs: applies only with hash = \"src\" or \"src+dport\" (a client is its source address), not with hash = \"dport\" (line 9)",
+        ),
+        (
+            with_vip("").replace(
+                "[[vip]]\n",
+                "[[vip]]\nhash = \"src\"\nfast_path = true\npersistence_timeout_secs = 300\n",
+            ),
+            "vip[0].persistence_timeout_secs: does not apply with fast_path = true (the fast path's table decides new flows without the client's affinity) (line 10)",
+        ),
+        (
+            with_vip("").replace(
+                "[[vip]]\n",
+                "[[vip]]\nhash = \"src\"\npersistence_timeout_secs = 2678401\n",
+            ),
+            "vip[0].persistence_timeout_secs: expected at most 2678400 seconds (31 days), got 2678401 (line 9)",
+        ),
+        (
+            format!("{BASE}[conntrack]\npersistence_capacity = 10\n"),
+            "conntrack.persistence_capacity: expected a value from 256 to 16777216, got 10 (line 7)",
+        ),
+        (
             format!("{BASE}[icmp]\nrate_limit = 0\n"),
             "icmp.rate_limit: expected a value from 1 to 1000000, got 0 (line 7)",
         ),
@@ -690,15 +719,52 @@ fn hash_fields_are_read_and_a_whole_address_prefix_is_no_prefix() {
         hashed("hash = \"src\"\nhash_source_prefix = 24\n"),
         HashFields {
             fields: Fields::Src,
-            prefix: 24
+            prefix: 24,
+            affinity_secs: 0,
         }
     );
     assert_eq!(
         hashed("hash = \"src+dport\"\nhash_source_prefix = 32\n"),
         HashFields {
             fields: Fields::SrcDport,
-            prefix: 0
+            prefix: 0,
+            affinity_secs: 0,
         }
     );
     assert_eq!(hashed("hash = \"dport\"\n").fields, Fields::Dport);
+    assert_eq!(
+        hashed("hash = \"src\"\nhash_source_prefix = 24\npersistence_timeout_secs = 10800\n")
+            .affinity_secs,
+        10_800,
+        "a persistence timeout with source fields"
+    );
+    assert_eq!(
+        hashed("persistence_timeout_secs = 0\n").affinity_secs,
+        0,
+        "0: no affinity, with any fields"
+    );
+}
+
+#[test]
+fn the_second_chance_is_off_by_default_and_needs_gue() {
+    let plain = load(&format!("{BASE}{VIP}")).expect("valid");
+    assert!(!plain.config.vips[0].second_chance);
+    let ipip = VIP.replace(
+        "protocol = \"tcp\"",
+        "protocol = \"tcp\"\nsecond_chance = true",
+    );
+    // The line is the key's own.
+    assert_eq!(
+        errors(&format!("{BASE}{ipip}")),
+        [
+            "vip[0].second_chance: second_chance = true needs encap = \"gue\": candidates \
+             travel in the GUE header, IP-in-IP has no room for them (line 11)"
+        ]
+    );
+    let gue = VIP.replace(
+        "protocol = \"tcp\"",
+        "protocol = \"tcp\"\nencap = \"gue\"\nsecond_chance = true",
+    );
+    let loaded = load(&format!("{BASE}{gue}")).expect("valid");
+    assert!(loaded.config.vips[0].second_chance);
 }

@@ -7,6 +7,7 @@ use std::{
 };
 
 use lb_common::{
+    affinity,
     hash_fields::{Fields, HashFields, max_prefix},
     maps::{MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS},
     types::{FAMILY_V4, FAMILY_V6},
@@ -104,7 +105,8 @@ fn vip(
     let ipv6_backends = backend_family(&path, v, vip, r);
     let tunnel = vip_encap(&path, v, r);
     let allowed_sources = allowed_sources(&path, v, vip, r);
-    let hash = hash_fields(&path, v, vip, r);
+    let mut hash = hash_fields(&path, v, vip, r);
+    hash.affinity_secs = persistence(&path, v, hash.fields, r);
     let lb_source = lb_source(&path, vip, ipv6_backends, encap, mtu, r);
     let table_size = uint(v.table_size, defaults::TABLE_SIZE);
     if let Err(e) = lb_maglev::validate_table_size(table_size) {
@@ -137,6 +139,15 @@ fn vip(
         ));
     }
     let health = health::vip_probes(&path, v, vip, r);
+    let second_chance = v.second_chance.unwrap_or(false);
+    if second_chance && tunnel != Encapsulation::Gue {
+        r.error(
+            format!("{path}.second_chance"),
+            "second_chance = true needs encap = \"gue\": candidates travel in the GUE \
+             header, IP-in-IP has no room for them"
+                .to_owned(),
+        );
+    }
     Some(VipConfig {
         vip,
         table_size,
@@ -144,6 +155,7 @@ fn vip(
         encap: tunnel,
         allowed_sources,
         fast_path: v.fast_path.unwrap_or(false),
+        second_chance,
         hash,
         backends,
         health,
@@ -165,6 +177,49 @@ fn vip_encap(path: &str, v: &VipFile, r: &mut Report) -> Encapsulation {
     }
 }
 
+/// `vip[i].persistence_timeout_secs`: client affinity's idle timeout (seconds; 0 or
+/// absent: none), only with source fields (`lb_common::affinity`) and without the fast
+/// path, whose table decides new flows without reading the client's pin.
+fn persistence(path: &str, v: &VipFile, fields: Fields, r: &mut Report) -> u32 {
+    let Some(secs) = v.persistence_timeout_secs.map(|s| s.0) else {
+        return 0;
+    };
+    let key = format!("{path}.persistence_timeout_secs");
+    if secs == 0 {
+        return 0;
+    }
+    if !fields.uses_source() {
+        r.error(
+            key,
+            format!(
+                "applies only with hash = \"src\" or \"src+dport\" (a client is its \
+                 source address), not with hash = {:?}",
+                fields.name()
+            ),
+        );
+        return 0;
+    }
+    if v.fast_path == Some(true) {
+        r.error(
+            key,
+            "does not apply with fast_path = true (the fast path's table decides new \
+             flows without the client's affinity)",
+        );
+        return 0;
+    }
+    if secs > affinity::MAX_TIMEOUT_SECS {
+        r.error(
+            key,
+            format!(
+                "expected at most {} seconds (31 days), got {secs}",
+                affinity::MAX_TIMEOUT_SECS
+            ),
+        );
+        return 0;
+    }
+    secs
+}
+
 /// `vip[i].hash` and `vip[i].hash_source_prefix`: the fields of a flow that pick its
 /// backend, and the leading bits of the client address hashed (its whole length is
 /// stored as 0, the whole address).
@@ -182,7 +237,11 @@ fn hash_fields(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> HashFields 
         return HashFields::default();
     };
     let Some(prefix) = v.hash_source_prefix.map(|p| p.0) else {
-        return HashFields { fields, prefix: 0 };
+        return HashFields {
+            fields,
+            prefix: 0,
+            affinity_secs: 0,
+        };
     };
     let key = format!("{path}.hash_source_prefix");
     let family = if vip.addr.is_ipv4() {
@@ -209,9 +268,14 @@ fn hash_fields(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> HashFields 
         return HashFields {
             fields,
             prefix: u8::try_from(prefix).unwrap_or(0) % max,
+            affinity_secs: 0,
         };
     }
-    HashFields { fields, prefix: 0 }
+    HashFields {
+        fields,
+        prefix: 0,
+        affinity_secs: 0,
+    }
 }
 
 /// `vip[i].backend_family`: whether the VIP's backends are IPv6 (for an IPv4 VIP:

@@ -148,6 +148,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
                 announce: None,
                 slot_states: None,
                 give_ups: Vec::new(),
+                affinity_pins: None,
             })
             .collect(),
         health: crate::control::HealthSummary::default(),
