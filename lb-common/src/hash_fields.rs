@@ -104,7 +104,49 @@ pub struct HashFields {
     pub affinity_secs: u32,
 }
 
+/// Why a client source prefix does not apply to a VIP's hash fields
+/// ([`HashFields::with_source_prefix`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefixError {
+    /// The fields do not hash the source address ([`Fields::uses_source`]).
+    NotSource,
+    /// The length is outside `1..=max` bits, the VIP's family's address length.
+    OutOfRange {
+        /// 32 for IPv4, 128 for IPv6 ([`max_prefix`]).
+        max: u8,
+    },
+}
+
 impl HashFields {
+    /// `fields` with the client source prefix of `prefix` bits, for a VIP of address
+    /// family `family` (`FAMILY_V4`, `FAMILY_V6`); no affinity. A prefix of the whole
+    /// address is stored as 0 (no cut).
+    ///
+    /// # Errors
+    /// [`PrefixError::NotSource`] when `fields` do not hash the source;
+    /// [`PrefixError::OutOfRange`] for 0 or more bits than the address has.
+    pub fn with_source_prefix(
+        fields: Fields,
+        family: u8,
+        prefix: u32,
+    ) -> Result<Self, PrefixError> {
+        let max = max_prefix(family);
+        if !fields.uses_source() {
+            return Err(PrefixError::NotSource);
+        }
+        let Ok(bits @ 1..) = u8::try_from(prefix) else {
+            return Err(PrefixError::OutOfRange { max });
+        };
+        if bits > max {
+            return Err(PrefixError::OutOfRange { max });
+        }
+        Ok(Self {
+            fields,
+            prefix: bits % max,
+            affinity_secs: 0,
+        })
+    }
+
     /// The `VipEntry::flags` bits of `self` (the other bits zero): the fields, the
     /// prefix and [`VIP_AFFINITY`] when the VIP has affinity.
     #[must_use]

@@ -169,3 +169,30 @@ fn the_flags_round_trip() {
     assert_eq!(Fields::from_name("sh"), None);
     assert_eq!((max_prefix(FAMILY_V4), max_prefix(FAMILY_V6)), (32, 128));
 }
+
+#[test]
+fn a_source_prefix_applies_to_source_fields_within_the_address_length() {
+    let ok = |fields, family, prefix| HashFields::with_source_prefix(fields, family, prefix);
+    assert_eq!(ok(Fields::Src, FAMILY_V4, 24).map(|h| h.prefix), Ok(24));
+    assert_eq!(
+        ok(Fields::SrcDport, FAMILY_V6, 64).map(|h| h.prefix),
+        Ok(64)
+    );
+    // The whole address is no cut: stored as 0.
+    assert_eq!(ok(Fields::Src, FAMILY_V4, 32).map(|h| h.prefix), Ok(0));
+    assert_eq!(ok(Fields::Src, FAMILY_V6, 128).map(|h| h.prefix), Ok(0));
+    for bad in [0, 33, 256, u32::MAX] {
+        assert_eq!(
+            ok(Fields::Src, FAMILY_V4, bad),
+            Err(PrefixError::OutOfRange { max: 32 }),
+            "/{bad}"
+        );
+    }
+    assert_eq!(
+        ok(Fields::Src, FAMILY_V6, 129),
+        Err(PrefixError::OutOfRange { max: 128 })
+    );
+    for fields in [Fields::FiveTuple, Fields::Dport] {
+        assert_eq!(ok(fields, FAMILY_V4, 24), Err(PrefixError::NotSource));
+    }
+}

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::defaults;
 use lb_common::{
-    hash_fields::{Fields, HashFields, max_prefix},
+    hash_fields::{Fields, HashFields, PrefixError},
     types::{FAMILY_V4, FAMILY_V6},
 };
 use lb_hashlab::{
@@ -578,29 +578,18 @@ fn flow_fields(args: &HashArgs) -> Result<HashFields, HashCliError> {
     } else {
         FAMILY_V6
     };
-    let max = max_prefix(family);
-    if !fields.uses_source() {
-        return Err(HashCliError::argument(
-            "--hash-source-prefix",
-            format!(
+    HashFields::with_source_prefix(fields, family, u32::from(prefix)).map_err(|e| {
+        let why = match e {
+            PrefixError::NotSource => format!(
                 "applies only with --hash-fields src or src+dport, not {}",
                 fields.name()
             ),
-        ));
-    }
-    if prefix == 0 || prefix > max {
-        return Err(HashCliError::argument(
-            "--hash-source-prefix",
-            format!(
+            PrefixError::OutOfRange { max } => format!(
                 "expected a prefix length from 1 to {max} for VIP {}, got {prefix}",
                 args.vip
             ),
-        ));
-    }
-    Ok(HashFields {
-        fields,
-        prefix: prefix % max,
-        affinity_secs: 0,
+        };
+        HashCliError::argument("--hash-source-prefix", why)
     })
 }
 

@@ -404,7 +404,7 @@ impl<D: Dataplane> Controller<D> {
         } else {
             None
         };
-        let affinity = self.flow_affinity(applied, &key, &by_id)?;
+        let affinity = self.flow_affinity(applied, &key, by_id)?;
         Ok(FlowReport {
             vip: vip.to_string(),
             client: client.to_string(),

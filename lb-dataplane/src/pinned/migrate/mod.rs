@@ -296,6 +296,34 @@ fn create_like(def: &MapDef, inner: Option<BorrowedFd<'_>>) -> std::io::Result<O
     )
 }
 
+/// Map `name`, new in this build's layout: created empty with this build's definition
+/// (and the size chosen at start, for a map sized by the configuration) and pinned,
+/// unless a run interrupted after pinning it left it there.
+fn create_empty(ctx: &Context<'_>, name: &str) -> Result<MapMigration, PinError> {
+    let path = ctx.dir.map(name);
+    let shown = ctx.dir.shown().join("maps").join(name);
+    let action = if bpf_sys::open_pinned(&path)
+        .map_err(io_err("opening", &shown))?
+        .is_some()
+    {
+        Action::Kept
+    } else {
+        let mut shape = def(ctx, name)?.clone();
+        if let Some(o) = ctx.overrides.iter().find(|o| o.map == name) {
+            shape.max_entries = o.entries;
+        }
+        let new = create_like(&shape, None).map_err(io_err("creating", &shown))?;
+        bpf_sys::pin(new.as_fd(), &path).map_err(io_err("pinning", &shown))?;
+        Action::Created
+    };
+    Ok(MapMigration {
+        map: name.into(),
+        action,
+        entries: 0,
+        detail: None,
+    })
+}
+
 /// This build's definition of map `name`.
 fn def<'a>(ctx: &'a Context<'_>, name: &str) -> Result<&'a MapDef, PinError> {
     ctx.layout.map(name).ok_or_else(|| {

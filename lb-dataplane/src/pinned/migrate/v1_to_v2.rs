@@ -22,7 +22,7 @@ use std::{
 
 use lb_common::maps::{FAST_FILTER, TABLES, VIP_STATS};
 
-use super::{Action, Context, MapDef, MapMigration, Step, create_like, def, grow};
+use super::{Action, Context, MapDef, MapMigration, Step, create_empty, create_like, def, grow};
 use crate::{
     bpf_sys,
     pinned::{PinError, io_err},
@@ -45,7 +45,7 @@ fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
     Ok(vec![
         tables(ctx)?,
         grow::per_cpu(ctx, VIP_STATS)?,
-        fast_filter(ctx)?,
+        create_empty(ctx, FAST_FILTER)?,
     ])
 }
 
@@ -174,28 +174,6 @@ fn tables(ctx: &Context<'_>) -> Result<MapMigration, PinError> {
         detail: Some(format!(
             "table buffers, {slots} slots, {converted} converted"
         )),
-    })
-}
-
-/// `FAST_FILTER`: created empty unless an earlier start did.
-fn fast_filter(ctx: &Context<'_>) -> Result<MapMigration, PinError> {
-    let path = ctx.dir.map(FAST_FILTER);
-    let shown = ctx.dir.shown().join("maps").join(FAST_FILTER);
-    let action = if bpf_sys::open_pinned(&path)
-        .map_err(io_err("opening", &shown))?
-        .is_some()
-    {
-        Action::Kept
-    } else {
-        let new = create_like(def(ctx, FAST_FILTER)?, None).map_err(io_err("creating", &shown))?;
-        bpf_sys::pin(new.as_fd(), &path).map_err(io_err("pinning", &shown))?;
-        Action::Created
-    };
-    Ok(MapMigration {
-        map: FAST_FILTER.into(),
-        action,
-        entries: 0,
-        detail: None,
     })
 }
 

@@ -10,15 +10,10 @@
 //!   new: created empty. No VIP of layout 2 has affinity (its `VIPS` entries have no
 //!   `VIP_AFFINITY` bit), so nothing reads them until a VIP is given a timeout.
 
-use std::os::fd::AsFd as _;
-
 use lb_common::maps::{AFFINITY, AFFINITY_TIMEOUT, VIP_STATS};
 
-use super::{Action, Context, MapMigration, Step, create_like, def, grow};
-use crate::{
-    bpf_sys,
-    pinned::{PinError, io_err},
-};
+use super::{Context, MapMigration, Step, create_empty, grow};
+use crate::pinned::PinError;
 
 /// The maps new in layout 3, created empty.
 const CREATED: [&str; 2] = [AFFINITY, AFFINITY_TIMEOUT];
@@ -33,37 +28,9 @@ pub(super) const STEP: Step = Step {
 fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
     let mut maps = vec![grow::per_cpu(ctx, VIP_STATS)?];
     for name in CREATED {
-        maps.push(created(ctx, name)?);
+        maps.push(create_empty(ctx, name)?);
     }
     Ok(maps)
-}
-
-/// Map `name`, new in layout 3: created empty with this build's definition (and the
-/// size chosen at start, for a map sized by the configuration) and pinned, unless a
-/// run interrupted after pinning it left it there.
-fn created(ctx: &Context<'_>, name: &str) -> Result<MapMigration, PinError> {
-    let path = ctx.dir.map(name);
-    let shown = ctx.dir.shown().join("maps").join(name);
-    let action = if bpf_sys::open_pinned(&path)
-        .map_err(io_err("opening", &shown))?
-        .is_some()
-    {
-        Action::Kept
-    } else {
-        let mut shape = def(ctx, name)?.clone();
-        if let Some(o) = ctx.overrides.iter().find(|o| o.map == name) {
-            shape.max_entries = o.entries;
-        }
-        let new = create_like(&shape, None).map_err(io_err("creating", &shown))?;
-        bpf_sys::pin(new.as_fd(), &path).map_err(io_err("pinning", &shown))?;
-        Action::Created
-    };
-    Ok(MapMigration {
-        map: name.into(),
-        action,
-        entries: 0,
-        detail: None,
-    })
 }
 
 /// Test support: removes what this step adds that no older rewind knows: the pins of

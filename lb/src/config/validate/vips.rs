@@ -8,7 +8,7 @@ use std::{
 
 use lb_common::{
     affinity,
-    hash_fields::{Fields, HashFields, max_prefix},
+    hash_fields::{Fields, HashFields, PrefixError},
     maps::{MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS},
     types::{FAMILY_V4, FAMILY_V6},
 };
@@ -249,27 +249,19 @@ fn hash_fields(path: &str, v: &VipFile, vip: Vip, r: &mut Report) -> HashFields 
     } else {
         FAMILY_V6
     };
-    let max = max_prefix(family);
-    if !fields.uses_source() {
-        r.error(
+    match HashFields::with_source_prefix(fields, family, prefix) {
+        Ok(hash) => return hash,
+        Err(PrefixError::NotSource) => r.error(
             key,
             format!(
                 "applies only with hash = \"src\" or \"src+dport\" (the hashed client \
                  address), not with hash = {name:?}"
             ),
-        );
-    } else if prefix == 0 || prefix > u32::from(max) {
-        r.error(
+        ),
+        Err(PrefixError::OutOfRange { max }) => r.error(
             key,
             format!("expected a prefix length from 1 to {max} for VIP {vip}, got {prefix}"),
-        );
-    } else {
-        // The whole address is stored as 0 (no cut): prefix % max.
-        return HashFields {
-            fields,
-            prefix: u8::try_from(prefix).unwrap_or(0) % max,
-            affinity_secs: 0,
-        };
+        ),
     }
     HashFields {
         fields,
