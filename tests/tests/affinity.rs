@@ -2,7 +2,8 @@
 //! program, through `BPF_PROG_TEST_RUN`, with exact output bytes: a client's new
 //! connections stay on its backend across a table change until it is idle for the
 //! timeout; a drained backend keeps its connections but gets no new affinity client;
-//! an IPv6 /64 is one client; `lb flow`'s reading of the pin agrees with the program.
+//! an IPv6 /64 is one client; `lb flow`'s reading of the pin agrees with the program;
+//! the daemon's conntrack walk keeps a busy client's pin alive past the timeout.
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -11,12 +12,12 @@ use lb_common::{
     stats::Reason,
     types::{BACKEND_ACTIVE, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP},
 };
-use lb_dataplane::Dataplane as _;
+use lb_dataplane::{Dataplane as _, WalkSettings};
 use lb_maglev::flow::table_slot_of;
 use lb_tests::{
     fixture::{Lb, SEED, XDP_TX, flow_key, round_robin, vip_key},
     packets::{
-        ACK, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, SYN, VIP4, VIP6, backend4, backend6,
+        ACK, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, RST, SYN, VIP4, VIP6, backend4, backend6,
         encapsulated,
     },
 };
@@ -285,4 +286,55 @@ fn a_udp_clients_new_flows_stay_on_its_backend_too() {
             b,
         );
     }
+}
+
+#[test]
+fn the_conntrack_walk_keeps_a_busy_clients_pin_alive_past_the_timeout() {
+    let mut lb = lb(TIMEOUT);
+    let busy = Flow::new(CLIENT4, 40_000, VIP4, 80);
+    let b = table_choice(&lb, 0, &busy, PROTO_TCP, 0);
+    connect(&mut lb, &busy, b);
+    // Another client whose connection is closed (RST from the client).
+    let closed = Flow::new([192, 0, 2, 77], 40_000, VIP4, 80);
+    let c = table_choice(&lb, 0, &closed, PROTO_TCP, 0);
+    connect(&mut lb, &closed, c);
+    forwarded_to(&mut lb, &closed.frame(L4::Tcp(RST), b""), c);
+    // Both opened their last connection longer ago than the timeout; the busy one's
+    // connection carries a packet now.
+    assert_eq!(lb.dp.age_affinity(TIMEOUT + 1).expect("age"), 2);
+    forwarded_to(&mut lb, &busy.frame(L4::Tcp(ACK), b"y"), b);
+    let decides = |lb: &Lb, flow: &Flow| {
+        let pin = lb
+            .dp
+            .lookup_affinity(&flow_key(flow, PROTO_TCP))
+            .expect("read")
+            .expect("a pin");
+        pin.decides
+    };
+    assert!(!decides(&lb, &busy), "expired before the walk");
+
+    let walker = lb.dp.take_conntrack_walker().expect("the walker");
+    let settings = WalkSettings {
+        udp_timeout: std::time::Duration::from_secs(30),
+        idle: std::time::Duration::from_secs(60),
+        syn_window: WalkSettings::SYN_WINDOW,
+    };
+    let census = walker.walk(&settings).expect("walk");
+    assert_eq!(
+        census.affinity.get(&0),
+        Some(&1),
+        "the busy client's pin is live again, the closed one's is not"
+    );
+    assert!(decides(&lb, &busy));
+    assert!(!decides(&lb, &closed));
+
+    // A table change that moves the busy client's slot: its next connection still
+    // goes to its backend, the closed client's follows the table.
+    lb.table(0, &table_moving(&busy, PROTO_TCP, 0, &[1, 2, 3], b));
+    let next = Flow::new(CLIENT4, 40_001, VIP4, 80);
+    assert_ne!(table_choice(&lb, 0, &next, PROTO_TCP, 0), b);
+    connect(&mut lb, &next, b);
+    let again = Flow::new([192, 0, 2, 77], 40_001, VIP4, 80);
+    let want = table_choice(&lb, 0, &again, PROTO_TCP, 0);
+    connect(&mut lb, &again, want);
 }

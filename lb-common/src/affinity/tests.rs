@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::{
     hash_fields::{Fields, HashFields},
-    types::{FAMILY_V4, FAMILY_V6, PROTO_TCP, VipKey},
+    types::{CT_FIN, CT_RST, FAMILY_V4, FAMILY_V6, PROTO_TCP, VipKey, ct_ticks},
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -166,6 +166,52 @@ fn the_table_decides_without_a_pin_after_the_timeout_and_for_a_drained_backend()
     );
 }
 
+#[test]
+fn an_open_connection_names_its_client_backend_and_last_packet() {
+    let now = 5_000 * SEC;
+    let f = flags(Fields::Src, 24);
+    let flow = v4([192, 0, 2, 10], 40000, 80);
+    let ct = CtEntry {
+        backend_id: 7,
+        vip_id: 3,
+        seen_ticks: ct_ticks(now - 10 * SEC),
+        ..CtEntry::default()
+    };
+    let (k, backend, at) = connection_activity(&flow, &ct, f, now).expect("open");
+    assert_eq!((k, backend), (key(&flow, 3, f), 7));
+    assert!(at <= now - 10 * SEC && at > now - 10 * SEC - (1 << CT_TICK_SHIFT));
+    // Closing connections and VIPs without affinity say nothing.
+    for closing in [CT_FIN, CT_RST] {
+        let c = CtEntry { closing, ..ct };
+        assert_eq!(connection_activity(&flow, &c, f, now), None);
+    }
+    let plain = HashFields {
+        fields: Fields::Src,
+        prefix: 24,
+        affinity_secs: 0,
+    }
+    .flags();
+    assert_eq!(connection_activity(&flow, &ct, plain, now), None);
+}
+
+#[test]
+fn a_walk_raises_the_stamp_of_the_same_backend_only() {
+    let old = pin(7, 100 * SEC);
+    assert_eq!(refreshed(&old, 7, 150 * SEC), Some(pin(7, 150 * SEC)));
+    assert_eq!(refreshed(&old, 7, 100 * SEC), None, "not newer");
+    assert_eq!(refreshed(&old, 7, 90 * SEC), None, "never lowered");
+    assert_eq!(refreshed(&old, 8, 150 * SEC), None, "another backend");
+}
+
+#[test]
+fn the_smallest_timeout_is_twice_the_walk_plus_the_lag() {
+    assert_eq!(min_timeout_secs(10_000), 23);
+    assert_eq!(min_timeout_secs(500), 4);
+    assert_eq!(min_timeout_secs(100), 4);
+    assert_eq!(min_timeout_secs(1_200), 6);
+    assert_eq!(min_timeout_secs(3_600_000), 7_203);
+}
+
 proptest! {
     /// The pin decides exactly when it is idle no longer than the timeout and its
     /// backend takes new flows; it is refreshed exactly when idle over a second or
@@ -205,5 +251,53 @@ proptest! {
         prop_assert_eq!(key(&v4(src, s1, p1), 2, s), key(&v4(src, s2, p2), 2, s));
         let sd = flags(Fields::SrcDport, prefix);
         prop_assert_eq!(key(&v4(src, s1, p1), 2, sd) == key(&v4(src, s2, p2), 2, sd), p1 == p2);
+    }
+
+    /// A connection's recorded time is never later than its last packet and at most
+    /// one tick earlier.
+    #[test]
+    fn the_seen_time_is_a_lower_bound_within_a_tick(
+        packet in 1u64 << 31..1 << 50,
+        later in 0u64..1 << 40,
+    ) {
+        let at = seen_ns(ct_ticks(packet), packet + later);
+        prop_assert!(at <= packet);
+        prop_assert!(packet - at < 1 << CT_TICK_SHIFT);
+    }
+
+    /// The guarantee: a walk at `walk` that sees the client's connection to its pinned
+    /// backend with a packet at `packet` keeps the pin deciding until `packet` plus the
+    /// timeout less a tick, however old the pin was (even expired); a connection to
+    /// another backend changes nothing.
+    #[test]
+    fn a_walk_keeps_a_busy_clients_pin_deciding(
+        stamp in 0u64..1 << 40,
+        packet in 1u64 << 31..1 << 41,
+        to_walk in 0u64..10 * SEC,
+        after in 0u64..1 << 40,
+        timeout_s in 1u32..=MAX_TIMEOUT_SECS,
+        other in 1u32..10,
+    ) {
+        let timeout = u64::from(timeout_s) * SEC;
+        let walk = packet + to_walk;
+        let ct = CtEntry {
+            backend_id: 3,
+            vip_id: 1,
+            seen_ticks: ct_ticks(packet),
+            ..CtEntry::default()
+        };
+        let flow = v4([198, 51, 100, 7], 1234, 80);
+        let f = flags(Fields::Src, 0);
+        let (_, backend, at) = connection_activity(&flow, &ct, f, walk).expect("open");
+        let old = pin(3, stamp);
+        let new = refreshed(&old, backend, at).unwrap_or(old);
+        prop_assert!(new.stamp_ns >= old.stamp_ns);
+        let now = new.stamp_ns.max(packet) + after;
+        if now + (1 << CT_TICK_SHIFT) <= packet + timeout {
+            let got = decide(&mut Active, Some(&new), now, timeout);
+            prop_assert!(matches!(got, Affinity::Pinned { backend: 3, .. }), "{got:?}");
+        }
+        let elsewhere = pin(other.max(4), stamp);
+        prop_assert_eq!(refreshed(&elsewhere, backend, at), None);
     }
 }

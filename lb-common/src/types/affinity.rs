@@ -49,7 +49,9 @@ pub struct AffinityEntry {
     /// Explicit padding, always zero.
     pub _pad: u32,
     /// When the client last opened a connection (a flow without a conntrack pin) to
-    /// the VIP (`bpf_ktime_get_coarse_ns`, ns), rewritten at most once a second.
+    /// the VIP (`bpf_ktime_get_coarse_ns`, ns), rewritten at most once a second; the
+    /// daemon's conntrack walk raises it to the last packet of the client's open
+    /// connections to this backend (`crate::affinity::refreshed`).
     pub stamp_ns: u64,
 }
 const _: () = assert!(size_of::<AffinityEntry>() == 16);

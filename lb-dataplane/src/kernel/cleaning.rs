@@ -428,7 +428,7 @@ fn backend_liveness(liveness: &[Liveness], id: u32) -> Liveness {
 }
 
 /// The bytes of a map key.
-fn pod_bytes<T: aya::Pod>(value: &T) -> &[u8] {
+pub(super) fn pod_bytes<T: aya::Pod>(value: &T) -> &[u8] {
     // SAFETY: T is plain data (aya::Pod); the slice covers exactly its bytes.
     unsafe { std::slice::from_raw_parts(std::ptr::from_ref(value).cast::<u8>(), size_of::<T>()) }
 }

@@ -596,6 +596,7 @@ impl KernelDataplane {
         .with_affinity(
             dup_fd(&ebpf, maps::AFFINITY)?,
             dup_fd(&ebpf, maps::AFFINITY_TIMEOUT)?,
+            dup_fd(&ebpf, maps::VIPS)?,
         );
         let cleaner_fds = [
             dup_fd(&ebpf, maps::CONNTRACK_V4)?,

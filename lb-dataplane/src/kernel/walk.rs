@@ -13,9 +13,15 @@
 //! - `syn_only`: a SYN cache slot holding a SYN younger than [`WalkSettings::syn_window`]
 //!   whose handshake has not completed.
 //!
-//! With the affinity maps ([`ConntrackWalker::with_affinity`]), the walk also counts
-//! each VIP's live affinity pins (`AFFINITY`): clients whose last new connection is no
-//! older than the VIP's timeout (`AFFINITY_TIMEOUT`), the pins that would decide.
+//! With the affinity maps ([`ConntrackWalker::with_affinity`]), the walk also keeps
+//! busy clients' affinity pins alive and counts them. It reads each VIP's timeout
+//! (`AFFINITY_TIMEOUT`) and flags (`VIPS`) once per walk ([`AffinityVips`]); every open
+//! conntrack entry of a VIP with affinity notes its client's newest packet per backend
+//! (`lb_common::affinity::connection_activity`); each pin (`AFFINITY`) whose client had
+//! a packet on its backend after the pin's stamp gets that time as its stamp
+//! (`lb_common::affinity::refreshed`, one map update per pin refreshed), and the pins
+//! no older than their VIP's timeout, refreshed or not, are counted live: the pins that
+//! would decide. The guarantee this gives is in `lb_common::affinity`.
 //!
 //! A draining backend's drain progresses as its `established` count falls. The walker
 //! owns duplicates of the maps' file descriptors, so it runs on a thread of its own
@@ -28,13 +34,15 @@ use std::{
 };
 
 use lb_common::{
+    affinity,
     maps::{self, MAX_BACKENDS, MAX_VIPS},
     types::{
         AffinityEntry, AffinityKey, CT_OPEN, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4, PROTO_UDP,
-        SynEntry,
+        SynEntry, VipEntry, VipKey,
     },
 };
 
+use super::cleaning::pod_bytes;
 use crate::{DataplaneError, bpf_sys};
 
 /// Entries asked for per system call. A hash map's batch returns whole buckets, so a
@@ -171,13 +179,58 @@ pub(super) fn for_each<K: Copy + Default, V: Copy + Default>(
     }
 }
 
+/// The VIPs' affinity settings, read once per walk (indexed by VIP id).
+struct AffinityVips {
+    /// `AFFINITY_TIMEOUT`: the timeout (ns; 0: none).
+    timeout_ns: Vec<u64>,
+    /// `VipEntry::flags` of the VIP with the id (0: none).
+    flags: Vec<u32>,
+}
+
+impl AffinityVips {
+    /// The flags of VIP `id` when it has affinity (its flag and a timeout).
+    fn flags(&self, id: u32) -> Option<u32> {
+        let i = id as usize;
+        let flags = *self.flags.get(i)?;
+        (affinity::enabled(flags) && self.timeout_ns.get(i).is_some_and(|&t| t != 0))
+            .then_some(flags)
+    }
+}
+
+/// The newest packet of each client's open connections per backend, noted during one
+/// walk of conntrack (`lb_common::affinity::connection_activity`).
+#[derive(Default)]
+struct Activity(HashMap<(AffinityKey, u32), u64>);
+
+impl Activity {
+    /// Notes conntrack entry `e` of the flow `flow` gives, at `now`; the flow is only
+    /// built for a VIP with affinity.
+    fn note(&mut self, vips: &AffinityVips, flow: impl FnOnce() -> FlowKey, e: &CtEntry, now: u64) {
+        let Some(flags) = vips.flags(e.vip_id) else {
+            return;
+        };
+        if let Some((key, backend, at)) = affinity::connection_activity(&flow(), e, flags, now) {
+            let newest = self.0.entry((key, backend)).or_insert(at);
+            *newest = (*newest).max(at);
+        }
+    }
+
+    /// Pin `e` of client `key` with its stamp raised to the newest activity noted for
+    /// its client and backend, when that is newer.
+    fn refreshed(&self, key: &AffinityKey, e: &AffinityEntry) -> Option<AffinityEntry> {
+        let at = *self.0.get(&(*key, e.backend_id))?;
+        affinity::refreshed(e, e.backend_id, at)
+    }
+}
+
 /// Walks the conntrack maps and the SYN cache of one data plane.
 pub struct ConntrackWalker {
     v4: OwnedFd,
     v6: OwnedFd,
     syn: OwnedFd,
-    /// `AFFINITY` and `AFFINITY_TIMEOUT`, when the walk counts affinity pins.
-    affinity: Option<(OwnedFd, OwnedFd)>,
+    /// `AFFINITY`, `AFFINITY_TIMEOUT` and `VIPS`, when the walk refreshes and counts
+    /// affinity pins.
+    affinity: Option<(OwnedFd, OwnedFd, OwnedFd)>,
 }
 
 impl ConntrackWalker {
@@ -191,34 +244,77 @@ impl ConntrackWalker {
         }
     }
 
-    /// This walker, counting the live affinity pins of `pins` (`AFFINITY`) by the
-    /// timeouts of `timeouts` (`AFFINITY_TIMEOUT`) too.
-    pub(super) fn with_affinity(mut self, pins: OwnedFd, timeouts: OwnedFd) -> Self {
-        self.affinity = Some((pins, timeouts));
+    /// This walker, refreshing and counting the affinity pins of `pins` (`AFFINITY`)
+    /// too, by the timeouts of `timeouts` (`AFFINITY_TIMEOUT`) and the flags of `vips`
+    /// (`VIPS`).
+    pub(super) fn with_affinity(mut self, pins: OwnedFd, timeouts: OwnedFd, vips: OwnedFd) -> Self {
+        self.affinity = Some((pins, timeouts, vips));
         self
     }
 
-    /// Live affinity pins per VIP id at `now` (see the module documentation).
-    fn affinity_pins(&self, now: u64) -> Result<HashMap<u32, u64>, DataplaneError> {
-        let Some((pins, timeouts)) = &self.affinity else {
-            return Ok(HashMap::new());
+    /// The affinity VIPs' timeouts and flags, read once per walk; `None` when the
+    /// walker has no affinity maps.
+    fn affinity_vips(&self) -> Result<Option<AffinityVips>, DataplaneError> {
+        let Some((_, timeouts, vips)) = &self.affinity else {
+            return Ok(None);
         };
-        let mut timeout = vec![0u64; MAX_VIPS as usize];
+        let mut read = AffinityVips {
+            timeout_ns: vec![0; MAX_VIPS as usize],
+            flags: vec![0; MAX_VIPS as usize],
+        };
         for_each::<u32, u64>(timeouts, maps::AFFINITY_TIMEOUT, |id, ns| {
-            if let Some(t) = timeout.get_mut(*id as usize) {
+            if let Some(t) = read.timeout_ns.get_mut(*id as usize) {
                 *t = *ns;
             }
         })?;
+        for_each::<VipKey, VipEntry>(vips, maps::VIPS, |_, v| {
+            if let Some(f) = read.flags.get_mut(v.vip_id as usize) {
+                *f = v.flags;
+            }
+        })?;
+        Ok(Some(read))
+    }
+
+    /// Refreshes the affinity pins of `vips` from `activity` and counts the live ones
+    /// per VIP id at `now` (see the module documentation).
+    fn affinity_pins(
+        &self,
+        vips: &AffinityVips,
+        activity: &Activity,
+        now: u64,
+    ) -> Result<HashMap<u32, u64>, DataplaneError> {
+        let Some((pins, _, _)) = &self.affinity else {
+            return Ok(HashMap::new());
+        };
         let mut live = vec![0u64; MAX_VIPS as usize];
+        let mut writes = Vec::new();
         for_each::<AffinityKey, AffinityEntry>(pins, maps::AFFINITY, |k, e| {
+            let e = match activity.refreshed(k, e) {
+                Some(new) => {
+                    writes.push((*k, new));
+                    new
+                }
+                None => *e,
+            };
             let i = k.vip_id as usize;
-            if let (Some(&t), Some(n)) = (timeout.get(i), live.get_mut(i))
+            if let (Some(&t), Some(n)) = (vips.timeout_ns.get(i), live.get_mut(i))
                 && t != 0
                 && now.saturating_sub(e.stamp_ns) <= t
             {
                 *n += 1;
             }
         })?;
+        // Written after the batch read, not during it. A pin the program rewrote in
+        // between (its backend drained or removed) gets the older backend back with a
+        // recent stamp; the next new connection finds it inactive and moves it again.
+        for (k, e) in &writes {
+            bpf_sys::update(pins.as_fd(), pod_bytes(k), pod_bytes(e)).map_err(|error| {
+                DataplaneError::Syscall {
+                    op: format!("BPF_MAP_UPDATE_ELEM on map {}", maps::AFFINITY),
+                    error,
+                }
+            })?;
+        }
         Ok(live
             .into_iter()
             .enumerate()
@@ -265,14 +361,22 @@ impl ConntrackWalker {
                 Class::Expired => {}
             }
         };
+        let vips = self.affinity_vips()?;
+        let mut activity = Activity::default();
         let (mut v4, mut v6) = (0, 0);
         for_each::<FlowKey4, CtEntry>(&self.v4, maps::CONNTRACK_V4, |k, e| {
             v4 += 1;
             count(e, k.proto);
+            if let Some(vips) = &vips {
+                activity.note(vips, || k.widen(), e, now);
+            }
         })?;
         for_each::<FlowKey, CtEntry>(&self.v6, maps::CONNTRACK_V6, |k, e| {
             v6 += 1;
             count(e, k.vip.proto);
+            if let Some(vips) = &vips {
+                activity.note(vips, || *k, e, now);
+            }
         })?;
         let window = u64::try_from(settings.syn_window.as_nanos()).unwrap_or(u64::MAX);
         let mut used = 0;
@@ -295,7 +399,9 @@ impl ConntrackWalker {
         census.v4_entries = v4;
         census.v6_entries = v6;
         census.syn_slots_used = used;
-        census.affinity = self.affinity_pins(now)?;
+        if let Some(vips) = &vips {
+            census.affinity = self.affinity_pins(vips, &activity, now)?;
+        }
         census.took = started.elapsed();
         Ok(census)
     }
@@ -337,5 +443,75 @@ mod tests {
         // The tick is about 1.07 s: 59 s is not yet idle past 60 s, 62 s is.
         assert_eq!(c(&seen(59), PROTO_TCP), Class::Established { idle: false });
         assert_eq!(c(&seen(62), PROTO_TCP), Class::Established { idle: true });
+    }
+
+    /// VIP 1 hashes `src` with affinity; VIP 2 hashes `src` without.
+    fn vips() -> AffinityVips {
+        let mut v = AffinityVips {
+            timeout_ns: vec![0; 4],
+            flags: vec![0; 4],
+        };
+        let h = |affinity_secs| lb_common::hash_fields::HashFields {
+            fields: lb_common::hash_fields::Fields::Src,
+            prefix: 0,
+            affinity_secs,
+        };
+        v.flags[1] = h(300).flags();
+        v.timeout_ns[1] = 300 * 1_000_000_000;
+        v.flags[2] = h(0).flags();
+        v
+    }
+
+    fn flow(src: u8, sport: u16) -> FlowKey {
+        FlowKey4 {
+            src: [192, 0, 2, src],
+            dst: [203, 0, 113, 10],
+            sport: sport.to_be(),
+            dport: 80u16.to_be(),
+            proto: PROTO_TCP,
+            _pad: [0; 3],
+        }
+        .widen()
+    }
+
+    #[test]
+    fn a_pin_takes_the_newest_packet_of_its_clients_open_connections_to_its_backend() {
+        let vips = vips();
+        let mut activity = Activity::default();
+        let conn = |vip_id, backend_id, secs_ago| CtEntry {
+            vip_id,
+            backend_id,
+            ..seen(secs_ago)
+        };
+        // Client .7 of VIP 1: two connections to backend 3 (seen 100 s and 20 s ago),
+        // one to backend 4 (5 s ago) and a closing one to 3 (1 s ago).
+        activity.note(&vips, || flow(7, 1000), &conn(1, 3, 100), NOW);
+        activity.note(&vips, || flow(7, 1001), &conn(1, 3, 20), NOW);
+        activity.note(&vips, || flow(7, 1002), &conn(1, 4, 5), NOW);
+        let closing = CtEntry {
+            closing: CT_FIN,
+            ..conn(1, 3, 1)
+        };
+        activity.note(&vips, || flow(7, 1003), &closing, NOW);
+        // Client .8 of VIP 2 (no affinity): nothing noted.
+        activity.note(&vips, || flow(8, 1000), &conn(2, 3, 1), NOW);
+        assert_eq!(activity.0.len(), 2);
+
+        let key = affinity::key(&flow(7, 0), 1, vips.flags[1]);
+        let old = affinity::pin(3, NOW - 400 * 1_000_000_000);
+        let new = activity.refreshed(&key, &old).expect("refreshed");
+        let tick = 1u64 << CT_TICK_SHIFT;
+        let twenty = NOW - 20 * 1_000_000_000;
+        assert!(
+            new.stamp_ns <= twenty && new.stamp_ns > twenty - tick,
+            "{new:?}"
+        );
+        assert_eq!(new.backend_id, 3);
+        // A pin newer than every packet, or on a backend without an open connection
+        // of the client, is left alone.
+        assert_eq!(activity.refreshed(&key, &affinity::pin(3, NOW)), None);
+        assert_eq!(activity.refreshed(&key, &affinity::pin(5, 0)), None);
+        let other = affinity::key(&flow(9, 0), 1, vips.flags[1]);
+        assert_eq!(activity.refreshed(&other, &old), None);
     }
 }

@@ -580,7 +580,8 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
     let health = health::checker(&file.health, &mut r);
     let announce = announce::announce(&file.announce, &mut r);
     let api = api::api(&file.api, &mut r);
-    let mut vips = vips::vips(&file.vips, &encap, top.mtu, &mut r);
+    let walk_ms = u32::try_from(metrics.connections_interval.as_millis()).unwrap_or(u32::MAX);
+    let mut vips = vips::vips(&file.vips, &encap, top.mtu, walk_ms, &mut r);
     fleet_rule(&mut vips, announce.enabled, &mut r);
     let max_table_memory = vips::table_memory_limit(&vips, top.max_table_mib, &mut r);
     if !r.errors.is_empty() {

@@ -6,13 +6,21 @@
 //! flow`'s table prediction, which the test uses to pick the moved clients), so the
 //! test cannot pass because nothing moved. `lb status` then counts every client's live
 //! affinity pin.
+//!
+//! A second test keeps one long connection per client busy past the (short) timeout:
+//! the daemon's conntrack walk keeps those clients' pins alive, so after a backend is
+//! added their new connections still go to their backend, while clients whose only
+//! connection closed have lost their pins.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use lb_tests::{
     daemon::{DaemonConfig, vip_text},
     testbed::{TestBed, TestBedOptions, vip_tcp},
-    traffic::{self, Tally},
+    traffic::{self, Greeted, Tally},
 };
 
 use super::{daemon, tcp_vip};
@@ -111,4 +119,102 @@ fn backend_ip(name: &str) -> String {
         .parse()
         .unwrap_or_else(|_| panic!("a backend name, not {name:?}"));
     lb_tests::daemon::backend_addr(k, false).to_string()
+}
+
+/// The short timeout of the busy-client test (s) and its walk period (ms): lb.toml's
+/// minimum for a 500 ms walk is 4 s; 10 s lets a connection go 6.5 s without a packet
+/// (`lb_common::affinity`), far more than the test's exchange period.
+const SHORT_TIMEOUT: u32 = 10;
+const WALK_MS: u32 = 500;
+/// Clients with a busy long connection (with four backends, all 48 stay on their slot
+/// with probability 0.75^48, about 1e-6) and clients whose connection closed.
+const BUSY: usize = 48;
+const CLOSED: usize = 8;
+
+/// Long connections that each exchange a line every 250 ms while [`Busy::keep`] runs,
+/// each checked to stay on its first backend.
+struct Busy(Vec<Greeted>);
+
+impl Busy {
+    /// One exchange on every connection.
+    fn round(&mut self) {
+        for (i, g) in self.0.iter_mut().enumerate() {
+            let answer = g.conn.exchange("tick").expect("a busy connection answers");
+            assert_eq!(answer, g.backend, "busy connection {i} moved");
+        }
+    }
+
+    /// Rounds every 250 ms for `d`.
+    fn keep(&mut self, d: Duration) {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            self.round();
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+#[test]
+fn a_busy_clients_pin_outlives_the_timeout_and_keeps_its_new_connections() {
+    assert!(lb_tests::is_root(), "privileged test: run as root");
+    let bed = TestBed::new(TestBedOptions {
+        backends: 3,
+        clients: BUSY + CLOSED,
+        ..TestBedOptions::default()
+    })
+    .expect("build the test bed");
+    let vip = vip_text(false, true);
+    let mut config = DaemonConfig::equal(1..=3);
+    config.metrics = format!("connections_interval_ms = {WALK_MS}");
+    config.vip_keys.push((
+        vip.clone(),
+        format!("hash = \"src\"\npersistence_timeout_secs = {SHORT_TIMEOUT}"),
+    ));
+    let lb = daemon(&bed, &config);
+    let addr = |i: usize| SocketAddr::new(bed.client_addr(i, false), 0);
+    let srcs: Vec<SocketAddr> = (0..BUSY).map(addr).collect();
+    let mut busy = Busy(traffic::connect_all(&bed, &srcs, vip_tcp(false)).expect("connections"));
+    let closed: Vec<SocketAddr> = (BUSY..BUSY + CLOSED).map(addr).collect();
+    traffic::greet_all(&bed, &closed, vip_tcp(false)).expect("closed connections");
+
+    // Twice the timeout and more without a new connection of any client.
+    busy.keep(Duration::from_secs(u64::from(SHORT_TIMEOUT) * 2 + 2));
+    let flow = |src: SocketAddr| {
+        lb.flow(&vip, SocketAddr::new(src.ip(), 40_000))
+            .expect("lb flow")
+    };
+    for src in &closed {
+        let a = flow(*src).affinity.expect("the VIP has affinity");
+        assert!(!a.decides, "{src}: a closed client keeps no pin: {a:?}");
+    }
+    let k = bed.add_backend().expect("a fourth backend");
+    let out = lb.backend("add", &vip, k, None).expect("lb backend add");
+    eprintln!("lb backend add: {}", out.trim());
+    busy.round();
+
+    let mut moved = 0;
+    for (i, src) in srcs.iter().enumerate() {
+        busy.round();
+        let was = busy.0[i].backend.clone();
+        let report = flow(*src);
+        let a = report.affinity.clone().expect("the VIP has affinity");
+        assert!(a.decides, "busy client {i}: its pin lives: {report:?}");
+        assert_eq!(
+            a.backend.unwrap_or_default(),
+            backend_ip(&was),
+            "client {i}"
+        );
+        if report.table_backend.unwrap_or_default() == backend_ip(&was) {
+            continue;
+        }
+        moved += 1;
+        let answered = traffic::greet_all(&bed, &[*src], vip_tcp(false)).expect("new one");
+        assert_eq!(
+            answered[0].1, was,
+            "busy client {i}: its new connection left {was}"
+        );
+    }
+    eprintln!("{moved} of {BUSY} busy clients moved by the new table kept their backend");
+    assert!(moved > 0, "no busy client's slot moved");
+    busy.round();
 }

@@ -31,6 +31,7 @@
 //! | `lb conn list` lists real connections of both families; its filters and `--limit` (issue 32) | [`conns`] |
 //! | `lb config diff` says what a reload would change, exits 0/1/2 as diff(1) (issue 32) | [`reload`] |
 //! | client affinity: a client's many new connections stay on its backend when a backend is added (issue 32) | [`affinity::a_clients_connections_stay_on_its_backend_when_a_backend_is_added`] |
+//! | client affinity: a busy client's pin outlives the timeout through the conntrack walk (issue 32) | [`affinity::a_busy_clients_pin_outlives_the_timeout_and_keeps_its_new_connections`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!

@@ -510,6 +510,13 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
             "vip[0].persistence_timeout_secs: expected at most 2678400 seconds (31 days), got 2678401 (line 9)",
         ),
         (
+            with_vip("").replace(
+                "[[vip]]\n",
+                "[[vip]]\nhash = \"src\"\npersistence_timeout_secs = 22\n",
+            ),
+            "vip[0].persistence_timeout_secs: expected at least 23 seconds, got 22: twice the period of the conntrack walk that keeps busy clients' pins alive (metrics.connections_interval_ms = 10000) plus 3 s (line 9)",
+        ),
+        (
             format!("{BASE}[conntrack]\npersistence_capacity = 10\n"),
             "conntrack.persistence_capacity: expected a value from 256 to 16777216, got 10 (line 7)",
         ),
@@ -742,6 +749,17 @@ fn hash_fields_are_read_and_a_whole_address_prefix_is_no_prefix() {
         hashed("persistence_timeout_secs = 0\n").affinity_secs,
         0,
         "0: no affinity, with any fields"
+    );
+    // A faster conntrack walk allows a shorter timeout: 2 x 0.5 s + 3 s.
+    let fast = format!("{BASE}[metrics]\nconnections_interval_ms = 500\n{VIP}").replace(
+        "[[vip]]\n",
+        "[[vip]]\nhash = \"src\"\npersistence_timeout_secs = 4\n",
+    );
+    assert_eq!(
+        load(&fast).expect("valid").config.vips[0]
+            .hash
+            .affinity_secs,
+        4
     );
 }
 

@@ -28,8 +28,15 @@ use lb_maglev::BackendKey;
 const IPV6_MIN_MTU: u16 = 1_280;
 
 /// Validates every VIP (in file order, indices from 0), with the outer sources of
-/// `encap` and the path MTU `mtu`.
-pub(super) fn vips(files: &[VipFile], encap: &Encap, mtu: u16, r: &mut Report) -> Vec<VipConfig> {
+/// `encap`, the path MTU `mtu` and the conntrack walk's period `walk_ms`
+/// (`metrics.connections_interval_ms`, which bounds the affinity timeout from below).
+pub(super) fn vips(
+    files: &[VipFile],
+    encap: &Encap,
+    mtu: u16,
+    walk_ms: u32,
+    r: &mut Report,
+) -> Vec<VipConfig> {
     if files.len() > MAX_VIPS as usize {
         r.error(
             "vip",
@@ -42,7 +49,7 @@ pub(super) fn vips(files: &[VipFile], encap: &Encap, mtu: u16, r: &mut Report) -
     let mut seen: HashMap<Vip, usize> = HashMap::new();
     let mut vips = Vec::with_capacity(files.len());
     for (i, v) in files.iter().enumerate() {
-        vips.extend(vip(i, v, encap, mtu, &mut seen, r));
+        vips.extend(vip(i, v, (encap, mtu, walk_ms), &mut seen, r));
     }
     let sources: usize = vips.iter().map(|v| v.allowed_sources.len()).sum();
     if sources > MAX_SOURCE_RANGES as usize {
@@ -72,8 +79,7 @@ pub(super) fn vips(files: &[VipFile], encap: &Encap, mtu: u16, r: &mut Report) -
 fn vip(
     i: usize,
     v: &VipFile,
-    encap: &Encap,
-    mtu: u16,
+    (encap, mtu, walk_ms): (&Encap, u16, u32),
     seen: &mut HashMap<Vip, usize>,
     r: &mut Report,
 ) -> Option<VipConfig> {
@@ -106,7 +112,7 @@ fn vip(
     let tunnel = vip_encap(&path, v, r);
     let allowed_sources = allowed_sources(&path, v, vip, r);
     let mut hash = hash_fields(&path, v, vip, r);
-    hash.affinity_secs = persistence(&path, v, hash.fields, r);
+    hash.affinity_secs = persistence(&path, v, hash.fields, walk_ms, r);
     let lb_source = lb_source(&path, vip, ipv6_backends, encap, mtu, r);
     let table_size = uint(v.table_size, defaults::TABLE_SIZE);
     if let Err(e) = lb_maglev::validate_table_size(table_size) {
@@ -179,8 +185,10 @@ fn vip_encap(path: &str, v: &VipFile, r: &mut Report) -> Encapsulation {
 
 /// `vip[i].persistence_timeout_secs`: client affinity's idle timeout (seconds; 0 or
 /// absent: none), only with source fields (`lb_common::affinity`) and without the fast
-/// path, whose table decides new flows without reading the client's pin.
-fn persistence(path: &str, v: &VipFile, fields: Fields, r: &mut Report) -> u32 {
+/// path, whose table decides new flows without reading the client's pin; at least
+/// `affinity::min_timeout_secs` of the conntrack walk's period `walk_ms`, which keeps
+/// busy clients' pins alive.
+fn persistence(path: &str, v: &VipFile, fields: Fields, walk_ms: u32, r: &mut Report) -> u32 {
     let Some(secs) = v.persistence_timeout_secs.map(|s| s.0) else {
         return 0;
     };
@@ -213,6 +221,19 @@ fn persistence(path: &str, v: &VipFile, fields: Fields, r: &mut Report) -> u32 {
             format!(
                 "expected at most {} seconds (31 days), got {secs}",
                 affinity::MAX_TIMEOUT_SECS
+            ),
+        );
+        return 0;
+    }
+    let min = affinity::min_timeout_secs(walk_ms);
+    if secs < min {
+        r.error(
+            key,
+            format!(
+                "expected at least {min} seconds, got {secs}: twice the period of the \
+                 conntrack walk that keeps busy clients' pins alive \
+                 (metrics.connections_interval_ms = {walk_ms}) plus {} s",
+                affinity::ACTIVITY_LAG_SECS
             ),
         );
         return 0;
