@@ -32,13 +32,11 @@ use std::{
 
 use super::{
     Output,
+    fields::HashFieldArgs,
     table::{parse_seed, parse_table_size},
 };
 use crate::defaults;
-use lb_common::{
-    hash_fields::{Fields, HashFields, PrefixError},
-    types::{FAMILY_V4, FAMILY_V6},
-};
+use lb_common::hash_fields::HashFields;
 use lb_hashlab::{
     Event, Input, KeyHash, KeySet, LabInput, Params, SchemeKind, Server,
     hashes::{DEFAULT_FLOW_VIP, HASH_NAMES},
@@ -108,14 +106,10 @@ pub struct HashArgs {
     /// VIP that `--hash flow` connects endpoint keys to (TCP).
     #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_FLOW_VIP)]
     pub vip: SocketAddr,
-    /// With `--hash flow`: the VIP's hash fields (lb.toml's `vip.hash`): 5-tuple, src,
-    /// src+dport or dport; an endpoint key then hashes as the data plane picks its slot.
-    #[arg(long, value_name = "FIELDS", default_value = "5-tuple", value_parser = parse_hash_fields)]
-    pub hash_fields: Fields,
-    /// With `--hash-fields src` or `src+dport`: the leading bits of the client address
-    /// hashed (lb.toml's `vip.hash_source_prefix`; default: the whole address).
-    #[arg(long, value_name = "BITS")]
-    pub hash_source_prefix: Option<u8>,
+    /// With `--hash flow`: the VIP's hash fields; an endpoint key then hashes as the
+    /// data plane picks its slot.
+    #[command(flatten)]
+    pub fields: HashFieldArgs,
     /// A small hash space 0..S for worked examples: key hashes and ring positions are
     /// taken mod S (rendezvous scores are not).
     #[arg(long, value_name = "S", value_parser = parse_space)]
@@ -555,42 +549,11 @@ fn parse_positive(text: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{text:?} is not a number > 0"))
 }
 
-/// One `--hash-fields` value: a name of lb.toml's `vip.hash`.
-fn parse_hash_fields(text: &str) -> Result<Fields, String> {
-    Fields::from_name(text).ok_or_else(|| {
-        let names: Vec<&str> = Fields::ALL.iter().map(|f| f.name()).collect();
-        format!("unknown hash fields {text:?}: {}", names.join(", "))
-    })
-}
-
-/// The VIP's hash fields for `--hash flow`: `--hash-fields` and
-/// `--hash-source-prefix`, checked as lb.toml checks `vip.hash_source_prefix`.
+/// The VIP's hash fields for `--hash flow` ([`HashFieldArgs::resolve`]).
 fn flow_fields(args: &HashArgs) -> Result<HashFields, HashCliError> {
-    let fields = args.hash_fields;
-    let Some(prefix) = args.hash_source_prefix else {
-        return Ok(HashFields {
-            fields,
-            ..HashFields::default()
-        });
-    };
-    let family = if args.vip.is_ipv4() {
-        FAMILY_V4
-    } else {
-        FAMILY_V6
-    };
-    HashFields::with_source_prefix(fields, family, u32::from(prefix)).map_err(|e| {
-        let why = match e {
-            PrefixError::NotSource => format!(
-                "applies only with --hash-fields src or src+dport, not {}",
-                fields.name()
-            ),
-            PrefixError::OutOfRange { max } => format!(
-                "expected a prefix length from 1 to {max} for VIP {}, got {prefix}",
-                args.vip
-            ),
-        };
-        HashCliError::argument("--hash-source-prefix", why)
-    })
+    args.fields
+        .resolve(args.vip.ip())
+        .map_err(|why| HashCliError::argument(HashFieldArgs::PREFIX_OPTION, why))
 }
 
 fn parse_hash_name(text: &str) -> Result<String, String> {

@@ -28,6 +28,7 @@ pub mod config;
 pub mod conn;
 pub mod detach;
 pub mod docs;
+pub mod fields;
 pub mod fleet;
 pub mod flow;
 pub mod hash;

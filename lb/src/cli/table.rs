@@ -1,9 +1,10 @@
 //! `lb table`: build and compare Maglev tables offline, for operators (no root, no
 //! daemon, no maps):
 //!
-//! - `lb table build [--size M] [--seed S] [--json] BACKEND...` prints each backend's slot
-//!   count and share, min/max/mean slots, the max/avg ratio, the fingerprint and the
-//!   build time;
+//! - `lb table build [--size M] [--seed S] [--json] [VIP OPTIONS] BACKEND...` prints
+//!   each backend's slot count and share, min/max/mean slots, the max/avg ratio, the
+//!   fingerprint (the VIP's: with `--hash-fields`, as `lb status` shows it) and the
+//!   build time, and with `--flow` the slot and backend of each flow ([`predict`]);
 //! - `lb table diff [--size M] [--seed S] [--json] --old LIST --new LIST` prints how many
 //!   slots change owner between the tables of two backend sets, how many of those move
 //!   between backends present in both, and how many go to added backends.
@@ -24,10 +25,15 @@ use serde::Serialize;
 
 use super::Output;
 use crate::defaults;
+use lb_common::hash_fields::{Fields, HashFields};
 use lb_maglev::{
     Backend, FINGERPRINT_VERSION, MaglevError, MaglevTable, TableDiff, parse_backend_list,
     validate_table_size,
 };
+
+pub mod predict;
+
+pub use predict::{FlowPrediction, VipArgs};
 
 /// How many backend keys the text output of `diff` lists before summarising.
 const KEYS_LISTED: usize = 10;
@@ -70,6 +76,9 @@ pub struct BuildArgs {
     /// Size, seed and output format.
     #[command(flatten)]
     pub options: TableOptions,
+    /// The VIP: its hash fields and the flows to predict.
+    #[command(flatten)]
+    pub vip: VipArgs,
     /// The backends, in the `BACKEND` form of the module documentation.
     #[arg(
         value_name = "BACKEND",
@@ -131,14 +140,15 @@ pub fn parse_seed(text: &str) -> Result<u64, String> {
     })
 }
 
-/// Why `lb table` failed: an argument the table builder rejected. The text names it.
+/// Why `lb table` failed: an argument the table builder (or the VIP's hash fields)
+/// rejected. The text names it.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid {argument}: {problem}")]
 pub struct TableCliError {
-    /// The argument, e.g. `--size 7` or `--old list`.
+    /// The argument, e.g. `--size 7`, `--old list` or `--hash-source-prefix`.
     pub argument: String,
-    /// What the builder said.
-    pub problem: MaglevError,
+    /// What is wrong with it.
+    pub problem: String,
 }
 
 /// Runs `lb table`: the report as text (warnings apart) or as one JSON object
@@ -155,10 +165,13 @@ pub fn run(args: &TableArgs) -> Result<Output, TableCliError> {
 
 fn run_build(args: &BuildArgs) -> Result<Output, TableCliError> {
     let options = &args.options;
+    let fields = args.vip.hash_fields()?;
     let started = Instant::now();
     let table = MaglevTable::build(&args.backends, options.size, options.seed)
         .map_err(|problem| argument_error(problem, options.size, "BACKEND list"))?;
-    let report = BuildReport::new(&table, started.elapsed());
+    let build_time = started.elapsed();
+    let flows = args.vip.predict(&table, fields)?;
+    let report = BuildReport::new(&table, build_time, fields).with_flows(flows);
     Ok(if options.json {
         Output::text(to_json(&report))
     } else {
@@ -195,7 +208,10 @@ fn argument_error(problem: MaglevError, size: u32, list: &str) -> TableCliError 
         | MaglevError::TableSizeBelowBackendCount { .. } => format!("--size {size}"),
         _ => list.to_owned(),
     };
-    TableCliError { argument, problem }
+    TableCliError {
+        argument,
+        problem: problem.to_string(),
+    }
 }
 
 /// Pretty JSON of a report and a line break (serialising these plain structs cannot
@@ -211,10 +227,15 @@ pub struct BuildReport {
     pub size: u32,
     /// Hash seed.
     pub seed: u64,
-    /// SHA-256 fingerprint, 64 hex digits.
+    /// SHA-256 fingerprint, 64 hex digits: the VIP's (covering its hash fields unless
+    /// they are the 5-tuple), as `lb status` shows it.
     pub fingerprint: String,
     /// Version of the fingerprint encoding.
     pub fingerprint_version: u32,
+    /// The VIP's hash fields (`--hash-fields`; lb.toml's `vip.hash`).
+    pub hash_fields: String,
+    /// The client address prefix hashed (`--hash-source-prefix`), 0: the whole address.
+    pub hash_source_prefix: u8,
     /// Build time in milliseconds (wall clock, this process).
     pub build_ms: f64,
     /// Every backend in table order.
@@ -231,6 +252,8 @@ pub struct BuildReport {
     pub max_avg_ratio: Option<f64>,
     /// The table's warnings.
     pub warnings: Vec<String>,
+    /// The slot and backend of each `--flow`, in order (empty without `--flow`).
+    pub flows: Vec<FlowPrediction>,
 }
 
 /// One backend's line of [`BuildReport`].
@@ -249,9 +272,9 @@ pub struct BackendReport {
 }
 
 impl BuildReport {
-    /// The report of `table`, built in `build_time`.
+    /// The report of `table`, built in `build_time`, for a VIP hashing `fields`.
     #[must_use]
-    pub fn new(table: &MaglevTable, build_time: Duration) -> Self {
+    pub fn new(table: &MaglevTable, build_time: Duration, fields: HashFields) -> Self {
         let size = f64::from(table.size());
         let backends = table
             .backends()
@@ -275,8 +298,10 @@ impl BuildReport {
         Self {
             size: table.size(),
             seed: table.seed(),
-            fingerprint: table.fingerprint().to_string(),
+            fingerprint: table.fingerprint().with_hash_fields(fields).to_string(),
             fingerprint_version: FINGERPRINT_VERSION,
+            hash_fields: fields.fields.name().to_owned(),
+            hash_source_prefix: fields.prefix,
             build_ms: build_time.as_secs_f64() * 1e3,
             backends,
             active_backends: active,
@@ -285,7 +310,15 @@ impl BuildReport {
             mean_slots,
             max_avg_ratio,
             warnings: table.warnings().to_vec(),
+            flows: Vec::new(),
         }
+    }
+
+    /// This report with the predictions `flows`.
+    #[must_use]
+    pub fn with_flows(mut self, flows: Vec<FlowPrediction>) -> Self {
+        self.flows = flows;
+        self
     }
 
     /// The text form (warnings excluded: they go to stderr).
@@ -346,7 +379,29 @@ impl BuildReport {
             "fingerprint {} (v{})",
             self.fingerprint, self.fingerprint_version
         );
+        if self.hash_fields != Fields::FiveTuple.name() {
+            let prefix = match self.hash_source_prefix {
+                0 => String::new(),
+                p => format!(", source prefix /{p}"),
+            };
+            let _ = writeln!(
+                text,
+                "hash fields {}{prefix} (covered by the fingerprint)",
+                self.hash_fields
+            );
+        }
         let _ = writeln!(text, "build time {:.3} ms", self.build_ms);
+        for f in &self.flows {
+            let _ = writeln!(
+                text,
+                "flow {}: slot {}, backend {}",
+                f.client,
+                f.slot,
+                f.backend
+                    .as_deref()
+                    .unwrap_or("none (empty table: dropped)")
+            );
+        }
         text
     }
 }

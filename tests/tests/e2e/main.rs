@@ -32,6 +32,7 @@
 //! | `lb config diff` says what a reload would change, exits 0/1/2 as diff(1) (issue 32) | [`reload`] |
 //! | client affinity: a client's many new connections stay on its backend when a backend is added (issue 32) | [`affinity::a_clients_connections_stay_on_its_backend_when_a_backend_is_added`] |
 //! | client affinity: a busy client's pin outlives the timeout through the conntrack walk (issue 32) | [`affinity::a_busy_clients_pin_outlives_the_timeout_and_keeps_its_new_connections`] |
+//! | `lb table build --hash-fields --flow` predicts `lb status`'s fingerprint, `lb flow` and the answering backend (issue 32) | [`predict::table_build_with_the_hash_fields_predicts_lb_flow_the_fingerprint_and_the_backend`] |
 //!
 //! | issue 10 (health checks) | [`health`] |
 //!
@@ -51,6 +52,7 @@ mod lifecycle;
 mod longlived;
 mod nodaemon;
 mod pmtu;
+mod predict;
 mod reload;
 mod removal;
 mod stats;

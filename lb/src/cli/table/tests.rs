@@ -225,3 +225,117 @@ fn long_lists_are_summarised() {
     assert!(list(&keys).ends_with("k9, and 2 more"));
     assert_eq!(list(&[]), "-");
 }
+
+#[test]
+fn build_with_hash_fields_gives_the_vips_fingerprint_and_predicts_flows() {
+    let backends = ["198.51.100.11", "198.51.100.12", "198.51.100.13"];
+    let build = |extra: &[&str]| {
+        let mut args = vec!["build", "--json", "--size", "1009"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&backends);
+        let (code, out, err) = lb_table(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let plain = build(&[]);
+    assert_eq!(plain["hash_fields"], "5-tuple");
+    assert_eq!(plain["hash_source_prefix"], 0);
+    assert_eq!(plain["flows"], serde_json::json!([]));
+    let flows = "192.0.2.7:40001,192.0.2.9:40002,192.0.3.7:40001";
+    let src = build(&[
+        "--hash-fields",
+        "src",
+        "--hash-source-prefix",
+        "24",
+        "--flow",
+        flows,
+    ]);
+    let table = MaglevTable::build(
+        &backends.map(|b| b.parse().unwrap()),
+        1009,
+        defaults::MAGLEV_SEED,
+    )
+    .unwrap();
+    let h = HashFields {
+        fields: Fields::Src,
+        prefix: 24,
+        affinity_secs: 0,
+    };
+    assert_eq!(
+        src["fingerprint"],
+        table.fingerprint().with_hash_fields(h).to_string()
+    );
+    assert_ne!(src["fingerprint"], plain["fingerprint"]);
+    assert_eq!(src["hash_source_prefix"], 24);
+    // One /24 is one client: the same slot whatever the host and port.
+    assert_eq!(src["flows"][0]["slot"], src["flows"][1]["slot"]);
+    for (i, client) in flows.split(',').enumerate() {
+        let f = &src["flows"][i];
+        assert_eq!(f["client"], client);
+        let key = lb_maglev::flow::flow_key(
+            client.parse().unwrap(),
+            "203.0.113.10:80".parse().unwrap(),
+            lb_common::types::PROTO_TCP,
+        )
+        .unwrap();
+        let slot = lb_maglev::flow::table_slot_of(&key, h, defaults::HASH_SEED, 1009).unwrap();
+        assert_eq!(f["slot"], slot);
+        assert_eq!(f["backend"], table.owner(slot).unwrap().key.to_string());
+    }
+    let (_, text, _) = lb_table(&[
+        "build",
+        "--hash-fields",
+        "src",
+        "--hash-source-prefix",
+        "24",
+        "--flow",
+        "192.0.2.7:40001",
+        "198.51.100.11",
+    ]);
+    assert!(
+        text.contains("\nhash fields src, source prefix /24 (covered by the fingerprint)\n"),
+        "{text}"
+    );
+    assert!(text.contains("\nflow 192.0.2.7:40001: slot "), "{text}");
+    assert!(text.ends_with(", backend 198.51.100.11\n"), "{text}");
+}
+
+#[test]
+fn hash_field_errors_name_the_option() {
+    let (code, _, err) = lb_table(&["build", "--hash-source-prefix", "24", "198.51.100.11"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "invalid --hash-source-prefix: applies only with --hash-fields src or src+dport, not 5-tuple"
+    );
+    let (code, _, err) = lb_table(&[
+        "build",
+        "--vip",
+        "[2001:db8::10]:80",
+        "--hash-fields",
+        "src",
+        "--hash-source-prefix",
+        "129",
+        "198.51.100.11",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "invalid --hash-source-prefix: expected a prefix length from 1 to 128 for VIP 2001:db8::10, got 129"
+    );
+    let (code, _, err) = lb_table(&["build", "--flow", "[2001:db8::7]:1", "198.51.100.11"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "invalid --flow [2001:db8::7]:1: not of the family of --vip 203.0.113.10:80"
+    );
+    let (code, _, err) = lb_table(&["build", "--hash-fields", "dst", "198.51.100.11"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown hash fields \"dst\""), "{err}");
+    let (code, _, err) = lb_table(&["build", "--hash-seed", "0x100000000", "198.51.100.11"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("wider than the flow hash's 32-bit seed"),
+        "{err}"
+    );
+}
