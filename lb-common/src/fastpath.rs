@@ -397,6 +397,72 @@ pub enum OnFull {
     Forward,
 }
 
+impl OnFull {
+    /// The give-up the caller counts when the exceptions map refused the pin (residual
+    /// R2): [`Note::SynDropped`], [`Note::HeldKept`] or [`Note::Unpinned`].
+    #[inline(always)]
+    #[must_use]
+    pub const fn note(self) -> Note {
+        match self {
+            OnFull::Drop => Note::SynDropped,
+            OnFull::KeepHeld => Note::HeldKept,
+            OnFull::Forward => Note::Unpinned,
+        }
+    }
+}
+
+/// Rule M3: the map a new pin of a flow on dirty `slot` naming `backend` goes to. A TCP
+/// pin naming the clean owner is [`PinClass::Derivable`] (the LRU conntrack map: the
+/// TCP miss rule gives that backend again, so its eviction loses nothing); every other
+/// pin, and every UDP pin (the UDP miss rule changes with time), is a
+/// [`PinClass::Exception`] (the exceptions map, which never evicts). The decision and
+/// the data path route by this one test.
+#[inline(always)]
+#[must_use]
+pub fn pin_class(slot: &SlotState, udp: bool, backend: u32) -> PinClass {
+    if !udp && slot.clean_owner != 0 && backend == slot.clean_owner() {
+        PinClass::Derivable
+    } else {
+        PinClass::Exception
+    }
+}
+
+/// [`crate::types::CtEntry::seen_ticks`] of a pin made at a SYN (rule S4) that no later
+/// packet of its flow has seen yet: 0, a tick no packet is stamped with (the coarse
+/// clock's tick 0 is the first second after boot). The first later packet writes its
+/// tick ([`crate::types::CtEntry::seen_ticks`] is rewritten whenever the tick differs).
+pub const UNSEEN_TICKS: u32 = 0;
+
+/// Rule S4's expiry: whether a pin made at a SYN (ISN `isn`, stamped `stamp_ns`) that no
+/// later packet has seen (`seen_ticks` is [`UNSEEN_TICKS`]) is past the SYN hold at
+/// `now_ns`. Its handshake never completed: the server drops a half-open connection
+/// before the hold ends (rule S3). The cleaning walk deletes it, so SYNs whose handshake
+/// never completes (a SYN flood) cannot fill the exceptions map, which never evicts, for
+/// the quiet time.
+#[inline(always)]
+#[must_use]
+pub fn syn_pin_expired(
+    cfg: &Config,
+    isn: u32,
+    stamp_ns: u64,
+    seen_ticks: u32,
+    now_ns: u64,
+) -> bool {
+    seen_ticks == UNSEEN_TICKS && isn != 0 && now_ns.wrapping_sub(stamp_ns) > cfg.syn_hold_ns
+}
+
+/// When a TCP pin was last seen (ns) for rule C1: its `seen_ticks` in ns, or its stamp
+/// (when it was made) for a pin made at a SYN that no later packet has seen.
+#[inline(always)]
+#[must_use]
+pub fn tcp_pin_seen_ns(stamp_ns: u64, seen_ticks: u32) -> u64 {
+    if seen_ticks == UNSEEN_TICKS {
+        stamp_ns
+    } else {
+        u64::from(seen_ticks) << crate::types::CT_TICK_SHIFT
+    }
+}
+
 /// A pin for the caller to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PinWrite {
@@ -654,13 +720,7 @@ fn pin_holds(cfg: &Config, inp: &Inputs, pin: &PinView) -> Option<bool> {
 /// `isn`, `replace`, `free_held`, and `on_full` for the exceptions map.
 #[inline(always)]
 fn pin_to(inp: &Inputs, backend: u32, replace: bool, isn: u32, on_full: OnFull) -> Write {
-    // A UDP miss re-derives the clean owner only within the idle timeout of the change,
-    // so no UDP pin is left to the LRU.
-    let class = if backend == inp.slot.clean_owner() && inp.packet != Packet::Udp {
-        PinClass::Derivable
-    } else {
-        PinClass::Exception
-    };
+    let class = pin_class(&inp.slot, inp.packet == Packet::Udp, backend);
     Write::Pin(PinWrite {
         class,
         replace,
@@ -1052,4 +1112,15 @@ pub fn held_blocks_cleaning(cfg: &Config, slot: &SlotState, held: &HeldView, now
 #[must_use]
 pub fn pin_outlived_cleaning(slot: &SlotState, backend: u32) -> bool {
     !slot.is_dirty() && backend != slot.owner()
+}
+
+/// Rule C5 for the exceptions map: whether the walk deletes, once `slot` turned clean,
+/// an exception of one of its flows made before the commit. It deletes every one: one
+/// naming another backend as [`pin_outlived_cleaning`]; one naming the owner (a SYN
+/// pinned at the owner by rule S4) is never read on a clean slot (rule T1), and the
+/// exceptions map, which never evicts, would keep it for good.
+#[inline(always)]
+#[must_use]
+pub fn exception_outlived_cleaning(slot: &SlotState) -> bool {
+    !slot.is_dirty()
 }

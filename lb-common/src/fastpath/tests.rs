@@ -436,6 +436,83 @@ fn cleaning_deletes_the_pins_naming_another_backend() {
 }
 
 #[test]
+fn cleaning_deletes_every_exception_of_a_cleaned_slot() {
+    let slot = moved();
+    assert!(
+        !exception_outlived_cleaning(&slot),
+        "dirty: nothing is deleted"
+    );
+    let clean = clean_commit(&slot, slot.epoch).expect("commits");
+    assert!(exception_outlived_cleaning(&clean), "the owner's too");
+}
+
+#[test]
+fn m3_routes_tcp_pins_naming_the_clean_owner_to_the_lru_and_every_other_to_exceptions() {
+    let slot = moved();
+    assert_eq!(pin_class(&slot, false, A), PinClass::Derivable);
+    assert_eq!(pin_class(&slot, false, C), PinClass::Exception);
+    assert_eq!(pin_class(&slot, false, D), PinClass::Exception);
+    assert_eq!(pin_class(&slot, true, A), PinClass::Exception, "UDP");
+    let resized = SlotState::resized(C, 10 * S);
+    assert_eq!(pin_class(&resized, false, C), PinClass::Exception);
+}
+
+#[test]
+fn decide_routes_its_pins_by_pin_class() {
+    let cfg = Config::DEFAULT;
+    let now = 200 * S;
+    for packet in [Packet::Tcp { rst: false }, Packet::Udp] {
+        for clean_owner in [Liveness::Active, Liveness::Down] {
+            let inp = Inputs {
+                clean_owner,
+                ..inputs(moved(), packet, now)
+            };
+            let (backend, _, _, pin) = pinned(decide(&cfg, &inp));
+            assert_eq!(
+                pin.class,
+                pin_class(&inp.slot, packet == Packet::Udp, backend),
+                "{packet:?} {clean_owner:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_full_exceptions_map_counts_r2() {
+    assert_eq!(OnFull::Drop.note(), Note::SynDropped);
+    assert_eq!(OnFull::KeepHeld.note(), Note::HeldKept);
+    assert_eq!(OnFull::Forward.note(), Note::Unpinned);
+    for on_full in [OnFull::Drop, OnFull::KeepHeld, OnFull::Forward] {
+        assert_eq!(on_full.note().residual(), Some("R2"));
+    }
+}
+
+#[test]
+fn s4_pins_expire_past_the_syn_hold_unless_a_later_packet_saw_them() {
+    let cfg = Config::DEFAULT;
+    let made = 100 * S;
+    let after = made + cfg.syn_hold_ns + 1;
+    assert!(!syn_pin_expired(
+        &cfg,
+        7,
+        made,
+        UNSEEN_TICKS,
+        made + cfg.syn_hold_ns
+    ));
+    assert!(syn_pin_expired(&cfg, 7, made, UNSEEN_TICKS, after));
+    assert!(
+        !syn_pin_expired(&cfg, 7, made, ct_ticks(made + S), after),
+        "seen"
+    );
+    assert!(
+        !syn_pin_expired(&cfg, 0, made, UNSEEN_TICKS, after),
+        "a miss's pin"
+    );
+    assert_eq!(tcp_pin_seen_ns(made, UNSEEN_TICKS), made);
+    assert_eq!(tcp_pin_seen_ns(made, 3), 3 << crate::types::CT_TICK_SHIFT);
+}
+
+#[test]
 fn the_data_paths_miss_rule_takes_the_clean_owner_on_a_dirty_slot_only() {
     let udp_timeout = 30 * S;
     let active = Liveness::Active;

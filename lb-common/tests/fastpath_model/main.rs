@@ -168,6 +168,64 @@ fn ce3_with_the_exceptions_map_full_the_held_syn_keeps_deciding_counted() {
     assert_eq!(fast.counter("fp_held_kept"), 2);
 }
 
+/// CE3 through the data path as it ships: f1's SYN, after the lead, is pinned at once
+/// (rule S4) in the exceptions map (rule M3), f0's miss pin goes to the LRU; both kept.
+/// With the exceptions map full (capacity 0) f1's SYN is dropped (`fp_syn_dropped`,
+/// residual R2: its client retransmits).
+#[test]
+fn ce3_the_shipped_data_path_routes_each_pin_by_m3() {
+    for (exc_cap, dropped) in [(1, 0), (0, 1)] {
+        let setup = Setup {
+            lru_cap: 1,
+            exc_cap,
+            ..Setup::micro(2)
+        };
+        let events = ce3_events();
+        let today = run(Design::Today, &setup, &events);
+        let shipped = run(Design::Shipped, &setup, &events);
+        assert!(worse_than_today(&today, &shipped).is_empty());
+        assert_eq!(fates(&shipped), kept(2), "exceptions capacity {exc_cap}");
+        assert_eq!(shipped.counter("fp_syn_dropped"), dropped);
+    }
+}
+
+/// Rule S4's pins in a map that never evicts: after the lead a new connection's SYN on
+/// a dirty slot is pinned at once to the owner (an exception). f0's handshake never
+/// completes; a walk past the SYN hold deletes its pin, so f1's SYN finds room. Without
+/// the walk the exceptions map (capacity 1) stays full and f1's SYN is dropped
+/// (`fp_syn_dropped`, residual R2).
+#[test]
+fn s4_pins_of_handshakes_that_never_complete_expire_at_the_walk() {
+    let setup = Setup {
+        exc_cap: 1,
+        ..Setup::micro(2)
+    };
+    let events = |walk: bool| {
+        let mut events = vec![(0, Ev::Tab(vec![C])), (10_000, Ev::Syn(0))];
+        if walk {
+            events.push((
+                90_000,
+                Ev::Walk {
+                    inst: 0,
+                    delay_ms: 0,
+                },
+            ));
+        }
+        events.extend([
+            (95_000, Ev::Syn(1)),
+            (95_100, Ev::Seg(1)),
+            (96_000, Ev::Seg(1)),
+        ]);
+        events
+    };
+    let shipped = run(Design::Shipped, &setup, &events(true));
+    assert_eq!(shipped.counter("fp_syn_dropped"), 0);
+    assert_eq!(shipped.flows[1].trail, [C, C, C]);
+    let full = run(Design::Shipped, &setup, &events(false));
+    assert_eq!(full.counter("fp_syn_dropped"), 1);
+    assert!(full.flows[1].trail.is_empty(), "the SYN was dropped");
+}
+
 /// CE4: the walk reads the slot (candidate), then f0's miss pins A (not the owner) and
 /// bumps the slot epoch; the commit's compare-and-swap fails. Kept. (Walk at 110 s, not
 /// 102 s: the quiet time counts from the switch at 4 s.)

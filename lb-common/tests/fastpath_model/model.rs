@@ -55,10 +55,11 @@ pub(crate) enum Design {
     Fast,
     /// The fast path even in a fleet (to show why the fleet rule exists).
     FastForced,
-    /// The fast path as lb-ebpf runs it today (`lb-ebpf/src/fast.rs`): a clean slot
-    /// forwards to its owner; on a dirty slot today's decisions run, with a miss and a
-    /// new SYN picked by `fastpath::miss_backend` and `syn_backend`, and every pin in
-    /// the LRU. Where the fleet rule allows it, else today's.
+    /// The fast path as lb-ebpf runs it (`lb-ebpf/src/fast.rs`): a clean slot forwards
+    /// to its owner; on a dirty slot today's decisions run, with a miss and a new SYN
+    /// picked by `fastpath::miss_backend` and `syn_backend`, the exceptions map read
+    /// first, and each pin written to the LRU or the exceptions map by rule M3
+    /// (`fastpath::pin_class`). Where the fleet rule allows it, else today's.
     Shipped,
 }
 
@@ -163,9 +164,6 @@ pub(crate) enum Residual {
     /// LB), and its slot could be cleaned meanwhile (even while it resumed during the
     /// walk).
     Idle,
-    /// R6, the shipped data path only (no exceptions map yet): the LRU evicted the
-    /// flow's pin, which the miss rule may not derive again (not counted by the LB).
-    Evicted,
 }
 
 impl Residual {
@@ -634,15 +632,20 @@ impl World {
         // The program reads the pin for a SYN only in the window after a change.
         let recent = now.saturating_sub(inst.changed_ns) < DUPLICATE_SYN_WINDOW_NS;
         let entry = if recent {
-            inst.lru.get(key).copied()
+            self.ct_get(i, key).copied()
         } else {
             None
         };
+        let inst = &mut self.insts[i];
         let (vip, mut view) = inst.today_view(&self.states, now);
         match conntrack::decide_syn(&mut view, key, seq, &vip, entry.as_ref(), &self.lb) {
             SynDecision::Pin(b) => {
-                // lb-ebpf notes the SYN in the pin (`note_activity`).
-                if let Some(e) = self.insts[i].lru.get(key) {
+                // lb-ebpf notes the SYN in the pin (`note_activity`), unless the pin was
+                // made at a SYN and no later packet saw it: a SYN is no sign of a
+                // completed handshake (rule S4's expiry).
+                if let Some(e) = self.ct_get(i, key)
+                    && e.seen_ticks != fastpath::UNSEEN_TICKS
+                {
                     e.seen_ticks = ct_ticks(now);
                 }
                 Some(b)
@@ -650,17 +653,22 @@ impl World {
             SynDecision::HeldSyn(b) => Some(b),
             SynDecision::Table { hash, table } => {
                 let (b, pin) = self.pick(i, fid, table, Pick::Syn)?;
-                let inst = &mut self.insts[i];
                 if pin {
                     // `select::pin_syn`: an existing pin wins if its backend keeps flows.
-                    if let Some(e) = inst.lru.get(key) {
+                    if let Some(e) = self.ct_get(i, key) {
                         let winner = e.backend_id;
                         return Some(if self.keeps(winner) { winner } else { b });
                     }
-                    let evicted = inst.lru.insert(*key, syn_pin(b, inst.epoch, seq, now));
-                    self.evicted(evicted);
+                    let mut entry = syn_pin(b, self.insts[i].epoch, seq, now);
+                    entry.seen_ticks = fastpath::UNSEEN_TICKS;
+                    if !self.ct_pin(i, key, entry, false) {
+                        // R2: the exceptions map is full; the client retransmits.
+                        self.note(fid, OnFull::Drop.note());
+                        return None;
+                    }
                     return Some(b);
                 }
+                let inst = &mut self.insts[i];
                 let slot = index(hash, inst.syn.len());
                 inst.syn[slot] = held(key, hash, b, inst.epoch, seq, now);
                 Some(b)
@@ -734,15 +742,41 @@ impl World {
         liveness(&self.states, id).keeps_flows()
     }
 
-    /// The shipped data path's residual R6 for the flow whose pin the LRU evicted.
-    fn evicted(&mut self, key: Option<FlowKey>) {
+    /// The flow's pin as the program reads it: the LRU conntrack map; on the shipped
+    /// fast path the exceptions map first (lb-ebpf's `conntrack::lookup_fast`).
+    fn ct_get(&mut self, i: usize, key: &FlowKey) -> Option<&mut CtEntry> {
+        let inst = &mut self.insts[i];
+        if self.shipped && inst.exc.get(key).is_some() {
+            return inst.exc.get(key);
+        }
+        inst.lru.get(key)
+    }
+
+    /// Writes a pin as the program does: today's in the LRU; the shipped fast path's by
+    /// rule M3 (`fastpath::pin_class`, lb-ebpf's `fast::pin`), removing the flow's pin
+    /// from the other map. False when the exceptions map refused it (full).
+    fn ct_pin(&mut self, i: usize, key: &FlowKey, entry: CtEntry, udp: bool) -> bool {
+        let m = self.setup.m;
+        let inst = &mut self.insts[i];
         if !self.shipped {
-            return;
+            let _evicted = inst.lru.insert(*key, entry);
+            return true;
         }
-        let flows = self.flows.iter_mut();
-        for flow in flows.filter(|f| Some(f.key) == key) {
-            flow.residuals.push(Residual::Evicted);
+        let slot = inst.slots[index(flow_hash(key, SEED), m)];
+        match fastpath::pin_class(&slot, udp, entry.backend_id) {
+            PinClass::Derivable => {
+                inst.exc.remove(key);
+                // A derivable pin: the miss rule names its backend again.
+                let _evicted = inst.lru.insert(*key, entry);
+            }
+            PinClass::Exception => {
+                if !inst.exc.insert(*key, entry) {
+                    return false;
+                }
+                inst.lru.remove(key);
+            }
         }
+        true
     }
 
     /// lb-ebpf's `fast::note_pin` (rule P4) before a pin naming `backend` for a flow
@@ -767,8 +801,8 @@ impl World {
         }
         let now = self.now;
         let udp = self.flows[fid].udp;
+        let entry = self.ct_get(i, &key).copied();
         let inst = &mut self.insts[i];
-        let entry = inst.lru.get(&key).copied();
         let (vip, mut view) = inst.today_view(&self.states, now);
         let mut stats = VipStats::default();
         let decision = conntrack::decide(
@@ -782,7 +816,7 @@ impl World {
         );
         match decision {
             Decision::Pin { backend, touch } => {
-                if let Some(e) = inst.lru.get(&key) {
+                if let Some(e) = self.ct_get(i, &key) {
                     touch.apply(e);
                     e.seen_ticks = ct_ticks(now);
                 }
@@ -795,10 +829,12 @@ impl World {
             } => {
                 if let Some(record) = record {
                     self.note_pin(i, flow_hash(&key, SEED), backend);
-                    let inst = &mut self.insts[i];
-                    let evicted = inst.lru.insert(key, record.entry(backend));
-                    inst.syn[slot.index].vip_id = SYN_FREE;
-                    self.evicted(evicted);
+                    if self.ct_pin(i, &key, record.entry(backend), udp) {
+                        self.insts[i].syn[slot.index].vip_id = SYN_FREE;
+                    } else {
+                        // R2: the held SYN stays and decides.
+                        self.note(fid, OnFull::KeepHeld.note());
+                    }
                 }
                 Some(backend)
             }
@@ -813,8 +849,10 @@ impl World {
                 let (b, _) = self.pick(i, fid, hash, Pick::Miss { udp })?;
                 if let Some(record) = record {
                     self.note_pin(i, hash, b);
-                    let evicted = self.insts[i].lru.insert(key, record.entry(b));
-                    self.evicted(evicted);
+                    if !self.ct_pin(i, &key, record.entry(b), udp) {
+                        // R2: forwarded unpinned.
+                        self.note(fid, OnFull::Forward.note());
+                    }
                 }
                 Some(b)
             }
@@ -859,8 +897,8 @@ impl World {
         }
         let now = self.now;
         match write {
-            Write::Nothing => self.touch(i, &key, false),
-            Write::Stamp => self.touch(i, &key, true),
+            Write::Nothing => self.touch(i, &key, false, matches!(packet, Packet::Syn { .. })),
+            Write::Stamp => self.touch(i, &key, true, false),
             Write::RefreshHeld => {
                 let inst = &mut self.insts[i];
                 let at = index(hash, inst.syn.len());
@@ -875,13 +913,9 @@ impl World {
                 inst.syn[at] = held(&key, hash, backend, 0, seq, now);
             }
             Write::Pin(pw) => {
-                if !self.fast_pin(i, &key, s, backend, pw) {
-                    let note = match pw.on_full {
-                        OnFull::Drop => Note::SynDropped,
-                        OnFull::KeepHeld => Note::HeldKept,
-                        OnFull::Forward => Note::Unpinned,
-                    };
-                    self.note(fid, note);
+                let syn = matches!(packet, Packet::Syn { .. });
+                if !self.fast_pin(i, &key, s, backend, pw, syn) {
+                    self.note(fid, pw.on_full.note());
                     if pw.on_full == OnFull::Drop {
                         return None;
                     }
@@ -931,8 +965,9 @@ impl World {
         HeldView::Other { syn_ns: e.syn_ns }
     }
 
-    /// A pin's activity: last seen now, and (UDP) its stamp when `stamp`.
-    fn touch(&mut self, i: usize, key: &FlowKey, stamp: bool) {
+    /// A pin's activity: last seen now, and (UDP) its stamp when `stamp`. A SYN does not
+    /// mark a pin made at a SYN as seen (rule S4's expiry).
+    fn touch(&mut self, i: usize, key: &FlowKey, stamp: bool, syn: bool) {
         let now = self.now;
         let inst = &mut self.insts[i];
         let entry = match inst.exc.get(key) {
@@ -940,6 +975,9 @@ impl World {
             None => inst.lru.get(key),
         };
         if let Some(e) = entry {
+            if syn && e.seen_ticks == fastpath::UNSEEN_TICKS {
+                return;
+            }
             e.seen_ticks = ct_ticks(now);
             if stamp {
                 e.stamp_ns = now;
@@ -947,8 +985,17 @@ impl World {
         }
     }
 
-    /// Writes the fast path's pin; false when the exceptions map is full.
-    fn fast_pin(&mut self, i: usize, key: &FlowKey, s: usize, backend: u32, pw: PinWrite) -> bool {
+    /// Writes the fast path's pin (at a SYN: not yet seen by a later packet); false when
+    /// the exceptions map is full.
+    fn fast_pin(
+        &mut self,
+        i: usize,
+        key: &FlowKey,
+        s: usize,
+        backend: u32,
+        pw: PinWrite,
+        syn: bool,
+    ) -> bool {
         let now = self.now;
         let inst = &mut self.insts[i];
         let entry = CtEntry {
@@ -957,7 +1004,11 @@ impl World {
             stamp_ns: now,
             epoch: 0,
             isn: pw.isn,
-            seen_ticks: ct_ticks(now),
+            seen_ticks: if syn {
+                fastpath::UNSEEN_TICKS
+            } else {
+                ct_ticks(now)
+            },
             closing: CT_OPEN,
             _pad: [0; 3],
         };
@@ -1027,6 +1078,10 @@ impl World {
             return;
         }
         let (cfg, now, m) = (self.setup.cfg, self.now, self.setup.m);
+        // Rule S4's expiry: pins made at a SYN that no later packet saw, past the hold.
+        self.insts[i].exc.entries.retain(|(_, e)| {
+            !fastpath::syn_pin_expired(&cfg, e.isn, e.stamp_ns, e.seen_ticks, now)
+        });
         let inst = &self.insts[i];
         let mut foreign = vec![false; m];
         let pins = inst.lru.entries.iter().chain(inst.exc.entries.iter());
@@ -1042,7 +1097,7 @@ impl World {
             let seen = if udp {
                 e.stamp_ns
             } else {
-                u64::from(e.seen_ticks) << lb_common::types::CT_TICK_SHIFT
+                fastpath::tcp_pin_seen_ns(e.stamp_ns, e.seen_ticks)
             };
             foreign[s] |= fastpath::pin_blocks_cleaning(&cfg, &inst.slots[s], &pin, udp, seen, now);
         }
@@ -1092,7 +1147,11 @@ impl World {
                             && fastpath::pin_outlived_cleaning(&clean, e.backend_id)
                     };
                     inst.lru.entries.retain(|(k, e)| !dead(k, e));
-                    inst.exc.entries.retain(|(k, e)| !dead(k, e));
+                    // Every exception of the slot (rule C5 for the exceptions map).
+                    inst.exc.entries.retain(|(k, _)| {
+                        index(flow_hash(k, SEED), m) != s
+                            || !fastpath::exception_outlived_cleaning(&clean)
+                    });
                     self.count("fp_slots_cleaned");
                 }
                 None => self.count("fp_clean_aborted"),
