@@ -34,11 +34,16 @@ pub const SLOT_CLEAN: u8 = 0;
 /// [`SlotState::state`]: the owner changed (or is about to) since the slot was last
 /// clean; pins, held SYNs and the clean owner decide.
 pub const SLOT_DIRTY: u8 = 1;
+/// [`SlotState::flags`]: a two-phase rollout's first phase (*learn*) named the owner the
+/// next table gives the slot, [`SlotState::pending_owner`]; the slot still forwards by
+/// its owner (`crate::second_chance`, rule SC6). Any table published since clears it.
+pub const SLOT_PENDING: u8 = 1;
 
 /// What one slot of a VIP's Maglev table carries: its owner and, beside it, its state.
 ///
 /// Layout (16 bytes, 8-byte aligned): `epoch` 0..4, `clean_owner` 4..6, `state` 6,
-/// `_pad` 7, `owner` 8..10, `_pad2` 10..12, `changed_ticks` 12..16. Bytes 0..8 are the
+/// `flags` 7, `owner` 8..10, `pending_owner` 10..12, `changed_ticks` 12..16. Bytes 0..8
+/// are the
 /// *state word*: the cleaning commits with one 64-bit compare-and-swap on it, and the
 /// XDP program bumps `epoch` with one 32-bit atomic add; both keep `owner`. Backend ids
 /// fit 16 bits (below `MAX_BACKENDS`, 65,536, asserted with [`crate::types::SynEntry`]);
@@ -56,12 +61,14 @@ pub struct SlotState {
     pub clean_owner: u16,
     /// [`SLOT_CLEAN`] or [`SLOT_DIRTY`].
     pub state: u8,
-    /// Explicit padding, always zero.
-    pub _pad: u8,
+    /// [`SLOT_PENDING`] or 0 (the byte was padding, always zero, before the two-phase
+    /// rollout: a program built before it ignores the byte).
+    pub flags: u8,
     /// The backend id the table gives the slot (today's 4-byte table slot).
     pub owner: u16,
-    /// Explicit padding, always zero.
-    pub _pad2: [u8; 2],
+    /// With [`SLOT_PENDING`]: the owner the next table gives the slot (0 otherwise; was
+    /// padding, ignored by a program built before the two-phase rollout).
+    pub pending_owner: u16,
     /// When the owner last changed or the slot was marked dirty ([`ct_ticks`]).
     pub changed_ticks: u32,
 }
@@ -112,6 +119,50 @@ impl SlotState {
         self.state != SLOT_CLEAN
     }
 
+    /// Rule SC6's pending owner: the backend id a rollout's *learn* phase named for the
+    /// next table, when the slot is pending ([`SLOT_PENDING`]) and names one; 0 for
+    /// none.
+    #[inline(always)]
+    #[must_use]
+    pub fn pending(&self) -> u32 {
+        if self.flags & SLOT_PENDING == 0 {
+            0
+        } else {
+            u32::from(self.pending_owner)
+        }
+    }
+
+    /// Rule R1 (the rollout's *learn* phase): what the running table carries for a slot
+    /// that held `self` when the next table gives it `next_owner`, at `now_ns`. The
+    /// owner and state stay (as a republish of the same owner: a dirty slot's epoch is
+    /// bumped, so a cleaning walk that read it before cannot commit); a slot the next
+    /// table moves is pending with `next_owner`, any other is not pending.
+    #[inline(always)]
+    #[must_use]
+    pub fn learned(self, next_owner: u32, now_ns: u64) -> Self {
+        let kept = self.republished(self.owner(), now_ns);
+        if next_owner == kept.owner() || next_owner == 0 {
+            kept
+        } else {
+            Self {
+                flags: kept.flags | SLOT_PENDING,
+                pending_owner: id16(next_owner),
+                ..kept
+            }
+        }
+    }
+
+    /// The same state, not pending (rule R2: a table published ends the learn phase).
+    #[inline(always)]
+    #[must_use]
+    fn without_pending(self) -> Self {
+        Self {
+            flags: self.flags & !SLOT_PENDING,
+            pending_owner: 0,
+            ..self
+        }
+    }
+
     /// Rule P3: the slot turns dirty at `now_ns` and keeps its owner. A clean slot's
     /// owner becomes its clean owner; a dirty slot keeps its own.
     #[inline(always)]
@@ -142,14 +193,25 @@ impl SlotState {
         }
     }
 
-    /// Rules P1, P3 and P4 at a table change: what the new table buffer carries for a
-    /// slot that held `self` and is given `owner` at `now_ns`. A new owner switches it.
+    /// Rules P1, P3, P4 and R2 at a table change: what the new table buffer carries for
+    /// a slot that held `self` and is given `owner` at `now_ns`, never pending (a
+    /// rollout's switch, or any other change, ends its learn phase). A new owner
+    /// switches it.
     /// A dirty slot keeping its owner keeps its state with the epoch bumped, so a
     /// cleaning walk that read it before the change cannot commit (CE5). A clean slot
     /// keeping its owner is copied as it is.
     #[inline(always)]
     #[must_use]
     pub fn republished(self, owner: u32, now_ns: u64) -> Self {
+        // Rule R2: a published table ends a rollout's learn phase.
+        let this = self.without_pending();
+        this.republished_state(owner, now_ns)
+    }
+
+    /// [`Self::republished`] of a slot that is not pending.
+    #[inline(always)]
+    #[must_use]
+    fn republished_state(self, owner: u32, now_ns: u64) -> Self {
         if self.owner() != owner {
             self.switched(owner, now_ns)
         } else if self.is_dirty() {

@@ -34,6 +34,14 @@
 //!   began on that owner, on another instance, has no candidate left. A candidate that
 //!   no longer keeps flows (removed or down) or is of another family than the
 //!   destination cannot be carried either; the data path counts those packets.
+//! - **SC6 (a pending slot).** A two-phase rollout's first phase (*learn*, rule R1 of
+//!   [`SlotState::learned`]) marks each slot the next table moves *pending*, with the
+//!   next owner, without switching: the slot still forwards by its owner, and a packet
+//!   SC1 names whose destination is not the pending owner carries the pending owner as
+//!   its candidate, where the flows that instances already at phase 2 opened live. The
+//!   pending owner takes the one candidate before a dirty slot's clean owner, which is
+//!   then given up. Any table published since (phase 2, *switch*) ends it (rule R2):
+//!   the moved slots turn dirty, the old owner their clean owner (SC3).
 
 use crate::fastpath::SlotState;
 
@@ -54,9 +62,22 @@ pub struct Offer {
 /// the clean owner (the fast path's rule M1). Should `decided` be neither, the clean
 /// owner (where the flows that began before the change are) is offered and the owner
 /// given up.
+///
+/// Rule SC6 first: a pending slot offers its pending owner (unless it is `decided`);
+/// a dirty slot's clean owner not carried then is given up.
 #[inline(always)]
 #[must_use]
 pub fn offer(slot: &SlotState, decided: u32) -> Offer {
+    let pending = slot.pending();
+    if pending != 0 && pending != decided {
+        let clean = slot.clean_owner();
+        let given_up =
+            u32::from(slot.is_dirty() && clean != 0 && clean != decided && clean != pending);
+        return Offer {
+            candidate: pending,
+            given_up,
+        };
+    }
     if !slot.is_dirty() {
         return Offer {
             candidate: 0,

@@ -190,6 +190,28 @@ impl Dataplane for FakeDataplane {
         Ok(())
     }
 
+    fn learn_table(&mut self, vip_id: u32, next: &[u16]) -> Result<u32, DataplaneError> {
+        let live = self.states.get(&vip_id).ok_or_else(|| {
+            DataplaneError::OutOfRange(format!("VIP id {vip_id} has no live table"))
+        })?;
+        if live.len() != next.len() {
+            return Err(DataplaneError::OutOfRange(format!(
+                "VIP id {vip_id}: the next table has {} slots, the live one {}",
+                next.len(),
+                live.len()
+            )));
+        }
+        let learned: Vec<SlotState> = live
+            .iter()
+            .zip(next)
+            .map(|(old, &owner)| old.learned(u32::from(owner), 0))
+            .collect();
+        let pending = learned.iter().filter(|s| s.pending() != 0).count();
+        self.mutate("learn_table")?;
+        self.states.insert(vip_id, learned);
+        Ok(u32::try_from(pending).unwrap_or(u32::MAX))
+    }
+
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError> {
         let size = table.slots.len();
         if vip_id >= MAX_VIPS || size == 0 || size > MAX_TABLE_SIZE as usize {

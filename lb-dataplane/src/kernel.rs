@@ -387,6 +387,11 @@ impl Dataplane for KernelDataplane {
         lock(&self.tables).install_slots(vip_id, table.generation, table.slots)
     }
 
+    fn learn_table(&mut self, vip_id: u32, next: &[u16]) -> Result<u32, DataplaneError> {
+        check_size(vip_id, next.len())?;
+        lock(&self.tables).learn_slots(vip_id, next)
+    }
+
     fn prepare_tables(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
         for &(vip_id, size) in tables {
             check_size(vip_id, size as usize)?;

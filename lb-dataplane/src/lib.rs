@@ -311,6 +311,18 @@ pub trait Dataplane {
     /// then stays in force).
     fn install_table(&mut self, vip_id: u32, table: &TableImage<'_>) -> Result<(), DataplaneError>;
 
+    /// A two-phase rollout's *learn* phase for VIP `vip_id` (rule R1 of
+    /// `lb_common::fastpath::SlotState::learned`, SC6 of `lb_common::second_chance`):
+    /// the live table is published again with every slot that `next` (the next table
+    /// in the controller's compact form, the same size) moves marked pending with its
+    /// next owner; the owners do not change. The next [`Self::install_table`] (the
+    /// *switch*) ends it. Returns the slots marked pending.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] without a live table or for another size;
+    /// failures as [`Self::install_table`] (the table in force then stays).
+    fn learn_table(&mut self, vip_id: u32, next: &[u16]) -> Result<u32, DataplaneError>;
+
     /// [`Self::install_table`] of a table in the controller's compact form (`u16` backend
     /// ids). The default widens it into a temporary `u32` copy; the kernel data plane
     /// writes it into the table buffer directly.

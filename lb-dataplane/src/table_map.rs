@@ -154,6 +154,42 @@ impl Mapping {
         Ok(())
     }
 
+    /// Rule R1 (a two-phase rollout's *learn* phase, `lb_common::second_chance` SC6):
+    /// writes the table in force, `live` (its states, owners included, at `generation`),
+    /// with each slot that `next` (the next table's backend ids, of the same size) moves
+    /// marked pending with its next owner ([`SlotState::learned`]); the owners do not
+    /// change. `InvalidInput` when the sizes differ or the mapping does not hold
+    /// `live.len() + TABLE_HEADER_LEN` cells. Returns the slots marked pending.
+    pub(crate) fn write_learned<T: Copy + Into<u32>>(
+        &mut self,
+        generation: u32,
+        live: &[SlotState],
+        next: &[T],
+        now_ns: u64,
+    ) -> io::Result<u32> {
+        let size =
+            u32::try_from(live.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        if live.len() != next.len() || live.len() + TABLE_HEADER_LEN as usize != self.entries {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let header = TABLE_HEADER_LEN as usize;
+        let mut pending = 0;
+        let cells = &mut self.cells_mut()[header..];
+        for (cell, (old, owner)) in cells.iter_mut().zip(live.iter().zip(next)) {
+            let state = old.learned((*owner).into(), now_ns);
+            pending += u32::from(state.pending() != 0);
+            *cell = TableCell::of_slot(&state);
+        }
+        self.cells_mut()[TABLE_HEADER_INDEX as usize] =
+            TableCell::of_header(TableHeader { size, generation });
+        Ok(pending)
+    }
+
+    /// The generation in the header; `None` when unreadable.
+    pub(crate) fn generation(&self) -> Option<u32> {
+        self.header().map(|h| h.generation)
+    }
+
     /// Writes a table carried over from an older map layout
     /// (`crate::pinned::migrate`): every slot keeps its owner, which is also its clean
     /// owner, and is dirty since `now_ns` ([`SlotState::marked`]): the conntrack pins

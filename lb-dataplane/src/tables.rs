@@ -332,8 +332,64 @@ impl TableSet {
         generation: u32,
         slots: &[T],
     ) -> Result<(), DataplaneError> {
-        let size = u32::try_from(slots.len()).unwrap_or(u32::MAX);
-        let entries = slots.len() + TABLE_HEADER_LEN as usize;
+        self.install_with(vip_id, slots.len(), |mapping, live, now_ns| {
+            mapping.write_table(generation, slots, live, now_ns)
+        })
+    }
+
+    /// Rule R1 (a two-phase rollout's *learn* phase): publishes VIP `vip_id`'s table in
+    /// force again, with the slots that `next` (the next table, the same size) moves
+    /// marked pending with their next owner ([`table_map::Mapping::write_learned`]),
+    /// switched in as an install is. Returns the slots marked pending.
+    ///
+    /// # Errors
+    /// [`DataplaneError::OutOfRange`] when the VIP has no live table or `next` has
+    /// another size (a resized table has no clean owner to learn against); failures
+    /// as [`Self::install_slots`].
+    pub(crate) fn learn_slots<T: Copy + Into<u32>>(
+        &mut self,
+        vip_id: u32,
+        next: &[T],
+    ) -> Result<u32, DataplaneError> {
+        let vip = self.by_id.get(&vip_id);
+        let (live, generation) = match vip.and_then(VipBuffers::live_buffer) {
+            Some(buffer) => (
+                buffer.mapping.read_states().ok(),
+                buffer.mapping.generation(),
+            ),
+            None => (None, None),
+        };
+        let (Some(live), Some(generation)) = (live, generation) else {
+            return Err(DataplaneError::OutOfRange(format!(
+                "VIP id {vip_id} has no readable live table to learn the next one against"
+            )));
+        };
+        if live.len() != next.len() {
+            return Err(DataplaneError::OutOfRange(format!(
+                "VIP id {vip_id}: the next table has {} slots, the live one {} (a resized \
+                 table cannot be learned; publish it)",
+                next.len(),
+                live.len()
+            )));
+        }
+        let mut pending = 0;
+        self.install_with(vip_id, next.len(), |mapping, _, now_ns| {
+            pending = mapping.write_learned(generation, &live, next, now_ns)?;
+            Ok(())
+        })?;
+        Ok(pending)
+    }
+
+    /// Writes VIP `vip_id`'s idle buffer (of `len` slots) with `write` (given the
+    /// mapping, the live table's states and the time) and switches it in.
+    fn install_with(
+        &mut self,
+        vip_id: u32,
+        len: usize,
+        mut write: impl FnMut(&mut table_map::Mapping, Option<&[SlotState]>, u64) -> std::io::Result<()>,
+    ) -> Result<(), DataplaneError> {
+        let size = u32::try_from(len).unwrap_or(u32::MAX);
+        let entries = len + TABLE_HEADER_LEN as usize;
         let target = self
             .by_id
             .get(&vip_id)
@@ -349,9 +405,7 @@ impl TableSet {
         let live = live_states(vip, vip_id).unwrap_or(Some(Vec::new()));
         match &mut vip.buffers[target] {
             Some(buffer) if buffer.entries == entries => {
-                buffer
-                    .mapping
-                    .write_table(generation, slots, live.as_deref(), now_ns)
+                write(&mut buffer.mapping, live.as_deref(), now_ns)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
             }
             slot => {
@@ -360,8 +414,7 @@ impl TableSet {
                 )))?;
                 let mut mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
                     .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
-                mapping
-                    .write_table(generation, slots, live.as_deref(), now_ns)
+                write(&mut mapping, live.as_deref(), now_ns)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
                 let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
                 // Not live yet: the kernel's grace-period wait in this update is the

@@ -27,9 +27,12 @@
 //!   the next hops by 5-tuple (`fib_multipath_hash_policy = 1`, both families). Its
 //!   `rp_filter` is off: replies come from the VIP through the backends' link while
 //!   the VIP's route points at the instances (direct server return).
-//! - Backends: as in the single-instance bed (XDP decapsulation, the VIPs on `lo`, an
-//!   echo server answering `b<k>`), plus a TCP listener on port [`HEALTH_PORT`] for
-//!   direct health probes; their default route is the router.
+//! - Backends: as in the single-instance bed (the backend agent `lb_agent`, the VIPs on
+//!   `lo`, an echo server answering `b<k>`), plus a TCP listener on port
+//!   [`HEALTH_PORT`] for direct health probes; their default route is the router. The
+//!   agents can hand a packet on to a second-chance candidate, as with the
+//!   single-instance bed's `agent_forwarding`: IP forwarding on, the other backends'
+//!   neighbours permanent, a pass program on each bridge port.
 //! - Clients: one namespace with [`FleetOptions::clients`] addresses per family, routes
 //!   to the VIP prefixes through the router with an MTU that leaves room for the outer
 //!   header, and transmit checksum offload off (as in the single-instance bed).
@@ -61,8 +64,8 @@ use crate::{
     packets::{VIP4, VIP6},
     testbed::{
         BACKEND_IFACE, CLIENT_IFACE, LB_IFACE, backend_mac, backend_name, backend4, backend6,
-        client4, client6, decap::DecapLink, health::PortListener, offload, plumbing,
-        server::EchoServer, vip_tcp, vip_udp,
+        client4, client6, decap::DecapLink, health::PortListener, offload,
+        other_backends_neighbours, plumbing, server::EchoServer, vip_tcp, vip_udp,
     },
 };
 use bird::{Bird, LbHostBird, RouterBird, RouterPeer};
@@ -275,6 +278,10 @@ struct FleetBackend {
     _server: EchoServer,
     _health: PortListener,
     _decap: DecapLink,
+    /// The XDP_PASS program on its bridge port (`sw-b<j>`, in the router's namespace):
+    /// the agent's `XDP_TX` towards a candidate is lost on a veth peer without it
+    /// (BR-24).
+    _pass: PassProgram,
     _ns: NetNs,
 }
 
@@ -1008,8 +1015,24 @@ fn build_backend(router: &NetNs, j: u8) -> anyhow::Result<FleetBackend> {
             format!("addr add {VIP6}/128 dev lo nodad"),
             format!("route add default via {ROUTER_BACKENDS4} dev {BACKEND_IFACE}"),
             format!("route add default via {ROUTER_BACKENDS6} dev {BACKEND_IFACE}"),
+        ]
+        .into_iter()
+        .chain(other_backends_neighbours(j))
+        .collect::<Vec<_>>(),
+    )?;
+    // The agent hands a packet on to a second-chance candidate with a FIB lookup and
+    // XDP_TX: forwarding on, the other backends' neighbours permanent (above), and a
+    // pass program on the bridge port.
+    plumbing::sysctls(
+        &ns,
+        &[
+            ("net/ipv4/conf/all/forwarding".into(), "1"),
+            ("net/ipv6/conf/all/forwarding".into(), "1"),
         ],
     )?;
+    let pass = router
+        .enter(|| PassProgram::attach(&peer))?
+        .with_context(|| format!("the pass program on {peer}"))?;
     let rp_filter_off: Vec<(String, &str)> = ["all", "default", "lo", BACKEND_IFACE]
         .iter()
         .map(|dev| (format!("net/ipv4/conf/{dev}/rp_filter"), "0"))
@@ -1029,6 +1052,7 @@ fn build_backend(router: &NetNs, j: u8) -> anyhow::Result<FleetBackend> {
         _server: server,
         _health: health,
         _decap: decap,
+        _pass: pass,
         _ns: ns,
     })
 }

@@ -179,7 +179,7 @@ pub fn vip_udp(v6: bool) -> SocketAddr {
 
 /// `ip` commands for backend `k`'s permanent neighbour entries of every other backend
 /// the bed may have (both families).
-fn other_backends_neighbours(k: u8) -> Vec<String> {
+pub(crate) fn other_backends_neighbours(k: u8) -> Vec<String> {
     let max = MAX_BACKENDS;
     (1..=max)
         .filter(|j| *j != k)

@@ -28,7 +28,14 @@
 //!   resets them): that is where consistent hashing alone cannot help (BR-13.T2, the
 //!   conntrack miss after a table change). The count is printed next to the share
 //!   `lb table diff` predicts; every connection that breaks had a moved slot (some
-//!   were moved between the surviving instances by the router's rehash).
+//!   were moved between the surviving instances by the router's rehash). The same
+//!   with the second chance (issue 31, stage 3: `encap = "gue"`, `second_chance =
+//!   true`, the backends' agents following the candidates): none breaks, printed beside
+//!   the count without it.
+//! - The issue's rejoin case: an instance withdrawn, a backend added on every instance,
+//!   connections opened, the instance announced again: without the second chance the
+//!   connections the rehash brings to it with a moved slot break (printed); with it
+//!   none does.
 //! - The remote API (issue 33): every instance serves it; from the router's namespace
 //!   `lb --remote` reads one instance, `lb fleet status` finds the three in agreement
 //!   (exit 0), `lb fleet apply` pushes a VIP set to all three, which then agree on the
@@ -39,7 +46,10 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     net::{IpAddr, SocketAddr},
     process::ExitCode,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -97,10 +107,21 @@ fn main() -> ExitCode {
             |b| failover(b, Failure::Detached, 2),
         ),
         trial(&bed, "announcement_follows_usable_backends", health_gated),
+        trial(&bed, "backend_added_then_instance_fails", |b| {
+            backend_then_failure(b, false)
+        }),
         trial(
             &bed,
-            "backend_added_then_instance_fails",
-            backend_then_failure,
+            "backend_added_then_instance_fails_with_second_chance",
+            |b| with_second_chance(b, |b| backend_then_failure(b, true)),
+        ),
+        trial(&bed, "withdrawn_backend_added_then_rejoin", |b| {
+            withdrawn_then_rejoin(b, false)
+        }),
+        trial(
+            &bed,
+            "withdrawn_backend_added_then_rejoin_with_second_chance",
+            |b| with_second_chance(b, |b| withdrawn_then_rejoin(b, true)),
         ),
         trial(&bed, "fleet_status_and_apply_from_the_router", fleet_api),
     ];
@@ -526,10 +547,61 @@ fn predicted_share(old: &[u8], new: u8) -> anyhow::Result<f64> {
         .context("no changed_fraction in lb table diff --json")
 }
 
+/// Broken connections of the scenarios without the second chance, by scenario
+/// (`usize::MAX` until it ran), printed beside the count with it.
+static TODAY_BROKEN: [AtomicUsize; 2] =
+    [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
+/// [`TODAY_BROKEN`]'s index of `backend_then_failure` and of `withdrawn_then_rejoin`.
+const BACKEND_THEN_FAILURE: usize = 0;
+const WITHDRAWN_THEN_REJOIN: usize = 1;
+
+/// Today's count of scenario `which`, as text.
+fn today(which: usize) -> String {
+    match TODAY_BROKEN[which].load(Ordering::Relaxed) {
+        usize::MAX => "not run".to_owned(),
+        n => n.to_string(),
+    }
+}
+
+/// Runs `scenario` with the IPv4 TCP VIP sent GUE with the second chance on every
+/// instance (`encap = "gue"`, `second_chance = true`: issue 31, stage 3; the
+/// backends' agents follow the candidates), then turns it off again, also when the
+/// scenario fails.
+fn with_second_chance(
+    bed: &mut FleetBed,
+    scenario: impl FnOnce(&mut FleetBed) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    set_second_chance(bed, true)?;
+    let result = scenario(bed);
+    let off = set_second_chance(bed, false);
+    result.and(off)
+}
+
+/// Writes every instance's configuration with the IPv4 TCP VIP's second chance on or
+/// off and has each daemon reload it (`lb reload` returns once it is applied).
+fn set_second_chance(bed: &mut FleetBed, on: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    bed.reconfigure(
+        |c| {
+            c.vip_keys.retain(|(v, _)| *v != vip);
+            if on {
+                c.vip_keys
+                    .push((vip.clone(), "encap = \"gue\"\nsecond_chance = true".into()));
+            }
+        },
+        |_| true,
+    )?;
+    for k in 1..=bed.instances().len() {
+        bed.daemon(k).cli(&["reload"])?;
+    }
+    Ok(())
+}
+
 /// A backend added on every instance while connections run, then an instance fails:
 /// the broken connections are exactly those whose slot moved and whose instance
-/// changed.
-fn backend_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
+/// changed. With the second chance (`second_chance`), none breaks: each reaches the
+/// new owner with its old backend as the candidate, and the agent there hands it on.
+fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Result<()> {
     let vip = tcp_vip(false);
     let k = 1;
     let flows = bed.long_flows(LONG_FLOWS, false)?;
@@ -590,11 +662,19 @@ fn backend_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
     #[expect(clippy::cast_precision_loss, reason = "connection counts")]
     let predicted = on_failed.len() as f64 * share;
     eprintln!(
-        "fleet: backend b{new} added on every instance: lb table diff predicts {:.2}% of slots \
+        "fleet: {}backend b{new} added on every instance: lb table diff predicts {:.2}% of slots \
          moved; {} of {LONG_FLOWS} connections had their slot moved; instance {k} (link down) \
          carried {}, {} of them with a moved slot; broken: {} (predicted {:.1} = {} x {:.4}; {} of \
          them moved between surviving instances by the ECMP rehash); broken at the rejoin: {} more; \
          failover after {:.1} ms",
+        if second_chance {
+            format!(
+                "with the second chance (without it: {} broken): ",
+                today(BACKEND_THEN_FAILURE)
+            )
+        } else {
+            String::new()
+        },
         share * 100.0,
         moved.len(),
         on_failed.len(),
@@ -607,8 +687,20 @@ fn backend_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
         broke_after_rejoin,
         gone.duration_since(failed_at).as_secs_f64() * 1e3,
     );
+    if second_chance {
+        ensure!(
+            !must_break.is_empty(),
+            "no connection with a moved slot was on the failed instance: the test proves nothing"
+        );
+        ensure!(
+            broke.is_empty() && broke_after_rejoin == 0,
+            "with the second chance, connections broke: {broke:?}, {broke_after_rejoin} at the rejoin"
+        );
+    } else {
+        TODAY_BROKEN[BACKEND_THEN_FAILURE].store(broke.len(), Ordering::Relaxed);
+    }
     ensure!(
-        must_break.is_subset(&broke_set),
+        must_break.is_subset(&broke_set) || second_chance,
         "connections with a moved slot pinned on the failed instance survived: {:?}",
         must_break.difference(&broke_set).collect::<Vec<_>>()
     );
@@ -620,16 +712,95 @@ fn backend_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
             .map(|i| (&locals[*i], &broke[i]))
             .collect::<Vec<_>>()
     );
-    // Back to the baseline: backend `new` out of the VIP everywhere.
+    remove_backend(bed, new, &before[0])
+}
+
+/// Back to the baseline: backend `new` out of the IPv4 TCP VIP everywhere, and the
+/// table `fingerprint` again.
+fn remove_backend(bed: &mut FleetBed, new: u8, fingerprint: &str) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
     for j in 1..=bed.instances().len() {
         bed.daemon(j).backend("remove", &vip, new, None)?;
     }
     let restored = bed.fingerprints(&vip)?;
     ensure!(
-        restored.iter().all(|f| *f == before[0]),
+        restored.iter().all(|f| f == fingerprint),
         "fingerprints after removing b{new}: {restored:?}"
     );
     bed.wait_all_announced(CONVERGE)
+}
+
+/// Connections opened after the change in the rejoin scenario.
+const FRESH_FLOWS: usize = 60;
+
+/// The issue's rejoin case: instance 1 withdrawn (its connections move to the
+/// survivors and are pinned there), a backend added on every instance (the withdrawn
+/// one too), connections opened, instance 1 announced again: the router's rehash
+/// brings connections pinned on a survivor to instance 1, which has no pin for them
+/// and whose table moved some of their slots. Without the second chance those break
+/// (printed); with it none does.
+fn withdrawn_then_rejoin(bed: &mut FleetBed, second_chance: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let k = 1;
+    let flows = bed.long_flows(LONG_FLOWS, false)?;
+    let locals = flows.locals();
+    let before = bed.fingerprints(&vip)?;
+    bed.fail(k, Failure::Withdrawn)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
+    flows.wait_progress(gone, CONVERGE)?;
+    let new = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, new, None)?;
+    }
+    // A connection is at risk when the new table gives its slot another backend.
+    let answered: Vec<String> = flows.snapshot().into_iter().map(|s| s.backend).collect();
+    let mut moved = 0;
+    for (i, local) in locals.iter().enumerate() {
+        let table = bed
+            .daemon(k)
+            .flow(&vip, *local)?
+            .table_backend
+            .and_then(|b| backend_of(&b))
+            .map(backend_name);
+        moved += usize::from(table.as_deref() != Some(answered[i].as_str()));
+    }
+    let fresh = bed.long_flows(FRESH_FLOWS, false)?;
+    let rejoin_at = Instant::now();
+    bed.restore(k, Failure::Withdrawn)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
+    flows.wait_progress(back, CONVERGE)?;
+    fresh.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let old_broken = broken(&flows.finish()).len();
+    let fresh_broken = broken(&fresh.finish()).len();
+    eprintln!(
+        "fleet: {}instance {k} withdrawn, b{new} added on every instance, {FRESH_FLOWS} \
+         connections opened, instance {k} announced again after {:.1} ms: {moved} of \
+         {LONG_FLOWS} older connections had their slot moved; broken {old_broken} of them and \
+         {fresh_broken} of the {FRESH_FLOWS} new",
+        if second_chance {
+            format!(
+                "with the second chance (without it: {} broken): ",
+                today(WITHDRAWN_THEN_REJOIN)
+            )
+        } else {
+            String::new()
+        },
+        back.duration_since(rejoin_at).as_secs_f64() * 1e3,
+    );
+    if second_chance {
+        ensure!(
+            moved > 0,
+            "no connection's slot moved: the test proves nothing"
+        );
+        ensure!(
+            old_broken + fresh_broken == 0,
+            "with the second chance, {old_broken} older and {fresh_broken} new connections broke"
+        );
+    } else {
+        TODAY_BROKEN[WITHDRAWN_THEN_REJOIN].store(old_broken + fresh_broken, Ordering::Relaxed);
+    }
+    remove_backend(bed, new, &before[0])
 }
 
 /// `lb ARGS...` in the router's namespace: (exit status, stdout, stderr).

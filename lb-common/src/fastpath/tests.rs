@@ -54,9 +54,9 @@ fn layout_is_sixteen_bytes_with_the_state_word_first() {
         epoch: 0x0403_0201,
         clean_owner: 0x0605,
         state: SLOT_DIRTY,
-        _pad: 0,
+        flags: 0,
         owner: 0x0a09,
-        _pad2: [0; 2],
+        pending_owner: 0,
         changed_ticks: 0x100f_0e0d,
     };
     // SAFETY: SlotState is repr(C), 16 bytes, integers only, no implicit padding.

@@ -105,3 +105,127 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_pending_slot_offers_the_next_owner_and_keeps_forwarding_by_its_owner() {
+    // Phase 1 on a clean slot: owner A stays, the next owner C is the candidate.
+    let learned = SlotState::clean(A).learned(C, 10 * S);
+    assert_eq!((learned.owner(), learned.is_dirty()), (A, false));
+    assert_eq!(learned.pending(), C);
+    assert_eq!(
+        offer(&learned, A),
+        Offer {
+            candidate: C,
+            given_up: 0
+        }
+    );
+    // A destination that is the pending owner falls back to the slot's state: none on
+    // a clean slot.
+    assert_eq!(offer(&learned, C).candidate, 0);
+    // On a dirty slot (owner C, clean owner A), pending D: D is carried, A given up.
+    let dirty = SlotState::clean(A).switched(C, 10 * S).learned(D, 20 * S);
+    assert_eq!(
+        (dirty.owner(), dirty.clean_owner(), dirty.pending()),
+        (C, A, D)
+    );
+    assert_eq!(
+        offer(&dirty, C),
+        Offer {
+            candidate: D,
+            given_up: 1
+        }
+    );
+    // A slot the next table keeps is not pending.
+    assert_eq!(SlotState::clean(A).learned(A, 10 * S).pending(), 0);
+    assert_eq!(learned.learned(A, 20 * S).pending(), 0, "learned again");
+}
+
+#[test]
+fn a_published_table_ends_the_learn_phase_and_the_cleaning_keeps_it() {
+    let learned = SlotState::clean(A).learned(C, 10 * S);
+    // Phase 2: the moved slot turns dirty with the old owner as clean owner.
+    let switched = learned.republished(C, 20 * S);
+    assert_eq!(
+        (switched.owner(), switched.clean_owner(), switched.pending()),
+        (C, A, 0)
+    );
+    assert_eq!(switched.flags, 0);
+    assert_eq!(offer(&switched, C).candidate, A);
+    // Another change instead (the slot keeps A): not pending either.
+    assert_eq!(learned.republished(A, 20 * S).pending(), 0);
+    // The cleaning of a dirty pending slot keeps the mark.
+    let dirty = SlotState::clean(A).switched(C, 10 * S).learned(D, 20 * S);
+    let clean = crate::fastpath::clean_commit(&dirty, dirty.epoch).expect("commits");
+    assert_eq!((clean.is_dirty(), clean.pending()), (false, D));
+}
+
+#[test]
+fn a_learn_bumps_a_dirty_slots_epoch_as_a_republish_does() {
+    let dirty = SlotState::clean(A).switched(C, 10 * S);
+    let learned = dirty.learned(D, 20 * S);
+    assert_eq!(learned.epoch, dirty.epoch.wrapping_add(1));
+    assert_eq!(
+        learned.changed_ticks, dirty.changed_ticks,
+        "not a change of owner"
+    );
+    let clean = SlotState::clean(A);
+    assert_eq!(clean.learned(C, 20 * S).epoch, clean.epoch);
+}
+
+#[test]
+fn a_pending_cell_reads_as_before_to_a_program_built_before_the_mark() {
+    use crate::types::TableCell;
+    for slot in [SlotState::clean(A), SlotState::clean(A).switched(C, 10 * S)] {
+        let plain = TableCell::of_slot(&slot);
+        let pending = TableCell::of_slot(&slot.learned(D, 20 * S));
+        assert_eq!(TableCell::of_slot(&pending.slot()), pending, "round trip");
+        assert_eq!(pending.slot().pending(), D);
+        // What an older program reads: the owner and the state, masked.
+        assert_eq!(pending.owner(), plain.owner());
+        assert_eq!(pending.is_clean(), plain.is_clean());
+        assert_eq!((pending.lo >> 32) & 0xff_ffff, (plain.lo >> 32) & 0xff_ffff);
+        // The mark is exactly the formerly spare bits: hi 16..32 and lo 56..64.
+        assert_eq!(pending.hi & !0xffff_0000, plain.hi & !0xffff_0000);
+        assert_eq!((pending.hi >> 16) & 0xffff, u64::from(D));
+        assert_eq!(pending.lo >> 56, 1);
+    }
+}
+
+proptest! {
+    /// Rules R1, R2 and SC6 over any slot: between the phases an instance at phase 1
+    /// (the learned slot) and one at phase 2 (the new table published over it) each
+    /// name both the slot's old owner and its next owner, as destination or candidate
+    /// (at phase 2 unless SC5 gives the old owner up: a second change of a dirty
+    /// slot); the learn changes neither the owner, the state nor the clean owner.
+    #[test]
+    fn either_phase_names_the_old_and_the_next_owner(
+        first in 1u32..5,
+        owners in proptest::collection::vec(1u32..5, 0..3),
+        next in 1u32..5,
+    ) {
+        let mut slot = SlotState::clean(first);
+        for (i, owner) in (1u64..).zip(&owners) {
+            slot = slot.republished(*owner, i * S);
+        }
+        let learned = slot.learned(next, 10 * S);
+        prop_assert_eq!(
+            (learned.owner(), learned.state, learned.clean_owner),
+            (slot.owner(), slot.state, slot.clean_owner)
+        );
+        let old = slot.owner();
+        let phase1 = offer(&learned, old);
+        let switched = learned.republished(next, 20 * S);
+        prop_assert_eq!(switched.pending(), 0);
+        let phase2 = offer(&switched, next);
+        let forgotten = owner_given_up(&slot, next).is_some();
+        for (destination, o) in [(old, phase1), (next, phase2)] {
+            let named = [destination, o.candidate];
+            if forgotten && destination == next {
+                prop_assert!(named.contains(&next));
+                continue;
+            }
+            prop_assert!(named.contains(&old), "phase names {named:?}, old {old}");
+            prop_assert!(named.contains(&next), "phase names {named:?}, next {next}");
+        }
+    }
+}

@@ -11,9 +11,18 @@ use crate::fastpath::{SLOT_CLEAN, SlotState};
 ///
 /// Layout (16 bytes, 8-byte aligned, little-endian words as on every target the
 /// program runs on): `lo` 0..8, `hi` 8..16. As a slot: `lo` is the state word
-/// (`epoch` bits 0..32, `clean_owner` 32..48, `state` 48..56) and `hi` holds `owner`
-/// (bits 0..16) and `changed_ticks` (32..64), [`SlotState`]'s byte layout. As the
-/// header: `lo` holds the size M (bits 0..32) and the generation (32..64); `hi` is 0.
+/// (`epoch` bits 0..32, `clean_owner` 32..48, `state` 48..56, `flags` 56..64) and `hi`
+/// holds `owner` (bits 0..16), `pending_owner` (16..32) and `changed_ticks` (32..64),
+/// [`SlotState`]'s byte layout. As the header: `lo` holds the size M (bits 0..32) and
+/// the generation (32..64); `hi` is 0.
+///
+/// `flags` and `pending_owner` (a rollout's learn phase, rule SC6 of
+/// `crate::second_chance`) were zero padding before: a program or daemon built before
+/// them reads a pending cell's owner, state and clean owner exactly as without the
+/// mark ([`Self::owner`], [`Self::is_clean`] mask them out), so it forwards as it did
+/// and carries no pending candidate; its cleaning's compare-and-swap of the state word
+/// (which it reads with `flags` zero) fails on a pending slot, which then stays dirty
+/// until a table without the mark is published.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableCell {
@@ -67,8 +76,11 @@ impl TableCell {
         Self {
             lo: u64::from(slot.epoch)
                 | u64::from(slot.clean_owner) << 32
-                | u64::from(slot.state) << 48,
-            hi: u64::from(slot.owner) | u64::from(slot.changed_ticks) << 32,
+                | u64::from(slot.state) << 48
+                | u64::from(slot.flags) << 56,
+            hi: u64::from(slot.owner)
+                | u64::from(slot.pending_owner) << 16
+                | u64::from(slot.changed_ticks) << 32,
         }
     }
 
@@ -84,9 +96,10 @@ impl TableCell {
             epoch: self.lo as u32,
             clean_owner: (self.lo >> 32) as u16,
             state: (self.lo >> 48) as u8,
+            flags: (self.lo >> 56) as u8,
             owner: self.hi as u16,
+            pending_owner: (self.hi >> 16) as u16,
             changed_ticks: (self.hi >> 32) as u32,
-            ..SlotState::default()
         }
     }
 

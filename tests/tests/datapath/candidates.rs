@@ -233,3 +233,130 @@ fn the_mtu_budget_of_a_packet_with_a_candidate_counts_its_private_data() {
     let out = expect(&mut lb, &over, XDP_TX, Reason::TxIcmpTooBig);
     assert_eq!(out, packet_too_big(&over, 1428));
 }
+
+/// [`gue_lb`] with the second chance on (VIP `vip_id`, over `ids`) and the rollout's
+/// learn phase of a next table that moves `flow`'s slot to another backend of `ids`
+/// (`Dataplane::learn_table`); returns the set-up, the owner, the next owner and the
+/// next table.
+fn learned(vip_id: u32, ids: [u32; 3], flow: &Flow) -> (Lb, u32, u32, Vec<u32>) {
+    let mut lb = gue_lb();
+    let table = round_robin(65_537, &ids);
+    lb.table(vip_id, &table);
+    let at = slot(flow);
+    let owner = table[at];
+    let next_owner = if owner == ids[0] { ids[1] } else { ids[0] };
+    let mut next = table.clone();
+    next[at] = next_owner;
+    let key = if vip_id < 2 {
+        vip_key(VIP4.into(), 80, PROTO_TCP)
+    } else {
+        vip_key(VIP6.into(), 80, PROTO_TCP)
+    };
+    lb.dp
+        .set_second_chance(&key, vip_id, true)
+        .expect("second chance");
+    let compact: Vec<u16> = next
+        .iter()
+        .map(|&id| u16::try_from(id).expect("small"))
+        .collect();
+    assert_eq!(lb.dp.learn_table(vip_id, &compact).expect("learn"), 1);
+    (lb, owner, next_owner, next)
+}
+
+#[test]
+fn a_pending_slot_keeps_its_owner_and_carries_the_next_owner_until_the_switch() {
+    for (vip_id, ids, flow) in [
+        (0, [1, 2, 3], flow4(48060, 80)),
+        (2, [11, 12, 13], flow6(48061, 80)),
+    ] {
+        let (mut lb, owner, next_owner, next) = learned(vip_id, ids, &flow);
+        let state = lb
+            .dp
+            .slot_state(vip_id, u32::try_from(slot(&flow)).expect("fits"))
+            .expect("state")
+            .expect("a slot");
+        assert_eq!(
+            (state.owner(), state.is_dirty(), state.pending()),
+            (owner, false, next_owner)
+        );
+        // Phase 1: a miss goes to the owner with the next owner as candidate, unpinned.
+        let frame = flow.frame(L4::Tcp(ACK), b"mid-flow");
+        let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
+        assert_eq!(
+            out,
+            sent(&frame, &flow, owner, Some(next_owner)),
+            "{flow:?}"
+        );
+        assert_eq!(pins(&lb), 0);
+        let stats = lb.dp.vip_stats(vip_id).expect("stats");
+        assert_eq!((stats.sc_candidates, stats.sc_given_up), (1, 0));
+        // Phase 2: the next table published; the slot is dirty, the old owner its
+        // clean owner and the candidate, and no longer pending.
+        lb.table(vip_id, &next);
+        let state = lb
+            .dp
+            .slot_state(vip_id, u32::try_from(slot(&flow)).expect("fits"))
+            .expect("state")
+            .expect("a slot");
+        assert_eq!(
+            (state.owner(), state.clean_owner(), state.pending()),
+            (next_owner, owner, 0)
+        );
+        let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
+        assert_eq!(out, sent(&frame, &flow, next_owner, Some(owner)));
+        assert_eq!(pins(&lb), 0);
+    }
+}
+
+#[test]
+fn a_syn_on_a_pending_slot_opens_on_the_owner_with_todays_bytes() {
+    let flow = flow4(48065, 80);
+    let (mut lb, owner, _, _) = learned(0, [1, 2, 3], &flow);
+    let syn = flow.frame(L4::Tcp(SYN), b"");
+    let out = expect(&mut lb, &syn, XDP_TX, Reason::TxEncap);
+    assert_eq!(
+        out,
+        sent(&syn, &flow, owner, None),
+        "nothing opens on the next owner"
+    );
+    let ack = flow.frame(L4::Tcp(ACK), b"a");
+    let out = expect(&mut lb, &ack, XDP_TX, Reason::TxEncap);
+    assert_eq!(out, sent(&ack, &flow, owner, None), "the handshake's ACK");
+    assert_eq!(pins(&lb), 1);
+}
+
+#[test]
+fn a_pending_next_owner_that_keeps_no_flows_is_given_up_and_the_miss_pinned() {
+    let flow = flow4(48070, 80);
+    let (mut lb, owner, next_owner, _) = learned(0, [1, 2, 3], &flow);
+    lb.backend(
+        next_owner,
+        lb_tests::packets::backend4(u8::try_from(next_owner).expect("small")),
+        lb_common::types::BACKEND_DOWN,
+    );
+    let frame = flow.frame(L4::Tcp(ACK), b"x");
+    let out = expect(&mut lb, &frame, XDP_TX, Reason::TxEncap);
+    assert_eq!(out, sent(&frame, &flow, owner, None));
+    assert_eq!(pins(&lb), 1, "no candidate: pinned as today");
+    let stats = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(
+        (stats.sc_candidates, stats.sc_given_up),
+        (0, 1),
+        "the pending candidate given up"
+    );
+}
+
+#[test]
+fn a_learn_against_a_table_of_another_size_is_refused_and_changes_nothing() {
+    let flow = flow4(48080, 80);
+    let (mut lb, owner, _, _) = learned(0, [1, 2, 3], &flow);
+    let err = lb.dp.learn_table(0, &[1, 2, 3]).expect_err("another size");
+    assert!(err.to_string().contains("slots"), "{err}");
+    assert_eq!(
+        lb.dp
+            .slot_state(0, u32::try_from(slot(&flow)).expect("fits"))
+            .expect("state")
+            .map(|s| s.owner()),
+        Some(owner)
+    );
+}
