@@ -605,6 +605,6 @@ fn flow_keys_hash_by_the_vips_hash_fields() {
             "--hash-source-prefix",
             "33",
         ],
-        "lb hash: error: --hash-source-prefix: expected a prefix length from 1 to 32 for VIP 203.0.113.10:80, got 33",
+        "lb hash: error: --hash-source-prefix: expected a prefix length from 1 to 32 for VIP 203.0.113.10, got 33",
     );
 }
