@@ -275,8 +275,9 @@ pub struct VipStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub give_ups: Vec<GiveUpCount>,
     /// With a persistence timeout (`persistence_timeout_secs`): the clients whose
-    /// affinity pin is live (opened a connection within the timeout), at the last
-    /// conntrack walk; absent without affinity or before the first walk.
+    /// affinity pin is live (a new connection, or a packet on one of its open
+    /// connections to its backend, within the timeout), at the last conntrack walk;
+    /// absent without affinity or before the first walk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity_pins: Option<u64>,
 }
