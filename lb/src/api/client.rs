@@ -442,6 +442,7 @@ fn route(request: &Request, change_id: Option<&str>) -> Result<Route, ClientErro
             Some("application/json"),
         ),
         Request::Reload => change(Method::POST, "/v1/reload", Bytes::new(), None),
+        Request::ReloadLearn => change(Method::POST, "/v1/reload/learn", Bytes::new(), None),
         Request::PushConfig {
             toml,
             dry_run: false,

@@ -16,6 +16,7 @@
 //! | `GET /v1/conns?vip=V&backend=B&client=P&state=S&limit=N` | read-only | `conns` | `ConnList` |
 //! | `POST /v1/config/diff` (TOML body) | read-only | `push_config` (dry run) | `ConfigDiff` |
 //! | `POST /v1/reload` | admin | `reload` | `ConfigDiff` |
+//! | `POST /v1/reload/learn` | admin | `reload --phase learn` | `Learned` |
 //! | `PUT /v1/config` (TOML body) | admin | `push_config` | `ConfigDiff` |
 //! | `GET /v1/trace?vip=V&client=C` | read-only | `trace` | JSON lines |
 //! | `GET /v1/openapi.json` | any client | none | the OpenAPI document |
@@ -54,6 +55,8 @@ pub enum Endpoint {
     ConfigDiff,
     /// `POST /v1/reload`.
     Reload,
+    /// `POST /v1/reload/learn`.
+    ReloadLearn,
     /// `PUT /v1/config`.
     PushConfig,
     /// `GET /v1/trace`.
@@ -123,7 +126,9 @@ impl Endpoint {
             OPENAPI_PATH => (Some(Self::OpenApi), "GET"),
             "/v1/conns" => (Some(Self::Conns), "GET"),
             "/v1/overrides" => (Some(Self::Overrides), "GET, DELETE"),
-            "/v1/backend" | "/v1/vip" | "/v1/reload" | "/v1/config/diff" => (None, "POST"),
+            "/v1/backend" | "/v1/vip" | "/v1/reload" | "/v1/reload/learn" | "/v1/config/diff" => {
+                (None, "POST")
+            }
             "/v1/config" => (None, "PUT"),
             _ => return Err(NoRoute::Path),
         };
@@ -133,6 +138,7 @@ impl Endpoint {
             ("POST", "/v1/backend") => Ok(Self::Backend),
             ("POST", "/v1/vip") => Ok(Self::Vip),
             ("POST", "/v1/reload") => Ok(Self::Reload),
+            ("POST", "/v1/reload/learn") => Ok(Self::ReloadLearn),
             ("POST", "/v1/config/diff") => Ok(Self::ConfigDiff),
             ("PUT", "/v1/config") => Ok(Self::PushConfig),
             _ => Err(NoRoute::Method(methods)),
@@ -143,9 +149,12 @@ impl Endpoint {
     pub fn role(self) -> Option<Role> {
         match self {
             Self::OpenApi => None,
-            Self::ClearOverrides | Self::Backend | Self::Vip | Self::Reload | Self::PushConfig => {
-                Some(Role::Admin)
-            }
+            Self::ClearOverrides
+            | Self::Backend
+            | Self::Vip
+            | Self::Reload
+            | Self::ReloadLearn
+            | Self::PushConfig => Some(Role::Admin),
             _ => Some(Role::ReadOnly),
         }
     }
@@ -197,6 +206,7 @@ impl Endpoint {
                 "conns"
             }
             Self::Reload => "reload",
+            Self::ReloadLearn => "reload_learn",
             Self::ConfigDiff | Self::PushConfig => {
                 let text = std::str::from_utf8(body)
                     .map_err(|_| "body: the configuration is not UTF-8".to_owned())?;
@@ -234,6 +244,7 @@ impl Endpoint {
             Self::Vip => retype::<VipChange>(data),
             Self::Conns => retype::<ConnList>(data),
             Self::Reload | Self::ConfigDiff | Self::PushConfig => retype::<ConfigDiff>(data),
+            Self::ReloadLearn => retype::<crate::control::Learned>(data),
             Self::Trace => match retype::<TraceEvent>(data.clone()) {
                 Ok(line) => Ok(line),
                 Err(_) => retype::<TraceStarted>(data),
