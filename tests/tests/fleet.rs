@@ -36,11 +36,17 @@
 //!   connections opened, the instance announced again: without the second chance the
 //!   connections the rehash brings to it with a moved slot break (printed); with it
 //!   none does.
+//! - An instance fails midway through a rollout (a backend written into every file,
+//!   two of three instances switched with `lb reload`): rolling, the connections a
+//!   switched instance opened on moved slots break where they reach the instance
+//!   behind (printed); in two phases (`lb reload --phase learn` on every instance
+//!   first) none does.
 //! - The remote API (issue 33): every instance serves it; from the router's namespace
 //!   `lb --remote` reads one instance, `lb fleet status` finds the three in agreement
 //!   (exit 0), `lb fleet apply` pushes a VIP set to all three, which then agree on the
 //!   new tables; pushed to one instance only, the disagreement is reported (exit 1,
-//!   the fingerprint named); a read-only token cannot push (exit 3, its role named).
+//!   the fingerprint named); a read-only token cannot push (exit 3, its role named);
+//!   `lb fleet apply --two-phase` learns on all three, then switches all three.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -1029,9 +1035,30 @@ fn fleet_api(bed: &mut FleetBed) -> anyhow::Result<()> {
     )?;
     ensure!(code == 3 && out.contains("read-only"), "{code}\n{out}{err}");
 
-    // Back to backends 1 to 3 everywhere.
-    let (code, out, err) = lb_router(bed, &["fleet", "apply", &three, "--fleet", &fleet_file])?;
-    ensure!(code == 0, "lb fleet apply: {code}\n{out}{err}");
+    // Back to backends 1 to 3 everywhere, in two phases (these VIPs have no second
+    // chance: each instance learns nothing, then all switch).
+    let (code, out, err) = lb_router(
+        bed,
+        &[
+            "fleet",
+            "apply",
+            "--two-phase",
+            "--json",
+            &three,
+            "--fleet",
+            &fleet_file,
+        ],
+    )?;
+    ensure!(code == 0, "lb fleet apply --two-phase: {code}\n{out}{err}");
+    let two_phase: serde_json::Value = serde_json::from_str(&out)?;
+    documented("lb fleet apply", &two_phase)?;
+    ensure!(
+        two_phase["two_phase"] == true
+            && two_phase["instances"].as_array().is_some_and(|i| i
+                .iter()
+                .all(|i| i["ok"] == true && i["learned"]["vips"].as_array().is_some())),
+        "{two_phase:#}"
+    );
     let healed = wait_fleet(bed, &fleet_file, 0)?;
     ensure!(
         healed["vips"][0]["instances"][0]["fingerprint"]

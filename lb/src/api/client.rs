@@ -452,6 +452,12 @@ fn route(request: &Request, change_id: Option<&str>) -> Result<Route, ClientErro
             Bytes::from(toml.clone()),
             Some("application/toml"),
         ),
+        Request::PushLearn { toml } => change(
+            Method::PUT,
+            "/v1/config/learn",
+            Bytes::from(toml.clone()),
+            Some("application/toml"),
+        ),
         Request::PushConfig {
             toml,
             dry_run: true,

@@ -137,6 +137,15 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         dry_run: bool,
     },
+    /// `lb fleet apply --two-phase`'s first phase (`PUT /v1/config/learn`): `toml`'s
+    /// top-level keys replace those of the daemon's file, as [`Self::PushConfig`]
+    /// would, and the result is learned as by [`Self::ReloadLearn`]; nothing is
+    /// written or applied. Answered with [`super::Learned`]; the second phase is
+    /// [`Self::PushConfig`].
+    PushLearn {
+        /// The pushed document (TOML).
+        toml: String,
+    },
     /// `lb vip withdraw|announce`; answered with the log lines of what changed.
     Vip {
         /// What to do.

@@ -575,9 +575,11 @@ impl<D: Dataplane> Service<D> {
                     Err(e) => Response::error(e),
                 },
             },
-            Request::Reload | Request::PushConfig { .. } => Response::error(
-                "a reload signals the daemon's event loop: the event loop serves it",
-            ),
+            Request::Reload | Request::PushConfig { .. } | Request::PushLearn { .. } => {
+                Response::error(
+                    "a reload signals the daemon's event loop: the event loop serves it",
+                )
+            }
             Request::ConfigDiff { ref file } => {
                 let file = file.as_ref().unwrap_or(&self.config_file);
                 match Config::load(file) {
