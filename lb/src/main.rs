@@ -111,7 +111,7 @@ enum Command {
     Config(config::ConfigArgs),
     /// Reload the daemon's configuration file now, as SIGHUP does (also with
     /// `reload = "signal"`), and print what the reload changes.
-    Reload(cli::ReadArgs),
+    Reload(config::ReloadArgs),
     /// Several daemons at once through their remote APIs: whether they agree, or push a
     /// configuration to all.
     Fleet(fleet::FleetArgs),
@@ -216,7 +216,7 @@ fn run(command: Command) -> Result<Output, Failure> {
                 }
             }
         },
-        Command::Reload(args) => config::reload(&args.socket, args.json).map_err(daemon),
+        Command::Reload(args) => config::reload(&args).map_err(daemon),
         Command::Fleet(args) => {
             let outcome = match &args.verb {
                 fleet::FleetVerb::Status(a) => fleet::status(a),

@@ -170,6 +170,9 @@ pub struct DaemonConfig {
     /// Keys added to the `[conntrack]` table, one `key = value` per line (empty by
     /// default), such as `quiet_secs = 60`.
     pub conntrack_keys: String,
+    /// Top-level keys written before the first table, one `key = value` per line
+    /// (empty by default), such as `reload = "signal"`.
+    pub top_level: String,
 }
 
 impl DaemonConfig {
@@ -199,6 +202,7 @@ impl DaemonConfig {
             ct_capacity: CT_CAPACITY,
             vip_keys: Vec::new(),
             conntrack_keys: String::new(),
+            top_level: String::new(),
         }
     }
 
@@ -225,13 +229,14 @@ impl DaemonConfig {
              xdp_mode = \"native\"\n\
              control_socket = \"{}\"\n\
              state_dir = \"{}\"\n\
-             mtu = 1500\n\n\
+             mtu = 1500\n{}\n\
              [encap]\nsource_v4 = \"{}\"\nsource_v6 = \"{}\"\n\n\
              [nexthop]\nmode = \"fib\"\n\n\
              [conntrack]\ncapacity = {}\nsyn_capacity = {CT_SYN_CAPACITY}\n\
              udp_timeout_secs = {}\n{}\n[metrics]\n{}\n",
             socket.display(),
             socket.with_file_name("state").display(),
+            self.top_level,
             self.sources.0,
             self.sources.1,
             self.ct_capacity,

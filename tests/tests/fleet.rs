@@ -36,11 +36,17 @@
 //!   connections opened, the instance announced again: without the second chance the
 //!   connections the rehash brings to it with a moved slot break (printed); with it
 //!   none does.
+//! - An instance fails midway through a rollout (a backend written into every file,
+//!   two of three instances switched with `lb reload`): rolling, the connections a
+//!   switched instance opened on moved slots break where they reach the instance
+//!   behind (printed); in two phases (`lb reload --phase learn` on every instance
+//!   first) none does.
 //! - The remote API (issue 33): every instance serves it; from the router's namespace
 //!   `lb --remote` reads one instance, `lb fleet status` finds the three in agreement
 //!   (exit 0), `lb fleet apply` pushes a VIP set to all three, which then agree on the
 //!   new tables; pushed to one instance only, the disagreement is reported (exit 1,
-//!   the fingerprint named); a read-only token cannot push (exit 3, its role named).
+//!   the fingerprint named); a read-only token cannot push (exit 3, its role named);
+//!   `lb fleet apply --two-phase` learns on all three, then switches all three.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -123,6 +129,12 @@ fn main() -> ExitCode {
             "withdrawn_backend_added_then_rejoin_with_second_chance",
             |b| with_second_chance(b, |b| withdrawn_then_rejoin(b, true)),
         ),
+        trial(&bed, "rolling_change_then_instance_fails", |b| {
+            rollout_then_failure(b, false)
+        }),
+        trial(&bed, "two_phase_rollout_then_instance_fails", |b| {
+            rollout_then_failure(b, true)
+        }),
         trial(&bed, "fleet_status_and_apply_from_the_router", fleet_api),
     ];
     let conclusion = libtest_mimic::run(&args, trials);
@@ -578,22 +590,40 @@ fn with_second_chance(
 }
 
 /// Writes every instance's configuration with the IPv4 TCP VIP's second chance on or
-/// off and has each daemon reload it (`lb reload` returns once it is applied).
+/// off and waits until each daemon applied it.
 fn set_second_chance(bed: &mut FleetBed, on: bool) -> anyhow::Result<()> {
     let vip = tcp_vip(false);
-    bed.reconfigure(
-        |c| {
-            c.vip_keys.retain(|(v, _)| *v != vip);
-            if on {
-                c.vip_keys
-                    .push((vip.clone(), "encap = \"gue\"\nsecond_chance = true".into()));
-            }
-        },
-        |_| true,
-    )?;
+    change_everywhere(bed, |c| {
+        c.vip_keys.retain(|(v, _)| *v != vip);
+        if on {
+            c.vip_keys
+                .push((vip.clone(), "encap = \"gue\"\nsecond_chance = true".into()));
+        }
+    })
+}
+
+/// Writes every instance's configuration with `change` applied and waits until each
+/// daemon applied it (`lb reload`, then its count of applied changes moves: `change`
+/// must change the data plane).
+fn change_everywhere(bed: &mut FleetBed, change: impl Fn(&mut DaemonConfig)) -> anyhow::Result<()> {
+    let before: Vec<u64> = (1..=bed.instances().len())
+        .map(|k| Ok(bed.daemon(k).status()?.changes))
+        .collect::<anyhow::Result<_>>()?;
+    bed.reconfigure(change, |_| true)?;
     for k in 1..=bed.instances().len() {
-        bed.daemon(k).cli(&["reload"])?;
+        switch(bed, k, before[k - 1])?;
     }
+    Ok(())
+}
+
+/// `lb reload` on instance `k` (phase 2 of a rollout, or a plain reload), then waits
+/// until its count of applied changes is past `before`.
+fn switch(bed: &FleetBed, k: usize, before: u64) -> anyhow::Result<()> {
+    let daemon = bed.daemon(k);
+    daemon.cli(&["reload"])?;
+    daemon.wait_status("the reload", Duration::from_secs(10), |s| {
+        s.changes > before
+    })?;
     Ok(())
 }
 
@@ -1005,14 +1035,180 @@ fn fleet_api(bed: &mut FleetBed) -> anyhow::Result<()> {
     )?;
     ensure!(code == 3 && out.contains("read-only"), "{code}\n{out}{err}");
 
-    // Back to backends 1 to 3 everywhere.
-    let (code, out, err) = lb_router(bed, &["fleet", "apply", &three, "--fleet", &fleet_file])?;
-    ensure!(code == 0, "lb fleet apply: {code}\n{out}{err}");
+    // Back to backends 1 to 3 everywhere, in two phases (these VIPs have no second
+    // chance: each instance learns nothing, then all switch).
+    let (code, out, err) = lb_router(
+        bed,
+        &[
+            "fleet",
+            "apply",
+            "--two-phase",
+            "--json",
+            &three,
+            "--fleet",
+            &fleet_file,
+        ],
+    )?;
+    ensure!(code == 0, "lb fleet apply --two-phase: {code}\n{out}{err}");
+    let two_phase: serde_json::Value = serde_json::from_str(&out)?;
+    documented("lb fleet apply", &two_phase)?;
+    ensure!(
+        two_phase["two_phase"] == true
+            && two_phase["instances"].as_array().is_some_and(|i| i
+                .iter()
+                .all(|i| i["ok"] == true && i["learned"]["vips"].as_array().is_some())),
+        "{two_phase:#}"
+    );
     let healed = wait_fleet(bed, &fleet_file, 0)?;
     ensure!(
         healed["vips"][0]["instances"][0]["fingerprint"]
             == before["vips"][0]["instances"][0]["fingerprint"],
         "{healed:#}"
     );
+    Ok(())
+}
+
+/// Connections of the rollout scenario: opened before the change, and as many again
+/// between the phases.
+const ROLLOUT_FLOWS: usize = 150;
+
+/// Broken connections of the rolling change without the two phases (`usize::MAX`
+/// until it ran), printed beside the count with them.
+static ROLLING_BROKEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// An instance fails midway through a rollout (issue 31's table: "an instance fails
+/// midway through a rolling change"), with the second chance on. Every instance reads
+/// its file on `lb reload` only (`reload = "signal"`); backend `new` is written into
+/// every file. With `two_phase`, `lb reload --phase learn` runs on every instance
+/// first. Then instances 2 and 3 switch (`lb reload`), instance 1 does not yet;
+/// connections are opened (those through 2 and 3 on the next table's owners); then
+/// instance 2's router port goes down. Its connections move to 1 (behind: its slots
+/// are clean, or pending with the next owner after a learn) and to 3. Without the
+/// learn, those whose slot moved break on 1 (printed); with it none breaks (asserted).
+/// Then instance 2 comes back and instance 1 switches too.
+fn rollout_then_failure(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let result = rollout_steps(bed, two_phase);
+    // Back to the baseline whatever happened: the backend out, reload on writes, the
+    // second chance off.
+    let cleanup = change_everywhere(bed, |c| {
+        c.backends.retain(|b| b.k <= 3);
+        c.top_level.clear();
+        c.vip_keys.retain(|(v, _)| *v != vip);
+    })
+    .and_then(|()| bed.wait_all_announced(CONVERGE));
+    result.and(cleanup)
+}
+
+fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let (lagging, failing) = (1, 2);
+    change_everywhere(bed, |c| {
+        c.top_level = "reload = \"signal\"\n".into();
+        c.vip_keys.retain(|(v, _)| *v != vip);
+        c.vip_keys
+            .push((vip.clone(), "encap = \"gue\"\nsecond_chance = true".into()));
+    })?;
+    let before_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
+    let new = bed.add_backend()?;
+    let before: Vec<u64> = (1..=bed.instances().len())
+        .map(|k| Ok(bed.daemon(k).status()?.changes))
+        .collect::<anyhow::Result<_>>()?;
+    bed.reconfigure(
+        |c| {
+            c.backends.push(lb_tests::daemon::BackendLine {
+                k: new,
+                weight: 1,
+                state: lb_tests::daemon::BackendState::Active,
+            });
+        },
+        |_| true,
+    )?;
+    let mut pending = Vec::new();
+    if two_phase {
+        for k in 1..=bed.instances().len() {
+            let out = bed
+                .daemon(k)
+                .cli(&["reload", "--phase", "learn", "--json"])?;
+            let learned: serde_json::Value = serde_json::from_str(&out)?;
+            documented("lb reload --phase learn", &learned)?;
+            let n = learned["vips"][0]["pending_slots"].as_u64().unwrap_or(0);
+            ensure!(
+                learned["vips"].as_array().map(Vec::len) == Some(1) && n > 0,
+                "instance {k}: the learn names the second-chance VIP's pending slots: {learned}"
+            );
+            let status = bed.daemon(k).status()?;
+            let shown = status.vips.iter().find(|v| v.vip == vip);
+            ensure!(
+                shown.and_then(|v| v.pending_rollout).map(u64::from) == Some(n),
+                "instance {k}: lb status shows the pending rollout"
+            );
+            pending.push(n);
+        }
+    }
+    for k in (1..=bed.instances().len()).filter(|&k| k != lagging) {
+        switch(bed, k, before[k - 1])?;
+    }
+    let fingerprints = bed.fingerprints(&vip)?;
+    ensure!(
+        fingerprints[lagging - 1] != fingerprints[failing - 1],
+        "instance {lagging} is behind: {fingerprints:?}"
+    );
+    let mid_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
+    let changed_at = Instant::now();
+    before_flows.wait_progress(changed_at, CONVERGE)?;
+    mid_flows.wait_progress(changed_at, CONVERGE)?;
+
+    let failed_at = Instant::now();
+    bed.fail(failing, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
+    before_flows.wait_progress(gone, CONVERGE)?;
+    mid_flows.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broken_before = broken(&before_flows.snapshot()).len();
+    let broken_mid = broken(&mid_flows.snapshot()).len();
+    bed.restore(failing, Failure::RouterLinkDown)?;
+    bed.wait_router(vip4(), CONVERGE, |h| h.contains(&failing))?;
+    // The rollout ends: the lagging instance switches too.
+    switch(bed, lagging, before[lagging - 1])?;
+    let done = Instant::now();
+    before_flows.wait_progress(done, CONVERGE)?;
+    mid_flows.wait_progress(done, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let total = broken(&before_flows.finish()).len() + broken(&mid_flows.finish()).len();
+    eprintln!(
+        "fleet: rollout of b{new} {}: instances 2 and 3 switched, 1 behind{}; instance \
+         {failing} (link down) failed after {:.1} ms: broken {broken_before} of \
+         {ROLLOUT_FLOWS} opened before the change, {broken_mid} of {ROLLOUT_FLOWS} opened \
+         between the phases; {total} in all once instance 1 switched too{}",
+        if two_phase {
+            "in two phases (learn on all)"
+        } else {
+            "rolling (no learn)"
+        },
+        if two_phase {
+            format!(" (pending slots per instance {pending:?})")
+        } else {
+            String::new()
+        },
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        if two_phase {
+            let rolling = match ROLLING_BROKEN.load(Ordering::Relaxed) {
+                usize::MAX => "not run".to_owned(),
+                n => n.to_string(),
+            };
+            format!(" (without the learn: {rolling})")
+        } else {
+            String::new()
+        },
+    );
+    if two_phase {
+        ensure!(
+            total == 0,
+            "{total} connections broke in a two-phase rollout"
+        );
+    } else {
+        ROLLING_BROKEN.store(total, Ordering::Relaxed);
+    }
     Ok(())
 }

@@ -442,12 +442,19 @@ fn route(request: &Request, change_id: Option<&str>) -> Result<Route, ClientErro
             Some("application/json"),
         ),
         Request::Reload => change(Method::POST, "/v1/reload", Bytes::new(), None),
+        Request::ReloadLearn => change(Method::POST, "/v1/reload/learn", Bytes::new(), None),
         Request::PushConfig {
             toml,
             dry_run: false,
         } => change(
             Method::PUT,
             "/v1/config",
+            Bytes::from(toml.clone()),
+            Some("application/toml"),
+        ),
+        Request::PushLearn { toml } => change(
+            Method::PUT,
+            "/v1/config/learn",
             Bytes::from(toml.clone()),
             Some("application/toml"),
         ),

@@ -23,9 +23,9 @@ use super::routes::{BackendChange, VipRequest};
 use crate::control::{
     AddressAnnouncement, AnnounceSummary, BackendAction, BackendCounters, BackendDelta,
     BackendHealth, BackendStatus, Change, ConfigDiff, Conn, ConnList, ConntrackStatus, Counter,
-    FlowReport, HealthSummary, NexthopStatus, OverrideStatus, OverridesReport, Pin, PolicyStatus,
-    SettingChange, Stats, Status, TableUpdate, TraceEvent, TraceStarted, TunnelProbes, VipAction,
-    VipAnnouncement, VipChange, VipCounters, VipDiff, VipStatus,
+    FlowReport, HealthSummary, Learned, LearnedVip, NexthopStatus, OverrideStatus, OverridesReport,
+    Pin, PolicyStatus, SettingChange, Stats, Status, TableUpdate, TraceEvent, TraceStarted,
+    TunnelProbes, VipAction, VipAnnouncement, VipChange, VipCounters, VipDiff, VipStatus,
 };
 
 /// Every error's body.
@@ -119,6 +119,16 @@ fn conns() {}
         (status = 422, description = "The request id was used for another request", body = ApiError)))]
 fn reload() {}
 
+/// `lb reload --phase learn --json`: a two-phase rollout's first phase; the daemon reads its file and marks the slots its tables move pending on the VIPs with the second chance, switching nothing.
+#[utoipa::path(post, path = "/v1/reload/learn", tag = "change",
+    params(("Idempotency-Key" = String, Header, description = "A unique id per change; a retry sends the same")),
+    responses((status = 200, description = "The VIPs learned and their pending slots", body = Learned),
+        (status = 400, description = "No request id, or the file does not validate (nothing is learned)", body = ApiError),
+        (status = 401, description = "No or unknown credentials", body = ApiError),
+        (status = 403, description = "The read-only role", body = ApiError),
+        (status = 422, description = "The request id was used for another request", body = ApiError)))]
+fn reload_learn() {}
+
 /// `lb fleet apply`: the body's top-level keys replace the daemon file's (`control_socket`, `state_dir` and `api` are refused), the file is written and reloaded.
 #[utoipa::path(put, path = "/v1/config", tag = "change",
     params(("Idempotency-Key" = String, Header, description = "A unique id per change; a retry sends the same")),
@@ -130,6 +140,18 @@ fn reload() {}
         (status = 413, description = "The body is too large", body = ApiError),
         (status = 422, description = "The request id was used for another request", body = ApiError)))]
 fn push_config() {}
+
+/// `lb fleet apply --two-phase`, its first phase: the body's top-level keys replace the daemon file's, as `PUT /v1/config` would, and the result is learned (the slots its tables move turn pending on the VIPs with the second chance); nothing is written or applied.
+#[utoipa::path(put, path = "/v1/config/learn", tag = "change",
+    params(("Idempotency-Key" = String, Header, description = "A unique id per change; a retry sends the same")),
+    request_body(content = String, content_type = "application/toml", description = "TOML: the keys to replace, e.g. every `[[vip]]`"),
+    responses((status = 200, description = "The VIPs learned and their pending slots", body = Learned),
+        (status = 400, description = "No request id, a local key, or a result that does not validate or needs a restart (nothing is learned)", body = ApiError),
+        (status = 401, description = "No or unknown credentials", body = ApiError),
+        (status = 403, description = "The read-only role", body = ApiError),
+        (status = 413, description = "The body is too large", body = ApiError),
+        (status = 422, description = "The request id was used for another request", body = ApiError)))]
+fn push_learn() {}
 
 /// `lb fleet apply --dry-run`: what `PUT /v1/config` with this body would change.
 #[utoipa::path(post, path = "/v1/config/diff", tag = "read",
@@ -186,14 +208,14 @@ impl Modify for Security {
         description = "The lb CLI's operations as HTTP/JSON over TLS. Answers are what `lb VERB --json` prints. See the book's chapter \"The remote API\".",
         license(name = "MIT OR Apache-2.0")
     ),
-    paths(status, stats, flow, overrides, clear_overrides, backend, vip, conns, reload, push_config, config_diff, trace, openapi),
+    paths(status, stats, flow, overrides, clear_overrides, backend, vip, conns, reload, reload_learn, push_config, push_learn, config_diff, trace, openapi),
     components(schemas(
         ApiError, BackendChange, BackendAction, VipRequest, VipAction, Status, Stats, FlowReport, Pin, OverridesReport,
         OverrideStatus, Change, TableUpdate, VipChange, TraceStarted, TraceEvent, VipStatus,
         BackendStatus, ConntrackStatus, HealthSummary, TunnelProbes, BackendHealth,
         NexthopStatus, PolicyStatus, AnnounceSummary, AddressAnnouncement, VipAnnouncement,
         Counter, VipCounters, BackendCounters, ConnList, Conn, ConfigDiff, VipDiff, BackendDelta,
-        SettingChange
+        SettingChange, Learned, LearnedVip
     )),
     modifiers(&Security),
     security(("bearer" = []), ("client_certificate" = [])),
@@ -252,7 +274,7 @@ mod tests {
     #[test]
     fn the_document_and_the_routes_list_the_same_operations() {
         let ops = operations();
-        assert_eq!(ops.len(), 13, "{ops:?}");
+        assert_eq!(ops.len(), 15, "{ops:?}");
         for (method, path) in &ops {
             assert!(
                 Endpoint::find(&method.to_uppercase(), path).is_ok(),

@@ -16,7 +16,9 @@
 //! | `GET /v1/conns?vip=V&backend=B&client=P&state=S&limit=N` | read-only | `conns` | `ConnList` |
 //! | `POST /v1/config/diff` (TOML body) | read-only | `push_config` (dry run) | `ConfigDiff` |
 //! | `POST /v1/reload` | admin | `reload` | `ConfigDiff` |
+//! | `POST /v1/reload/learn` | admin | `reload --phase learn` | `Learned` |
 //! | `PUT /v1/config` (TOML body) | admin | `push_config` | `ConfigDiff` |
+//! | `PUT /v1/config/learn` (TOML body) | admin | `push_learn` | `Learned` |
 //! | `GET /v1/trace?vip=V&client=C` | read-only | `trace` | JSON lines |
 //! | `GET /v1/openapi.json` | any client | none | the OpenAPI document |
 
@@ -54,8 +56,12 @@ pub enum Endpoint {
     ConfigDiff,
     /// `POST /v1/reload`.
     Reload,
+    /// `POST /v1/reload/learn`.
+    ReloadLearn,
     /// `PUT /v1/config`.
     PushConfig,
+    /// `PUT /v1/config/learn`.
+    PushLearn,
     /// `GET /v1/trace`.
     Trace,
     /// `GET /v1/openapi.json`.
@@ -123,8 +129,10 @@ impl Endpoint {
             OPENAPI_PATH => (Some(Self::OpenApi), "GET"),
             "/v1/conns" => (Some(Self::Conns), "GET"),
             "/v1/overrides" => (Some(Self::Overrides), "GET, DELETE"),
-            "/v1/backend" | "/v1/vip" | "/v1/reload" | "/v1/config/diff" => (None, "POST"),
-            "/v1/config" => (None, "PUT"),
+            "/v1/backend" | "/v1/vip" | "/v1/reload" | "/v1/reload/learn" | "/v1/config/diff" => {
+                (None, "POST")
+            }
+            "/v1/config" | "/v1/config/learn" => (None, "PUT"),
             _ => return Err(NoRoute::Path),
         };
         match (method, path) {
@@ -133,8 +141,10 @@ impl Endpoint {
             ("POST", "/v1/backend") => Ok(Self::Backend),
             ("POST", "/v1/vip") => Ok(Self::Vip),
             ("POST", "/v1/reload") => Ok(Self::Reload),
+            ("POST", "/v1/reload/learn") => Ok(Self::ReloadLearn),
             ("POST", "/v1/config/diff") => Ok(Self::ConfigDiff),
             ("PUT", "/v1/config") => Ok(Self::PushConfig),
+            ("PUT", "/v1/config/learn") => Ok(Self::PushLearn),
             _ => Err(NoRoute::Method(methods)),
         }
     }
@@ -143,9 +153,13 @@ impl Endpoint {
     pub fn role(self) -> Option<Role> {
         match self {
             Self::OpenApi => None,
-            Self::ClearOverrides | Self::Backend | Self::Vip | Self::Reload | Self::PushConfig => {
-                Some(Role::Admin)
-            }
+            Self::ClearOverrides
+            | Self::Backend
+            | Self::Vip
+            | Self::Reload
+            | Self::ReloadLearn
+            | Self::PushConfig
+            | Self::PushLearn => Some(Role::Admin),
             _ => Some(Role::ReadOnly),
         }
     }
@@ -160,14 +174,14 @@ impl Endpoint {
     pub fn has_body(self) -> bool {
         matches!(
             self,
-            Self::Backend | Self::Vip | Self::ConfigDiff | Self::PushConfig
+            Self::Backend | Self::Vip | Self::ConfigDiff | Self::PushConfig | Self::PushLearn
         )
     }
 
     /// Whether the body is a configuration (TOML, up to
     /// [`crate::defaults::API_MAX_CONFIG_BYTES`]) rather than a small JSON object.
     pub fn takes_config(self) -> bool {
-        matches!(self, Self::ConfigDiff | Self::PushConfig)
+        matches!(self, Self::ConfigDiff | Self::PushConfig | Self::PushLearn)
     }
 
     /// The control request for `query` (the URI's query string) and `body`.
@@ -197,6 +211,13 @@ impl Endpoint {
                 "conns"
             }
             Self::Reload => "reload",
+            Self::ReloadLearn => "reload_learn",
+            Self::PushLearn => {
+                let text = std::str::from_utf8(body)
+                    .map_err(|_| "body: the configuration is not UTF-8".to_owned())?;
+                fields.insert("toml".into(), Value::String(text.to_owned()));
+                "push_learn"
+            }
             Self::ConfigDiff | Self::PushConfig => {
                 let text = std::str::from_utf8(body)
                     .map_err(|_| "body: the configuration is not UTF-8".to_owned())?;
@@ -234,6 +255,7 @@ impl Endpoint {
             Self::Vip => retype::<VipChange>(data),
             Self::Conns => retype::<ConnList>(data),
             Self::Reload | Self::ConfigDiff | Self::PushConfig => retype::<ConfigDiff>(data),
+            Self::ReloadLearn | Self::PushLearn => retype::<crate::control::Learned>(data),
             Self::Trace => match retype::<TraceEvent>(data.clone()) {
                 Ok(line) => Ok(line),
                 Err(_) => retype::<TraceStarted>(data),

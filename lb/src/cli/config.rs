@@ -106,18 +106,69 @@ pub fn diff(
     Ok((out, d.changed))
 }
 
+/// `lb reload`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReloadArgs {
+    /// Control socket and --json.
+    #[command(flatten)]
+    pub read: super::ReadArgs,
+    /// A two-phase rollout's phase: `learn` marks the slots the file's tables move
+    /// pending with their next owner on the VIPs with the second chance, without
+    /// switching or applying anything; `switch` (the default) reloads the file.
+    /// Run `learn` on every instance of a fleet before `switch` on any.
+    #[arg(long, value_enum, default_value_t = Phase::Switch)]
+    pub phase: Phase,
+}
+
+/// A two-phase rollout's phase (`lb reload --phase`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Phase {
+    /// Phase 1: mark the moved slots pending, switch nothing.
+    Learn,
+    /// Phase 2 (and a plain reload): apply the file.
+    Switch,
+}
+
 /// Runs `lb reload`: the daemon reloads its file as on SIGHUP; prints what the reload
-/// changes (the lines the daemon logs).
+/// changes (the lines the daemon logs). With `--phase learn`, prints the VIPs learned
+/// and their pending slots instead.
 ///
 /// # Errors
 /// The daemon is unreachable, or its file is invalid (nothing is reloaded).
-pub fn reload(socket: &SocketArg, as_json: bool) -> Result<Output, crate::control::ClientError> {
+pub fn reload(args: &ReloadArgs) -> Result<Output, crate::control::ClientError> {
+    let (socket, as_json) = (&args.read.socket, args.read.json);
+    if args.phase == Phase::Learn {
+        let l: crate::control::Learned = socket.client()?.call(&Request::ReloadLearn)?;
+        return Ok(if as_json {
+            json(&l)
+        } else {
+            Output::text(learned_text(&l))
+        });
+    }
     let d: ConfigDiff = socket.client()?.call(&Request::Reload)?;
     Ok(if as_json {
         json(&d)
     } else {
         Output::text(diff_text(&d))
     })
+}
+
+/// The text of `lb reload --phase learn`.
+fn learned_text(l: &crate::control::Learned) -> String {
+    if l.vips.is_empty() {
+        return format!(
+            "{}: no VIP with the second chance has a table the file changes: nothing pending\n",
+            l.file
+        );
+    }
+    let mut out = String::new();
+    for v in &l.vips {
+        out.push_str(&format!(
+            "{}: {} slots pending their next owner (phase 1 of 2; `lb reload` switches)\n",
+            v.vip, v.pending_slots
+        ));
+    }
+    out
 }
 
 /// The text of `lb config diff`: the change's lines, or a line saying there is none.

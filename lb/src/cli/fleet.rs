@@ -109,8 +109,13 @@ pub struct ApplyArgs {
     #[command(flatten)]
     pub instances: InstanceArgs,
     /// Only show what the push would change on each instance.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "two_phase")]
     pub dry_run: bool,
+    /// A two-phase rollout: every instance learns FILE first (the slots its tables move
+    /// turn pending on the VIPs with the second chance, nothing is written); only when
+    /// every instance did is FILE pushed (written and switched) to all.
+    #[arg(long)]
+    pub two_phase: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -508,6 +513,9 @@ pub struct ApplyResult {
     pub ok: bool,
     /// What it changes, when it applied.
     pub diff: Option<ConfigDiff>,
+    /// With `--two-phase`: what its first phase learned (absent without the flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<crate::control::Learned>,
     /// Why not, when it did not.
     pub error: Option<String>,
 }
@@ -519,6 +527,9 @@ pub struct FleetApply {
     pub file: String,
     /// Whether nothing was written (`--dry-run`).
     pub dry_run: bool,
+    /// Whether it was rolled out in two phases (`--two-phase`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub two_phase: bool,
     /// Whether every instance applied it.
     pub ok: bool,
     /// Each instance, in the fleet's order.
@@ -536,19 +547,49 @@ pub fn apply(args: &ApplyArgs) -> Result<FleetOutcome, FleetError> {
     crate::config::push::merge("", &text)
         .map_err(|e| FleetError(format!("{}: {e}", args.file.display())))?;
     let instances = args.instances.resolve()?;
+    let mut unreachable = false;
+    let mut learned: Vec<Option<crate::control::Learned>> = vec![None; instances.len()];
+    let mut errors: Vec<Option<String>> = vec![None; instances.len()];
+    if args.two_phase {
+        // Phase 1 on every instance; phase 2 only when all of them learned.
+        let learn = Request::PushLearn { toml: text.clone() };
+        let answers = each(&instances, |c| c.change::<crate::control::Learned>(&learn));
+        for (i, a) in answers.into_iter().enumerate() {
+            match a {
+                Ok(l) => learned[i] = Some(l),
+                Err(e) => {
+                    unreachable |= !matches!(e, ClientError::Refused(_));
+                    errors[i] = Some(format!("phase 1 (learn): {e}"));
+                }
+            }
+        }
+    }
+    let phase1_ok = errors.iter().all(Option::is_none);
     let request = Request::PushConfig {
         toml: text,
         dry_run: args.dry_run,
     };
-    let answers = each(&instances, |c| c.change::<ConfigDiff>(&request));
-    let mut unreachable = false;
+    let answers: Vec<Result<ConfigDiff, ClientError>> = if phase1_ok {
+        each(&instances, |c| c.change::<ConfigDiff>(&request))
+    } else {
+        instances
+            .iter()
+            .map(|_| {
+                Err(ClientError::Refused(
+                    "not switched: phase 1 failed on an instance".into(),
+                ))
+            })
+            .collect()
+    };
     let results: Vec<ApplyResult> = instances
         .iter()
         .zip(answers)
-        .map(|(i, a)| {
-            let (diff, error) = match a {
-                Ok(d) => (Some(d), None),
-                Err(e) => {
+        .enumerate()
+        .map(|(k, (i, a))| {
+            let (diff, error) = match (a, errors[k].take()) {
+                (_, Some(e)) => (None, Some(e)),
+                (Ok(d), None) => (Some(d), None),
+                (Err(e), None) => {
                     unreachable |= !matches!(e, ClientError::Refused(_));
                     (None, Some(e.to_string()))
                 }
@@ -558,6 +599,7 @@ pub fn apply(args: &ApplyArgs) -> Result<FleetOutcome, FleetError> {
                 url: i.url.clone(),
                 ok: error.is_none(),
                 diff,
+                learned: learned[k].take(),
                 error,
             }
         })
@@ -565,6 +607,7 @@ pub fn apply(args: &ApplyArgs) -> Result<FleetOutcome, FleetError> {
     let report = FleetApply {
         file: args.file.display().to_string(),
         dry_run: args.dry_run,
+        two_phase: args.two_phase,
         ok: results.iter().all(|r| r.ok),
         instances: results,
     };
@@ -586,6 +629,13 @@ pub fn apply_text(r: &FleetApply) -> String {
         match (&i.diff, &i.error) {
             (Some(d), _) => {
                 let _ = writeln!(out, "{}: {verb}", i.name);
+                for v in i.learned.iter().flat_map(|l| &l.vips) {
+                    let _ = writeln!(
+                        out,
+                        "  phase 1 (learn): {}: {} slots pending their next owner",
+                        v.vip, v.pending_slots
+                    );
+                }
                 for line in diff_text(d).lines() {
                     let _ = writeln!(out, "  {line}");
                 }
@@ -598,10 +648,15 @@ pub fn apply_text(r: &FleetApply) -> String {
     let failed = r.instances.iter().filter(|i| !i.ok).count();
     let _ = writeln!(
         out,
-        "fleet: {} of {} instances {verb} {}",
+        "fleet: {} of {} instances {verb} {}{}",
         r.instances.len() - failed,
         r.instances.len(),
-        r.file
+        r.file,
+        if r.two_phase {
+            " in two phases (every instance learned it first)"
+        } else {
+            ""
+        }
     );
     out
 }

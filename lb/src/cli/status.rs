@@ -78,6 +78,7 @@ pub fn status_text(s: &Status) -> String {
         );
         out.push_str(&allowed_sources_line(v));
         out.push_str(&slot_states_line(v));
+        out.push_str(&rollout_line(v));
         out.push_str(&give_ups_line(v));
         out.push_str(&affinity_line(v));
         health::policy(&mut out, v);
@@ -233,6 +234,16 @@ fn cleaning_line(c: Option<&CleaningStatus>) -> String {
     }
     line.push('\n');
     line
+}
+
+/// A VIP's pending rollout (`lb reload --phase learn`), if any.
+fn rollout_line(v: &VipStatus) -> String {
+    v.pending_rollout.map_or_else(String::new, |n| {
+        format!(
+            "  rollout: phase 1 of 2 (learned): {n} slots pending their next owner, \
+             named as the second chance's candidate; `lb reload` switches\n"
+        )
+    })
 }
 
 /// A VIP's dirty table slots and its pins by kind (nothing before the first cleaning

@@ -280,6 +280,30 @@ pub struct VipStatus {
     /// absent without affinity or before the first walk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity_pins: Option<u64>,
+    /// A two-phase rollout's first phase (`lb reload --phase learn`): the slots of its
+    /// table marked pending with the owner the next table gives them, until a table
+    /// is published (`lb reload`, the second phase); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_rollout: Option<u32>,
+}
+
+/// The answer to `lb reload --phase learn` ([`super::Request::ReloadLearn`]): the
+/// VIPs whose running tables now name the next table's owners as pending.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Learned {
+    /// The daemon's configuration file, read for the next tables.
+    pub file: String,
+    /// Each VIP learned (second chance on, its table changed, the same size).
+    pub vips: Vec<LearnedVip>,
+}
+
+/// One VIP of [`Learned`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LearnedVip {
+    /// The VIP (`address:port/protocol`).
+    pub vip: String,
+    /// Slots marked pending: the next table moves them.
+    pub pending_slots: u32,
 }
 
 /// A backend in `lb status`.

@@ -37,8 +37,8 @@ pub use announce::{AddressAnnouncement, AnnounceSummary, VipAction, VipAnnouncem
 pub use answer::{
     BackendCounters, BackendStatus, ChangeOutcome, CleaningStatus, ConnectionCounts,
     ConntrackStatus, Counter, DatapathHealth, FlowAffinity, FlowReport, FlowSlot, GiveUpCount,
-    OverrideStatus, OverridesReport, Pin, PinStatus, RECENT_CHANGES, Response, SlotStatus, Stats,
-    Status, VipCounters, VipStatus,
+    Learned, LearnedVip, OverrideStatus, OverridesReport, Pin, PinStatus, RECENT_CHANGES, Response,
+    SlotStatus, Stats, Status, VipCounters, VipStatus,
 };
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;

@@ -118,6 +118,13 @@ pub enum Request {
     /// `lb reload`: the daemon reloads its file as on SIGHUP (whatever `reload` says);
     /// answered with the [`super::ConfigDiff`] the reload applies.
     Reload,
+    /// `lb reload --phase learn`: the first phase of a two-phase rollout. The daemon
+    /// reads its file and, on every VIP with the second chance whose table it changes
+    /// (at the same size), marks the slots the next table moves pending with their
+    /// next owner, without switching or applying anything else
+    /// (`lb_common::second_chance`, rule SC6); answered with [`super::Learned`].
+    /// [`Self::Reload`] is the second phase, *switch*.
+    ReloadLearn,
     /// `lb fleet apply` (`PUT /v1/config`): `toml`'s top-level keys replace those of
     /// the daemon's file, which is written and reloaded as by [`Self::Reload`]
     /// (nothing is written when the result does not validate); answered with the
@@ -129,6 +136,15 @@ pub enum Request {
         /// Only compare.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         dry_run: bool,
+    },
+    /// `lb fleet apply --two-phase`'s first phase (`PUT /v1/config/learn`): `toml`'s
+    /// top-level keys replace those of the daemon's file, as [`Self::PushConfig`]
+    /// would, and the result is learned as by [`Self::ReloadLearn`]; nothing is
+    /// written or applied. Answered with [`super::Learned`]; the second phase is
+    /// [`Self::PushConfig`].
+    PushLearn {
+        /// The pushed document (TOML).
+        toml: String,
     },
     /// `lb vip withdraw|announce`; answered with the log lines of what changed.
     Vip {

@@ -27,6 +27,7 @@ mod plan;
 mod prebuild;
 mod record;
 mod report;
+pub mod rollout;
 pub mod table;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
@@ -104,6 +105,8 @@ pub struct Controller<D> {
     /// digests, see [`record`]): the next apply stores it even when it writes nothing
     /// else.
     record_outdated: bool,
+    /// Each VIP's last learn ([`rollout`]).
+    learned: BTreeMap<Vip, rollout::Learned>,
 }
 
 impl<D: Dataplane> Controller<D> {
@@ -120,6 +123,7 @@ impl<D: Dataplane> Controller<D> {
             health_changes: 0,
             health_table_changes: 0,
             record_outdated: false,
+            learned: BTreeMap::new(),
         }
     }
 
@@ -143,6 +147,7 @@ impl<D: Dataplane> Controller<D> {
                 health_changes: 0,
                 health_table_changes: 0,
                 record_outdated: recovery.record_outdated,
+                learned: BTreeMap::new(),
             },
             recovery,
         ))

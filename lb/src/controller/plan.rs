@@ -203,6 +203,20 @@ pub(super) struct Plan {
     pub(super) report: ApplyReport,
 }
 
+impl Plan {
+    /// The backend entries the plan writes for ids `current` has no entry for (a
+    /// backend added), with the entry each gets.
+    pub(super) fn new_entries(&self, current: &State) -> Vec<(u32, BackendEntry)> {
+        self.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::SetBackend(id, e) if !current.entries.contains_key(id) => Some((*id, *e)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// Computes the next state and the operations from `current` to `desired`.
 pub(super) fn plan(current: &State, desired: &Desired) -> Result<Plan, ApplyError> {
     let mut planner = Planner::new(current, desired);

@@ -178,6 +178,7 @@ fn vip_status(
         give_ups: Vec::new(),
         // A marker the last conntrack walk replaces with the count.
         affinity_pins: (applied.spec.hash.affinity_secs != 0).then_some(0),
+        pending_rollout: None,
     }
 }
 
@@ -197,7 +198,9 @@ impl<D: Dataplane> Controller<D> {
             .iter()
             .map(|(vip, applied)| {
                 let admin = self.applied().and_then(|d| d.vips.get(vip));
-                vip_status(vip, applied, admin, self.policy_mode(vip))
+                let mut status = vip_status(vip, applied, admin, self.policy_mode(vip));
+                status.pending_rollout = self.pending_rollout(vip);
+                status
             })
             .collect()
     }

@@ -965,3 +965,73 @@ fn a_persistence_timeout_reaches_the_data_plane_and_lb_flow_reports_it() {
     assert_eq!(c.flow(&vip80(), client).unwrap().affinity, None);
     assert_eq!(c.vip_statuses()[0].affinity_pins, None);
 }
+
+#[test]
+fn a_learn_marks_the_moved_slots_pending_without_switching_and_the_switch_ends_it() {
+    let mut c = controller();
+    c.apply(&three_second_chance(true)).unwrap();
+    let owners = c.dataplane().tables[&0].slots.clone();
+    let mut next = three_second_chance(true);
+    next.add_backend(&vip80(), key(14), 1).unwrap();
+    let learned = c.learn(&next).unwrap();
+    let new_id = id_of_next(&c, &next);
+    let l = learned[&vip80()];
+    assert!(l.pending > 0);
+    // The owners stay; the moved slots name the new backend, whose entry is written.
+    assert_eq!(c.dataplane().tables[&0].slots, owners);
+    let states = &c.dataplane().states[&0];
+    let pending: Vec<u32> = states.iter().map(|s| s.pending()).collect();
+    assert_eq!(
+        pending.iter().filter(|&&p| p != 0).count(),
+        l.pending as usize
+    );
+    let next_slots = next_slots(&c, &next);
+    for (slot, p) in pending.iter().enumerate() {
+        let moved = u32::from(next_slots[slot]) != owners[slot];
+        assert_eq!(*p != 0, moved, "slot {slot}");
+        assert!(*p == 0 || *p == u32::from(next_slots[slot]));
+    }
+    assert!(c.dataplane().backends.contains_key(&new_id));
+    assert_eq!(c.pending_rollout(&vip80()), Some(l.pending));
+    assert_eq!(c.vip_statuses()[0].pending_rollout, Some(l.pending));
+    // The switch: the next table, no slot pending, every pending slot switched to it.
+    c.apply(&next).unwrap();
+    assert_eq!(
+        id_of(&c, 14),
+        new_id,
+        "the learn wrote the id the switch uses"
+    );
+    assert_eq!(c.pending_rollout(&vip80()), None);
+    let after = &c.dataplane().states[&0];
+    for (slot, p) in pending.iter().enumerate() {
+        assert_eq!(after[slot].pending(), 0);
+        if *p != 0 {
+            assert_eq!(
+                (after[slot].owner(), after[slot].clean_owner()),
+                (*p, owners[slot])
+            );
+        }
+    }
+    // A VIP without the second chance learns nothing.
+    let mut c = controller();
+    c.apply(&three()).unwrap();
+    let mut next = three();
+    next.add_backend(&vip80(), key(14), 1).unwrap();
+    assert!(c.learn(&next).unwrap().is_empty());
+}
+
+/// The id the next apply of `next` gives backend 14 (planned, not applied).
+fn id_of_next(c: &Controller<FakeDataplane>, next: &Desired) -> u32 {
+    planned(c, next).backend_ids[&key(14)]
+}
+
+/// The slots the next apply of `next` installs for [`vip80`] (planned, not applied).
+fn next_slots(c: &Controller<FakeDataplane>, next: &Desired) -> Vec<u16> {
+    planned(c, next).slots.to_vec()
+}
+
+/// [`vip80`] as the next apply of `next` would leave it.
+fn planned(c: &Controller<FakeDataplane>, next: &Desired) -> AppliedVip {
+    let (effective, _) = health::effective(next, &c.unhealthy);
+    plan::plan(&c.state, &effective).unwrap().next.vips[&vip80()].clone()
+}

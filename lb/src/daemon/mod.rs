@@ -334,6 +334,9 @@ fn answer(
     if let Request::Reload = request {
         return Reply::Once(reload_request(service));
     }
+    if let Request::PushLearn { toml } = request {
+        return Reply::Once(push::learn_request(service, toml));
+    }
     if let Request::PushConfig { toml, dry_run } = request {
         return Reply::Once(push::push_request(service, toml, *dry_run));
     }

@@ -21,6 +21,28 @@ pub(super) fn push_request(service: &Shared, toml: &str, dry_run: bool) -> Respo
     }
 }
 
+/// `lb fleet apply --two-phase`'s first phase ([`Request::PushLearn`]): the daemon's
+/// file merged with `toml` is learned (`Service::learn`); nothing is written.
+pub(super) fn learn_request(service: &Shared, toml: &str) -> Response {
+    let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
+    let file = s.config_file().to_path_buf();
+    let learned = std::fs::read_to_string(&file)
+        .map_err(|e| format!("reading {}: {e}", file.display()))
+        .and_then(|current| push::merge(&current, toml))
+        .and_then(|merged| {
+            Config::from_toml(&merged).map_err(|e| {
+                format!(
+                    "the pushed configuration merged into the daemon's file does not validate: {e}"
+                )
+            })
+        })
+        .and_then(|loaded| s.learn(&loaded).map_err(|e| e.to_string()));
+    match learned {
+        Ok(l) => Response::ok(l),
+        Err(e) => Response::error(e),
+    }
+}
+
 /// A file beside `file` that is removed when dropped unless it was moved.
 struct Scratch(PathBuf);
 

@@ -480,6 +480,39 @@ impl<D: Dataplane> Service<D> {
         Ok((report, dropped))
     }
 
+    /// A two-phase rollout's first phase for a reloaded file (`lb reload --phase
+    /// learn`, [`crate::controller::rollout`]): the file merged with the runtime
+    /// changes, as [`Self::reload`] would apply it, is learned, not applied.
+    ///
+    /// # Errors
+    /// Settings that need a restart changed, or the learn failed.
+    pub fn learn(&mut self, loaded: &Loaded) -> Result<crate::control::Learned, ServiceError> {
+        let changed = self.start_only.changed(&StartOnly::of(&loaded.config));
+        if !changed.is_empty() {
+            return Err(ServiceError::StartOnly(changed));
+        }
+        let file_desired = Desired::from_config(&loaded.config, self.if_mac);
+        let (desired, _, _) = self.overrides.merge(&file_desired);
+        let learned = self.controller.learn(&desired)?;
+        let vips = learned
+            .iter()
+            .map(|(vip, l)| {
+                info!(
+                    "reload --phase learn: {vip}: {} slots pending their next owner",
+                    l.pending
+                );
+                crate::control::LearnedVip {
+                    vip: vip.to_string(),
+                    pending_slots: l.pending,
+                }
+            })
+            .collect();
+        Ok(crate::control::Learned {
+            file: self.config_file.display().to_string(),
+            vips,
+        })
+    }
+
     /// The configuration file the daemon runs with.
     pub fn config_file(&self) -> &std::path::Path {
         &self.config_file
@@ -535,9 +568,18 @@ impl<D: Dataplane> Service<D> {
             Request::Trace { .. } => {
                 Response::error("lb trace is a stream: the daemon's event loop serves it")
             }
-            Request::Reload | Request::PushConfig { .. } => Response::error(
-                "a reload signals the daemon's event loop: the event loop serves it",
-            ),
+            Request::ReloadLearn => match Config::load(&self.config_file) {
+                Err(e) => Response::error(format!("{}: {e}", self.config_file.display())),
+                Ok(loaded) => match self.learn(&loaded) {
+                    Ok(learned) => Response::ok(learned),
+                    Err(e) => Response::error(e),
+                },
+            },
+            Request::Reload | Request::PushConfig { .. } | Request::PushLearn { .. } => {
+                Response::error(
+                    "a reload signals the daemon's event loop: the event loop serves it",
+                )
+            }
             Request::ConfigDiff { ref file } => {
                 let file = file.as_ref().unwrap_or(&self.config_file);
                 match Config::load(file) {

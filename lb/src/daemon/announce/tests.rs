@@ -149,6 +149,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
                 slot_states: None,
                 give_ups: Vec::new(),
                 affinity_pins: None,
+                pending_rollout: None,
             })
             .collect(),
         health: crate::control::HealthSummary::default(),
