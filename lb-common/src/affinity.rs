@@ -40,9 +40,7 @@
 //!
 //! The XDP program takes this decision for every new connection of an affinity VIP, and
 //! `lb flow` takes it in userspace: both call [`decide`] with the same [`key`]. The ICMP
-//! error path does not: an error about a flow without a conntrack pin follows the table,
-//! not the client's pin (a known limitation, rare because every live affinity connection
-//! is pinned in conntrack; the book's "Client affinity" says when it happens).
+//! error path calls it too, read-only, for an error about a flow without a conntrack pin.
 
 use crate::{
     conntrack::{UdpIdle, udp_idle},

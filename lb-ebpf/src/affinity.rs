@@ -13,6 +13,7 @@ use lb_common::{
 
 use crate::{
     backend::{self, Choice},
+    conntrack::now_coarse_ns,
     maps::{AFFINITY, AFFINITY_TIMEOUT},
 };
 
@@ -28,6 +29,25 @@ impl AffinityLookups for NewFlows {
     #[inline(always)]
     fn takes_new_flows(&mut self, id: u32) -> Option<Choice> {
         backend::for_new_flow(id).ok()
+    }
+}
+
+/// The backend the affinity pin of flow `key`'s client names, if that pin is live and
+/// its backend active (`lb_common::affinity::decide`'s [`Affinity::Pinned`]), read
+/// without writing: for an ICMP error about a flow that has no conntrack pin. `None`
+/// for a VIP without affinity.
+#[inline(always)]
+pub(crate) fn pinned(key: &FlowKey, vip: &VipEntry) -> Option<Choice> {
+    if !affinity::enabled(vip.flags) {
+        return None;
+    }
+    let timeout_ns = AFFINITY_TIMEOUT.get(vip.vip_id).copied().unwrap_or(0);
+    let client = affinity::key(key, vip.vip_id, vip.flags);
+    // SAFETY: the entry is only read, within this program run.
+    let entry = unsafe { AFFINITY.get(client) };
+    match affinity::decide(&mut NewFlows, entry, now_coarse_ns(), timeout_ns) {
+        Affinity::Pinned { backend, .. } => Some(backend),
+        Affinity::Table { .. } => None,
     }
 }
 

@@ -10,7 +10,8 @@
 //! from the VIP to the client and at least 8 bytes of its TCP/UDP header (the ports; a
 //! quote of only 8 bytes is enough). Reversed, that is the client-to-VIP flow: its
 //! backend is the flow's conntrack pin when it has one (and the backend keeps flows),
-//! otherwise the one the VIP's table gives the flow (what its next packet would get).
+//! otherwise its client's affinity pin on a VIP with affinity, otherwise the one the
+//! VIP's table gives the flow (what its next packet would get).
 //! No state is written. The error is forwarded unchanged, with the flow's hash (its
 //! outer source and flow label are the flow's).
 //!
@@ -35,6 +36,7 @@ use lb_common::{
 };
 
 use crate::{
+    affinity,
     backend::{self, Choice},
     conntrack,
     forward::{self, Sent},
@@ -108,7 +110,8 @@ pub(crate) fn forward(ctx: &XdpContext, at: &IcmpAt, cfg: &LbConfig) -> (u32, Re
     }
 }
 
-/// The backend of flow `key` of `vip`: its pin, else its table slot.
+/// The backend of flow `key` of `vip`: its pin, else its client's affinity pin, else its
+/// table slot.
 #[inline(always)]
 fn owner(key: &FlowKey, vip: &VipEntry, cfg: &LbConfig) -> Result<Choice, Reason> {
     // SAFETY: the pointer comes from a successful lookup; the ids are copied.
@@ -117,6 +120,10 @@ fn owner(key: &FlowKey, vip: &VipEntry, cfg: &LbConfig) -> Result<Choice, Reason
         && vip_id == vip.vip_id
         && let Some(choice) = backend::keeps_flows(backend_id)
     {
+        return Ok(choice);
+    }
+    // A flow of an affinity VIP that lost its pin lives on its client's backend.
+    if let Some(choice) = affinity::pinned(key, vip) {
         return Ok(choice);
     }
     table::pick(vip, table_hash(key, vip.flags, cfg.hash_seed))

@@ -3,9 +3,14 @@
 //! connections stay on its backend across a table change until it is idle for the
 //! timeout; a drained backend keeps its connections but gets no new affinity client;
 //! an IPv6 /64 is one client; `lb flow`'s reading of the pin agrees with the program;
-//! the daemon's conntrack walk keeps a busy client's pin alive past the timeout.
+//! the daemon's conntrack walk keeps a busy client's pin alive past the timeout; an ICMP
+//! error about a client's flow without a conntrack pin follows the client's pin.
 
 use std::net::{IpAddr, Ipv6Addr};
+
+use etherparse::{
+    Icmpv4Type, IpNumber, Ipv4Header, PacketBuilder, TcpHeader, icmpv4::DestUnreachableHeader,
+};
 
 use lb_common::{
     hash_fields::{Fields, HashFields},
@@ -17,8 +22,8 @@ use lb_maglev::flow::table_slot_of;
 use lb_tests::{
     fixture::{Lb, SEED, XDP_TX, flow_key, round_robin, vip_key},
     packets::{
-        ACK, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, RST, SYN, VIP4, VIP6, backend4, backend6,
-        encapsulated,
+        ACK, CLIENT_MAC, CLIENT4, CLIENT6, Flow, GW_MAC, L4, LB_MAC, RST, SYN, VIP4, VIP6,
+        backend4, backend6, encapsulated,
     },
 };
 
@@ -337,4 +342,60 @@ fn the_conntrack_walk_keeps_a_busy_clients_pin_alive_past_the_timeout() {
     let again = Flow::new([192, 0, 2, 77], 40_001, VIP4, 80);
     let want = table_choice(&lb, 0, &again, PROTO_TCP, 0);
     connect(&mut lb, &again, want);
+}
+
+/// A router's "fragmentation needed" (next-hop MTU 1400) about a 1,500-byte DF segment
+/// from VIP4:80 to `CLIENT4:cport`, quoting its IPv4 header and 8 TCP bytes.
+fn frag_needed_about(cport: u16) -> Vec<u8> {
+    let mut quoted = Vec::new();
+    let mut ip =
+        Ipv4Header::new(1480, 63, IpNumber::TCP, VIP4.octets(), CLIENT4.octets()).expect("ip");
+    ip.dont_fragment = true;
+    ip.header_checksum = ip.calc_header_checksum();
+    ip.write(&mut quoted).expect("write");
+    let mut tcp = Vec::new();
+    TcpHeader::new(80, cport, 5001, 64240)
+        .write(&mut tcp)
+        .expect("write");
+    quoted.extend_from_slice(&tcp[..8]);
+    let kind = Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
+        next_hop_mtu: 1400,
+    });
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+        .ipv4([192, 0, 2, 200], VIP4.octets(), 64)
+        .icmpv4(kind)
+        .write(&mut frame, &quoted)
+        .expect("write");
+    frame
+}
+
+#[test]
+fn an_icmp_error_about_a_flow_without_a_pin_follows_the_clients_pin() {
+    let mut lb = lb(TIMEOUT);
+    let first = Flow::new(CLIENT4, 40_000, VIP4, 80);
+    let b = table_choice(&lb, 0, &first, PROTO_TCP, 0);
+    connect(&mut lb, &first, b);
+    lb.table(0, &table_moving(&first, PROTO_TCP, 0, &[1, 2, 3], b));
+    // A flow of the client that conntrack does not know (its pin lost, say).
+    let lost = Flow::new(CLIENT4, 40_050, VIP4, 80);
+    assert_ne!(
+        table_choice(&lb, 0, &lost, PROTO_TCP, 0),
+        b,
+        "the table moved it"
+    );
+    assert!(
+        lb.dp
+            .lookup_flow(&flow_key(&lost, PROTO_TCP))
+            .expect("read")
+            .is_none()
+    );
+    let frame = frag_needed_about(40_050);
+    forwarded_to(&mut lb, &frame, b);
+    assert_eq!(lb.counter(Reason::TxIcmpForward), 1);
+
+    // Past the timeout the pin no longer decides: the table's backend gets the error.
+    lb.dp.age_affinity(TIMEOUT + 1).expect("age");
+    let want = table_choice(&lb, 0, &lost, PROTO_TCP, 0);
+    forwarded_to(&mut lb, &frame, want);
 }
