@@ -216,7 +216,8 @@ fn check(
 }
 
 /// Every problem of `errors`, one `FILE:LINE: KEY: MESSAGE` line each (the form
-/// compilers use, which editors and CI annotate), or as JSON.
+/// compilers use, which editors and CI annotate), then `FILE: N problems, on lines ...`;
+/// or as JSON.
 fn problems(file: &str, errors: &ConfigErrors, as_json: bool) -> Output {
     if as_json {
         let list: Vec<_> = errors
@@ -241,8 +242,24 @@ fn problems(file: &str, errors: &ConfigErrors, as_json: bool) -> Output {
     }
     let count = errors.0.len();
     let noun = if count == 1 { "problem" } else { "problems" };
-    let _ = writeln!(out, "{file}: {count} {noun}");
+    let lines = lines_named(errors.0.iter().filter_map(|e| e.line));
+    let _ = writeln!(out, "{file}: {count} {noun}{lines}");
     Output::text(out)
+}
+
+/// The summary's list of the lines with problems: `, on line 8` or `, on lines 8, 9 and
+/// 15` (each once, in order); empty when no problem has a line.
+fn lines_named(lines: impl Iterator<Item = usize>) -> String {
+    let lines: Vec<String> = lines
+        .collect::<std::collections::BTreeSet<_>>()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    match lines.as_slice() {
+        [] => String::new(),
+        [one] => format!(", on line {one}"),
+        [rest @ .., last] => format!(", on lines {} and {last}", rest.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -300,7 +317,16 @@ mod tests {
             "{}",
             c.output.text
         );
-        assert_eq!(lines.last(), Some(&"lb.toml: 2 problems"));
+        assert_eq!(
+            lines.last(),
+            Some(&"lb.toml: 2 problems, on lines 8 and 15")
+        );
+        assert_eq!(
+            lines_named([15, 8, 9, 8].into_iter()),
+            ", on lines 8, 9 and 15"
+        );
+        assert_eq!(lines_named([3].into_iter()), ", on line 3");
+        assert_eq!(lines_named(std::iter::empty()), "");
     }
 
     #[test]
