@@ -79,6 +79,8 @@ pub struct Census {
     pub v4_entries: u64,
     /// Entries in `CONNTRACK_V6`.
     pub v6_entries: u64,
+    /// Entries in `EXCEPTIONS` (the fast path's exceptions), when the walker reads it.
+    pub exceptions_entries: u64,
     /// `SYN_CACHE` slots holding a SYN whose handshake has not completed (any age).
     pub syn_slots_used: u64,
     /// Live affinity pins per VIP id (VIPs without any are absent; empty when the
@@ -178,6 +180,8 @@ pub struct ConntrackWalker {
     syn: OwnedFd,
     /// `AFFINITY` and `AFFINITY_TIMEOUT`, when the walk counts affinity pins.
     affinity: Option<(OwnedFd, OwnedFd)>,
+    /// `EXCEPTIONS`, when the walk counts the fast path's exceptions.
+    exceptions: Option<OwnedFd>,
 }
 
 impl ConntrackWalker {
@@ -188,7 +192,15 @@ impl ConntrackWalker {
             v6,
             syn,
             affinity: None,
+            exceptions: None,
         }
+    }
+
+    /// This walker, counting the fast path's exceptions (`EXCEPTIONS`) too: as
+    /// connections of their backends, and the map's entries.
+    pub(super) fn with_exceptions(mut self, exceptions: OwnedFd) -> Self {
+        self.exceptions = Some(exceptions);
+        self
     }
 
     /// This walker, counting the live affinity pins of `pins` (`AFFINITY`) by the
@@ -274,6 +286,13 @@ impl ConntrackWalker {
             v6 += 1;
             count(e, k.vip.proto);
         })?;
+        let mut exceptions = 0;
+        if let Some(fd) = &self.exceptions {
+            for_each::<FlowKey, CtEntry>(fd, maps::EXCEPTIONS, |k, e| {
+                exceptions += 1;
+                count(e, k.vip.proto);
+            })?;
+        }
         let window = u64::try_from(settings.syn_window.as_nanos()).unwrap_or(u64::MAX);
         let mut used = 0;
         for_each::<u32, SynEntry>(&self.syn, maps::SYN_CACHE, |_, s| {
@@ -294,6 +313,7 @@ impl ConntrackWalker {
             .collect();
         census.v4_entries = v4;
         census.v6_entries = v6;
+        census.exceptions_entries = exceptions;
         census.syn_slots_used = used;
         census.affinity = self.affinity_pins(now)?;
         census.took = started.elapsed();
