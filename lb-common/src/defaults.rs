@@ -31,3 +31,11 @@ pub const FRAG_CAPACITY: u32 = 8_192;
 /// kept, 65,536 entries of 40 bytes (key and value) over all such VIPs. An evicted
 /// client's next connection follows the table (and pins it again).
 pub const AFFINITY_CAPACITY: u32 = 65_536;
+
+/// Default entries of `EXCEPTIONS` (the daemon sets `conntrack.exceptions_capacity` at
+/// load time): the fast path's pins that the miss rule does not give again, over all
+/// fast-path VIPs. 262,144 entries of 72 bytes (40-byte key, 32-byte value),
+/// preallocated: about 36 MiB of kernel memory with the hash table's own per-entry
+/// overhead (the map's `memlock`). A full map never evicts: a new exception is refused
+/// and counted (residual R2 of the fast path).
+pub const EXCEPTIONS_CAPACITY: u32 = 262_144;

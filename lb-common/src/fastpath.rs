@@ -473,16 +473,25 @@ impl OnFull {
     }
 }
 
-/// Rule M3: the map a new pin of a flow on dirty `slot` naming `backend` goes to. A TCP
-/// pin naming the clean owner is [`PinClass::Derivable`] (the LRU conntrack map: the
-/// TCP miss rule gives that backend again, so its eviction loses nothing); every other
-/// pin, and every UDP pin (the UDP miss rule changes with time), is a
-/// [`PinClass::Exception`] (the exceptions map, which never evicts). The decision and
-/// the data path route by this one test.
+/// Rule M3: the map a new pin of a flow on dirty `slot` naming `backend`, with ISN
+/// `isn` ([`crate::types::CtEntry::isn`]: 0 for a pin made without seeing the SYN)
+/// goes to. A TCP pin made by a miss (ISN 0) naming the clean owner is
+/// [`PinClass::Derivable`] (the LRU conntrack map: the TCP miss rule gives that backend
+/// again, so its eviction loses nothing). Every other pin is a [`PinClass::Exception`]
+/// (the exceptions map, which never evicts): one naming another backend; every UDP pin
+/// (the UDP miss rule changes with time); and a pin made from a SYN (a promoted held
+/// SYN, or a SYN pinned at once), even to the clean owner. Such a pin recognises its
+/// connection's duplicate SYNs (rule D1), which the miss rule does not cover: evicted,
+/// a duplicate SYN would be a new connection's and go to the owner. The decision and
+/// the data path route by this one test. A pin on a clean slot (the data path's, when
+/// the slot's owner keeps no flows, or a packet that read the slot before the cleaning
+/// turned it clean) goes to the LRU as on today's path: the cleaning deletes exceptions
+/// only of the slots it cleans.
 #[inline(always)]
 #[must_use]
-pub fn pin_class(slot: &SlotState, udp: bool, backend: u32) -> PinClass {
-    if !udp && slot.clean_owner != 0 && backend == slot.clean_owner() {
+pub fn pin_class(slot: &SlotState, udp: bool, backend: u32, isn: u32) -> PinClass {
+    let derivable = !udp && isn == 0 && slot.clean_owner != 0 && backend == slot.clean_owner();
+    if !slot.is_dirty() || derivable {
         PinClass::Derivable
     } else {
         PinClass::Exception
@@ -782,7 +791,7 @@ fn pin_holds(cfg: &Config, inp: &Inputs, pin: &PinView) -> Option<bool> {
 /// `isn`, `replace`, `free_held`, and `on_full` for the exceptions map.
 #[inline(always)]
 fn pin_to(inp: &Inputs, backend: u32, replace: bool, isn: u32, on_full: OnFull) -> Write {
-    let class = pin_class(&inp.slot, inp.packet == Packet::Udp, backend);
+    let class = pin_class(&inp.slot, inp.packet == Packet::Udp, backend, isn);
     Write::Pin(PinWrite {
         class,
         replace,
@@ -908,11 +917,14 @@ pub fn syn_backend(slot: &SlotState, clean_owner: Liveness, now_ns: u64, lead_ns
 /// cache. It is when the slot is dirty and a miss would take another backend
 /// ([`miss_backend`] for TCP): should another SYN overwrite the held one, the
 /// handshake's ACK would go there. The SYN cache is shared with today's VIPs, whose
-/// SYNs overwrite, so the data path cannot keep a held SYN as S4 asks.
+/// SYNs overwrite, so the data path cannot keep a held SYN as S4 asks. A clean owner
+/// that keeps no flows now counts as one that does (`_clean_owner` is not read): it may
+/// come back (a flap) while the handshake is open, and the miss rule then takes it,
+/// while the held SYN may be gone (freed when its own backend was down for a packet).
 #[inline(always)]
 #[must_use]
-pub fn syn_needs_pin(slot: &SlotState, clean_owner: Liveness, backend: u32) -> bool {
-    slot.is_dirty() && miss_backend(slot, false, clean_owner, 0, 0) != backend
+pub fn syn_needs_pin(slot: &SlotState, _clean_owner: Liveness, backend: u32) -> bool {
+    slot.is_dirty() && miss_backend(slot, false, Liveness::Active, 0, 0) != backend
 }
 
 /// Residual R1's test: the owner switched less than [`DUPLICATE_SYN_WINDOW_NS`] ago

@@ -8,7 +8,7 @@
 /// compared by themselves when a restarted daemon adopts a pinned datapath; bump this
 /// when a key or value changes meaning without changing size (a field renamed to another
 /// use, a flag bit reassigned), so that a pinned datapath of the old meaning is refused.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
@@ -90,6 +90,18 @@ pub const CONNTRACK_V4: &str = "CONNTRACK_V4";
 /// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`] for
 /// established IPv6 flows.
 pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
+/// `BPF_MAP_TYPE_HASH`: [`crate::types::FlowKey`] → [`crate::types::CtEntry`], the
+/// fast path's *exceptions* (rule M3 of `crate::fastpath`): the pins of flows on dirty
+/// slots of fast-path VIPs that the miss rule does not give again (a TCP pin naming
+/// another backend than the slot's clean owner, every UDP pin). Unlike the conntrack
+/// maps it never evicts: a full map refuses the insert, and the data path counts the
+/// give-up (residual R2: `fp_syn_dropped`, `fp_held_kept`, `fp_unpinned`). Both
+/// families, one 40-byte key: it holds few entries, read only on dirty slots. Its
+/// entries go when their slot turns clean and, for a SYN's pin whose handshake never
+/// completed, past the SYN hold (the daemon's cleaning walk). Sized at load time
+/// (`conntrack.exceptions_capacity`, default
+/// [`crate::defaults::EXCEPTIONS_CAPACITY`]); new in layout 4.
+pub const EXCEPTIONS: &str = "EXCEPTIONS";
 /// `BPF_MAP_TYPE_ARRAY` of [`crate::types::SynEntry`] shared by all CPUs: the backend
 /// chosen for each TCP SYN, in slot `flow_hash & syn_cache_mask`, until the handshake's
 /// ACK (on any CPU) promotes it into conntrack. A direct-mapped array instead of an LRU

@@ -121,6 +121,8 @@ pub struct KernelDataplane {
     conntrack_v4: HashMap<MapData, FlowKey4, CtEntry>,
     conntrack_v6: HashMap<MapData, FlowKey, CtEntry>,
     syn_cache: Array<MapData, SynEntry>,
+    /// `EXCEPTIONS`: the fast path's pins the miss rule does not give again.
+    exceptions: HashMap<MapData, FlowKey, CtEntry>,
     /// `AFFINITY`: the clients' affinity pins.
     affinity: HashMap<MapData, AffinityKey, AffinityEntry>,
     /// Slots of `syn_cache`, as loaded. This implementation is the only writer of

@@ -10,6 +10,7 @@ use lb_common::{
 use crate::maps::BACKENDS;
 
 /// The backend chosen for a packet.
+#[derive(Clone, Copy)]
 pub(crate) struct Choice {
     /// Backend id (index into `BACKENDS` and `BACKEND_STATS`).
     pub(crate) id: u32,

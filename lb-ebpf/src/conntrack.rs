@@ -5,7 +5,9 @@
 //!
 //! An entry maps a flow's 5-tuple to its backend (`lb_common::types::CtEntry`). IPv4
 //! flows have their own map with a 16-byte key, because the kernel hashes the whole key
-//! on every lookup.
+//! on every lookup. The fast path's exceptions (`EXCEPTIONS`, rule M3 of
+//! `lb_common::fastpath`) hold the same entries for both families in a map that never
+//! evicts: a dirty slot's packet reads them first ([`lookup_fast`]).
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
@@ -18,7 +20,7 @@ use lb_common::types::{CT_OPEN, CtEntry, FAMILY_V4, FlowKey, ct_ticks};
 
 use crate::{
     backend::{self, Choice},
-    maps::{ACTIVITY_TICK, CONNTRACK_V4, CONNTRACK_V6},
+    maps::{ACTIVITY_TICK, CONNTRACK_V4, CONNTRACK_V6, EXCEPTIONS},
     parse::Parsed,
 };
 
@@ -71,6 +73,66 @@ pub(crate) fn lookup_flow(key: &FlowKey) -> CtHit {
         CONNTRACK_V4.get_ptr_mut(&key.v4())
     } else {
         CONNTRACK_V6.get_ptr_mut(key)
+    }
+}
+
+/// Looks flow `key` up on a fast-path VIP's dirty slot: its exception (`EXCEPTIONS`)
+/// first, else its conntrack pin. A flow has at most one of them: a pin written to one
+/// map replaces the flow's pin in the other ([`pin_exception`], [`forget_exception`]).
+#[inline(always)]
+pub(crate) fn lookup_fast(key: &FlowKey) -> CtHit {
+    match EXCEPTIONS.get_ptr_mut(key) {
+        Some(entry) => Some(entry),
+        None => lookup_flow(key),
+    }
+}
+
+/// Deletes flow `key`'s exception, if any: a pin replacing it went to conntrack.
+#[inline(always)]
+pub(crate) fn forget_exception(key: &FlowKey) {
+    let _ = EXCEPTIONS.remove(key);
+}
+
+/// Deletes flow `key`'s pin from its family's conntrack map, if any: a pin replacing it
+/// went to `EXCEPTIONS`.
+#[inline(always)]
+fn forget_flow(key: &FlowKey) {
+    let _ = if key.vip.family == FAMILY_V4 {
+        CONNTRACK_V4.remove(&key.v4())
+    } else {
+        CONNTRACK_V6.remove(key)
+    };
+}
+
+/// Pins flow `key` with `entry` (its backend: `choice`) in `EXCEPTIONS`, as
+/// [`pin_flow`] does in conntrack: replacing the flow's pin (`replace`; then its
+/// conntrack pin, if any, is deleted), or creating one unless another CPU made one
+/// since the lookup (that pin wins). `None` when the map refused the insert: it is full
+/// (it never evicts; residual R2) or out of memory.
+#[inline(always)]
+pub(crate) fn pin_exception(
+    key: &FlowKey,
+    entry: &CtEntry,
+    choice: Choice,
+    replace: bool,
+) -> Option<(bool, Choice)> {
+    let flags = if replace { BPF_ANY } else { BPF_NOEXIST };
+    match EXCEPTIONS.insert(key, entry, flags) {
+        Ok(()) => {
+            if replace {
+                forget_flow(key);
+            }
+            Some((true, choice))
+        }
+        Err(NEG_EEXIST) => {
+            let winner = EXCEPTIONS
+                .get_ptr(key)
+                // SAFETY: the pointer comes from a successful lookup; the id is copied.
+                .map(|e| unsafe { (*e).backend_id })
+                .and_then(backend::keeps_flows);
+            Some((false, winner.unwrap_or(choice)))
+        }
+        Err(_) => None,
     }
 }
 

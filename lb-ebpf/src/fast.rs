@@ -8,25 +8,31 @@
 //! across the change follows its first, the simulation's CE1); after the lead, a SYN
 //! sent to the owner where a miss would take the clean owner is pinned at once (S4,
 //! `select::pin_syn`), since another SYN may overwrite its held one. A pin naming another
-//! backend than the owner bumps the slot's epoch (rule P4, [`note_pin`]), so a cleaning
-//! walk that read the slot before cannot commit.
+//! backend than the owner bumps the slot's epoch (rule P4, [`pin`]), so a cleaning
+//! walk that read the slot before cannot commit. A dirty slot's pin goes to conntrack
+//! when it names the clean owner (TCP), to `EXCEPTIONS` otherwise (rule M3, [`pin`]),
+//! and a dirty slot's packet reads `EXCEPTIONS` first (`conntrack::lookup_fast`).
 //!
 //! `FAST_FILTER` comes first: a VIP packet whose bit is clear takes today's path with
 //! no `VIPS` lookup before its conntrack lookup.
 
 use lb_common::{
     fastpath::{
-        DEFAULT_LEAD_NS, Liveness, SlotState, miss_backend, syn_backend, syn_give_up,
-        syn_needs_pin, udp_give_up,
+        DEFAULT_LEAD_NS, Liveness, PinClass, SlotState, miss_backend, pin_class, syn_backend,
+        syn_give_up, syn_needs_pin, udp_give_up,
     },
     hash::vip_filter_bit,
     maps::TABLE_HEADER_LEN,
     stats::{Reason, VipStats},
-    types::{BACKEND_DRAINING, LbConfig, TableCell, VIP_FAST_PATH, VipEntry, VipKey},
+    types::{
+        BACKEND_DRAINING, CtEntry, FlowKey, LbConfig, PROTO_UDP, TableCell, VIP_FAST_PATH,
+        VipEntry, VipKey,
+    },
 };
 
 use crate::{
     backend::{self, Choice},
+    conntrack,
     maps::{FAST_FILTER, TABLES},
     table,
 };
@@ -156,21 +162,50 @@ fn pick_by(
     backend::for_new_flow(id)
 }
 
-/// Rule P4: a pin of VIP `vip`'s flow on slot `hash % M` is about to be made naming
-/// backend `backend`; on a dirty slot whose owner is another backend, the slot's epoch
-/// moves first, so a cleaning walk that read the slot before cannot commit. The
-/// 64-bit state word is read and written back with its epoch (low 32 bits) plus one:
-/// two 8-byte accesses, which do not tear. The BPF target has no atomic add here; the
-/// race is safe. Two CPUs bumping at once may leave one bump, which still fails the
-/// walk's compare-and-swap. A walk committing between the read and the write is undone:
-/// the slot is written back dirty, and pins decide there again.
+/// Rules M3 and P4: pins VIP `vip`'s flow `key` on slot `hash % M` with `entry` (its
+/// backend: `choice`), replacing the flow's pin when `replace`. On a dirty slot whose
+/// owner is another backend the slot's epoch moves first ([`bump`]). A TCP miss's pin
+/// naming the clean owner goes to conntrack (LRU: the miss rule gives it again), every
+/// other to `EXCEPTIONS`, which never evicts ([`pin_class`]); the flow's pin in the
+/// other map, if any, is deleted. Returns as `conntrack::pin_flow`; `None` when
+/// `EXCEPTIONS` refused the pin (full: residual R2, which the caller counts by its rule).
 #[inline(always)]
-pub(crate) fn note_pin(vip: &VipEntry, hash: u32, backend: u32) {
+pub(crate) fn pin(
+    vip: &VipEntry,
+    hash: u32,
+    key: &FlowKey,
+    entry: &CtEntry,
+    choice: Choice,
+    replace: bool,
+) -> Option<(bool, Choice)> {
     let Ok(cell) = cell(vip, hash) else {
-        return;
+        return Some(conntrack::pin_flow(key, entry, choice, replace));
     };
     // SAFETY: a successful lookup's element; the read is a plain copy.
     let slot: SlotState = unsafe { *cell }.slot();
+    bump(cell, &slot, choice.id);
+    let udp = key.vip.proto == PROTO_UDP;
+    match pin_class(&slot, udp, choice.id, entry.isn) {
+        PinClass::Derivable => {
+            if replace {
+                conntrack::forget_exception(key);
+            }
+            Some(conntrack::pin_flow(key, entry, choice, replace))
+        }
+        PinClass::Exception => conntrack::pin_exception(key, entry, choice, replace),
+    }
+}
+
+/// Rule P4: a pin naming backend `backend` is about to be made on the slot of cell
+/// `cell`, read as `slot`; on a dirty slot whose owner is another backend, the slot's
+/// epoch moves first, so a cleaning walk that read the slot before cannot commit. The
+/// 64-bit state word is written back with its epoch (low 32 bits) plus one: two 8-byte
+/// accesses, which do not tear. The BPF target has no atomic add here; the race is
+/// safe. Two CPUs bumping at once may leave one bump, which still fails the walk's
+/// compare-and-swap. A walk committing between the read and the write is undone: the
+/// slot is written back dirty, and pins decide there again.
+#[inline(always)]
+fn bump(cell: *mut TableCell, slot: &SlotState, backend: u32) {
     if !slot.is_dirty() || slot.owner() == backend {
         return;
     }

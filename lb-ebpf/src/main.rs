@@ -301,6 +301,8 @@ fn vip_packet<const FULL: bool>(
     }
     let ct = if syn {
         None
+    } else if fast_vip.1 {
+        conntrack::lookup_fast(&parsed.key)
     } else {
         conntrack::lookup_flow(&parsed.key)
     };

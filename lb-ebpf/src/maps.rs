@@ -13,7 +13,9 @@ use aya_ebpf::{
 };
 use lb_common::{
     agent::AgentStats,
-    defaults::{AFFINITY_CAPACITY, CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY},
+    defaults::{
+        AFFINITY_CAPACITY, CT_CAPACITY, CT_SYN_CAPACITY, EXCEPTIONS_CAPACITY, FRAG_CAPACITY,
+    },
     maps::{
         CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS, TABLE_HEADER_LEN,
         TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
@@ -89,6 +91,12 @@ pub(crate) static CONNTRACK_V6: LruHashMap<
     { CT_CAPACITY as usize },
     { CT_MAP_FLAGS as usize },
 > = LruHashMap::new();
+
+/// The fast path's exceptions (flow → its pin, both families): pins on dirty slots the
+/// miss rule does not give again; never evicts (`fast`).
+#[btf_map]
+pub(crate) static EXCEPTIONS: HashMap<FlowKey, CtEntry, { EXCEPTIONS_CAPACITY as usize }> =
+    HashMap::new();
 
 /// Direct-mapped slots of TCP SYNs whose handshake has not completed.
 #[btf_map]

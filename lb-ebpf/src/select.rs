@@ -30,7 +30,7 @@ use lb_common::{
     conntrack::{
         Decision, Lookups, PinLookups, PinState, Record, SynDecision, decide, decide_syn, pin_state,
     },
-    fastpath::Note,
+    fastpath::{Note, OnFull, UNSEEN_TICKS},
     hash_fields::table_hash,
     stats::{Reason, VipStats},
     trace::Path,
@@ -148,10 +148,12 @@ pub(crate) fn pick_syn(
 ) -> Result<Choice, Reason> {
     traced.set(Path::Syn, 0);
     let now = now_coarse_ns();
-    let ct = if table_seen::table_changed(vip, now) {
-        conntrack::lookup_flow(&p.key)
-    } else {
+    let ct = if !table_seen::table_changed(vip, now) {
         None
+    } else if fast::is_fast(vip) {
+        conntrack::lookup_fast(&p.key)
+    } else {
+        conntrack::lookup_flow(&p.key)
     };
     // SAFETY: the pointer comes from a successful lookup and the entry is only read
     // within this program run.
@@ -161,8 +163,13 @@ pub(crate) fn pick_syn(
         SynDecision::Pin(backend) => {
             traced.set(Path::CtPin, 0);
             stats.ct_hits += 1;
-            // A duplicate SYN is the flow's packet too: the cleaning sees it live.
-            if let Some(entry) = ct {
+            // A duplicate SYN is the flow's packet too: the cleaning sees it live. Not a
+            // pin made at a SYN that no later packet saw (rule S4's expiry): a SYN shows
+            // no completed handshake.
+            if let Some(entry) = ct
+                // SAFETY: the pointer comes from a successful lookup; one field read.
+                && unsafe { (*entry).seen_ticks } != UNSEEN_TICKS
+            {
                 // SAFETY: the pointer comes from a successful lookup; one field store.
                 conntrack::note_activity(unsafe { &mut *entry }, p, now);
             }
@@ -188,7 +195,7 @@ pub(crate) fn pick_syn(
     stats.new_flows += 1;
     traced.new_flow = true;
     if pin && new_pin_rate::may_pin(cfg, now) {
-        return Ok(pin_syn(p, vip, choice, now));
+        return pin_syn(p, vip, table, choice, now, stats);
     }
     syn_cache::remember(p, vip, hash, &choice, cfg, stats, now);
     Ok(choice)
@@ -211,11 +218,30 @@ fn syn_over_pin(stats: &mut VipStats, pin: Option<&CtEntry>, vip_id: u32) -> boo
 }
 
 /// Rule S4 as the data path applies it (`lb_common::fastpath::syn_needs_pin`): pins a
-/// new connection's SYN `p`, sent to `choice` at `now`, at once instead of holding it.
-/// A pin of the 4-tuple made meanwhile, or one the SYN did not read (outside the
-/// window after a change), wins if its backend keeps flows: a SYN never moves a pin.
+/// new connection's SYN `p` on fast-path VIP `vip`'s slot `hash % M`, sent to `choice`
+/// at `now`, at once instead of holding it. The pin names the owner, not the clean
+/// owner, so it is an exception (rule M3, [`fast::pin`]); it is written unseen
+/// (`fastpath::UNSEEN_TICKS`), so the cleaning deletes it past the SYN hold if no
+/// later packet comes. A pin of the 4-tuple made meanwhile, or one the SYN did not read
+/// (outside the window after a change), wins if its backend keeps flows: a SYN never
+/// moves a pin. With `EXCEPTIONS` full the SYN is dropped (`drop_no_backend`) and
+/// counted (`fp_syn_dropped`, residual R2): its client retransmits.
 #[inline(always)]
-fn pin_syn(p: &Parsed, vip: &VipEntry, choice: Choice, now: u64) -> Choice {
+fn pin_syn(
+    p: &Parsed,
+    vip: &VipEntry,
+    hash: u32,
+    choice: Choice,
+    now: u64,
+    stats: &mut VipStats,
+) -> Result<Choice, Reason> {
+    if let Some(winner) = conntrack::lookup_flow(&p.key)
+        // SAFETY: the pointer comes from a successful lookup; the id is copied.
+        .map(|e| unsafe { (*e).backend_id })
+        .and_then(backend::keeps_flows)
+    {
+        return Ok(winner);
+    }
     let record = Record {
         replace: false,
         vip_id: vip.vip_id,
@@ -223,7 +249,17 @@ fn pin_syn(p: &Parsed, vip: &VipEntry, choice: Choice, now: u64) -> Choice {
         epoch: vip.epoch,
         isn: p.tcp_seq,
     };
-    conntrack::pin_flow(&p.key, &record.entry(choice.id), choice, false).1
+    let entry = CtEntry {
+        seen_ticks: UNSEEN_TICKS,
+        ..record.entry(choice.id)
+    };
+    match fast::pin(vip, hash, &p.key, &entry, choice, false) {
+        Some((_, winner)) => Ok(winner),
+        None => {
+            stats.count(OnFull::Drop.note());
+            Err(Reason::DropNoBackend)
+        }
+    }
 }
 
 /// What [`pick_backend`] reports besides the backend.
@@ -287,14 +323,17 @@ pub(crate) fn pick_backend(
                 return Ok(backend);
             }
             let pin = record.entry(backend.id);
-            if fast::is_fast(vip) {
-                fast::note_pin(
-                    vip,
-                    table_hash(&p.key, vip.flags, cfg.hash_seed),
-                    backend.id,
-                );
-            }
-            let (recorded, choice) = conntrack::pin_flow(&p.key, &pin, backend, record.replace);
+            let written = if fast::is_fast(vip) {
+                let hash = table_hash(&p.key, vip.flags, cfg.hash_seed);
+                fast::pin(vip, hash, &p.key, &pin, backend, record.replace)
+            } else {
+                Some(conntrack::pin_flow(&p.key, &pin, backend, record.replace))
+            };
+            let Some((recorded, choice)) = written else {
+                // Residual R2: `EXCEPTIONS` is full; the held SYN stays and decides.
+                stats.count(OnFull::KeepHeld.note());
+                return Ok(backend);
+            };
             if recorded {
                 syn_cache::free(slot);
             }
@@ -337,10 +376,17 @@ pub(crate) fn pick_backend(
             stats.new_flows += 1;
             traced.new_flow = true;
             let pin = record.entry(choice.id);
-            if fast {
-                fast::note_pin(vip, hash, choice.id);
+            if !fast {
+                return Ok(conntrack::pin_flow(&p.key, &pin, choice, record.replace).1);
             }
-            Ok(conntrack::pin_flow(&p.key, &pin, choice, record.replace).1)
+            match fast::pin(vip, hash, &p.key, &pin, choice, record.replace) {
+                Some((_, choice)) => Ok(choice),
+                None => {
+                    // Residual R2: `EXCEPTIONS` is full; forwarded unpinned.
+                    stats.count(OnFull::Forward.note());
+                    Ok(choice)
+                }
+            }
         }
     }
 }

@@ -8,7 +8,9 @@
 //!
 //! A leaf module: it imports nothing of this crate, so every layer may use it.
 
-pub use lb_common::defaults::{AFFINITY_CAPACITY, CT_CAPACITY, CT_SYN_CAPACITY, FRAG_CAPACITY};
+pub use lb_common::defaults::{
+    AFFINITY_CAPACITY, CT_CAPACITY, CT_SYN_CAPACITY, EXCEPTIONS_CAPACITY, FRAG_CAPACITY,
+};
 pub use lb_maglev::defaults::{MAGLEV_SEED, TABLE_SIZE, WEIGHT};
 
 /// `control_socket`, and `--socket` of the operator verbs.

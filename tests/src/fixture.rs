@@ -163,6 +163,7 @@ impl Lb {
             ct_syn_capacity,
             frag_capacity: FRAG_CAPACITY,
             affinity_capacity: lb_common::defaults::AFFINITY_CAPACITY,
+            exceptions_capacity: 4_096,
         })
     }
 

@@ -237,8 +237,19 @@ fn sent_to(lb: &mut Lb, frame: &[u8]) -> u32 {
         .expect("one of the backends")
 }
 
+/// Pins in conntrack and in the exceptions map.
 fn pins(lb: &Lb) -> usize {
+    lru_pins(lb) + exceptions(lb)
+}
+
+/// Pins in the conntrack (LRU) maps.
+fn lru_pins(lb: &Lb) -> usize {
     lb.dp.conntrack_len().expect("len").0
+}
+
+/// Pins in the exceptions map (`EXCEPTIONS`).
+fn exceptions(lb: &Lb) -> usize {
+    lb.dp.exceptions_len().expect("len")
 }
 
 /// The give-up counters that moved from `before` to `after`, by name.
@@ -553,4 +564,186 @@ fn a_syn_over_a_pin_made_by_a_miss_is_counted() {
     );
     let after = lb.dp.vip_stats(0).expect("stats");
     assert_eq!(give_ups(&after, &before), [(Note::SynOverPin.counter(), 1)]);
+}
+
+/// Slot 2 of VIP4:80/tcp moved away from its clean owner: (clean owner, owner).
+fn move_slot_2(lb: &mut Lb) -> (u32, u32) {
+    let clean_owner = states(lb)[2].owner();
+    let owner = if clean_owner == 1 { 2 } else { 1 };
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[2] = owner;
+    lb.table(0, &next);
+    (clean_owner, owner)
+}
+
+#[test]
+fn rule_m3_a_pin_naming_the_clean_owner_goes_to_conntrack_every_other_to_exceptions() {
+    let mut lb = fast();
+    lb.table(1, &round_robin(M, &[1, 2, 3]));
+    lb.vip(1, VIP4, 53, PROTO_UDP);
+    let udp_key = vip_key(VIP4.into(), 53, PROTO_UDP);
+    lb.dp
+        .set_fast_path(&udp_key, 1, true)
+        .expect("fast path on");
+    let old = flow_on(2);
+    let udp = (40_000..41_000)
+        .map(|port| Flow::new(CLIENT4, port, VIP4, 53))
+        .find(|f| slot_of(&flow_key(f, PROTO_UDP), SEED, M32).expect("slot") == 2)
+        .expect("a UDP flow on slot 2");
+    let (clean_owner, owner) = move_slot_2(&mut lb);
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[2] = owner;
+    lb.table(1, &next);
+    // A TCP miss takes the clean owner (M1), which the miss rule gives again: conntrack.
+    assert_eq!(
+        sent_to(&mut lb, &old.frame(L4::Tcp(ACK), b"x")),
+        clean_owner
+    );
+    assert_eq!((lru_pins(&lb), exceptions(&lb)), (1, 0));
+    // A UDP miss takes the clean owner too, but the UDP miss rule changes with time:
+    // an exception.
+    assert_eq!(sent_to(&mut lb, &udp.frame(L4::Udp, b"q")), clean_owner);
+    assert_eq!((lru_pins(&lb), exceptions(&lb)), (1, 1));
+    let udp_pin = lb.dp.exception(&flow_key(&udp, PROTO_UDP)).expect("read");
+    assert_eq!(udp_pin.map(|e| e.backend_id), Some(clean_owner));
+    // Past the lead a new connection's SYN goes to the owner and is pinned at once (S4):
+    // an exception, written unseen; its handshake's ACK marks it seen.
+    std::thread::sleep(Duration::from_millis(5_500));
+    let new = other_flow_on(2, 43_000);
+    assert_eq!(sent_to(&mut lb, &new.frame(L4::Tcp(SYN), &[])), owner);
+    assert_eq!((lru_pins(&lb), exceptions(&lb)), (1, 2));
+    let key = flow_key(&new, PROTO_TCP);
+    let pin = lb.dp.exception(&key).expect("read").expect("an exception");
+    assert_eq!(
+        (pin.backend_id, pin.seen_ticks),
+        (owner, fastpath::UNSEEN_TICKS)
+    );
+    // A retransmitted SYN follows it and does not mark it seen.
+    assert_eq!(sent_to(&mut lb, &new.frame(L4::Tcp(SYN), &[])), owner);
+    let pin = lb.dp.exception(&key).expect("read").expect("an exception");
+    assert_eq!(pin.seen_ticks, fastpath::UNSEEN_TICKS);
+    assert_eq!(sent_to(&mut lb, &new.frame(L4::Tcp(ACK), b"a")), owner);
+    let pin = lb.dp.exception(&key).expect("read").expect("an exception");
+    assert_ne!(pin.seen_ticks, fastpath::UNSEEN_TICKS, "seen by the ACK");
+    // Both keep deciding.
+    assert_eq!(sent_to(&mut lb, &new.frame(L4::Tcp(ACK), b"b")), owner);
+    assert_eq!(
+        sent_to(&mut lb, &old.frame(L4::Tcp(ACK), b"y")),
+        clean_owner
+    );
+    assert_eq!(sent_to(&mut lb, &udp.frame(L4::Udp, b"r")), clean_owner);
+    assert_eq!((lru_pins(&lb), exceptions(&lb)), (1, 2));
+}
+
+/// [`fast`] with an exceptions map of one entry.
+fn fast_with_one_exception() -> Lb {
+    let mut lb = small_in(Lb::with_load(lb_dataplane::LoadOptions {
+        ct_capacity: 16_384,
+        ct_syn_capacity: 4_096,
+        exceptions_capacity: 1,
+        ..lb_dataplane::LoadOptions::default()
+    }));
+    let key = vip_key(VIP4.into(), 80, PROTO_TCP);
+    lb.dp.set_fast_path(&key, 0, true).expect("fast path on");
+    lb
+}
+
+#[test]
+fn residual_r2_a_full_exceptions_map_drops_the_syn_keeps_the_held_syn_and_forwards_unpinned() {
+    let mut lb = fast_with_one_exception();
+    let (old, held) = (flow_on(2), other_flow_on(2, 45_000));
+    let (clean_owner, owner) = move_slot_2(&mut lb);
+    std::thread::sleep(Duration::from_millis(5_500));
+    // The first SYN past the lead is pinned at the SYN (S4) and fills the map.
+    let first = other_flow_on(2, 43_000);
+    assert_eq!(sent_to(&mut lb, &first.frame(L4::Tcp(SYN), &[])), owner);
+    assert_eq!(exceptions(&lb), 1);
+    // fp_syn_dropped: the next SYN cannot be pinned; it is dropped (its client
+    // retransmits).
+    let second = other_flow_on(2, first.sport + 1);
+    let before = lb.dp.vip_stats(0).expect("stats");
+    let (action, _) = lb.send(&second.frame(L4::Tcp(SYN), &[]));
+    assert_eq!(action, lb_tests::fixture::XDP_DROP);
+    let after = lb.dp.vip_stats(0).expect("stats");
+    // It is a new SYN on a slot switched less than 180 s ago, so R1's count too.
+    assert_eq!(
+        give_ups(&after, &before),
+        [
+            (Note::SynMaybeSplit.counter(), 1),
+            (Note::SynDropped.counter(), 1)
+        ]
+    );
+    // fp_held_kept: the slot moves again, to a third backend; within the new lead a
+    // SYN goes to the clean owner and is held, and its ACK's pin (made from a SYN: an
+    // exception, rule M3) finds the map full. The held SYN keeps deciding.
+    let third = 6 - clean_owner - owner;
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[2] = third;
+    lb.table(0, &next);
+    assert_eq!(
+        sent_to(&mut lb, &held.frame(L4::Tcp(SYN), &[])),
+        clean_owner
+    );
+    assert_eq!(lb.dp.conntrack_len().expect("len").1, 1, "held");
+    let before = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(
+        sent_to(&mut lb, &held.frame(L4::Tcp(ACK), b"a")),
+        clean_owner
+    );
+    assert_eq!(
+        sent_to(&mut lb, &held.frame(L4::Tcp(ACK), b"b")),
+        clean_owner
+    );
+    let after = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(give_ups(&after, &before), [(Note::HeldKept.counter(), 2)]);
+    assert_eq!((pins(&lb), lb.dp.conntrack_len().expect("len").1), (1, 1));
+    // fp_unpinned: the clean owner goes down, so a miss takes the owner (M2), an
+    // exception; it is forwarded there without a pin.
+    let address = backend4(u8::try_from(clean_owner).expect("small"));
+    lb.backend(clean_owner, address, BACKEND_DOWN);
+    let before = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(sent_to(&mut lb, &old.frame(L4::Tcp(ACK), b"x")), third);
+    let after = lb.dp.vip_stats(0).expect("stats");
+    assert_eq!(give_ups(&after, &before), [(Note::Unpinned.counter(), 1)]);
+    assert_eq!(pins(&lb), 1, "no pin made");
+}
+
+#[test]
+fn the_walk_expires_unanswered_syns_exceptions_and_deletes_every_exception_of_a_cleaned_slot() {
+    let mut lb = fast();
+    let cleaner = lb.dp.take_cleaner().expect("a cleaner");
+    let (_, owner) = move_slot_2(&mut lb);
+    std::thread::sleep(Duration::from_millis(5_500));
+    // Past the lead two SYNs go to the owner, each pinned at the SYN (S4): exceptions
+    // naming the owner. One handshake completes; the other never does.
+    let (answered, unanswered) = (other_flow_on(2, 43_000), other_flow_on(2, 45_000));
+    assert_eq!(sent_to(&mut lb, &answered.frame(L4::Tcp(SYN), &[])), owner);
+    assert_eq!(
+        sent_to(&mut lb, &unanswered.frame(L4::Tcp(SYN), &[])),
+        owner
+    );
+    assert_eq!(sent_to(&mut lb, &answered.frame(L4::Tcp(ACK), b"a")), owner);
+    assert_eq!(exceptions(&lb), 2);
+    // Past a SYN hold of 1 s (the quiet time not over), the walk deletes the unanswered
+    // SYN's exception (S4's expiry, C6) and keeps the answered one.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let hour = Duration::from_secs(3_600);
+    let short_hold = fastpath::Config {
+        syn_hold_ns: 1_000_000_000,
+        ..times(hour)
+    };
+    let walk = cleaner.clean(&short_hold).expect("walk");
+    assert_eq!((walk.cleaned, walk.syn_pins_expired), (0, 1), "{walk:?}");
+    assert_eq!(exceptions(&lb), 1);
+    let key = flow_key(&answered, PROTO_TCP);
+    assert!(lb.dp.exception(&key).expect("read").is_some(), "answered");
+    // Past a quiet time of 2 s the slot cleans: the answered connection's exception
+    // names the owner, so it holds nothing (C1), and the walk deletes it with every
+    // other exception of the slot (C5). Its packets then take the table (T1).
+    let walk = cleaner.clean(&times(Duration::from_secs(2))).expect("walk");
+    assert!(walk.cleaned >= 1 && walk.pins_deleted == 1, "{walk:?}");
+    assert!(!states(&lb)[2].is_dirty());
+    assert_eq!(exceptions(&lb), 0);
+    assert_eq!(sent_to(&mut lb, &answered.frame(L4::Tcp(ACK), b"b")), owner);
+    assert_eq!(pins(&lb), 0);
 }

@@ -163,8 +163,8 @@ fn a_syn_to_the_owner_of_a_dirty_slot_is_pinned_when_a_miss_goes_elsewhere() {
         "a miss goes to A too"
     );
     assert!(
-        !syn_needs_pin(&slot, Liveness::Down, C),
-        "a miss goes to C: A keeps no flows"
+        syn_needs_pin(&slot, Liveness::Down, C),
+        "a miss goes to C while A keeps no flows, to A once it is back (a flap)"
     );
     assert!(!syn_needs_pin(&SlotState::clean(C), Liveness::Active, C));
 }
@@ -447,14 +447,21 @@ fn cleaning_deletes_every_exception_of_a_cleaned_slot() {
 }
 
 #[test]
-fn m3_routes_tcp_pins_naming_the_clean_owner_to_the_lru_and_every_other_to_exceptions() {
+fn m3_routes_tcp_miss_pins_naming_the_clean_owner_to_the_lru_and_every_other_to_exceptions() {
     let slot = moved();
-    assert_eq!(pin_class(&slot, false, A), PinClass::Derivable);
-    assert_eq!(pin_class(&slot, false, C), PinClass::Exception);
-    assert_eq!(pin_class(&slot, false, D), PinClass::Exception);
-    assert_eq!(pin_class(&slot, true, A), PinClass::Exception, "UDP");
+    assert_eq!(pin_class(&slot, false, A, 0), PinClass::Derivable);
+    assert_eq!(
+        pin_class(&slot, false, A, 7),
+        PinClass::Exception,
+        "from a SYN"
+    );
+    assert_eq!(pin_class(&slot, false, C, 0), PinClass::Exception);
+    assert_eq!(pin_class(&slot, false, D, 0), PinClass::Exception);
+    assert_eq!(pin_class(&slot, true, A, 0), PinClass::Exception, "UDP");
     let resized = SlotState::resized(C, 10 * S);
-    assert_eq!(pin_class(&resized, false, C), PinClass::Exception);
+    assert_eq!(pin_class(&resized, false, C, 0), PinClass::Exception);
+    let clean = SlotState::clean(A);
+    assert_eq!(pin_class(&clean, true, A, 7), PinClass::Derivable, "clean");
 }
 
 #[test]
@@ -470,7 +477,7 @@ fn decide_routes_its_pins_by_pin_class() {
             let (backend, _, _, pin) = pinned(decide(&cfg, &inp));
             assert_eq!(
                 pin.class,
-                pin_class(&inp.slot, packet == Packet::Udp, backend),
+                pin_class(&inp.slot, packet == Packet::Udp, backend, pin.isn),
                 "{packet:?} {clean_owner:?}"
             );
         }

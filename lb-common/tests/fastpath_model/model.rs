@@ -763,7 +763,7 @@ impl World {
             return true;
         }
         let slot = inst.slots[index(flow_hash(key, SEED), m)];
-        match fastpath::pin_class(&slot, udp, entry.backend_id) {
+        match fastpath::pin_class(&slot, udp, entry.backend_id, entry.isn) {
             PinClass::Derivable => {
                 inst.exc.remove(key);
                 // A derivable pin: the miss rule names its backend again.

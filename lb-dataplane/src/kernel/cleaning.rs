@@ -5,12 +5,15 @@
 //! One walk ([`Cleaner::clean`]):
 //! 1. reads every VIP's live slot states; a dirty slot past the quiet time is a
 //!    candidate, with the state (and epoch) read (C2, C3);
-//! 2. reads the backends' states and walks both conntrack maps and the SYN cache with
-//!    batch lookups: a live pin or held SYN of a candidate's flows naming another
-//!    backend removes the candidate (C1);
+//! 2. reads the backends' states and walks both conntrack maps, the exceptions map
+//!    (`EXCEPTIONS`) and the SYN cache with batch lookups: a live pin or held SYN of a
+//!    candidate's flows naming another backend removes the candidate (C1);
 //! 3. commits each remaining candidate with a compare-and-swap on its state word, which
 //!    fails if a change or a pin moved its epoch since the read (C4);
-//! 4. deletes the pins of the cleaned slots that name another backend (C5).
+//! 4. deletes the pins of the cleaned slots that name another backend, and every
+//!    exception of the cleaned slots (C5);
+//! 5. deletes the exceptions made at a SYN that no later packet saw, past the SYN hold
+//!    (S4's expiry, C6), whatever their slot.
 //!
 //! The walker owns duplicates of the maps' file descriptors and a handle on the table
 //! buffers, so it runs on a thread of its own; it takes the tables' lock only to read
@@ -26,13 +29,14 @@ use std::{
 use lb_common::{
     fastpath::{
         self, CleanCheck, HeldView, Liveness, PinView, SlotState, clean_check,
-        held_blocks_cleaning, pin_blocks_cleaning, pin_live, pin_outlived_cleaning,
+        exception_outlived_cleaning, held_blocks_cleaning, pin_blocks_cleaning, pin_live,
+        pin_outlived_cleaning, syn_pin_expired, tcp_pin_seen_ns,
     },
     hash_fields::table_hash,
     maps::{self, MAX_BACKENDS},
     types::{
-        BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4,
-        LbConfig, PROTO_UDP, SynEntry,
+        BACKEND_ACTIVE, BACKEND_DRAINING, BackendEntry, CtEntry, FlowKey, FlowKey4, LbConfig,
+        PROTO_UDP, SynEntry,
     },
 };
 
@@ -48,8 +52,14 @@ pub struct Cleaning {
     pub cleaned: u64,
     /// Candidates whose commit failed: their epoch moved during the walk (C4).
     pub aborted: u64,
-    /// Pins deleted after their slot turned clean (C5).
+    /// Pins deleted after their slot turned clean (C5), exceptions included.
     pub pins_deleted: u64,
+    /// Exceptions made at a SYN that no later packet saw, deleted past the SYN hold
+    /// (S4's expiry, C6).
+    pub syn_pins_expired: u64,
+    /// Exceptions of VIPs removed (a VIP id without a table), deleted: the exceptions
+    /// map never evicts.
+    pub exceptions_orphaned: u64,
     /// How long the walk took.
     pub took: Duration,
 }
@@ -108,7 +118,8 @@ struct VipSlots {
 /// The VIPs the walk looks at, by id.
 type Walked = HashMap<u32, VipSlots>;
 
-/// A pin of a candidate slot naming another backend than the owner (C5, if it cleans).
+/// A pin of a candidate slot naming another backend than the owner, or any exception of
+/// a candidate slot (C5, if it cleans).
 struct Outlived {
     vip_id: u32,
     slot: u32,
@@ -120,6 +131,8 @@ struct Outlived {
 enum FlowKeyOf {
     V4(FlowKey4),
     V6(FlowKey),
+    /// In `EXCEPTIONS`.
+    Exception(FlowKey),
 }
 
 /// Walks the table states, the conntrack maps and the SYN cache of one data plane and
@@ -131,12 +144,15 @@ pub struct Cleaner {
     syn: OwnedFd,
     backends: OwnedFd,
     config: OwnedFd,
+    exceptions: OwnedFd,
 }
 
 impl Cleaner {
-    /// A cleaner over duplicates of the maps' file descriptors and the table buffers.
-    pub(super) fn new(tables: Arc<Mutex<TableSet>>, fds: [OwnedFd; 5]) -> Self {
-        let [v4, v6, syn, backends, config] = fds;
+    /// A cleaner over duplicates of the maps' file descriptors (`CONNTRACK_V4`,
+    /// `CONNTRACK_V6`, `SYN_CACHE`, `BACKENDS`, `CONFIG`, `EXCEPTIONS`) and the table
+    /// buffers.
+    pub(super) fn new(tables: Arc<Mutex<TableSet>>, fds: [OwnedFd; 6]) -> Self {
+        let [v4, v6, syn, backends, config, exceptions] = fds;
         Self {
             tables,
             v4,
@@ -144,6 +160,7 @@ impl Cleaner {
             syn,
             backends,
             config,
+            exceptions,
         }
     }
 
@@ -157,13 +174,16 @@ impl Cleaner {
         let seed = self.hash_seed()?;
         let (mut vips, counts) = self.candidates(cfg, now)?;
         let liveness = self.liveness()?;
-        let outlived = self.mark_foreign(cfg, &mut vips, &liveness, seed, now)?;
+        let (outlived, expired, orphans) =
+            self.mark_foreign(cfg, &mut vips, &liveness, seed, now)?;
         let mut cleaning = Cleaning {
             vips: counts,
             ..Cleaning::default()
         };
         self.commit(&mut vips, &mut cleaning);
         cleaning.pins_deleted = self.delete_outlived(&vips, &outlived);
+        cleaning.syn_pins_expired = self.delete_exceptions(&expired);
+        cleaning.exceptions_orphaned = self.delete_exceptions(&orphans);
         cleaning.took = started.elapsed();
         Ok(cleaning)
     }
@@ -255,8 +275,22 @@ impl Cleaner {
         Ok(liveness)
     }
 
+    /// Deletes `keys` from `EXCEPTIONS`; returns how many were there.
+    fn delete_exceptions(&self, keys: &[FlowKey]) -> u64 {
+        let deleted = keys
+            .iter()
+            .filter(|k| bpf_sys::delete(self.exceptions.as_fd(), pod_bytes(*k)).is_ok())
+            .count();
+        u64::try_from(deleted).unwrap_or(u64::MAX)
+    }
+
     /// Step 2: marks the candidates a live pin or held SYN names another backend on
-    /// (C1); returns the pins that name another backend, for step 4.
+    /// (C1); returns the pins of candidate slots step 4 may delete, the exceptions S4's
+    /// expiry deletes (step 5), and the exceptions of removed VIPs.
+    #[expect(
+        clippy::type_complexity,
+        reason = "three lists of keys, named at the one caller"
+    )]
     fn mark_foreign(
         &self,
         cfg: &fastpath::Config,
@@ -264,10 +298,26 @@ impl Cleaner {
         liveness: &[Liveness],
         seed: u32,
         now: u64,
-    ) -> Result<Vec<Outlived>, DataplaneError> {
+    ) -> Result<(Vec<Outlived>, Vec<FlowKey>, Vec<FlowKey>), DataplaneError> {
         let mut outlived = Vec::new();
+        let mut expired = Vec::new();
+        let mut orphans = Vec::new();
         let mut pin = |key: &FlowKey, entry: &CtEntry, of: FlowKeyOf| {
+            let exception = matches!(of, FlowKeyOf::Exception(_));
+            if exception
+                && key.vip.proto != PROTO_UDP
+                && syn_pin_expired(cfg, entry.isn, entry.stamp_ns, entry.seen_ticks, now)
+            {
+                expired.push(*key);
+                return;
+            }
+            // An exception of a VIP id with no table (the VIP was removed) is an orphan.
+            // One of a VIP on today's path is not: the fast path may have been turned
+            // on since the walk read the VIPs.
             let Some(vip) = vips.get_mut(&entry.vip_id) else {
+                if exception {
+                    orphans.push(*key);
+                }
                 return;
             };
             // One table hash per pin, for its kind and its candidate slot.
@@ -278,13 +328,21 @@ impl Cleaner {
             let seen_ns = if udp {
                 entry.stamp_ns
             } else {
-                u64::from(entry.seen_ticks) << CT_TICK_SHIFT
+                tcp_pin_seen_ns(entry.stamp_ns, entry.seen_ticks)
             };
             vip.count_pin(slot, entry.backend_id, pin_live(cfg, udp, seen_ns, now));
             let Some(candidate) = vip.candidates.get_mut(&slot) else {
                 return;
             };
             if entry.backend_id == candidate.read.owner() {
+                if exception {
+                    outlived.push(Outlived {
+                        vip_id: entry.vip_id,
+                        slot,
+                        backend: entry.backend_id,
+                        key: of,
+                    });
+                }
                 return;
             }
             let view = PinView {
@@ -308,6 +366,9 @@ impl Cleaner {
         for_each::<FlowKey, CtEntry>(&self.v6, maps::CONNTRACK_V6, |k, e| {
             pin(k, e, FlowKeyOf::V6(*k));
         })?;
+        for_each::<FlowKey, CtEntry>(&self.exceptions, maps::EXCEPTIONS, |k, e| {
+            pin(k, e, FlowKeyOf::Exception(*k));
+        })?;
         for_each::<u32, SynEntry>(&self.syn, maps::SYN_CACHE, |_, s| {
             if s.key.vip.family == 0 {
                 return;
@@ -325,7 +386,7 @@ impl Cleaner {
             };
             candidate.foreign |= held_blocks_cleaning(cfg, &candidate.read, &held, now);
         })?;
-        Ok(outlived)
+        Ok((outlived, expired, orphans))
     }
 
     /// Step 3: commits every candidate no pin blocks (C4), and counts.
@@ -351,8 +412,9 @@ impl Cleaner {
         }
     }
 
-    /// Step 4: deletes the pins of cleaned slots that name another backend (C5). The
-    /// walk read them before the commit, so each was made before it. Returns how many.
+    /// Step 4: deletes the pins of cleaned slots that name another backend, and every
+    /// exception of the cleaned slots (C5). The walk read them before the commit, so
+    /// each was made before it. Returns how many.
     /// A VIP on today's path keeps its pins: its slots are cleaned so that their states
     /// hold when the fast path is turned on, but its flows follow their pins however long
     /// they were idle, as they did before the fast path existed.
@@ -370,12 +432,17 @@ impl Cleaner {
                 state: fastpath::SLOT_CLEAN,
                 ..candidate.read
             };
-            if !pin_outlived_cleaning(&clean, pin.backend) {
+            let outlived = match pin.key {
+                FlowKeyOf::Exception(_) => exception_outlived_cleaning(&clean),
+                FlowKeyOf::V4(_) | FlowKeyOf::V6(_) => pin_outlived_cleaning(&clean, pin.backend),
+            };
+            if !outlived {
                 continue;
             }
             let removed = match &pin.key {
                 FlowKeyOf::V4(k) => bpf_sys::delete(self.v4.as_fd(), pod_bytes(k)),
                 FlowKeyOf::V6(k) => bpf_sys::delete(self.v6.as_fd(), pod_bytes(k)),
+                FlowKeyOf::Exception(k) => bpf_sys::delete(self.exceptions.as_fd(), pod_bytes(k)),
             };
             deleted += u64::from(removed.is_ok());
         }

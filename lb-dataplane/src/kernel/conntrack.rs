@@ -1,5 +1,6 @@
-//! Inspecting and clearing flows in the conntrack maps and the SYN cache: the pin
-//! `lb flow` reports, and the deletes and counts tests use.
+//! Inspecting and clearing flows in the conntrack maps, the fast path's exceptions
+//! (`EXCEPTIONS`) and the SYN cache: the pin `lb flow` reports, and the deletes and
+//! counts tests use.
 
 use aya::maps::{HashMap, MapData, MapError};
 use lb_common::{
@@ -26,6 +27,7 @@ impl KernelDataplane {
                 .set(index, SynEntry::default(), 0)
                 .map_err(map_err(maps::SYN_CACHE, "update"))?;
         }
+        absent_is_ok(self.exceptions.remove(key)).map_err(map_err(maps::EXCEPTIONS, "delete"))?;
         if key.vip.family == FAMILY_V4 {
             absent_is_ok(self.conntrack_v4.remove(&key.v4()))
                 .map_err(map_err(maps::CONNTRACK_V4, "delete"))
@@ -35,7 +37,7 @@ impl KernelDataplane {
         }
     }
 
-    /// Empties both conntrack maps and the `SYN_CACHE`.
+    /// Empties both conntrack maps, `EXCEPTIONS` and the `SYN_CACHE`.
     ///
     /// # Errors
     /// Map failures.
@@ -46,8 +48,29 @@ impl KernelDataplane {
                 .set(index, SynEntry::default(), 0)
                 .map_err(map_err(maps::SYN_CACHE, "update"))?;
         }
+        flush(&mut self.exceptions, maps::EXCEPTIONS)?;
         flush(&mut self.conntrack_v4, maps::CONNTRACK_V4)?;
         flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)
+    }
+
+    /// Number of the fast path's exceptions (`EXCEPTIONS`).
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn exceptions_len(&self) -> Result<usize, DataplaneError> {
+        count(&self.exceptions, maps::EXCEPTIONS)
+    }
+
+    /// The fast path's exception of flow `key` (`EXCEPTIONS`), if any.
+    ///
+    /// # Errors
+    /// Map failures other than "not found".
+    pub fn exception(&self, key: &FlowKey) -> Result<Option<CtEntry>, DataplaneError> {
+        match self.exceptions.get(key, 0) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err(maps::EXCEPTIONS, "lookup")(e)),
+        }
     }
 
     /// Number of (pins in both conntrack maps, held SYNs in `SYN_CACHE`).
@@ -89,7 +112,10 @@ impl KernelDataplane {
         &self,
         key: &FlowKey,
     ) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
-        let found = if key.vip.family == FAMILY_V4 {
+        // A fast-path VIP's dirty slot reads its exception first, as the program does.
+        let found = if let Some(entry) = self.exception(key)? {
+            Ok(entry)
+        } else if key.vip.family == FAMILY_V4 {
             self.conntrack_v4
                 .get(&key.v4(), 0)
                 .map_err(|e| (maps::CONNTRACK_V4, e))

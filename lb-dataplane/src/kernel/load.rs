@@ -115,6 +115,8 @@ pub struct LoadOptions {
     pub frag_capacity: u32,
     /// Entries of the affinity pins (`AFFINITY`).
     pub affinity_capacity: u32,
+    /// Entries of the fast path's exceptions (`EXCEPTIONS`, preallocated; never evicts).
+    pub exceptions_capacity: u32,
 }
 
 impl Default for LoadOptions {
@@ -124,6 +126,7 @@ impl Default for LoadOptions {
             ct_syn_capacity: defaults::CT_SYN_CAPACITY,
             frag_capacity: defaults::FRAG_CAPACITY,
             affinity_capacity: defaults::AFFINITY_CAPACITY,
+            exceptions_capacity: defaults::EXCEPTIONS_CAPACITY,
         }
     }
 }
@@ -259,7 +262,7 @@ impl Opened {
 }
 
 /// The start-time sizes that the pinned maps must have.
-pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 5] {
+pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 6] {
     [
         SizeOverride {
             map: maps::CONNTRACK_V4,
@@ -285,6 +288,11 @@ pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 5] {
             map: maps::AFFINITY,
             key: "conntrack.persistence_capacity",
             entries: options.affinity_capacity,
+        },
+        SizeOverride {
+            map: maps::EXCEPTIONS,
+            key: "conntrack.exceptions_capacity",
+            entries: options.exceptions_capacity,
         },
     ]
 }
@@ -437,6 +445,7 @@ impl KernelDataplane {
             ct_syn_capacity: size(maps::SYN_CACHE)?,
             frag_capacity: size(maps::FRAGMENTS)?,
             affinity_capacity: size(maps::AFFINITY)?,
+            exceptions_capacity: size(maps::EXCEPTIONS)?,
         };
         let meta = dir
             .check(&layout, &size_overrides(&options))?
@@ -568,6 +577,7 @@ impl KernelDataplane {
             .map_max_entries(maps::SYN_CACHE, options.ct_syn_capacity)
             .map_max_entries(maps::FRAGMENTS, options.frag_capacity)
             .map_max_entries(maps::AFFINITY, options.affinity_capacity)
+            .map_max_entries(maps::EXCEPTIONS, options.exceptions_capacity)
             .load(object)
             .map_err(DataplaneError::Load)?;
         if programs {
@@ -597,13 +607,15 @@ impl KernelDataplane {
             dup_fd(&ebpf, maps::AFFINITY)?,
             dup_fd(&ebpf, maps::AFFINITY_TIMEOUT)?,
             dup_fd(&ebpf, maps::VIPS)?,
-        );
+        )
+        .with_exceptions(dup_fd(&ebpf, maps::EXCEPTIONS)?);
         let cleaner_fds = [
             dup_fd(&ebpf, maps::CONNTRACK_V4)?,
             dup_fd(&ebpf, maps::CONNTRACK_V6)?,
             dup_fd(&ebpf, maps::SYN_CACHE)?,
             dup_fd(&ebpf, maps::BACKENDS)?,
             dup_fd(&ebpf, maps::CONFIG)?,
+            dup_fd(&ebpf, maps::EXCEPTIONS)?,
         ];
         let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
         let tables = TableSet::new(
@@ -640,6 +652,7 @@ impl KernelDataplane {
             conntrack_v4: take(&mut ebpf, maps::CONNTRACK_V4)?,
             conntrack_v6: take(&mut ebpf, maps::CONNTRACK_V6)?,
             syn_cache: take(&mut ebpf, maps::SYN_CACHE)?,
+            exceptions: take(&mut ebpf, maps::EXCEPTIONS)?,
             affinity: take(&mut ebpf, maps::AFFINITY)?,
             syn_slots: options.ct_syn_capacity,
             written_config: None,

@@ -87,6 +87,8 @@ pub struct Census {
     pub v4_entries: u64,
     /// Entries in `CONNTRACK_V6`.
     pub v6_entries: u64,
+    /// Entries in `EXCEPTIONS` (the fast path's exceptions), when the walker reads it.
+    pub exceptions_entries: u64,
     /// `SYN_CACHE` slots holding a SYN whose handshake has not completed (any age).
     pub syn_slots_used: u64,
     /// Live affinity pins per VIP id (VIPs without any are absent; empty when the
@@ -231,6 +233,8 @@ pub struct ConntrackWalker {
     /// `AFFINITY`, `AFFINITY_TIMEOUT` and `VIPS`, when the walk refreshes and counts
     /// affinity pins.
     affinity: Option<(OwnedFd, OwnedFd, OwnedFd)>,
+    /// `EXCEPTIONS`, when the walk counts the fast path's exceptions.
+    exceptions: Option<OwnedFd>,
 }
 
 impl ConntrackWalker {
@@ -241,7 +245,15 @@ impl ConntrackWalker {
             v6,
             syn,
             affinity: None,
+            exceptions: None,
         }
+    }
+
+    /// This walker, counting the fast path's exceptions (`EXCEPTIONS`) too: as
+    /// connections of their backends, and the map's entries.
+    pub(super) fn with_exceptions(mut self, exceptions: OwnedFd) -> Self {
+        self.exceptions = Some(exceptions);
+        self
     }
 
     /// This walker, refreshing and counting the affinity pins of `pins` (`AFFINITY`)
@@ -378,6 +390,13 @@ impl ConntrackWalker {
                 activity.note(vips, || *k, e, now);
             }
         })?;
+        let mut exceptions = 0;
+        if let Some(fd) = &self.exceptions {
+            for_each::<FlowKey, CtEntry>(fd, maps::EXCEPTIONS, |k, e| {
+                exceptions += 1;
+                count(e, k.vip.proto);
+            })?;
+        }
         let window = u64::try_from(settings.syn_window.as_nanos()).unwrap_or(u64::MAX);
         let mut used = 0;
         for_each::<u32, SynEntry>(&self.syn, maps::SYN_CACHE, |_, s| {
@@ -398,6 +417,7 @@ impl ConntrackWalker {
             .collect();
         census.v4_entries = v4;
         census.v6_entries = v6;
+        census.exceptions_entries = exceptions;
         census.syn_slots_used = used;
         if let Some(vips) = &vips {
             census.affinity = self.affinity_pins(vips, &activity, now)?;

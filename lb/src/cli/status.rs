@@ -200,13 +200,16 @@ fn connection_cells(c: Option<&ConnectionCounts>) -> [String; 3] {
 pub(super) fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
     match c {
         Some(c) => format!(
-            "conntrack: {} IPv4 + {} IPv6 entries of {} each, SYN cache {} of {} slots; \
+            "conntrack: {} IPv4 + {} IPv6 entries of {} each, SYN cache {} of {} slots, \
+             exceptions {} of {}; \
              connections counted {:.1} s ago in {:.1} ms (idle: no packet for {} s)\n",
             c.v4_entries,
             c.v6_entries,
             c.capacity,
             c.syn_slots_used,
             c.syn_capacity,
+            c.exceptions_entries,
+            c.exceptions_capacity,
             c.age_secs,
             c.walk_ms,
             c.idle_secs

@@ -159,6 +159,9 @@ pub struct ConntrackFile {
     /// Clients whose affinity pins are kept, over all VIPs with a persistence timeout.
     #[serde(default)]
     pub persistence_capacity: Option<UInt<u32>>,
+    /// The fast path's exceptions kept, over all fast-path VIPs (a map that never evicts).
+    #[serde(default)]
+    pub exceptions_capacity: Option<UInt<u32>>,
     /// The established-TCP idle time (seconds) the fast path's cleaning assumes.
     #[serde(default)]
     pub tcp_idle_secs: Option<UInt<u32>>,

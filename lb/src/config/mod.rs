@@ -246,6 +246,8 @@ pub struct Config {
     pub frag_capacity: u32,
     /// Affinity pins (`AFFINITY`: clients of VIPs with a persistence timeout).
     pub affinity_capacity: u32,
+    /// The fast path's exceptions (`EXCEPTIONS`: pins the miss rule does not give again).
+    pub exceptions_capacity: u32,
     /// The fast path's cleaning of dirty table slots.
     pub cleaning: CleaningConfig,
     /// The ICMP messages the data plane sends.

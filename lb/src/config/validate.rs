@@ -57,6 +57,9 @@ const FRAG_CAPACITY_RANGE: (u32, u32) = (256, 1 << 20);
 /// `conntrack.persistence_capacity`: at least a few clients, at most 16 Mi (key and
 /// value are 40 bytes; an LRU map preallocates its entries).
 const AFFINITY_CAPACITY_RANGE: (u32, u32) = (256, 1 << 24);
+/// `conntrack.exceptions_capacity`: 256 to 16 Mi (72 bytes of key and value, about 136
+/// bytes of kernel memory each, preallocated).
+const EXCEPTIONS_CAPACITY_RANGE: (u32, u32) = (256, 1 << 24);
 /// `nexthop.cache_ms`: 0 (look the FIB up for every packet) to 10 s.
 const NEXTHOP_CACHE_MS_RANGE: (u32, u32) = (0, 10_000);
 const MTU_RANGE: (u16, u16) = (576, 65_535);
@@ -492,6 +495,16 @@ fn persistence_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
     )
 }
 
+/// `conntrack.exceptions_capacity`.
+fn exceptions_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
+    in_range(
+        r,
+        "conntrack.exceptions_capacity",
+        uint(file.exceptions_capacity, defaults::EXCEPTIONS_CAPACITY),
+        EXCEPTIONS_CAPACITY_RANGE,
+    )
+}
+
 /// `conntrack.fragment_capacity`.
 fn fragment_capacity(file: &ConntrackFile, r: &mut Report) -> u32 {
     in_range(
@@ -573,6 +586,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
         conntrack(&file.conntrack, &mut r);
     let frag_capacity = fragment_capacity(&file.conntrack, &mut r);
     let affinity_capacity = persistence_capacity(&file.conntrack, &mut r);
+    let exceptions_capacity = exceptions_capacity(&file.conntrack, &mut r);
     let cleaning = cleaning(&file.conntrack, &mut r);
     let icmp = datapath::icmp(&file.icmp, &mut r);
     let outer = datapath::outer(&file.encap, &mut r);
@@ -610,6 +624,7 @@ fn validate(file: FileConfig, lines: &lines::Lines<'_>) -> Result<Loaded, Config
             nexthop_cache,
             frag_capacity,
             affinity_capacity,
+            exceptions_capacity,
             cleaning,
             icmp,
             outer,

@@ -147,7 +147,9 @@ pub struct CleaningStatus {
     /// Commits that failed since start because a change or a pin moved the slot's
     /// epoch during the walk (the slot stays dirty until a later walk).
     pub aborted_total: u64,
-    /// Pins deleted since start because their slot turned clean naming another backend.
+    /// Pins deleted since start because their slot turned clean naming another backend,
+    /// exceptions of the slots turned clean, exceptions made at a SYN whose handshake
+    /// never completed, past the SYN hold, and exceptions of removed VIPs.
     pub pins_deleted_total: u64,
     /// Walks that failed since start.
     pub failures_total: u64,
@@ -211,6 +213,12 @@ pub struct ConntrackStatus {
     pub syn_slots_used: u64,
     /// SYN cache slots.
     pub syn_capacity: u32,
+    /// Entries of the fast path's exceptions map (`EXCEPTIONS`).
+    #[serde(default)]
+    pub exceptions_entries: u64,
+    /// Its capacity (`conntrack.exceptions_capacity`).
+    #[serde(default)]
+    pub exceptions_capacity: u32,
     /// How long the walk took (ms).
     pub walk_ms: f64,
     /// How long ago it ended (s).

@@ -15,6 +15,8 @@ pub struct Latest {
     capacity: u32,
     /// SYN cache slots.
     syn_capacity: u32,
+    /// Capacity of the fast path's exceptions map.
+    exceptions_capacity: u32,
     /// The idle threshold the walk applied.
     idle: Duration,
 }
@@ -26,8 +28,16 @@ impl Latest {
             census: None,
             capacity,
             syn_capacity,
+            exceptions_capacity: 0,
             idle,
         }
+    }
+
+    /// This, with an exceptions map of `capacity` entries (`EXCEPTIONS`).
+    #[must_use]
+    pub fn with_exceptions_capacity(mut self, capacity: u32) -> Self {
+        self.exceptions_capacity = capacity;
+        self
     }
 
     /// Records a walk that ended now.
@@ -66,6 +76,8 @@ impl Latest {
             capacity: self.capacity,
             syn_slots_used: c.syn_slots_used,
             syn_capacity: self.syn_capacity,
+            exceptions_entries: c.exceptions_entries,
+            exceptions_capacity: self.exceptions_capacity,
             walk_ms: c.took.as_secs_f64() * 1e3,
             age_secs: at.elapsed().as_secs_f64(),
             idle_secs: self.idle.as_secs(),

@@ -98,6 +98,7 @@ fn open_with_capabilities(config: &Config, options: &RunOptions) -> anyhow::Resu
             ct_syn_capacity: config.ct_syn_capacity,
             frag_capacity: config.frag_capacity,
             affinity_capacity: config.affinity_capacity,
+            exceptions_capacity: config.exceptions_capacity,
         },
         Pinning { dir, lock, object },
     )

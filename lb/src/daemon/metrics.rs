@@ -20,6 +20,7 @@
 //!   in the announcement table, so BGP announces it from this instance);
 //! - global: `lb_verdicts_total{reason,action}`, `lb_conntrack_entries{family}`,
 //!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`,
+//!   `lb_exceptions_entries`, `lb_exceptions_capacity`,
 //!   `lb_conntrack_walk_seconds`, `lb_slots_cleaned_total`,
 //!   `lb_cleaning_pins_deleted_total`, `lb_cleaning_aborted_total`,
 //!   `lb_cleaning_failures_total`, `lb_cleaning_walk_seconds`, `lb_vip_dirty_slots{vip}`
@@ -531,6 +532,22 @@ impl Snapshot {
             "SYN cache slots",
             MetricType::Gauge,
             [(Labels::new(), u64::from(c.syn_capacity))],
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_exceptions_entries",
+            "Entries of the fast path's exceptions map, at the last walk",
+            MetricType::Gauge,
+            [(Labels::new(), c.exceptions_entries)],
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_exceptions_capacity",
+            "Capacity of the fast path's exceptions map (entries; it never evicts)",
+            MetricType::Gauge,
+            [(Labels::new(), u64::from(c.exceptions_capacity))],
             gauge,
         )?;
         family(

@@ -86,6 +86,7 @@ struct StartOnly {
     ct_syn_capacity: u32,
     frag_capacity: u32,
     affinity_capacity: u32,
+    exceptions_capacity: u32,
     /// The flow hash places every flow in its table slot and SYN cache slot: changing
     /// it while flows run would split handshakes in flight and let an old conntrack
     /// entry outvote a reused 4-tuple's new SYN.
@@ -110,6 +111,7 @@ impl StartOnly {
             ct_syn_capacity: c.ct_syn_capacity,
             frag_capacity: c.frag_capacity,
             affinity_capacity: c.affinity_capacity,
+            exceptions_capacity: c.exceptions_capacity,
             hash_seed: c.hash_seed,
             health: c.health,
         }
@@ -138,6 +140,10 @@ impl StartOnly {
             (
                 "conntrack.persistence_capacity",
                 self.affinity_capacity != other.affinity_capacity,
+            ),
+            (
+                "conntrack.exceptions_capacity",
+                self.exceptions_capacity != other.exceptions_capacity,
             ),
             ("hash_seed", self.hash_seed != other.hash_seed),
             ("metrics", self.metrics != other.metrics),
@@ -245,7 +251,8 @@ impl<D: Dataplane> Service<D> {
                 loaded.config.ct_capacity,
                 loaded.config.ct_syn_capacity,
                 loaded.config.metrics.idle,
-            ),
+            )
+            .with_exceptions_capacity(loaded.config.exceptions_capacity),
             cleanings: super::cleaning::Cleanings::default(),
             health: None,
             nexthops: None,

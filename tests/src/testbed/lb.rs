@@ -41,6 +41,7 @@ pub const BED_LOAD_OPTIONS: LoadOptions = LoadOptions {
     ct_syn_capacity: 16_384,
     frag_capacity: 1_024,
     affinity_capacity: 4_096,
+    exceptions_capacity: 4_096,
 };
 
 /// The data-plane id of backend `k`'s IPv4 (`v6 == false`) or IPv6 address.

@@ -84,6 +84,21 @@ fn layout_2_differs_from_this_build_only_in_the_maps_its_step_converts() {
     assert_eq!(old.stamp(), "1-75d54978ffe3");
 }
 
+/// The eBPF object of the last build of layout 3 (tests/data/README.md).
+static LAYOUT3_OBJECT: &[u8] =
+    aya::include_bytes_aligned!("../../../../tests/data/lb-ebpf-layout3.o");
+
+/// As for layout 1: the layout-3 object (main at 8be2ab5) and this build's differ
+/// exactly in the maps the 3-to-4 step creates.
+#[test]
+fn layout_3_differs_from_this_build_only_in_the_maps_its_step_converts() {
+    let (differing, converted) = differing_and_converted(LAYOUT3_OBJECT, 3);
+    assert_eq!(differing, converted);
+    assert_eq!(converted, ["EXCEPTIONS"]);
+    let old = Layout::of_object_at(LAYOUT3_OBJECT, 3).expect("layout 3 object");
+    assert_eq!(old.stamp(), "1-ea05b8e39491");
+}
+
 #[test]
 fn a_migration_says_what_it_did_with_each_map_and_how_long_it_took() {
     let m = Migration {

@@ -521,6 +521,10 @@ fn bad_files_are_rejected_with_the_key_path_value_and_line() {
             "conntrack.persistence_capacity: expected a value from 256 to 16777216, got 10 (line 7)",
         ),
         (
+            format!("{BASE}[conntrack]\nexceptions_capacity = 10\n"),
+            "conntrack.exceptions_capacity: expected a value from 256 to 16777216, got 10 (line 7)",
+        ),
+        (
             format!("{BASE}[icmp]\nrate_limit = 0\n"),
             "icmp.rate_limit: expected a value from 1 to 1000000, got 0 (line 7)",
         ),
