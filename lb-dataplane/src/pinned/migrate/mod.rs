@@ -373,5 +373,30 @@ pub fn rewind_to_layout3(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()>
     v3_to_v4::rewind(dir, &old)
 }
 
+/// Test support: removes the pins of `names` at `dir` (the maps a step adds), those
+/// already gone aside.
+#[cfg(feature = "test-harness")]
+fn remove_pins(dir: &PinDir, names: &[&str]) -> std::io::Result<()> {
+    for name in names {
+        match std::fs::remove_file(dir.map(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Test support: writes into the `meta` pinned at `dir` the layout `old` of an older
+/// build: its version `version` and its digest.
+#[cfg(feature = "test-harness")]
+fn name_layout(dir: &PinDir, version: u32, old: &Layout) -> std::io::Result<()> {
+    let mut meta =
+        MetaMap::open(&dir.meta())?.ok_or_else(|| std::io::Error::other("no meta pinned"))?;
+    meta.update(|m| {
+        m.layout_version = version;
+        m.digest = old.digest;
+    })
+}
+
 #[cfg(test)]
 mod tests;

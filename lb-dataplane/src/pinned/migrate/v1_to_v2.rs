@@ -214,12 +214,7 @@ pub(super) fn rewind(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::i
     bpf_sys::pin_replacing(outer.as_fd(), &dir.map(TABLES))?;
     grow::rewind(dir, old, VIP_STATS)?;
     std::fs::remove_file(dir.map(FAST_FILTER))?;
-    let mut meta = crate::pinned::MetaMap::open(&dir.meta())?
-        .ok_or_else(|| std::io::Error::other("no meta pinned"))?;
-    meta.update(|m| {
-        m.layout_version = 1;
-        m.digest = old.digest;
-    })
+    super::name_layout(dir, 1, old)
 }
 
 /// A layout-1 table buffer for `size` slots.

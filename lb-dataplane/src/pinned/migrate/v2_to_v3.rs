@@ -37,13 +37,7 @@ fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
 /// the maps new in layout 3 (the grown `VIP_STATS` the older rewinds shrink).
 #[cfg(feature = "test-harness")]
 pub(super) fn strip(dir: &crate::pinned::PinDir) -> std::io::Result<()> {
-    for name in CREATED {
-        match std::fs::remove_file(dir.map(name)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-    }
-    Ok(())
+    super::remove_pins(dir, &CREATED)
 }
 
 /// Test support: turns the maps this build pinned at `dir` back into what the layout-2
@@ -53,10 +47,5 @@ pub(super) fn strip(dir: &crate::pinned::PinDir) -> std::io::Result<()> {
 pub(super) fn rewind(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::io::Result<()> {
     strip(dir)?;
     grow::rewind(dir, old, VIP_STATS)?;
-    let mut meta = crate::pinned::MetaMap::open(&dir.meta())?
-        .ok_or_else(|| std::io::Error::other("no meta pinned"))?;
-    meta.update(|m| {
-        m.layout_version = 2;
-        m.digest = old.digest;
-    })
+    super::name_layout(dir, 2, old)
 }
