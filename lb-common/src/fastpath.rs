@@ -299,6 +299,9 @@ pub struct Config {
     pub syn_hold_ns: u64,
     /// The UDP idle timeout ([`crate::types::LbConfig::udp_timeout_ns`]).
     pub udp_timeout_ns: u64,
+    /// How long an exception of a TCP connection its client closed stays after its
+    /// last packet (rule C7, [`CLOSED_EXCEPTION_LINGER_NS`]).
+    pub closed_linger_ns: u64,
 }
 
 /// Two hours: Linux's `tcp_keepalive_time`, the longest a TCP connection with
@@ -312,13 +315,15 @@ pub const DEFAULT_LEAD_NS: u64 = 4_000_000_000;
 pub const DEFAULT_SYN_HOLD_NS: u64 = 75_000_000_000;
 impl Config {
     /// The defaults: quiet time and TCP idle time two hours, lead 4 s, SYN hold 75 s,
-    /// UDP idle timeout 30 s (the project's `udp_timeout_secs` default).
+    /// UDP idle timeout 30 s (the project's `udp_timeout_secs` default), closed
+    /// connections' exceptions kept two minutes.
     pub const DEFAULT: Config = Config {
         quiet_ns: DEFAULT_TCP_IDLE_NS,
         tcp_idle_ns: DEFAULT_TCP_IDLE_NS,
         lead_ns: DEFAULT_LEAD_NS,
         syn_hold_ns: DEFAULT_SYN_HOLD_NS,
         udp_timeout_ns: 30_000_000_000,
+        closed_linger_ns: CLOSED_EXCEPTION_LINGER_NS,
     };
 
     /// The quiet time the cleaning uses: `quiet_ns`, raised to `tcp_idle_ns` (rule C3).
@@ -520,6 +525,23 @@ pub fn syn_pin_expired(
     now_ns: u64,
 ) -> bool {
     seen_ticks == UNSEEN_TICKS && isn != 0 && now_ns.wrapping_sub(stamp_ns) > cfg.syn_hold_ns
+}
+
+/// The default of [`Config::closed_linger_ns`]: how long an exception of a closed TCP
+/// connection (its client sent a FIN or RST) stays after its last packet: two minutes, the maximum segment lifetime of RFC 9293
+/// (section 3.4.2). Past it no segment of the connection is left in the network, and
+/// the client's `TIME_WAIT` (60 s on Linux) is over.
+pub const CLOSED_EXCEPTION_LINGER_NS: u64 = 120_000_000_000;
+
+/// Rule C7: whether the cleaning walk deletes the exception of a TCP connection whose
+/// client closed it (`closing` is not [`crate::types::CT_OPEN`]) and that no packet has
+/// reached for `cfg`'s [`Config::closed_linger_ns`] (`seen_ns`, [`tcp_pin_seen_ns`]). The
+/// exceptions map never evicts: without this, a slot dirty for long would keep one
+/// exception per connection closed on it until it turns clean (C5).
+#[inline(always)]
+#[must_use]
+pub fn closed_exception_expired(cfg: &Config, closing: u8, seen_ns: u64, now_ns: u64) -> bool {
+    closing != crate::types::CT_OPEN && now_ns.saturating_sub(seen_ns) > cfg.closed_linger_ns
 }
 
 /// When a TCP pin was last seen (ns) for rule C1: its `seen_ticks` in ns, or its stamp

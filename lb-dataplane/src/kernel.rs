@@ -69,7 +69,7 @@ use lb_common::{
         VipAddrKey, VipKey,
     },
 };
-pub use listing::{ConnListing, ConnRow, ConnState, widen};
+pub use listing::{ConnListing, ConnRow, ConnState, PinMap, widen};
 use load::load_err;
 pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp, missing_capabilities};
 pub use mend::PinCheck;

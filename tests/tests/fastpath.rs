@@ -11,11 +11,11 @@ use lb_common::{
     stats::VipStats,
     types::{BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP},
 };
-use lb_dataplane::Dataplane as _;
+use lb_dataplane::{ConnState, Dataplane as _, PinMap, WalkSettings};
 use lb_maglev::flow::slot_of;
 use lb_tests::{
     fixture::{Lb, SEED, XDP_TX, flow_key, round_robin, vip_key},
-    packets::{ACK, CLIENT4, Flow, L4, SYN, VIP4, backend4},
+    packets::{ACK, CLIENT4, Flow, L4, RST, SYN, TcpFlags, VIP4, backend4},
 };
 
 /// Table size of these tests: small, so a change moves few, known slots.
@@ -708,6 +708,88 @@ fn residual_r2_a_full_exceptions_map_drops_the_syn_keeps_the_held_syn_and_forwar
     assert_eq!(pins(&lb), 1, "no pin made");
 }
 
+/// What `lb conn list` lists: each connection's map and state, sorted by state name.
+fn listed(lb: &Lb) -> Vec<(PinMap, ConnState)> {
+    let settings = WalkSettings {
+        udp_timeout: Duration::from_secs(30),
+        idle: Duration::from_secs(60),
+        syn_window: WalkSettings::SYN_WINDOW,
+    };
+    let listing = lb
+        .dp
+        .conntrack_lister()
+        .expect("lister")
+        .list(&settings, true, |_| true, 10)
+        .expect("listing");
+    let mut rows: Vec<_> = listing.rows.iter().map(|r| (r.pin, r.state)).collect();
+    rows.sort_by_key(|(_, state)| state.name());
+    rows
+}
+
+#[test]
+fn the_walk_deletes_a_closed_connections_exception_one_linger_after_its_last_packet() {
+    let mut lb = fast();
+    let cleaner = lb.dp.take_cleaner().expect("a cleaner");
+    let (_, owner) = move_slot_2(&mut lb);
+    std::thread::sleep(Duration::from_millis(5_500));
+    // Past the lead three connections open to the owner, each pinned at its SYN (S4):
+    // exceptions. One stays open; its client closes one with a FIN, one with a RST.
+    let (open, fin, rst) = (
+        other_flow_on(2, 43_000),
+        other_flow_on(2, 45_000),
+        other_flow_on(2, 47_000),
+    );
+    const FIN_ACK: TcpFlags = TcpFlags { fin: true, ..ACK };
+    for flow in [open, fin, rst] {
+        assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(SYN), &[])), owner);
+        assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"a")), owner);
+    }
+    assert_eq!(sent_to(&mut lb, &fin.frame(L4::Tcp(FIN_ACK), &[])), owner);
+    assert_eq!(sent_to(&mut lb, &rst.frame(L4::Tcp(RST), &[])), owner);
+    assert_eq!(exceptions(&lb), 3);
+    // `lb conn list` reads them from the exceptions map.
+    assert_eq!(
+        listed(&lb),
+        [
+            (PinMap::Exception, ConnState::Closing),
+            (PinMap::Exception, ConnState::Closing),
+            (PinMap::Exception, ConnState::Established),
+        ]
+    );
+    // Within the linger (the default, two minutes) the walk keeps all three; the quiet
+    // time (an hour) keeps the slot dirty.
+    let hour = times(Duration::from_secs(3_600));
+    let walk = cleaner.clean(&hour).expect("walk");
+    assert_eq!(
+        (walk.cleaned, walk.closed_exceptions_expired),
+        (0, 0),
+        "{walk:?}"
+    );
+    assert_eq!(exceptions(&lb), 3);
+    // Past a linger of 1 s (C7) the closed connections' exceptions go; the open one
+    // stays and keeps deciding.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let short_linger = fastpath::Config {
+        closed_linger_ns: 1_000_000_000,
+        ..hour
+    };
+    let walk = cleaner.clean(&short_linger).expect("walk");
+    assert_eq!(
+        (walk.cleaned, walk.closed_exceptions_expired),
+        (0, 2),
+        "{walk:?}"
+    );
+    assert_eq!(exceptions(&lb), 1);
+    assert!(
+        lb.dp
+            .exception(&flow_key(&open, PROTO_TCP))
+            .expect("read")
+            .is_some(),
+        "the open connection's"
+    );
+    assert_eq!(sent_to(&mut lb, &open.frame(L4::Tcp(ACK), b"b")), owner);
+}
+
 #[test]
 fn the_walk_expires_unanswered_syns_exceptions_and_deletes_every_exception_of_a_cleaned_slot() {
     let mut lb = fast();
@@ -724,6 +806,14 @@ fn the_walk_expires_unanswered_syns_exceptions_and_deletes_every_exception_of_a_
     );
     assert_eq!(sent_to(&mut lb, &answered.frame(L4::Tcp(ACK), b"a")), owner);
     assert_eq!(exceptions(&lb), 2);
+    // The unanswered one is a handshake, not an idle established connection.
+    assert_eq!(
+        listed(&lb),
+        [
+            (PinMap::Exception, ConnState::Established),
+            (PinMap::Exception, ConnState::Syn),
+        ]
+    );
     // Past a SYN hold of 1 s (the quiet time not over), the walk deletes the unanswered
     // SYN's exception (S4's expiry, C6) and keeps the answered one.
     std::thread::sleep(Duration::from_millis(1_500));

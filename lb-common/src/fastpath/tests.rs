@@ -520,6 +520,33 @@ fn s4_pins_expire_past_the_syn_hold_unless_a_later_packet_saw_them() {
 }
 
 #[test]
+fn c7_deletes_a_closed_connections_exception_one_linger_after_its_last_packet() {
+    use crate::types::{CT_FIN, CT_OPEN, CT_RST};
+    let cfg = Config::DEFAULT;
+    assert_eq!(cfg.closed_linger_ns, CLOSED_EXCEPTION_LINGER_NS);
+    let seen = 500 * S;
+    let at_linger = seen + CLOSED_EXCEPTION_LINGER_NS;
+    for closing in [CT_FIN, CT_RST] {
+        assert!(
+            !closed_exception_expired(&cfg, closing, seen, at_linger),
+            "{closing}"
+        );
+        assert!(
+            closed_exception_expired(&cfg, closing, seen, at_linger + 1),
+            "{closing}"
+        );
+    }
+    assert!(
+        !closed_exception_expired(&cfg, CT_OPEN, seen, at_linger + 3_600 * S),
+        "an open connection's exception waits for its slot's cleaning (C5)"
+    );
+    assert!(
+        !closed_exception_expired(&cfg, CT_FIN, seen + S, seen),
+        "a clock behind the stamp expires nothing"
+    );
+}
+
+#[test]
 fn the_data_paths_miss_rule_takes_the_clean_owner_on_a_dirty_slot_only() {
     let udp_timeout = 30 * S;
     let active = Liveness::Active;

@@ -143,6 +143,7 @@ impl Setup {
                 lead_ns: 3 * S,
                 syn_hold_ns: 75 * S,
                 udp_timeout_ns: 60 * S,
+                closed_linger_ns: fastpath::CLOSED_EXCEPTION_LINGER_NS,
             },
             owners: vec![A],
             states: [Liveness::Active; 3],

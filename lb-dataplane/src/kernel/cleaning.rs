@@ -13,7 +13,8 @@
 //! 4. deletes the pins of the cleaned slots that name another backend, and every
 //!    exception of the cleaned slots (C5);
 //! 5. deletes the exceptions made at a SYN that no later packet saw, past the SYN hold
-//!    (S4's expiry, C6), whatever their slot.
+//!    (S4's expiry, C6), and those of connections their client closed, one linger past
+//!    their last packet (C7), whatever their slot.
 //!
 //! The walker owns duplicates of the maps' file descriptors and a handle on the table
 //! buffers, so it runs on a thread of its own; it takes the tables' lock only to read
@@ -29,8 +30,8 @@ use std::{
 use lb_common::{
     fastpath::{
         self, CleanCheck, HeldView, Liveness, PinView, SlotState, clean_check,
-        exception_outlived_cleaning, held_blocks_cleaning, pin_blocks_cleaning, pin_live,
-        pin_outlived_cleaning, syn_pin_expired, tcp_pin_seen_ns,
+        closed_exception_expired, exception_outlived_cleaning, held_blocks_cleaning,
+        pin_blocks_cleaning, pin_live, pin_outlived_cleaning, syn_pin_expired, tcp_pin_seen_ns,
     },
     hash_fields::table_hash,
     maps::{self, MAX_BACKENDS},
@@ -57,6 +58,10 @@ pub struct Cleaning {
     /// Exceptions made at a SYN that no later packet saw, deleted past the SYN hold
     /// (S4's expiry, C6).
     pub syn_pins_expired: u64,
+    /// Exceptions of TCP connections their client closed (FIN or RST), deleted one
+    /// linger after their last packet (C7,
+    /// `lb_common::fastpath::CLOSED_EXCEPTION_LINGER_NS`).
+    pub closed_exceptions_expired: u64,
     /// Exceptions of VIPs removed (a VIP id without a table), deleted: the exceptions
     /// map never evicts.
     pub exceptions_orphaned: u64,
@@ -118,6 +123,19 @@ struct VipSlots {
 /// The VIPs the walk looks at, by id.
 type Walked = HashMap<u32, VipSlots>;
 
+/// What step 2 found for the later steps to delete.
+#[derive(Default)]
+struct Deletions {
+    /// Pins of candidate slots step 4 may delete (C5).
+    outlived: Vec<Outlived>,
+    /// Exceptions made at a SYN no later packet saw, past the SYN hold (C6).
+    syn_expired: Vec<FlowKey>,
+    /// Exceptions of closed TCP connections, past the linger (C7).
+    closed: Vec<FlowKey>,
+    /// Exceptions of removed VIPs.
+    orphans: Vec<FlowKey>,
+}
+
 /// A pin of a candidate slot naming another backend than the owner, or any exception of
 /// a candidate slot (C5, if it cleans).
 struct Outlived {
@@ -174,16 +192,16 @@ impl Cleaner {
         let seed = self.hash_seed()?;
         let (mut vips, counts) = self.candidates(cfg, now)?;
         let liveness = self.liveness()?;
-        let (outlived, expired, orphans) =
-            self.mark_foreign(cfg, &mut vips, &liveness, seed, now)?;
+        let deletions = self.mark_foreign(cfg, &mut vips, &liveness, seed, now)?;
         let mut cleaning = Cleaning {
             vips: counts,
             ..Cleaning::default()
         };
         self.commit(&mut vips, &mut cleaning);
-        cleaning.pins_deleted = self.delete_outlived(&vips, &outlived);
-        cleaning.syn_pins_expired = self.delete_exceptions(&expired);
-        cleaning.exceptions_orphaned = self.delete_exceptions(&orphans);
+        cleaning.pins_deleted = self.delete_outlived(&vips, &deletions.outlived);
+        cleaning.syn_pins_expired = self.delete_exceptions(&deletions.syn_expired);
+        cleaning.closed_exceptions_expired = self.delete_exceptions(&deletions.closed);
+        cleaning.exceptions_orphaned = self.delete_exceptions(&deletions.orphans);
         cleaning.took = started.elapsed();
         Ok(cleaning)
     }
@@ -285,12 +303,7 @@ impl Cleaner {
     }
 
     /// Step 2: marks the candidates a live pin or held SYN names another backend on
-    /// (C1); returns the pins of candidate slots step 4 may delete, the exceptions S4's
-    /// expiry deletes (step 5), and the exceptions of removed VIPs.
-    #[expect(
-        clippy::type_complexity,
-        reason = "three lists of keys, named at the one caller"
-    )]
+    /// (C1); returns what the later steps delete ([`Deletions`]).
     fn mark_foreign(
         &self,
         cfg: &fastpath::Config,
@@ -298,18 +311,26 @@ impl Cleaner {
         liveness: &[Liveness],
         seed: u32,
         now: u64,
-    ) -> Result<(Vec<Outlived>, Vec<FlowKey>, Vec<FlowKey>), DataplaneError> {
-        let mut outlived = Vec::new();
-        let mut expired = Vec::new();
-        let mut orphans = Vec::new();
+    ) -> Result<Deletions, DataplaneError> {
+        let mut deletions = Deletions::default();
+        let Deletions {
+            outlived,
+            syn_expired,
+            closed,
+            orphans,
+        } = &mut deletions;
         let mut pin = |key: &FlowKey, entry: &CtEntry, of: FlowKeyOf| {
             let exception = matches!(of, FlowKeyOf::Exception(_));
-            if exception
-                && key.vip.proto != PROTO_UDP
-                && syn_pin_expired(cfg, entry.isn, entry.stamp_ns, entry.seen_ticks, now)
-            {
-                expired.push(*key);
-                return;
+            if exception && key.vip.proto != PROTO_UDP {
+                if syn_pin_expired(cfg, entry.isn, entry.stamp_ns, entry.seen_ticks, now) {
+                    syn_expired.push(*key);
+                    return;
+                }
+                let seen_ns = tcp_pin_seen_ns(entry.stamp_ns, entry.seen_ticks);
+                if closed_exception_expired(cfg, entry.closing, seen_ns, now) {
+                    closed.push(*key);
+                    return;
+                }
             }
             // An exception of a VIP id with no table (the VIP was removed) is an orphan.
             // One of a VIP on today's path is not: the fast path may have been turned
@@ -386,7 +407,7 @@ impl Cleaner {
             };
             candidate.foreign |= held_blocks_cleaning(cfg, &candidate.read, &held, now);
         })?;
-        Ok((outlived, expired, orphans))
+        Ok(deletions)
     }
 
     /// Step 3: commits every candidate no pin blocks (C4), and counts.

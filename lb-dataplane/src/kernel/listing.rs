@@ -1,5 +1,5 @@
-//! Listing connections (`lb conn list`): every entry of both conntrack maps, and the
-//! SYN cache's held SYNs, as [`ConnRow`]s, read with the batched walk of
+//! Listing connections (`lb conn list`): every entry of both conntrack maps and of the
+//! fast path's exceptions map, and the SYN cache's held SYNs, as [`ConnRow`]s, read with the batched walk of
 //! [`ConntrackWalker`] and filtered as they are read, so a listing of a few rows out of
 //! a million entries allocates for those rows only.
 //!
@@ -38,8 +38,9 @@ pub enum ConnState {
     Closing,
     /// UDP: idle past the UDP timeout (the next packet re-picks a backend).
     Expired,
-    /// A SYN held in the SYN cache whose handshake has not completed (younger than
-    /// [`WalkSettings::syn_window`]).
+    /// A handshake not completed: a SYN held in the SYN cache (younger than
+    /// [`WalkSettings::syn_window`]), or a fast-path pin made at the SYN that no later
+    /// packet has seen.
     Syn,
 }
 
@@ -71,6 +72,19 @@ impl FromStr for ConnState {
     }
 }
 
+/// The map a listed connection was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PinMap {
+    /// A conntrack pin (`CONNTRACK_V4` or `CONNTRACK_V6`, LRU).
+    Conntrack,
+    /// A fast-path exception (`EXCEPTIONS`, never evicted): a pin the table and the
+    /// miss rule could not give again.
+    Exception,
+    /// A SYN held in the SYN cache (`SYN_CACHE`).
+    SynCache,
+}
+
 /// One listed connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnRow {
@@ -80,6 +94,8 @@ pub struct ConnRow {
     pub backend_id: u32,
     /// Its state.
     pub state: ConnState,
+    /// The map it was read from.
+    pub pin: PinMap,
     /// Nanoseconds since it was pinned (TCP) or its SYN was seen; `None` for UDP,
     /// whose entries keep only the last packet's time.
     pub age_ns: Option<u64>,
@@ -118,12 +134,14 @@ pub fn widen(k: &FlowKey4) -> FlowKey {
     key
 }
 
-/// The row of conntrack entry `e` of flow `key` at `now` (conntrack clock, ns).
-fn pin_row(key: FlowKey, e: &CtEntry, now: u64, settings: &WalkSettings) -> ConnRow {
+/// The row of pin `e` of flow `key`, read from map `pin`, at `now` (conntrack clock,
+/// ns).
+fn pin_row(key: FlowKey, e: &CtEntry, pin: PinMap, now: u64, settings: &WalkSettings) -> ConnRow {
     let state = match classify(e, key.vip.proto, now, settings) {
         Class::Established { .. } => ConnState::Established,
         Class::Closing => ConnState::Closing,
         Class::Expired => ConnState::Expired,
+        Class::Handshake { .. } => ConnState::Syn,
     };
     let idle = u64::from(ct_ticks(now).wrapping_sub(e.seen_ticks)) << CT_TICK_SHIFT;
     let age = (key.vip.proto == PROTO_TCP).then(|| now.saturating_sub(e.stamp_ns));
@@ -131,6 +149,7 @@ fn pin_row(key: FlowKey, e: &CtEntry, now: u64, settings: &WalkSettings) -> Conn
         key,
         backend_id: e.backend_id,
         state,
+        pin,
         age_ns: age,
         // The ticks round to about a second: never more idle than old.
         idle_ns: age.map_or(idle, |a| idle.min(a)),
@@ -145,6 +164,7 @@ fn syn_row(s: &SynEntry, now: u64, settings: &WalkSettings) -> Option<ConnRow> {
         key: s.key,
         backend_id: u32::from(s.backend_id),
         state: ConnState::Syn,
+        pin: PinMap::SynCache,
         age_ns: Some(age),
         idle_ns: age,
     })
@@ -171,8 +191,9 @@ impl<F: FnMut(&ConnRow) -> bool> Collector<F> {
 
 impl ConntrackWalker {
     /// Lists the connections `keep` accepts (at most `limit` rows; every match is
-    /// counted): both conntrack maps, then, when `syn` is set, the SYN cache's held
-    /// SYNs, read in batches (`BPF_MAP_LOOKUP_BATCH`).
+    /// counted): both conntrack maps, the exceptions map when the walker has it, then,
+    /// when `syn` is set, the SYN cache's held SYNs, read in batches
+    /// (`BPF_MAP_LOOKUP_BATCH`).
     ///
     /// # Errors
     /// When a batch lookup fails.
@@ -191,11 +212,16 @@ impl ConntrackWalker {
             listing: ConnListing::default(),
         };
         for_each::<FlowKey4, CtEntry>(self.v4(), maps::CONNTRACK_V4, |k, e| {
-            c.offer(&pin_row(widen(k), e, now, settings));
+            c.offer(&pin_row(widen(k), e, PinMap::Conntrack, now, settings));
         })?;
         for_each::<FlowKey, CtEntry>(self.v6(), maps::CONNTRACK_V6, |k, e| {
-            c.offer(&pin_row(*k, e, now, settings));
+            c.offer(&pin_row(*k, e, PinMap::Conntrack, now, settings));
         })?;
+        if let Some(fd) = self.exceptions() {
+            for_each::<FlowKey, CtEntry>(fd, maps::EXCEPTIONS, |k, e| {
+                c.offer(&pin_row(*k, e, PinMap::Exception, now, settings));
+            })?;
+        }
         if syn {
             for_each::<u32, SynEntry>(self.syn(), maps::SYN_CACHE, |_, s| {
                 if let Some(row) = syn_row(s, now, settings) {
@@ -220,8 +246,9 @@ fn dup(map: &MapData, name: &'static str) -> Result<OwnedFd, DataplaneError> {
 }
 
 impl KernelDataplane {
-    /// A walker of its own over duplicates of the conntrack maps' and the SYN cache's
-    /// file descriptors, for a listing that runs without holding the data plane.
+    /// A walker of its own over duplicates of the conntrack maps', the exceptions map's
+    /// and the SYN cache's file descriptors, for a listing that runs without holding
+    /// the data plane.
     ///
     /// # Errors
     /// When a descriptor cannot be duplicated.
@@ -230,7 +257,8 @@ impl KernelDataplane {
             dup(self.conntrack_v4.map(), maps::CONNTRACK_V4)?,
             dup(self.conntrack_v6.map(), maps::CONNTRACK_V6)?,
             dup(self.syn_cache.map(), maps::SYN_CACHE)?,
-        ))
+        )
+        .with_exceptions(dup(self.exceptions.map(), maps::EXCEPTIONS)?))
     }
 }
 
@@ -277,7 +305,7 @@ mod tests {
             seen_ticks: ct_ticks(NOW - 5 * SEC),
             ..CtEntry::default()
         };
-        let tcp = pin_row(widen(&key4(PROTO_TCP)), &e, NOW, &S);
+        let tcp = pin_row(widen(&key4(PROTO_TCP)), &e, PinMap::Conntrack, NOW, &S);
         assert_eq!(tcp.state, ConnState::Established);
         assert_eq!(tcp.backend_id, 7);
         assert_eq!(tcp.age_ns, Some(100 * SEC));
@@ -292,7 +320,14 @@ mod tests {
             ..e
         };
         assert_eq!(
-            pin_row(widen(&key4(PROTO_TCP)), &closing, NOW, &S).state,
+            pin_row(
+                widen(&key4(PROTO_TCP)),
+                &closing,
+                PinMap::Conntrack,
+                NOW,
+                &S
+            )
+            .state,
             ConnState::Closing
         );
         // A UDP entry's stamp is its last packet: no age; past the timeout, expired.
@@ -300,8 +335,11 @@ mod tests {
             stamp_ns: NOW - 40 * SEC,
             ..e
         };
-        let row = pin_row(widen(&key4(PROTO_UDP)), &udp, NOW, &S);
-        assert_eq!((row.state, row.age_ns), (ConnState::Expired, None));
+        let row = pin_row(widen(&key4(PROTO_UDP)), &udp, PinMap::Exception, NOW, &S);
+        assert_eq!(
+            (row.state, row.pin, row.age_ns),
+            (ConnState::Expired, PinMap::Exception, None)
+        );
     }
 
     #[test]
@@ -332,7 +370,13 @@ mod tests {
 
     #[test]
     fn the_collector_counts_every_match_and_keeps_up_to_the_limit() {
-        let row = pin_row(widen(&key4(PROTO_TCP)), &CtEntry::default(), NOW, &S);
+        let row = pin_row(
+            widen(&key4(PROTO_TCP)),
+            &CtEntry::default(),
+            PinMap::Conntrack,
+            NOW,
+            &S,
+        );
         let mut c = Collector {
             keep: |r: &ConnRow| r.backend_id == 0,
             limit: 2,

@@ -11,7 +11,8 @@
 //! - `closing`: TCP entries whose client sent a FIN or RST (the entry stays until the
 //!   LRU evicts it, so this is a recent-history count, not a connection count);
 //! - `syn_only`: a SYN cache slot holding a SYN younger than [`WalkSettings::syn_window`]
-//!   whose handshake has not completed.
+//!   whose handshake has not completed, or a fast-path pin made at a SYN that young
+//!   that no later packet has seen (`Class::Handshake`).
 //!
 //! With the affinity maps ([`ConntrackWalker::with_affinity`]), the walk also keeps
 //! busy clients' affinity pins alive and counts them. It reads each VIP's timeout
@@ -35,6 +36,7 @@ use std::{
 
 use lb_common::{
     affinity,
+    fastpath::UNSEEN_TICKS,
     maps::{self, MAX_BACKENDS, MAX_VIPS},
     types::{
         AffinityEntry, AffinityKey, CT_OPEN, CT_TICK_SHIFT, CtEntry, FlowKey, FlowKey4, PROTO_UDP,
@@ -110,6 +112,13 @@ pub(crate) enum Class {
     Closing,
     /// A UDP entry idle past the UDP timeout.
     Expired,
+    /// A TCP pin made at the connection's SYN (an exception of the fast path, rule S4)
+    /// that no later packet has seen: the handshake has not completed. `live`: younger
+    /// than [`WalkSettings::syn_window`], as a held SYN counts.
+    Handshake {
+        /// Younger than the SYN window.
+        live: bool,
+    },
 }
 
 /// Classifies conntrack entry `entry` of a flow of protocol `proto` at `now_ns` (the
@@ -121,6 +130,11 @@ pub(crate) fn classify(entry: &CtEntry, proto: u8, now_ns: u64, settings: &WalkS
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     if proto == PROTO_UDP && now_ns.saturating_sub(entry.stamp_ns) > nanos(settings.udp_timeout) {
         return Class::Expired;
+    }
+    if proto != PROTO_UDP && entry.isn != 0 && entry.seen_ticks == UNSEEN_TICKS {
+        return Class::Handshake {
+            live: now_ns.saturating_sub(entry.stamp_ns) <= nanos(settings.syn_window),
+        };
     }
     let now_ticks = lb_common::types::ct_ticks(now_ns);
     let idle_ns = u64::from(now_ticks.wrapping_sub(entry.seen_ticks)) << CT_TICK_SHIFT;
@@ -350,6 +364,11 @@ impl ConntrackWalker {
         &self.syn
     }
 
+    /// `EXCEPTIONS`'s descriptor, when the walker reads it.
+    pub(super) fn exceptions(&self) -> Option<&OwnedFd> {
+        self.exceptions.as_ref()
+    }
+
     /// Counts every entry (see the module documentation).
     ///
     /// # Errors
@@ -370,7 +389,8 @@ impl ConntrackWalker {
                     c.idle += u64::from(idle);
                 }
                 Class::Closing => c.closing += 1,
-                Class::Expired => {}
+                Class::Handshake { live: true } => c.syn_only += 1,
+                Class::Expired | Class::Handshake { live: false } => {}
             }
         };
         let vips = self.affinity_vips()?;
@@ -463,6 +483,17 @@ mod tests {
         // The tick is about 1.07 s: 59 s is not yet idle past 60 s, 62 s is.
         assert_eq!(c(&seen(59), PROTO_TCP), Class::Established { idle: false });
         assert_eq!(c(&seen(62), PROTO_TCP), Class::Established { idle: true });
+        // A pin made at a SYN (its ISN kept) that no later packet saw is a handshake,
+        // live within the SYN window; once a packet saw it, an established connection.
+        let at_syn = |secs_ago| CtEntry {
+            isn: 7,
+            seen_ticks: UNSEEN_TICKS,
+            ..seen(secs_ago)
+        };
+        assert_eq!(c(&at_syn(5), PROTO_TCP), Class::Handshake { live: true });
+        assert_eq!(c(&at_syn(61), PROTO_TCP), Class::Handshake { live: false });
+        let answered = CtEntry { isn: 7, ..seen(5) };
+        assert_eq!(c(&answered, PROTO_TCP), Class::Established { idle: false });
     }
 
     /// VIP 1 hashes `src` with affinity; VIP 2 hashes `src` without.

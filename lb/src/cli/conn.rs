@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     config::Vip,
-    control::{ClientError, ClientPrefix, ConnList, ConnState, Request},
+    control::{ClientError, ClientPrefix, ConnList, ConnState, PinMap, Request},
 };
 use lb_maglev::BackendKey;
 
@@ -137,18 +137,19 @@ pub fn list_text(l: &ConnList) -> String {
         let bw = width(|c| backend(c).len(), "BACKEND");
         let _ = writeln!(
             out,
-            "{:cw$}  {:vw$}  {:bw$}  {:11}  {:>6}  {:>6}",
-            "CLIENT", "VIP", "BACKEND", "STATE", "AGE", "IDLE"
+            "{:cw$}  {:vw$}  {:bw$}  {:11}  {:9}  {:>6}  {:>6}",
+            "CLIENT", "VIP", "BACKEND", "STATE", "PIN", "AGE", "IDLE"
         );
         for c in &l.connections {
             let age = c.age_secs.map_or_else(|| "-".to_owned(), duration_text);
             let _ = writeln!(
                 out,
-                "{:cw$}  {:vw$}  {:bw$}  {:11}  {age:>6}  {:>6}",
+                "{:cw$}  {:vw$}  {:bw$}  {:11}  {:9}  {age:>6}  {:>6}",
                 c.client,
                 c.vip,
                 backend(c),
                 c.state.name(),
+                pin_name(c.pin),
                 duration_text(c.idle_secs)
             );
         }
@@ -160,7 +161,7 @@ pub fn list_text(l: &ConnList) -> String {
     }
     let _ = writeln!(
         out,
-        "; walked {} entries (IPv4 and IPv6 conntrack{}) in {:.1} ms",
+        "; walked {} entries (IPv4 and IPv6 conntrack, the exceptions{}) in {:.1} ms",
         l.walked,
         if l.syn_cache {
             ", and the SYN cache's held SYNs as state syn"
@@ -170,6 +171,15 @@ pub fn list_text(l: &ConnList) -> String {
         l.walk_ms
     );
     out
+}
+
+/// The PIN column: the map a connection was read from, as the JSON names it.
+fn pin_name(pin: PinMap) -> &'static str {
+    match pin {
+        PinMap::Conntrack => "conntrack",
+        PinMap::Exception => "exception",
+        PinMap::SynCache => "syn_cache",
+    }
 }
 
 /// The backend column: the address, or the id of a backend no VIP has any more.
@@ -201,6 +211,7 @@ mod tests {
             backend: None,
             backend_id: 9,
             state: ConnState::Syn,
+            pin: PinMap::Exception,
             age_secs: None,
             idle_secs: 2.0,
         };
@@ -215,6 +226,7 @@ mod tests {
         let text = list_text(&l);
         assert!(text.starts_with("CLIENT"), "{text}");
         assert!(text.contains("id 9 (removed)"), "{text}");
+        assert!(text.contains("syn          exception"), "{text}");
         assert!(
             text.contains("1 of 3 matching connections (--limit 1)"),
             "{text}"

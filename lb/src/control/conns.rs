@@ -5,8 +5,8 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Serialize};
 
-pub use lb_dataplane::ConnState;
 use lb_dataplane::prefix::Prefix;
+pub use lb_dataplane::{ConnState, PinMap};
 
 /// The client side of a listing filter: an address or a prefix (`ADDR[/LEN]`; a bare
 /// address is the host prefix, /32 or /128). Its text form on the wire.
@@ -51,10 +51,16 @@ pub struct Conn {
     pub backend: Option<String>,
     /// The backend id the entry holds.
     pub backend_id: u32,
-    /// `established`, `closing`, `expired` (UDP past its timeout) or `syn` (a SYN
-    /// held in the SYN cache, handshake not completed).
+    /// `established`, `closing`, `expired` (UDP past its timeout) or `syn` (handshake
+    /// not completed: a SYN held in the SYN cache, or a fast-path pin made at the SYN
+    /// that no later packet has seen).
     #[schema(value_type = String, example = "established")]
     pub state: ConnState,
+    /// Where the data plane keeps it: `conntrack` (a pin in the LRU conntrack maps),
+    /// `exception` (the fast path's exceptions map, never evicted) or `syn_cache` (a
+    /// held SYN).
+    #[schema(value_type = String, example = "conntrack")]
+    pub pin: PinMap,
     /// Seconds since the connection was pinned (TCP) or its SYN seen; `null` for UDP,
     /// whose entries keep only their last packet's time.
     pub age_secs: Option<f64>,
@@ -71,7 +77,8 @@ pub struct ConnList {
     pub matched: u64,
     /// The most listed.
     pub limit: usize,
-    /// Entries read: both conntrack maps plus the SYN cache's held SYNs.
+    /// Entries read: both conntrack maps, the exceptions map and the SYN cache's held
+    /// SYNs.
     pub walked: u64,
     /// Whether the SYN cache's held SYNs were read (state `syn`).
     pub syn_cache: bool,

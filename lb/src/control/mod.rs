@@ -43,7 +43,7 @@ pub use answer::{
 pub use change::{Change, TableUpdate};
 pub use client::TraceStream;
 pub use client::{CLIENT_TIMEOUT, Client, ClientError, MAX_ANSWER_BYTES, Transport, new_change_id};
-pub use conns::{ClientPrefix, Conn, ConnList, ConnState};
+pub use conns::{ClientPrefix, Conn, ConnList, ConnState, PinMap};
 pub use diff::{BackendDelta, ConfigDiff, SettingChange, VipDiff};
 pub use health::{BackendHealth, HealthSummary, NexthopStatus, PolicyStatus, TunnelProbes};
 pub use request::{BackendAction, Request};

@@ -37,9 +37,11 @@ impl Cleanings {
             Ok(c) => {
                 self.cleaned_total += c.cleaned;
                 self.aborted_total += c.aborted;
-                // C5's deletes, S4's expired exceptions and removed VIPs' (C6).
-                self.pins_deleted_total +=
-                    c.pins_deleted + c.syn_pins_expired + c.exceptions_orphaned;
+                // C5's deletes, S4's expired exceptions (C6), closed ones (C7) and removed VIPs'.
+                self.pins_deleted_total += c.pins_deleted
+                    + c.syn_pins_expired
+                    + c.closed_exceptions_expired
+                    + c.exceptions_orphaned;
                 self.last_error = None;
                 self.last = Some((c.vips, c.took, Instant::now()));
             }
@@ -121,11 +123,22 @@ pub async fn run(cleaner: Cleaner, times: fastpath::Config, interval: Duration, 
         cleaner = Some(c);
         let result = result.map_err(|e| e.to_string());
         match &result {
-            Ok(c) if c.cleaned > 0 || c.pins_deleted > 0 || c.syn_pins_expired > 0 => info!(
-                "cleaning: {} slots turned clean, {} pins deleted, {} commits aborted, \
-                 {} unanswered SYNs' exceptions expired",
-                c.cleaned, c.pins_deleted, c.aborted, c.syn_pins_expired
-            ),
+            Ok(c)
+                if c.cleaned > 0
+                    || c.pins_deleted > 0
+                    || c.syn_pins_expired > 0
+                    || c.closed_exceptions_expired > 0 =>
+            {
+                info!(
+                    "cleaning: {} slots turned clean, {} pins deleted, {} commits aborted, \
+                     {} unanswered SYNs' and {} closed connections' exceptions expired",
+                    c.cleaned,
+                    c.pins_deleted,
+                    c.aborted,
+                    c.syn_pins_expired,
+                    c.closed_exceptions_expired
+                );
+            }
             Ok(_) => {}
             Err(e) => warn!("cleaning walk failed (dirty slots stay dirty): {e}"),
         }

@@ -152,6 +152,7 @@ impl Names {
             backend: self.backends.get(&row.backend_id).map(|b| b.to_string()),
             backend_id: row.backend_id,
             state: row.state,
+            pin: row.pin,
             age_secs: row.age_ns.map(secs),
             idle_secs: secs(row.idle_ns),
         }
@@ -229,6 +230,7 @@ mod tests {
             key,
             backend_id,
             state,
+            pin: lb_dataplane::PinMap::Conntrack,
             age_ns: Some(3_000_000_000),
             idle_ns: 1_000_000_000,
         }
