@@ -163,10 +163,18 @@ fn learned_text(l: &crate::control::Learned) -> String {
     }
     let mut out = String::new();
     for v in &l.vips {
-        out.push_str(&format!(
-            "{}: {} slots pending their next owner (phase 1 of 2; `lb reload` switches)\n",
-            v.vip, v.pending_slots
-        ));
+        if v.pending_slots == 0 {
+            out.push_str(&format!(
+                "{}: the file no longer changes its table: the earlier learn is abandoned, \
+                 no slot pending\n",
+                v.vip
+            ));
+        } else {
+            out.push_str(&format!(
+                "{}: {} slots pending their next owner (phase 1 of 2; `lb reload` switches)\n",
+                v.vip, v.pending_slots
+            ));
+        }
     }
     out
 }
@@ -276,6 +284,30 @@ mod tests {
             &Config::from_toml(text),
             as_json,
         )
+    }
+
+    #[test]
+    fn a_learn_says_what_is_pending_and_what_is_abandoned() {
+        let vip = |vip: &str, pending_slots| crate::control::LearnedVip {
+            vip: vip.to_owned(),
+            pending_slots,
+        };
+        let l = crate::control::Learned {
+            file: "lb.toml".to_owned(),
+            vips: vec![
+                vip("203.0.113.10:80/tcp", 1_639),
+                vip("203.0.113.11:80/tcp", 0),
+            ],
+        };
+        let text = learned_text(&l);
+        assert!(
+            text.contains("203.0.113.10:80/tcp: 1639 slots pending"),
+            "{text}"
+        );
+        assert!(
+            text.contains("203.0.113.11:80/tcp: the file no longer changes its table"),
+            "{text}"
+        );
     }
 
     #[test]

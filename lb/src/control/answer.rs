@@ -301,7 +301,8 @@ pub struct VipStatus {
 pub struct Learned {
     /// The daemon's configuration file, read for the next tables.
     pub file: String,
-    /// Each VIP learned (second chance on, its table changed, the same size).
+    /// Each VIP learned (second chance on, its table changed, the same size), and each
+    /// VIP whose earlier learn the file abandons (0 pending: its table unchanged).
     pub vips: Vec<LearnedVip>,
 }
 
@@ -310,7 +311,8 @@ pub struct Learned {
 pub struct LearnedVip {
     /// The VIP (`address:port/protocol`).
     pub vip: String,
-    /// Slots marked pending: the next table moves them.
+    /// Slots marked pending: the next table moves them; 0 when the learn abandons an
+    /// earlier one.
     pub pending_slots: u32,
 }
 

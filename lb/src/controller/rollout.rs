@@ -27,7 +27,9 @@ impl<D: Dataplane> Controller<D> {
     /// Rule R1 for `desired`: marks the slots its tables move pending on every applied
     /// second-chance VIP of the same table size (others are left as they are: a VIP
     /// without the second chance carries no candidate, a resized table has no owner to
-    /// learn against). The backend entries the next tables name and the data plane has
+    /// learn against). A VIP learned before whose table `desired` no longer changes is
+    /// published again with nothing pending (the learn abandoned; 0 pending in the
+    /// answer). The backend entries the next tables name and the data plane has
     /// none of (a backend added) are written first, as the switch writes them, so a
     /// pending owner keeps flows. Returns each VIP learned.
     ///
@@ -51,10 +53,13 @@ impl<D: Dataplane> Controller<D> {
             let Some(now) = self.state.vips.get(vip) else {
                 continue;
             };
-            if !now.spec.second_chance
-                || now.slots.len() != next.slots.len()
-                || now.slots == next.slots
-            {
+            if !now.spec.second_chance || now.slots.len() != next.slots.len() {
+                continue;
+            }
+            // A file that no longer changes the table abandons an earlier learn: the
+            // running table is published again with nothing pending.
+            let abandon = now.slots == next.slots;
+            if abandon && self.pending_rollout(vip).is_none() {
                 continue;
             }
             let pending = self.dp.learn_table(now.id, &next.slots).map_err(|error| {
@@ -73,7 +78,11 @@ impl<D: Dataplane> Controller<D> {
             );
         }
         for (vip, l) in &learned {
-            self.learned.insert(*vip, *l);
+            if l.pending == 0 {
+                self.learned.remove(vip);
+            } else {
+                self.learned.insert(*vip, *l);
+            }
         }
         Ok(learned)
     }

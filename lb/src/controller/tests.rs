@@ -967,6 +967,25 @@ fn a_persistence_timeout_reaches_the_data_plane_and_lb_flow_reports_it() {
 }
 
 #[test]
+fn a_learn_of_the_running_file_abandons_an_earlier_learn() {
+    let mut c = controller();
+    let running = three_second_chance(true);
+    c.apply(&running).unwrap();
+    // Nothing learned: a learn of the running file marks nothing and answers nothing.
+    assert!(c.learn(&running).unwrap().is_empty());
+    let mut next = three_second_chance(true);
+    next.add_backend(&vip80(), key(14), 1).unwrap();
+    assert!(c.learn(&next).unwrap()[&vip80()].pending > 0);
+    // The previous file back: the learn is abandoned, no slot stays pending.
+    let abandoned = c.learn(&running).unwrap();
+    assert_eq!(abandoned[&vip80()].pending, 0);
+    assert_eq!(c.pending_rollout(&vip80()), None);
+    assert_eq!(c.vip_statuses()[0].pending_rollout, None);
+    let states = &c.dataplane().states[&0];
+    assert!(states.iter().all(|s| s.pending() == 0));
+}
+
+#[test]
 fn a_learn_marks_the_moved_slots_pending_without_switching_and_the_switch_ends_it() {
     let mut c = controller();
     c.apply(&three_second_chance(true)).unwrap();

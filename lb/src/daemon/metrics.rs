@@ -18,6 +18,7 @@
 //! - per VIP with health checks: `lb_vip_policy_mode{mode}` (its multi-failure policy);
 //! - per VIP with `[announce]` on: `lb_vip_announced` (1 while its address's route is
 //!   in the announcement table, so BGP announces it from this instance);
+//! - per VIP: `lb_vip_pending_rollout_slots` (a two-phase rollout's pending slots);
 //! - global: `lb_verdicts_total{reason,action}`, `lb_conntrack_entries{family}`,
 //!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`,
 //!   `lb_exceptions_entries`, `lb_exceptions_capacity`,
@@ -172,6 +173,9 @@ pub struct VipSample {
     pub table_size: u32,
     /// Its slots by fast-path state, at the last cleaning walk.
     pub slot_states: Option<SlotStatus>,
+    /// The slots a two-phase rollout's first phase marked pending, until a table is
+    /// published; `None` without a rollout under way.
+    pub pending_rollout: Option<u32>,
 }
 
 /// A backend at the scrape (configured, or removed within the retention).
@@ -285,6 +289,7 @@ impl Snapshot {
                 fingerprint: v.fingerprint.clone(),
                 table_size: v.table_size,
                 slot_states: v.slot_states,
+                pending_rollout: v.pending_rollout,
             });
         }
         let configured: BTreeMap<(String, String), Configured> = status
@@ -756,6 +761,18 @@ impl Snapshot {
                     .filter(move |_| mode.is_some())
                     .map(move |m| (with(vip_label(v), "mode", *m), u64::from(mode == Some(*m))))
             }),
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_vip_pending_rollout_slots",
+            "Slots of the VIP's table that a two-phase rollout's first phase (lb reload \
+             --phase learn) marked pending, until its second phase publishes the table; \
+             0 without a rollout under way",
+            MetricType::Gauge,
+            self.vips
+                .iter()
+                .map(|v| (vip_label(v), u64::from(v.pending_rollout.unwrap_or(0)))),
             gauge,
         )?;
         family(

@@ -504,10 +504,14 @@ impl<D: Dataplane> Service<D> {
         let vips = learned
             .iter()
             .map(|(vip, l)| {
-                info!(
-                    "reload --phase learn: {vip}: {} slots pending their next owner",
-                    l.pending
-                );
+                if l.pending == 0 {
+                    info!("reload --phase learn: {vip}: the earlier learn abandoned");
+                } else {
+                    info!(
+                        "reload --phase learn: {vip}: {} slots pending their next owner",
+                        l.pending
+                    );
+                }
                 crate::control::LearnedVip {
                     vip: vip.to_string(),
                     pending_slots: l.pending,

@@ -9,7 +9,8 @@
 //! The two alternate, 5 runs of 1,000,000 repetitions each on a pinned CPU; the table
 //! gives the median of each and the median of the per-run differences ("over empty").
 //! Every long run's action must equal a one-repetition run's. Set-up: 100 backends
-//! (IP-in-IP, and the same sent GUE for the VIPs on port 8080, the "GUE" cases),
+//! (IP-in-IP, and the same sent GUE for the VIPs on port 8080, the "GUE" cases, and on
+//! port 82 with the second chance on and the flow's slot moved, the "second chance" cases),
 //! 65,537-slot tables, a conntrack map of
 //! 1,048,576 entries. The cases that look like traffic (populations of established
 //! flows, uniform and Zipf-skewed; the SYN + ACK handshake on new 4-tuples; the packet
@@ -46,8 +47,11 @@ use lb_common::{
     types::{BACKEND_ACTIVE, BENCH_FRAME_MAX, GUE_DEFAULT_PORT, NEXTHOP_FIB, PROTO_TCP, PROTO_UDP},
 };
 use lb_dataplane::{BenchTarget, Dataplane as _, KernelDataplane, LoadOptions};
+use lb_maglev::flow::slot_of;
 use lb_tests::{
-    fixture::{Lb, XDP_PASS, XDP_TX, default_config, fib_namespace, ifindex, round_robin},
+    fixture::{
+        Lb, SEED, XDP_PASS, XDP_TX, default_config, fib_namespace, flow_key, ifindex, round_robin,
+    },
     packets::{ACK, CLIENT4, CLIENT6, Flow, L4, SYN, VIP4, VIP6},
 };
 
@@ -204,7 +208,39 @@ fn setup(lb: &mut Lb) {
         let key = lb.vip(id, addr, FAST_VIP_PORT, proto);
         lb.dp.set_fast_path(&key, id, true).expect("fast path on");
     }
+    second_chance_vips(lb, &gue4, &gue6);
 }
+
+/// The second chance's VIPs (port 82, GUE backends): the slot of the benchmark's flow
+/// moved from its clean owner to another backend, so an ACK that misses conntrack there
+/// is sent to the owner with the clean owner as its candidate, and is not pinned
+/// (`lb_common::second_chance`): every repetition takes that path.
+fn second_chance_vips(lb: &mut Lb, gue4: &[u32], gue6: &[u32]) {
+    for (id, addr, ids) in [(8, IpAddr::from(VIP4), gue4), (9, IpAddr::from(VIP6), gue6)] {
+        let mut table = round_robin(65_537, ids);
+        lb.table(id, &table);
+        let key = lb.vip(id, addr, SECOND_CHANCE_VIP_PORT, PROTO_TCP);
+        let flow = Flow::new(
+            CLIENT_OF[usize::from(id == 9)],
+            40000,
+            addr,
+            SECOND_CHANCE_VIP_PORT,
+        );
+        let slot = slot_of(&flow_key(&flow, PROTO_TCP), SEED, 65_537).expect("a slot");
+        let at = usize::try_from(slot).expect("fits");
+        table[at] = if table[at] == ids[0] { ids[1] } else { ids[0] };
+        lb.table(id, &table);
+        lb.dp
+            .set_second_chance(&key, id, true)
+            .expect("second chance on");
+    }
+}
+
+/// The clients of the benchmark's IPv4 and IPv6 flows.
+const CLIENT_OF: [IpAddr; 2] = [IpAddr::V4(CLIENT4), IpAddr::V6(CLIENT6)];
+
+/// The port of the benchmark's VIPs whose second chance is on.
+const SECOND_CHANCE_VIP_PORT: u16 = 82;
 
 /// The port of the benchmark's VIPs whose fast path is on (`fast_path = true`).
 const FAST_VIP_PORT: u16 = 81;
@@ -222,6 +258,8 @@ fn cases() -> Vec<Case> {
     let fast4 = Flow::new(CLIENT4, 40000, VIP4, FAST_VIP_PORT);
     let fast6 = Flow::new(CLIENT6, 40000, VIP6, FAST_VIP_PORT);
     let fast_udp4 = Flow::new(CLIENT4, 50000, VIP4, FAST_VIP_PORT);
+    let sc4 = Flow::new(CLIENT4, 40000, VIP4, SECOND_CHANCE_VIP_PORT);
+    let sc6 = Flow::new(CLIENT6, 40000, VIP6, SECOND_CHANCE_VIP_PORT);
     vec![
         Case {
             name: "non-VIP pass",
@@ -304,6 +342,20 @@ fn cases() -> Vec<Case> {
             name: "TCP v4 handshake's ACK (clean slot, no insert)",
             frame: sized(&fast4, L4::Tcp(ACK)),
             vary: 26,
+            action: XDP_TX,
+            warm: vec![],
+        },
+        Case {
+            name: "TCP v4 second chance (dirty-slot miss, GUE + 1 candidate)",
+            frame: sized(&sc4, L4::Tcp(ACK)),
+            vary: 0,
+            action: XDP_TX,
+            warm: vec![],
+        },
+        Case {
+            name: "TCP v6 second chance (dirty-slot miss, GUE + 1 candidate)",
+            frame: sized(&sc6, L4::Tcp(ACK)),
+            vary: 0,
             action: XDP_TX,
             warm: vec![],
         },
