@@ -24,7 +24,7 @@ use aya_ebpf::{
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
-use lb_common::types::{BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame};
+use lb_common::types::{BENCH_FRAME_MAX, BENCH_OUTER_RESTORED, BENCH_SEQ_MAX, BenchFrame};
 
 use crate::packet::{frame_len, ptr_at};
 
@@ -60,6 +60,23 @@ fn lb_sink(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_DROP
 }
 
+/// Writes the first `WORDS` 2-byte words of `frame`'s bytes back at the front of the
+/// packet; `None` when the packet is shorter. Volatile stores: a plain copy becomes a
+/// `memmove` call, a byte loop in a BPF subprogram.
+#[inline(always)]
+fn restore<const WORDS: usize>(ctx: &XdpContext, frame: &BenchFrame) -> Option<()> {
+    let data = ptr_at::<[u16; WORDS]>(ctx, 0)?.cast::<u16>();
+    let original = frame.bytes.as_ptr().cast::<u16>();
+    // SAFETY: ptr_at checked the 2 * WORDS bytes written; `bytes` (128 bytes at offset 8
+    // of the 8-aligned map value) holds at least that many, 2-byte aligned.
+    unsafe {
+        for i in 0..WORDS {
+            core::ptr::write_volatile(data.add(i), *original.add(i));
+        }
+    }
+    Some(())
+}
+
 /// Benchmark harness: restores the frame, then tail-calls the program under test.
 #[xdp]
 fn lb_bench(ctx: XdpContext) -> u32 {
@@ -81,7 +98,7 @@ fn restore_and_call(ctx: &XdpContext) -> u32 {
         #[expect(
             clippy::cast_possible_truncation,
             clippy::cast_possible_wrap,
-            reason = "the program under test grows the frame by at most a few headers"
+            reason = "the program under test grows or shrinks the frame by a few headers"
         )]
         let delta = grown as i32;
         // SAFETY: ctx is the program's context; a positive delta shrinks the headroom.
@@ -89,23 +106,16 @@ fn restore_and_call(ctx: &XdpContext) -> u32 {
             return xdp_action::XDP_ABORTED;
         }
     }
-    // Only the Ethernet header needs restoring: a program under test pushes at most an
-    // Ethernet and an IP header in front of the unchanged inner packet, so once the
-    // headroom is back, only the first 14 bytes differ from the original frame.
-    // Copied as seven 2-byte words with volatile stores: a plain 14-byte copy becomes a
-    // `memmove` call, a byte loop in a BPF subprogram.
-    let Some(data) = ptr_at::<[u16; 7]>(ctx, 0) else {
-        return xdp_action::XDP_ABORTED;
+    // The load balancer pushes at most an Ethernet and an IP header in front of the
+    // unchanged inner packet: only the Ethernet header differs once the headroom is
+    // back. The agent rewrites or strips the outer headers: BENCH_OUTER_RESTORED bytes.
+    let restored = if frame.outer_rewritten != 0 {
+        restore::<{ BENCH_OUTER_RESTORED / 2 }>(ctx, frame)
+    } else {
+        restore::<7>(ctx, frame)
     };
-    let original = frame.bytes.as_ptr().cast::<[u16; 7]>();
-    // SAFETY: ptr_at checked the 14 bytes written; `bytes` (128 bytes at offset 8 of
-    // the 8-aligned map value) holds at least 14, 2-byte aligned.
-    unsafe {
-        let data = data.cast::<u16>();
-        let original = original.cast::<u16>();
-        for i in 0..7 {
-            core::ptr::write_volatile(data.add(i), *original.add(i));
-        }
+    if restored.is_none() {
+        return xdp_action::XDP_ABORTED;
     }
     let counter = frame.counter;
     let pair_at = frame.pair_offset as usize;

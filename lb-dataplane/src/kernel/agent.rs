@@ -209,7 +209,7 @@ pub fn read_pinned_stats(path: &Path) -> Result<AgentStats, DataplaneError> {
     sum_per_cpu(&stats, 0, maps::AGENT_STATS, accumulate)
 }
 
-fn accumulate(total: &mut AgentStats, cpu: &AgentStats) {
+pub(super) fn accumulate(total: &mut AgentStats, cpu: &AgentStats) {
     for (t, c) in total.counters.iter_mut().zip(cpu.counters) {
         *t += c;
     }

@@ -12,14 +12,15 @@ use aya::{
     programs::{TestRun as _, TestRunAttrs, TestRunOptions, Xdp},
 };
 use lb_common::{
+    agent::AgentStats,
     maps,
-    types::{AffinityKey, BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
+    types::{AffinityKey, AgentConfig, BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
 };
 
 use super::{
     KernelDataplane, check_table, check_vip_id, install_tail_call, load_err, lock, prog_err, xdp,
 };
-use crate::{DataplaneError, TableImage, map_err, tables::TableSet};
+use crate::{AgentOptions, DataplaneError, TableImage, map_err, tables::TableSet};
 
 /// Result of one `BPF_PROG_TEST_RUN` invocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +45,9 @@ pub enum BenchTarget {
     Empty,
     /// The program that only returns `XDP_TX` (`lb_tx`): the limit of a live-frames run.
     Tx,
+    /// The backend agent (`lb_agent`), configured by
+    /// [`KernelDataplane::set_agent_options`].
+    Agent,
 }
 
 impl BenchTarget {
@@ -54,6 +58,7 @@ impl BenchTarget {
             BenchTarget::Empty => maps::EMPTY_PROGRAM,
             BenchTarget::Untraced => maps::UNTRACED_PROGRAM,
             BenchTarget::Tx => maps::TX_PROGRAM,
+            BenchTarget::Agent => maps::AGENT_PROGRAM,
         }
     }
 }
@@ -78,6 +83,43 @@ pub struct BenchSpec {
 const TEST_RUN_OUT_SLACK: usize = 256;
 
 impl KernelDataplane {
+    /// Writes the backend agent's configuration (`AGENT_CONFIG`) in this object, for
+    /// runs of [`BenchTarget::Agent`].
+    ///
+    /// # Errors
+    /// When the map is missing or cannot be written.
+    pub fn set_agent_options(&mut self, options: &AgentOptions) -> Result<(), DataplaneError> {
+        let map = self
+            .ebpf
+            .map_mut(maps::AGENT_CONFIG)
+            .ok_or(DataplaneError::MissingMap(maps::AGENT_CONFIG))?;
+        Array::<&mut MapData, AgentConfig>::try_from(map)
+            .map_err(map_err(maps::AGENT_CONFIG, "open"))?
+            .set(0, options.config(), 0)
+            .map_err(map_err(maps::AGENT_CONFIG, "update"))
+    }
+
+    /// The backend agent's counters in this object (`AGENT_STATS`), summed over the
+    /// CPUs: what runs of [`BenchTarget::Agent`] counted.
+    ///
+    /// # Errors
+    /// When the map is missing or cannot be read.
+    pub fn agent_stats(&self) -> Result<AgentStats, DataplaneError> {
+        let map = self
+            .ebpf
+            .map(maps::AGENT_STATS)
+            .ok_or(DataplaneError::MissingMap(maps::AGENT_STATS))?;
+        let per_cpu = PerCpuArray::<&MapData, AgentStats>::try_from(map)
+            .map_err(map_err(maps::AGENT_STATS, "open"))?
+            .get(&0, 0)
+            .map_err(map_err(maps::AGENT_STATS, "lookup"))?;
+        let mut total = AgentStats::default();
+        for cpu in per_cpu.iter() {
+            super::agent::accumulate(&mut total, cpu);
+        }
+        Ok(total)
+    }
+
     /// Runs the load balancer once on `frame` with `BPF_PROG_TEST_RUN`.
     ///
     /// # Errors
@@ -285,7 +327,7 @@ impl KernelDataplane {
                 seq_entries,
                 pair_offset: spec.pair_offset,
                 pair_word: spec.pair_word,
-                _pad: 0,
+                outer_rewritten: u32::from(target == BenchTarget::Agent),
             })
             .collect();
         let values = PerCpuValues::try_from(per_cpu)

@@ -16,10 +16,13 @@
 //! flows, uniform and Zipf-skewed; the SYN + ACK handshake on new 4-tuples; the packet
 //! rate through the real `XDP_TX` path) are in `traffic`; the conntrack entries a
 //! fast-path VIP keeps, in steady state and after a table change, in `entries`; the same cases on two CPUs at
-//! once, against each alone (`--concurrent`), in `concurrent`.
+//! once, against each alone (`--concurrent`), in `concurrent`; the backend agent's
+//! cases (`lb_agent` through the same harness), in `agent`.
 
 // A crate root resolves modules beside it: the module lives in lb-bench/, as if this
 // file were lb-bench/main.rs.
+#[path = "lb-bench/agent.rs"]
+mod agent;
 #[path = "lb-bench/api.rs"]
 mod api;
 #[path = "lb-bench/change.rs"]
@@ -706,6 +709,7 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
                 }
             }
             lb.dp.set_config(&default_config())?;
+            agent::rows(&mut lb, &ns, lb0, opts)?;
             if wants(opts, "SYN") {
                 traffic::syns(&mut lb, opts)?;
             }
