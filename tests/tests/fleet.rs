@@ -32,6 +32,10 @@
 //!   with the second chance (issue 31, stage 3: `encap = "gue"`, `second_chance =
 //!   true`, the backends' agents following the candidates): none breaks, printed beside
 //!   the count without it.
+//! - A backend removed, with the second chance: a backend added on every instance,
+//!   connections opened, the backend removed on every instance, then an instance
+//!   fails: the removed backend's connections break (expected); of the others none
+//!   does (both counts printed).
 //! - The issue's rejoin case: an instance withdrawn, a backend added on every instance,
 //!   connections opened, the instance announced again: without the second chance the
 //!   connections the rehash brings to it with a moved slot break (printed); with it
@@ -120,6 +124,11 @@ fn main() -> ExitCode {
             &bed,
             "backend_added_then_instance_fails_with_second_chance",
             |b| with_second_chance(b, |b| backend_then_failure(b, true)),
+        ),
+        trial(
+            &bed,
+            "backend_removed_then_instance_fails_with_second_chance",
+            |b| with_second_chance(b, backend_removed_then_failure),
         ),
         trial(&bed, "withdrawn_backend_added_then_rejoin", |b| {
             withdrawn_then_rejoin(b, false)
@@ -758,6 +767,112 @@ fn remove_backend(bed: &mut FleetBed, new: u8, fingerprint: &str) -> anyhow::Res
         "fingerprints after removing b{new}: {restored:?}"
     );
     bed.wait_all_announced(CONVERGE)
+}
+
+/// Connections of the backend-removal scenario.
+const REMOVAL_FLOWS: usize = 150;
+
+/// Which backend's name, if any, each connection of `states` ([`FlowState`]'s
+/// `backend`) moves to in instance `k`'s table now: `Some(name)` when the table gives
+/// its slot another backend than the one that first answered it.
+fn table_moves(
+    bed: &FleetBed,
+    k: usize,
+    states: &[FlowState],
+) -> anyhow::Result<Vec<Option<String>>> {
+    let vip = tcp_vip(false);
+    states
+        .iter()
+        .map(|s| {
+            let table = bed
+                .daemon(k)
+                .flow(&vip, s.local)?
+                .table_backend
+                .and_then(|b| backend_of(&b))
+                .map(backend_name)
+                .context("the table's backend")?;
+            Ok((table != s.backend).then_some(table))
+        })
+        .collect()
+}
+
+/// Issue 31's row "a backend removed", with the second chance on: backend `new` added on
+/// every instance, connections opened (some on `new`), `new` removed on every instance,
+/// then instance 1's router port goes down. The connections of the removed backend
+/// break (expected: it is gone, and a removed backend is never a candidate); of the
+/// others none breaks (asserted), counted separately, with those whose slot the removal
+/// moved.
+fn backend_removed_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let k = 1;
+    let before = bed.fingerprints(&vip)?;
+    let new = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, new, None)?;
+    }
+    let flows = bed.long_flows(REMOVAL_FLOWS, false)?;
+    let gone_name = backend_name(new);
+    let of_removed: BTreeSet<usize> = flows
+        .snapshot()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| (s.backend == gone_name).then_some(i))
+        .collect();
+    ensure!(
+        !of_removed.is_empty(),
+        "no connection reached b{new}: the test proves nothing"
+    );
+    let removed_at = Instant::now();
+    remove_backend(bed, new, &before[0])?;
+    flows.wait_progress(removed_at, CONVERGE)?;
+    let moved_others = table_moves(bed, k, &flows.snapshot())?
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| m.is_some() && !of_removed.contains(i))
+        .count();
+
+    let failed_at = Instant::now();
+    bed.fail(k, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
+    flows.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    bed.restore(k, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
+    flows.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let states = flows.finish();
+    let broke: Vec<usize> = (0..states.len())
+        .filter(|&i| states[i].broken.is_some())
+        .collect();
+    let (broke_removed, broke_others): (Vec<usize>, Vec<usize>) =
+        broke.iter().partition(|i| of_removed.contains(i));
+    eprintln!(
+        "fleet: with the second chance: b{new} added on every instance, {REMOVAL_FLOWS} \
+         connections opened ({} on b{new}), b{new} removed on every instance ({moved_others} \
+         others had their slot moved), instance {k} (link down) failed after {:.1} ms and \
+         rejoined: broken {} of the {} on b{new} (expected), {} of the {} others",
+        of_removed.len(),
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        broke_removed.len(),
+        of_removed.len(),
+        broke_others.len(),
+        REMOVAL_FLOWS - of_removed.len(),
+    );
+    ensure!(
+        broke_others.is_empty(),
+        "connections of other backends than the removed b{new} broke: {:?}",
+        broke_others
+            .iter()
+            .map(|&i| (states[i].local, &states[i].backend, &states[i].broken))
+            .collect::<Vec<_>>()
+    );
+    ensure!(
+        broke_removed.len() == of_removed.len(),
+        "connections of the removed b{new} survived: {} of {}",
+        of_removed.len() - broke_removed.len(),
+        of_removed.len()
+    );
+    Ok(())
 }
 
 /// Connections opened after the change in the rejoin scenario.
