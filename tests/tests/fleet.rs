@@ -36,6 +36,11 @@
 //!   connections opened, the backend removed on every instance, then an instance
 //!   fails: the removed backend's connections break (expected); of the others none
 //!   does (both counts printed).
+//! - Two successive changes of the same slots (two backends added, one after the
+//!   other) while connections stay idle (no packet) across both: then an instance
+//!   fails and the idle connections send again. Without the second chance those of
+//!   the failed instance whose slot moved break (printed); with it none does, those
+//!   whose slot moved twice included (their count is asserted above zero).
 //! - The issue's rejoin case: an instance withdrawn, a backend added on every instance,
 //!   connections opened, the instance announced again: without the second chance the
 //!   connections the rehash brings to it with a moved slot break (printed); with it
@@ -129,6 +134,16 @@ fn main() -> ExitCode {
             &bed,
             "backend_removed_then_instance_fails_with_second_chance",
             |b| with_second_chance(b, backend_removed_then_failure),
+        ),
+        trial(
+            &bed,
+            "two_changes_of_a_slot_idle_flows_then_instance_fails",
+            |b| two_changes_then_failure(b, false),
+        ),
+        trial(
+            &bed,
+            "two_changes_of_a_slot_idle_flows_then_instance_fails_with_second_chance",
+            |b| with_second_chance(b, |b| two_changes_then_failure(b, true)),
         ),
         trial(&bed, "withdrawn_backend_added_then_rejoin", |b| {
             withdrawn_then_rejoin(b, false)
@@ -570,11 +585,12 @@ fn predicted_share(old: &[u8], new: u8) -> anyhow::Result<f64> {
 
 /// Broken connections of the scenarios without the second chance, by scenario
 /// (`usize::MAX` until it ran), printed beside the count with it.
-static TODAY_BROKEN: [AtomicUsize; 2] =
-    [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
-/// [`TODAY_BROKEN`]'s index of `backend_then_failure` and of `withdrawn_then_rejoin`.
+static TODAY_BROKEN: [AtomicUsize; 3] = [const { AtomicUsize::new(usize::MAX) }; 3];
+/// [`TODAY_BROKEN`]'s index of `backend_then_failure`, of `withdrawn_then_rejoin` and
+/// of `two_changes_then_failure`.
 const BACKEND_THEN_FAILURE: usize = 0;
 const WITHDRAWN_THEN_REJOIN: usize = 1;
+const TWO_CHANGES: usize = 2;
 
 /// Today's count of scenario `which`, as text.
 fn today(which: usize) -> String {
@@ -873,6 +889,120 @@ fn backend_removed_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
         of_removed.len()
     );
     Ok(())
+}
+
+/// Connections held idle across both changes of the two-changes scenario.
+const IDLE_FLOWS: usize = 300;
+/// Connections kept busy meanwhile.
+const BUSY_FLOWS: usize = 150;
+
+/// Issue 31's row "two successive changes of the same slot with a flow idle across
+/// both". Connections are opened on backends 1 to 3, then
+/// [`IDLE_FLOWS`] of them fall silent while backend `a` and then backend `b` are added
+/// on every instance; some slots move twice (owner X, then `a`, then `b`). A dirty slot
+/// keeps the clean owner it had when it was last clean (`SlotState::marked`), so after
+/// the second change such a slot names `b` as owner and still X as clean owner: `a` is
+/// forgotten (rule SC5), and the idle connection, pinned to X, can still be found. The
+/// cleaning cannot turn the slot clean between the changes: it waits for the quiet time
+/// (at least the TCP idle time, two hours). Then the instance carrying the most such
+/// connections fails and the idle ones send again: with the second chance
+/// (`second_chance`) none breaks (asserted); without it, those of the failed instance
+/// whose slot moved break (printed).
+fn two_changes_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let before = bed.fingerprints(&vip)?;
+    let idle = bed.long_flows(IDLE_FLOWS, false)?;
+    let busy = bed.long_flows(BUSY_FLOWS, false)?;
+    let locals = idle.locals();
+    let carried = carriers(bed, &locals)?;
+    idle.pause(CONVERGE)?;
+    let silent_at = Instant::now();
+    let a = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, a, None)?;
+    }
+    let middle = bed.fingerprints(&vip)?;
+    let first = table_moves(bed, 1, &idle.snapshot())?;
+    let b = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, b, None)?;
+    }
+    let second = table_moves(bed, 1, &idle.snapshot())?;
+    // Moved twice: another backend after the first change, and yet another after the
+    // second.
+    let twice: Vec<usize> = (0..locals.len())
+        .filter(|&i| matches!((&first[i], &second[i]), (Some(x), Some(y)) if x != y))
+        .collect();
+    let once = (0..locals.len()).filter(|&i| second[i].is_some()).count() - twice.len();
+    let per_instance = |k: usize| twice.iter().filter(|&&i| carried[i].0 == k).count();
+    let k = (1..=bed.instances().len())
+        .max_by_key(|&k| per_instance(k))
+        .context("instances")?;
+    ensure!(
+        per_instance(k) > 0,
+        "no idle connection's slot moved twice on instance {k}: the test proves nothing \
+         ({} moved twice in all)",
+        twice.len()
+    );
+    busy.wait_progress(silent_at, CONVERGE)?;
+
+    let failed_at = Instant::now();
+    bed.fail(k, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
+    busy.wait_progress(gone, CONVERGE)?;
+    let idle_for = silent_at.elapsed();
+    let resumed_at = Instant::now();
+    idle.resume();
+    idle.wait_progress(resumed_at, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broke_failover = broken(&idle.snapshot());
+    bed.restore(k, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
+    idle.wait_progress(back, CONVERGE)?;
+    busy.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let idle_states = idle.finish();
+    let broke_idle = broken(&idle_states);
+    let broke_twice = twice
+        .iter()
+        .filter(|&&i| idle_states[i].broken.is_some())
+        .count();
+    let broke_busy = broken(&busy.finish());
+    eprintln!(
+        "fleet: {}{IDLE_FLOWS} connections idle for {:.1} s across two \
+         changes (b{a}, then b{b} added on every instance), {BUSY_FLOWS} busy: {} idle ones' \
+         slots moved twice ({} of them on instance {k}), {once} once; instance {k} (link down) \
+         failed after {:.1} ms, then the idle ones sent again: broken {} of {IDLE_FLOWS} idle \
+         after the failover ({broke_twice} of the twice-moved), {} in all with the rejoin, {} \
+         of {BUSY_FLOWS} busy",
+        if second_chance {
+            format!(
+                "with the second chance (without it: {} broken): ",
+                today(TWO_CHANGES)
+            )
+        } else {
+            String::new()
+        },
+        idle_for.as_secs_f64(),
+        twice.len(),
+        per_instance(k),
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        broke_failover.len(),
+        broke_idle.len(),
+        broke_busy.len(),
+    );
+    if second_chance {
+        ensure!(
+            broke_idle.is_empty() && broke_busy.is_empty(),
+            "connections broke: idle {:?}, busy {:?}",
+            &broke_idle[..broke_idle.len().min(10)],
+            &broke_busy[..broke_busy.len().min(10)]
+        );
+    } else {
+        TODAY_BROKEN[TWO_CHANGES].store(broke_idle.len() + broke_busy.len(), Ordering::Relaxed);
+    }
+    remove_backend(bed, b, &middle[0])?;
+    remove_backend(bed, a, &before[0])
 }
 
 /// Connections opened after the change in the rejoin scenario.
