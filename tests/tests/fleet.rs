@@ -50,6 +50,11 @@
 //!   switched instance opened on moved slots break where they reach the instance
 //!   behind (printed); in two phases (`lb reload --phase learn` on every instance
 //!   first) none does.
+//! - One daemon dead (SIGKILL, not restarted; its routes stay announced and its
+//!   pinned datapath forwards by the old table), a backend added on the other two,
+//!   then one of them fails: the connections opened on moved slots that reach the
+//!   dead instance break (printed); with the remedy, `lb detach` of the dead instance
+//!   before the change, none does.
 //! - The remote API (issue 33): every instance serves it; from the router's namespace
 //!   `lb --remote` reads one instance, `lb fleet status` finds the three in agreement
 //!   (exit 0), `lb fleet apply` pushes a VIP set to all three, which then agree on the
@@ -159,6 +164,16 @@ fn main() -> ExitCode {
         trial(&bed, "two_phase_rollout_then_instance_fails", |b| {
             rollout_then_failure(b, true)
         }),
+        trial(
+            &bed,
+            "dead_daemon_change_reaches_the_others_then_one_fails",
+            |b| with_second_chance(b, |b| dead_daemon_then_failure(b, false)),
+        ),
+        trial(
+            &bed,
+            "dead_daemon_detached_first_change_then_one_fails",
+            |b| with_second_chance(b, |b| dead_daemon_then_failure(b, true)),
+        ),
         trial(&bed, "fleet_status_and_apply_from_the_router", fleet_api),
     ];
     let conclusion = libtest_mimic::run(&args, trials);
@@ -1454,6 +1469,112 @@ fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
         );
     } else {
         ROLLING_BROKEN.store(total, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Broken connections of the dead-daemon scenario without the remedy (`usize::MAX`
+/// until it ran), printed beside the count with it.
+static DEAD_DAEMON_BROKEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Issue 31's row "one daemon dead (not reloaded), the change reaches the other two,
+/// one of them fails", with the second chance on: instance 1's daemon is killed
+/// (SIGKILL, not restarted), backend `new` is added on instances 2 and 3, connections
+/// are opened, then instance 2's router port goes down. Nothing withdraws a dead
+/// daemon's announcement (its routes stay in the kernel table BIRD exports; asserted),
+/// and its pinned datapath forwards by the old table with clean slots: the connections
+/// opened on a moved slot through 2 or 3 that the failure brings to instance 1 break
+/// (printed), as behind a rolling change. With the operator's remedy (`remedy`),
+/// `lb detach` takes instance 1 out (routes, then datapath) before the change: none
+/// breaks (asserted). The bed is healed afterwards (daemon 1 started again, the
+/// runtime change cleared) and checked back at its tables.
+fn dead_daemon_then_failure(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let before = bed.fingerprints(&vip)?;
+    let result = dead_daemon_steps(bed, remedy);
+    let healed = bed.heal().and_then(|()| {
+        let after = bed.fingerprints(&vip)?;
+        ensure!(
+            after.iter().all(|f| *f == before[0]),
+            "fingerprints after the heal: {after:?} (before {before:?})"
+        );
+        Ok(())
+    });
+    result.and(healed)
+}
+
+fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let (dead, failing) = (1, 2);
+    let before_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
+    bed.kill_daemon(dead)?;
+    // Long enough for a withdrawal to reach the router, had there been one.
+    std::thread::sleep(Duration::from_millis(1500));
+    for addr in [vip4(), VIP6.into()] {
+        let hops = bed.router_nexthops(addr)?;
+        ensure!(
+            hops.contains(&dead),
+            "{addr}: the router stopped using instance {dead} when its daemon died: {hops:?}"
+        );
+    }
+    before_flows.wait_progress(Instant::now(), CONVERGE)?;
+    if remedy {
+        bed.fail(dead, Failure::Detached)?;
+        let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&dead) && !h.is_empty())?;
+        bed.wait_router(VIP6.into(), CONVERGE, |h| !h.contains(&dead))?;
+        before_flows.wait_progress(gone, CONVERGE)?;
+    }
+    let new = bed.add_backend()?;
+    for j in (1..=bed.instances().len()).filter(|&j| j != dead) {
+        bed.daemon(j).backend("add", &vip, new, None)?;
+    }
+    let mid_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
+    let changed_at = Instant::now();
+    before_flows.wait_progress(changed_at, CONVERGE)?;
+    mid_flows.wait_progress(changed_at, CONVERGE)?;
+
+    let failed_at = Instant::now();
+    bed.fail(failing, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
+    before_flows.wait_progress(gone, CONVERGE)?;
+    mid_flows.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broken_before = broken(&before_flows.snapshot()).len();
+    let broken_mid = broken(&mid_flows.snapshot()).len();
+    bed.restore(failing, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&failing))?;
+    before_flows.wait_progress(back, CONVERGE)?;
+    mid_flows.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let total = broken(&before_flows.finish()).len() + broken(&mid_flows.finish()).len();
+    eprintln!(
+        "fleet: with the second chance: instance {dead}'s daemon killed (still announced{}), \
+         b{new} added on the other two, instance {failing} (link down) failed after {:.1} ms: \
+         broken {broken_before} of {ROLLOUT_FLOWS} opened before the change, {broken_mid} of \
+         {ROLLOUT_FLOWS} opened after it; {total} in all once instance {failing} rejoined{}",
+        if remedy {
+            ", then taken out with lb detach before the change"
+        } else {
+            ", its datapath forwarding by the old table"
+        },
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        if remedy {
+            let without = match DEAD_DAEMON_BROKEN.load(Ordering::Relaxed) {
+                usize::MAX => "not run".to_owned(),
+                n => n.to_string(),
+            };
+            format!(" (without the remedy: {without})")
+        } else {
+            String::new()
+        },
+    );
+    if remedy {
+        ensure!(
+            total == 0,
+            "{total} connections broke with the dead instance detached first"
+        );
+    } else {
+        DEAD_DAEMON_BROKEN.store(total, Ordering::Relaxed);
     }
     Ok(())
 }
