@@ -43,6 +43,7 @@
 //!   processes (they get SIGKILL and SIGTERM when the thread that started them exits).
 
 pub mod bird;
+pub mod change;
 pub mod flows;
 
 use std::{

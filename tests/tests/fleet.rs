@@ -77,7 +77,11 @@ use anyhow::{Context as _, bail, ensure};
 use lb_tests::{
     daemon::{DaemonConfig, TempDir, backend_addr, backend_of, lb_binary},
     fleet::{
-        Failure, FleetBed, FleetOptions, api_url, describe, flows::FlowState, instance4, tcp_vip,
+        Failure, FleetBed, FleetOptions, api_url,
+        change::{applied_changes, change_everywhere, switch, with_second_chance},
+        describe,
+        flows::FlowState,
+        instance4, tcp_vip,
     },
     packets::{VIP4, VIP6},
     testbed::{backend_name, client},
@@ -613,58 +617,6 @@ fn today(which: usize) -> String {
         usize::MAX => "not run".to_owned(),
         n => n.to_string(),
     }
-}
-
-/// Runs `scenario` with the IPv4 TCP VIP sent GUE with the second chance on every
-/// instance (`encap = "gue"`, `second_chance = true`: issue 31, stage 3; the
-/// backends' agents follow the candidates), then turns it off again, also when the
-/// scenario fails.
-fn with_second_chance(
-    bed: &mut FleetBed,
-    scenario: impl FnOnce(&mut FleetBed) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    set_second_chance(bed, true)?;
-    let result = scenario(bed);
-    let off = set_second_chance(bed, false);
-    result.and(off)
-}
-
-/// Writes every instance's configuration with the IPv4 TCP VIP's second chance on or
-/// off and waits until each daemon applied it.
-fn set_second_chance(bed: &mut FleetBed, on: bool) -> anyhow::Result<()> {
-    let vip = tcp_vip(false);
-    change_everywhere(bed, |c| {
-        c.vip_keys.retain(|(v, _)| *v != vip);
-        if on {
-            c.vip_keys
-                .push((vip.clone(), "encap = \"gue\"\nsecond_chance = true".into()));
-        }
-    })
-}
-
-/// Writes every instance's configuration with `change` applied and waits until each
-/// daemon applied it (`lb reload`, then its count of applied changes moves: `change`
-/// must change the data plane).
-fn change_everywhere(bed: &mut FleetBed, change: impl Fn(&mut DaemonConfig)) -> anyhow::Result<()> {
-    let before: Vec<u64> = (1..=bed.instances().len())
-        .map(|k| Ok(bed.daemon(k).status()?.changes))
-        .collect::<anyhow::Result<_>>()?;
-    bed.reconfigure(change, |_| true)?;
-    for k in 1..=bed.instances().len() {
-        switch(bed, k, before[k - 1])?;
-    }
-    Ok(())
-}
-
-/// `lb reload` on instance `k` (phase 2 of a rollout, or a plain reload), then waits
-/// until its count of applied changes is past `before`.
-fn switch(bed: &FleetBed, k: usize, before: u64) -> anyhow::Result<()> {
-    let daemon = bed.daemon(k);
-    daemon.cli(&["reload"])?;
-    daemon.wait_status("the reload", Duration::from_secs(10), |s| {
-        s.changes > before
-    })?;
-    Ok(())
 }
 
 /// A backend added on every instance while connections run, then an instance fails:
@@ -1371,9 +1323,7 @@ fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
     })?;
     let before_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
     let new = bed.add_backend()?;
-    let before: Vec<u64> = (1..=bed.instances().len())
-        .map(|k| Ok(bed.daemon(k).status()?.changes))
-        .collect::<anyhow::Result<_>>()?;
+    let before = applied_changes(bed)?;
     bed.reconfigure(
         |c| {
             c.backends.push(lb_tests::daemon::BackendLine {
