@@ -43,6 +43,7 @@
 //!   processes (they get SIGKILL and SIGTERM when the thread that started them exits).
 
 pub mod bird;
+pub mod change;
 pub mod flows;
 
 use std::{
@@ -584,6 +585,21 @@ impl FleetBed {
             .take()
             .context("the daemon is not running")?;
         daemon.stop()
+    }
+
+    /// Kills instance `k`'s daemon (SIGKILL, a crash: nothing is cleaned up, so its
+    /// pinned datapath keeps forwarding with the tables it had and its routes stay in
+    /// the announcement table) and returns its log.
+    ///
+    /// # Errors
+    /// When it is not running.
+    pub fn kill_daemon(&mut self, k: usize) -> anyhow::Result<String> {
+        let mut daemon = self.instances[k - 1]
+            .daemon
+            .take()
+            .context("the daemon is not running")?;
+        daemon.halt(crate::daemon::Stop::Kill);
+        Ok(daemon.log())
     }
 
     /// `lb detach --interface lb0` in instance `k`'s namespace (its daemon stopped, with

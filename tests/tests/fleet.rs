@@ -32,6 +32,16 @@
 //!   with the second chance (issue 31, stage 3: `encap = "gue"`, `second_chance =
 //!   true`, the backends' agents following the candidates): none breaks, printed beside
 //!   the count without it.
+//! - A backend removed, with the second chance: a backend added on every instance,
+//!   connections opened, the backend removed on every instance, then an instance
+//!   fails: the removed backend's connections break (expected); of the others none
+//!   whose slot kept its owner does; those whose slot the removal moved back (the
+//!   add had moved it between the other backends) may, and are counted apart.
+//! - Two successive changes of the same slots (two backends added, one after the
+//!   other) while connections stay idle (no packet) across both: then an instance
+//!   fails and the idle connections send again. Without the second chance those of
+//!   the failed instance whose slot moved break (printed); with it none does, those
+//!   whose slot moved twice included (their count is asserted above zero).
 //! - The issue's rejoin case: an instance withdrawn, a backend added on every instance,
 //!   connections opened, the instance announced again: without the second chance the
 //!   connections the rehash brings to it with a moved slot break (printed); with it
@@ -41,6 +51,11 @@
 //!   switched instance opened on moved slots break where they reach the instance
 //!   behind (printed); in two phases (`lb reload --phase learn` on every instance
 //!   first) none does.
+//! - One daemon dead (SIGKILL, not restarted; its routes stay announced and its
+//!   pinned datapath forwards by the old table), a backend added on the other two,
+//!   then one of them fails: the connections opened on moved slots that reach the
+//!   dead instance break (printed); with the remedy, `lb detach` of the dead instance
+//!   before the change, none does.
 //! - The remote API (issue 33): every instance serves it; from the router's namespace
 //!   `lb --remote` reads one instance, `lb fleet status` finds the three in agreement
 //!   (exit 0), `lb fleet apply` pushes a VIP set to all three, which then agree on the
@@ -63,7 +78,11 @@ use anyhow::{Context as _, bail, ensure};
 use lb_tests::{
     daemon::{DaemonConfig, TempDir, backend_addr, backend_of, lb_binary},
     fleet::{
-        Failure, FleetBed, FleetOptions, api_url, describe, flows::FlowState, instance4, tcp_vip,
+        Failure, FleetBed, FleetOptions, api_url,
+        change::{applied_changes, change_everywhere, switch, with_second_chance},
+        describe,
+        flows::FlowState,
+        instance4, tcp_vip,
     },
     packets::{VIP4, VIP6},
     testbed::{backend_name, client},
@@ -121,6 +140,21 @@ fn main() -> ExitCode {
             "backend_added_then_instance_fails_with_second_chance",
             |b| with_second_chance(b, |b| backend_then_failure(b, true)),
         ),
+        trial(
+            &bed,
+            "backend_removed_then_instance_fails_with_second_chance",
+            |b| with_second_chance(b, backend_removed_then_failure),
+        ),
+        trial(
+            &bed,
+            "two_changes_of_a_slot_idle_flows_then_instance_fails",
+            |b| two_changes_then_failure(b, false),
+        ),
+        trial(
+            &bed,
+            "two_changes_of_a_slot_idle_flows_then_instance_fails_with_second_chance",
+            |b| with_second_chance(b, |b| two_changes_then_failure(b, true)),
+        ),
         trial(&bed, "withdrawn_backend_added_then_rejoin", |b| {
             withdrawn_then_rejoin(b, false)
         }),
@@ -135,6 +169,16 @@ fn main() -> ExitCode {
         trial(&bed, "two_phase_rollout_then_instance_fails", |b| {
             rollout_then_failure(b, true)
         }),
+        trial(
+            &bed,
+            "dead_daemon_change_reaches_the_others_then_one_fails",
+            |b| with_second_chance(b, |b| dead_daemon_then_failure(b, false)),
+        ),
+        trial(
+            &bed,
+            "dead_daemon_detached_first_change_then_one_fails",
+            |b| with_second_chance(b, |b| dead_daemon_then_failure(b, true)),
+        ),
         trial(&bed, "fleet_status_and_apply_from_the_router", fleet_api),
     ];
     let conclusion = libtest_mimic::run(&args, trials);
@@ -561,11 +605,12 @@ fn predicted_share(old: &[u8], new: u8) -> anyhow::Result<f64> {
 
 /// Broken connections of the scenarios without the second chance, by scenario
 /// (`usize::MAX` until it ran), printed beside the count with it.
-static TODAY_BROKEN: [AtomicUsize; 2] =
-    [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
-/// [`TODAY_BROKEN`]'s index of `backend_then_failure` and of `withdrawn_then_rejoin`.
+static TODAY_BROKEN: [AtomicUsize; 3] = [const { AtomicUsize::new(usize::MAX) }; 3];
+/// [`TODAY_BROKEN`]'s index of `backend_then_failure`, of `withdrawn_then_rejoin` and
+/// of `two_changes_then_failure`.
 const BACKEND_THEN_FAILURE: usize = 0;
 const WITHDRAWN_THEN_REJOIN: usize = 1;
+const TWO_CHANGES: usize = 2;
 
 /// Today's count of scenario `which`, as text.
 fn today(which: usize) -> String {
@@ -573,58 +618,6 @@ fn today(which: usize) -> String {
         usize::MAX => "not run".to_owned(),
         n => n.to_string(),
     }
-}
-
-/// Runs `scenario` with the IPv4 TCP VIP sent GUE with the second chance on every
-/// instance (`encap = "gue"`, `second_chance = true`: issue 31, stage 3; the
-/// backends' agents follow the candidates), then turns it off again, also when the
-/// scenario fails.
-fn with_second_chance(
-    bed: &mut FleetBed,
-    scenario: impl FnOnce(&mut FleetBed) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    set_second_chance(bed, true)?;
-    let result = scenario(bed);
-    let off = set_second_chance(bed, false);
-    result.and(off)
-}
-
-/// Writes every instance's configuration with the IPv4 TCP VIP's second chance on or
-/// off and waits until each daemon applied it.
-fn set_second_chance(bed: &mut FleetBed, on: bool) -> anyhow::Result<()> {
-    let vip = tcp_vip(false);
-    change_everywhere(bed, |c| {
-        c.vip_keys.retain(|(v, _)| *v != vip);
-        if on {
-            c.vip_keys
-                .push((vip.clone(), "encap = \"gue\"\nsecond_chance = true".into()));
-        }
-    })
-}
-
-/// Writes every instance's configuration with `change` applied and waits until each
-/// daemon applied it (`lb reload`, then its count of applied changes moves: `change`
-/// must change the data plane).
-fn change_everywhere(bed: &mut FleetBed, change: impl Fn(&mut DaemonConfig)) -> anyhow::Result<()> {
-    let before: Vec<u64> = (1..=bed.instances().len())
-        .map(|k| Ok(bed.daemon(k).status()?.changes))
-        .collect::<anyhow::Result<_>>()?;
-    bed.reconfigure(change, |_| true)?;
-    for k in 1..=bed.instances().len() {
-        switch(bed, k, before[k - 1])?;
-    }
-    Ok(())
-}
-
-/// `lb reload` on instance `k` (phase 2 of a rollout, or a plain reload), then waits
-/// until its count of applied changes is past `before`.
-fn switch(bed: &FleetBed, k: usize, before: u64) -> anyhow::Result<()> {
-    let daemon = bed.daemon(k);
-    daemon.cli(&["reload"])?;
-    daemon.wait_status("the reload", Duration::from_secs(10), |s| {
-        s.changes > before
-    })?;
-    Ok(())
 }
 
 /// A backend added on every instance while connections run, then an instance fails:
@@ -758,6 +751,234 @@ fn remove_backend(bed: &mut FleetBed, new: u8, fingerprint: &str) -> anyhow::Res
         "fingerprints after removing b{new}: {restored:?}"
     );
     bed.wait_all_announced(CONVERGE)
+}
+
+/// Connections of the backend-removal scenario.
+const REMOVAL_FLOWS: usize = 150;
+
+/// Which backend's name, if any, each connection of `states` ([`FlowState`]'s
+/// `backend`) moves to in instance `k`'s table now: `Some(name)` when the table gives
+/// its slot another backend than the one that first answered it.
+fn table_moves(
+    bed: &FleetBed,
+    k: usize,
+    states: &[FlowState],
+) -> anyhow::Result<Vec<Option<String>>> {
+    let vip = tcp_vip(false);
+    states
+        .iter()
+        .map(|s| {
+            let table = bed
+                .daemon(k)
+                .flow(&vip, s.local)?
+                .table_backend
+                .and_then(|b| backend_of(&b))
+                .map(backend_name)
+                .context("the table's backend")?;
+            Ok((table != s.backend).then_some(table))
+        })
+        .collect()
+}
+
+/// Issue 31's row "a backend removed", with the second chance on: backend `new` added on
+/// every instance, connections opened (some on `new`), `new` removed on every instance,
+/// then instance 1's router port goes down. The connections of the removed backend
+/// break (expected: it is gone, and a removed backend is never a candidate). Of the
+/// others, none whose slot kept its owner breaks (asserted). A few slots moved at the
+/// add between the remaining backends (X to Y) and move back at the removal: the slot
+/// then names X as owner and clean owner, Y is forgotten (rule SC5), and a connection
+/// opened on Y in between breaks if ECMP moves it. Those are counted apart (printed),
+/// and only they may break (asserted).
+fn backend_removed_then_failure(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let k = 1;
+    let before = bed.fingerprints(&vip)?;
+    let new = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, new, None)?;
+    }
+    let flows = bed.long_flows(REMOVAL_FLOWS, false)?;
+    let gone_name = backend_name(new);
+    let of_removed: BTreeSet<usize> = flows
+        .snapshot()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| (s.backend == gone_name).then_some(i))
+        .collect();
+    ensure!(
+        !of_removed.is_empty(),
+        "no connection reached b{new}: the test proves nothing"
+    );
+    let removed_at = Instant::now();
+    remove_backend(bed, new, &before[0])?;
+    flows.wait_progress(removed_at, CONVERGE)?;
+    let moved_back: BTreeSet<usize> = table_moves(bed, k, &flows.snapshot())?
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| (m.is_some() && !of_removed.contains(&i)).then_some(i))
+        .collect();
+
+    let failed_at = Instant::now();
+    bed.fail(k, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
+    flows.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    bed.restore(k, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
+    flows.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let states = flows.finish();
+    let broke: Vec<usize> = (0..states.len())
+        .filter(|&i| states[i].broken.is_some())
+        .collect();
+    let (broke_removed, broke_others): (Vec<usize>, Vec<usize>) =
+        broke.iter().partition(|i| of_removed.contains(i));
+    let (broke_moved_back, broke_kept): (Vec<usize>, Vec<usize>) =
+        broke_others.iter().partition(|i| moved_back.contains(i));
+    eprintln!(
+        "fleet: with the second chance: b{new} added on every instance, {REMOVAL_FLOWS} \
+         connections opened ({} on b{new}), b{new} removed on every instance, instance {k} \
+         (link down) failed after {:.1} ms and rejoined: broken {} of the {} on b{new} \
+         (expected), {} of the {} others whose slot kept its owner, {} of the {} others whose \
+         slot the removal moved back (their owner forgotten, rule SC5)",
+        of_removed.len(),
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        broke_removed.len(),
+        of_removed.len(),
+        broke_kept.len(),
+        REMOVAL_FLOWS - of_removed.len() - moved_back.len(),
+        broke_moved_back.len(),
+        moved_back.len(),
+    );
+    ensure!(
+        broke_kept.is_empty(),
+        "connections of other backends than the removed b{new}, their slot unmoved, broke: {:?}",
+        broke_kept
+            .iter()
+            .map(|&i| (states[i].local, &states[i].backend, &states[i].broken))
+            .collect::<Vec<_>>()
+    );
+    ensure!(
+        broke_removed.len() == of_removed.len(),
+        "connections of the removed b{new} survived: {} of {}",
+        of_removed.len() - broke_removed.len(),
+        of_removed.len()
+    );
+    Ok(())
+}
+
+/// Connections held idle across both changes of the two-changes scenario.
+const IDLE_FLOWS: usize = 300;
+/// Connections kept busy meanwhile.
+const BUSY_FLOWS: usize = 150;
+
+/// Issue 31's row "two successive changes of the same slot with a flow idle across
+/// both". Connections are opened on backends 1 to 3, then
+/// [`IDLE_FLOWS`] of them fall silent while backend `a` and then backend `b` are added
+/// on every instance; some slots move twice (owner X, then `a`, then `b`). A dirty slot
+/// keeps the clean owner it had when it was last clean (`SlotState::marked`), so after
+/// the second change such a slot names `b` as owner and still X as clean owner: `a` is
+/// forgotten (rule SC5), and the idle connection, pinned to X, can still be found. The
+/// cleaning cannot turn the slot clean between the changes: it waits for the quiet time
+/// (at least the TCP idle time, two hours). Then the instance carrying the most such
+/// connections fails and the idle ones send again: with the second chance
+/// (`second_chance`) none breaks (asserted); without it, those of the failed instance
+/// whose slot moved break (printed).
+fn two_changes_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let before = bed.fingerprints(&vip)?;
+    let idle = bed.long_flows(IDLE_FLOWS, false)?;
+    let busy = bed.long_flows(BUSY_FLOWS, false)?;
+    let locals = idle.locals();
+    let carried = carriers(bed, &locals)?;
+    idle.pause(CONVERGE)?;
+    let silent_at = Instant::now();
+    let a = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, a, None)?;
+    }
+    let middle = bed.fingerprints(&vip)?;
+    let first = table_moves(bed, 1, &idle.snapshot())?;
+    let b = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, b, None)?;
+    }
+    let second = table_moves(bed, 1, &idle.snapshot())?;
+    // Moved twice: another backend after the first change, and yet another after the
+    // second.
+    let twice: Vec<usize> = (0..locals.len())
+        .filter(|&i| matches!((&first[i], &second[i]), (Some(x), Some(y)) if x != y))
+        .collect();
+    let once = (0..locals.len()).filter(|&i| second[i].is_some()).count() - twice.len();
+    let per_instance = |k: usize| twice.iter().filter(|&&i| carried[i].0 == k).count();
+    let k = (1..=bed.instances().len())
+        .max_by_key(|&k| per_instance(k))
+        .context("instances")?;
+    ensure!(
+        per_instance(k) > 0,
+        "no idle connection's slot moved twice on instance {k}: the test proves nothing \
+         ({} moved twice in all)",
+        twice.len()
+    );
+    busy.wait_progress(silent_at, CONVERGE)?;
+
+    let failed_at = Instant::now();
+    bed.fail(k, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&k) && !h.is_empty())?;
+    busy.wait_progress(gone, CONVERGE)?;
+    let idle_for = silent_at.elapsed();
+    let resumed_at = Instant::now();
+    idle.resume();
+    idle.wait_progress(resumed_at, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broke_failover = broken(&idle.snapshot());
+    bed.restore(k, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
+    idle.wait_progress(back, CONVERGE)?;
+    busy.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let idle_states = idle.finish();
+    let broke_idle = broken(&idle_states);
+    let broke_twice = twice
+        .iter()
+        .filter(|&&i| idle_states[i].broken.is_some())
+        .count();
+    let broke_busy = broken(&busy.finish());
+    eprintln!(
+        "fleet: {}{IDLE_FLOWS} connections idle for {:.1} s across two \
+         changes (b{a}, then b{b} added on every instance), {BUSY_FLOWS} busy: {} idle ones' \
+         slots moved twice ({} of them on instance {k}), {once} once; instance {k} (link down) \
+         failed after {:.1} ms, then the idle ones sent again: broken {} of {IDLE_FLOWS} idle \
+         after the failover ({broke_twice} of the twice-moved), {} in all with the rejoin, {} \
+         of {BUSY_FLOWS} busy",
+        if second_chance {
+            format!(
+                "with the second chance (without it: {} broken): ",
+                today(TWO_CHANGES)
+            )
+        } else {
+            String::new()
+        },
+        idle_for.as_secs_f64(),
+        twice.len(),
+        per_instance(k),
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        broke_failover.len(),
+        broke_idle.len(),
+        broke_busy.len(),
+    );
+    if second_chance {
+        ensure!(
+            broke_idle.is_empty() && broke_busy.is_empty(),
+            "connections broke: idle {:?}, busy {:?}",
+            &broke_idle[..broke_idle.len().min(10)],
+            &broke_busy[..broke_busy.len().min(10)]
+        );
+    } else {
+        TODAY_BROKEN[TWO_CHANGES].store(broke_idle.len() + broke_busy.len(), Ordering::Relaxed);
+    }
+    remove_backend(bed, b, &middle[0])?;
+    remove_backend(bed, a, &before[0])
 }
 
 /// Connections opened after the change in the rejoin scenario.
@@ -1111,9 +1332,7 @@ fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
     })?;
     let before_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
     let new = bed.add_backend()?;
-    let before: Vec<u64> = (1..=bed.instances().len())
-        .map(|k| Ok(bed.daemon(k).status()?.changes))
-        .collect::<anyhow::Result<_>>()?;
+    let before = applied_changes(bed)?;
     bed.reconfigure(
         |c| {
             c.backends.push(lb_tests::daemon::BackendLine {
@@ -1209,6 +1428,112 @@ fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
         );
     } else {
         ROLLING_BROKEN.store(total, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Broken connections of the dead-daemon scenario without the remedy (`usize::MAX`
+/// until it ran), printed beside the count with it.
+static DEAD_DAEMON_BROKEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Issue 31's row "one daemon dead (not reloaded), the change reaches the other two,
+/// one of them fails", with the second chance on: instance 1's daemon is killed
+/// (SIGKILL, not restarted), backend `new` is added on instances 2 and 3, connections
+/// are opened, then instance 2's router port goes down. Nothing withdraws a dead
+/// daemon's announcement (its routes stay in the kernel table BIRD exports; asserted),
+/// and its pinned datapath forwards by the old table with clean slots: the connections
+/// opened on a moved slot through 2 or 3 that the failure brings to instance 1 break
+/// (printed), as behind a rolling change. With the operator's remedy (`remedy`),
+/// `lb detach` takes instance 1 out (routes, then datapath) before the change: none
+/// breaks (asserted). The bed is healed afterwards (daemon 1 started again, the
+/// runtime change cleared) and checked back at its tables.
+fn dead_daemon_then_failure(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let before = bed.fingerprints(&vip)?;
+    let result = dead_daemon_steps(bed, remedy);
+    let healed = bed.heal().and_then(|()| {
+        let after = bed.fingerprints(&vip)?;
+        ensure!(
+            after.iter().all(|f| *f == before[0]),
+            "fingerprints after the heal: {after:?} (before {before:?})"
+        );
+        Ok(())
+    });
+    result.and(healed)
+}
+
+fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let (dead, failing) = (1, 2);
+    let before_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
+    bed.kill_daemon(dead)?;
+    // Long enough for a withdrawal to reach the router, had there been one.
+    std::thread::sleep(Duration::from_millis(1500));
+    for addr in [vip4(), VIP6.into()] {
+        let hops = bed.router_nexthops(addr)?;
+        ensure!(
+            hops.contains(&dead),
+            "{addr}: the router stopped using instance {dead} when its daemon died: {hops:?}"
+        );
+    }
+    before_flows.wait_progress(Instant::now(), CONVERGE)?;
+    if remedy {
+        bed.fail(dead, Failure::Detached)?;
+        let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&dead) && !h.is_empty())?;
+        bed.wait_router(VIP6.into(), CONVERGE, |h| !h.contains(&dead))?;
+        before_flows.wait_progress(gone, CONVERGE)?;
+    }
+    let new = bed.add_backend()?;
+    for j in (1..=bed.instances().len()).filter(|&j| j != dead) {
+        bed.daemon(j).backend("add", &vip, new, None)?;
+    }
+    let mid_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
+    let changed_at = Instant::now();
+    before_flows.wait_progress(changed_at, CONVERGE)?;
+    mid_flows.wait_progress(changed_at, CONVERGE)?;
+
+    let failed_at = Instant::now();
+    bed.fail(failing, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
+    before_flows.wait_progress(gone, CONVERGE)?;
+    mid_flows.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broken_before = broken(&before_flows.snapshot()).len();
+    let broken_mid = broken(&mid_flows.snapshot()).len();
+    bed.restore(failing, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&failing))?;
+    before_flows.wait_progress(back, CONVERGE)?;
+    mid_flows.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let total = broken(&before_flows.finish()).len() + broken(&mid_flows.finish()).len();
+    eprintln!(
+        "fleet: with the second chance: instance {dead}'s daemon killed (still announced{}), \
+         b{new} added on the other two, instance {failing} (link down) failed after {:.1} ms: \
+         broken {broken_before} of {ROLLOUT_FLOWS} opened before the change, {broken_mid} of \
+         {ROLLOUT_FLOWS} opened after it; {total} in all once instance {failing} rejoined{}",
+        if remedy {
+            ", then taken out with lb detach before the change"
+        } else {
+            ", its datapath forwarding by the old table"
+        },
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        if remedy {
+            let without = match DEAD_DAEMON_BROKEN.load(Ordering::Relaxed) {
+                usize::MAX => "not run".to_owned(),
+                n => n.to_string(),
+            };
+            format!(" (without the remedy: {without})")
+        } else {
+            String::new()
+        },
+    );
+    if remedy {
+        ensure!(
+            total == 0,
+            "{total} connections broke with the dead instance detached first"
+        );
+    } else {
+        DEAD_DAEMON_BROKEN.store(total, Ordering::Relaxed);
     }
     Ok(())
 }

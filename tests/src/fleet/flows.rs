@@ -2,13 +2,14 @@
 //! ([`LongFlows`]): each connection exchanges a line about every [`ROUND`], and records
 //! its longest exchange (the stall a user would see while TCP retransmits towards an
 //! instance that is gone) and whether it broke (a reset, a timeout, or an answer from
-//! another backend than its first).
+//! another backend than its first). The connections can be held idle (no packet at
+//! all) for a while and resumed ([`LongFlows::pause`]).
 
 use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -45,7 +46,16 @@ pub struct FlowState {
 pub struct LongFlows {
     states: Arc<Vec<Mutex<FlowState>>>,
     stop: Arc<AtomicBool>,
+    pause: Arc<Pause>,
     workers: Vec<JoinHandle<()>>,
+}
+
+/// The workers' pause: asked by [`LongFlows::pause`], and how many workers have
+/// finished their round and rest.
+#[derive(Default)]
+struct Pause {
+    asked: AtomicBool,
+    resting: AtomicUsize,
 }
 
 impl LongFlows {
@@ -93,23 +103,49 @@ impl LongFlows {
         }
         let states = Arc::new(states);
         let stop = Arc::new(AtomicBool::new(false));
+        let pause = Arc::new(Pause::default());
         let workers = chunks
             .into_iter()
             .enumerate()
             .map(|(w, chunk)| {
                 let states = Arc::clone(&states);
                 let stop = Arc::clone(&stop);
+                let pause = Arc::clone(&pause);
                 std::thread::Builder::new()
                     .name(format!("fleet-flows-{w}"))
-                    .spawn(move || work(chunk, &states, &stop))
+                    .spawn(move || work(chunk, &states, &stop, &pause))
             })
             .collect::<Result<Vec<_>, _>>()
             .context("starting the traffic workers")?;
         Ok(Self {
             states,
             stop,
+            pause,
             workers,
         })
+    }
+
+    /// Holds every connection idle: returns once no worker exchanges any more, so no
+    /// packet of these connections is sent until [`Self::resume`]. `timeout` bounds
+    /// the wait for the exchanges under way.
+    ///
+    /// # Errors
+    /// When a worker does not finish its round within `timeout`.
+    pub fn pause(&self, timeout: Duration) -> anyhow::Result<()> {
+        self.pause.asked.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + timeout;
+        while self.pause.resting.load(Ordering::SeqCst) < self.workers.len() {
+            if Instant::now() > deadline {
+                bail!("the traffic workers did not pause within {timeout:?}");
+            }
+            std::thread::sleep(ROUND / 10);
+        }
+        Ok(())
+    }
+
+    /// Lets the connections exchange again after [`Self::pause`].
+    pub fn resume(&self) {
+        self.pause.asked.store(false, Ordering::SeqCst);
     }
 
     /// Every connection's state now, in opening order.
@@ -171,9 +207,27 @@ impl Drop for LongFlows {
 }
 
 /// One worker: an exchange on each of its live connections, then a pause, until told
-/// to stop.
-fn work(mut conns: Vec<(usize, TcpConn)>, states: &[Mutex<FlowState>], stop: &AtomicBool) {
+/// to stop; while a pause is asked, no exchange.
+fn work(
+    mut conns: Vec<(usize, TcpConn)>,
+    states: &[Mutex<FlowState>],
+    stop: &AtomicBool,
+    pause: &Pause,
+) {
+    let mut resting = false;
     while !stop.load(Ordering::Relaxed) {
+        if pause.asked.load(Ordering::SeqCst) {
+            if !resting {
+                resting = true;
+                pause.resting.fetch_add(1, Ordering::SeqCst);
+            }
+            std::thread::sleep(ROUND / 10);
+            continue;
+        }
+        if resting {
+            resting = false;
+            pause.resting.fetch_sub(1, Ordering::SeqCst);
+        }
         let round = Instant::now();
         conns.retain_mut(|(i, conn)| {
             let started = Instant::now();

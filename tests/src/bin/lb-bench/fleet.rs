@@ -19,6 +19,16 @@
 //! up: the hold timer fires); the operator withdraws both addresses (`lb vip
 //! withdraw`); `lb detach` after a plain stop (routes withdrawn, then the datapath
 //! removed).
+//!
+//! Then the cases of issue 31 that a failure meets a table change in, with the second
+//! chance on the IPv4 TCP VIP (`encap = "gue"`, `second_chance = true`), each round
+//! with a backend of its own: the rejoin (an instance withdrawn, a backend added on
+//! every instance, connections opened, the instance announced again; "converged" is
+//! the withdrawal, "rejoined" the announcement), and an instance failing midway
+//! through a rollout (its router port down once two of three instances switched to a
+//! table with one more backend), rolling and in two phases (`lb reload --phase learn`
+//! on every instance first). Their broken counts are the connections the second chance
+//! did not save: 0 expected, except for the rolling change.
 
 use std::{
     collections::BTreeSet,
@@ -28,7 +38,15 @@ use std::{
 
 use anyhow::Context as _;
 use lb_tests::{
-    fleet::{Failure, FleetBed, FleetOptions, instance4},
+    daemon::{BackendLine, BackendState},
+    fleet::{
+        Failure, FleetBed, FleetOptions,
+        change::{
+            applied_changes, change_everywhere, second_chance_keys, switch, with_second_chance,
+        },
+        flows::ROUND,
+        instance4, tcp_vip,
+    },
     packets::{VIP4, VIP6},
 };
 
@@ -101,6 +119,8 @@ pub(crate) fn failover_times() -> anyhow::Result<()> {
         let converged: Vec<Duration> = rounds.iter().map(|r| r.converged).collect();
         row(failure.name(), &converged, Some(&rounds));
     }
+    with_second_chance(&mut bed, rejoin_row)?;
+    rollout_rows(&mut bed)?;
     println!();
     println!(
         "(bed built and measured in {:.0} s)",
@@ -165,10 +185,171 @@ fn round(bed: &mut FleetBed, failure: Failure, k: usize) -> anyhow::Result<Round
     flows.wait_progress(back, TIMEOUT)?;
     let states = flows.finish();
     bed.wait_all_announced(TIMEOUT)?;
-    Ok(Round {
-        converged: gone.duration_since(failed),
-        rejoined: back.duration_since(restored),
+    Ok(measured(
+        gone.duration_since(failed),
+        back.duration_since(restored),
+        &states,
+    ))
+}
+
+/// The rejoin row (module documentation), with the second chance on.
+fn rejoin_row(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let mut rounds = Vec::new();
+    for r in 0..ROUNDS {
+        let k = r % bed.instances().len() + 1;
+        rounds.push(rejoin_round(bed, k).with_context(|| format!("rejoin, round {r}"))?);
+    }
+    let converged: Vec<Duration> = rounds.iter().map(|r| r.converged).collect();
+    row(
+        "rejoin: withdrawn, a backend added, announced again (second chance)",
+        &converged,
+        Some(&rounds),
+    );
+    Ok(())
+}
+
+/// The mid-rollout rows (module documentation): the second chance on, and every
+/// instance reading its file on `lb reload` only, so that one can stay behind; both
+/// undone afterwards.
+fn rollout_rows(bed: &mut FleetBed) -> anyhow::Result<()> {
+    change_everywhere(bed, |c| {
+        c.top_level = "reload = \"signal\"\n".into();
+        second_chance_keys(c, true);
+    })?;
+    let result = (|| {
+        for (two_phase, name) in [
+            (false, "mid-rollout failure, rolling (second chance)"),
+            (true, "mid-rollout failure, two phases (second chance)"),
+        ] {
+            let mut rounds = Vec::new();
+            for r in 0..ROUNDS {
+                let k = r % bed.instances().len() + 1;
+                rounds.push(
+                    rollout_round(bed, k, two_phase)
+                        .with_context(|| format!("{name}, round {r}"))?,
+                );
+            }
+            let converged: Vec<Duration> = rounds.iter().map(|r| r.converged).collect();
+            row(name, &converged, Some(&rounds));
+        }
+        Ok(())
+    })();
+    let reset = change_everywhere(bed, |c| {
+        c.top_level.clear();
+        second_chance_keys(c, false);
+    });
+    result.and(reset)
+}
+
+/// Waits until the router lists instance `k` for both VIP addresses (`present`) or for
+/// neither; the later of the two moments.
+fn wait_both(bed: &FleetBed, k: usize, present: bool) -> anyhow::Result<Instant> {
+    let v4 = bed.wait_router(VIP4.into(), TIMEOUT, |h| h.contains(&k) == present)?;
+    let v6 = bed.wait_router(VIP6.into(), TIMEOUT, |h| h.contains(&k) == present)?;
+    Ok(v4.max(v6))
+}
+
+/// One rejoin after a change on instance `k`; every backend added is removed again.
+fn rejoin_round(bed: &mut FleetBed, k: usize) -> anyhow::Result<Round> {
+    let vip = tcp_vip(false);
+    let before = bed.fingerprints(&vip)?;
+    let flows = bed.long_flows(FLOWS, false)?;
+    let failed = Instant::now();
+    bed.fail(k, Failure::Withdrawn)?;
+    let gone = wait_both(bed, k, false)?;
+    flows.wait_progress(gone, TIMEOUT)?;
+    let new = bed.add_backend()?;
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("add", &vip, new, None)?;
+    }
+    let fresh = bed.long_flows(FLOWS, false)?;
+    let restored = Instant::now();
+    bed.restore(k, Failure::Withdrawn)?;
+    let back = wait_both(bed, k, true)?;
+    flows.wait_progress(back, TIMEOUT)?;
+    fresh.wait_progress(back, TIMEOUT)?;
+    // Rounds enough for the flows ECMP moved back to cross the instance.
+    std::thread::sleep(ROUND * 3);
+    let mut states = flows.finish();
+    states.extend(fresh.finish());
+    for j in 1..=bed.instances().len() {
+        bed.daemon(j).backend("remove", &vip, new, None)?;
+    }
+    let after = bed.fingerprints(&vip)?;
+    anyhow::ensure!(
+        after.iter().all(|f| *f == before[0]),
+        "fingerprints after removing b{new}: {after:?}"
+    );
+    bed.wait_all_announced(TIMEOUT)?;
+    Ok(measured(
+        gone.duration_since(failed),
+        back.duration_since(restored),
+        &states,
+    ))
+}
+
+/// One rollout of a new backend in which instance `k` fails (router port down) once it
+/// and another instance switched, the third (`k`'s successor) behind; with
+/// `two_phase`, every instance learned first. The backend is removed again.
+fn rollout_round(bed: &mut FleetBed, k: usize, two_phase: bool) -> anyhow::Result<Round> {
+    let n = bed.instances().len();
+    let lagging = k % n + 1;
+    let flows = bed.long_flows(FLOWS, false)?;
+    let new = bed.add_backend()?;
+    let before = applied_changes(bed)?;
+    bed.reconfigure(
+        |c| {
+            c.backends.push(BackendLine {
+                k: new,
+                weight: 1,
+                state: BackendState::Active,
+            });
+        },
+        |_| true,
+    )?;
+    if two_phase {
+        for j in 1..=n {
+            bed.daemon(j).cli(&["reload", "--phase", "learn"])?;
+        }
+    }
+    for j in (1..=n).filter(|&j| j != lagging) {
+        switch(bed, j, before[j - 1])?;
+    }
+    let mid = bed.long_flows(FLOWS, false)?;
+    let failed = Instant::now();
+    bed.fail(k, Failure::RouterLinkDown)?;
+    let gone = wait_both(bed, k, false)?;
+    flows.wait_progress(gone, TIMEOUT)?;
+    mid.wait_progress(gone, TIMEOUT)?;
+    std::thread::sleep(ROUND * 3);
+    let restored = Instant::now();
+    bed.restore(k, Failure::RouterLinkDown)?;
+    let back = wait_both(bed, k, true)?;
+    switch(bed, lagging, before[lagging - 1])?;
+    flows.wait_progress(back, TIMEOUT)?;
+    mid.wait_progress(back, TIMEOUT)?;
+    std::thread::sleep(ROUND * 3);
+    let mut states = flows.finish();
+    states.extend(mid.finish());
+    change_everywhere(bed, |c| c.backends.retain(|b| b.k != new))?;
+    bed.wait_all_announced(TIMEOUT)?;
+    Ok(measured(
+        gone.duration_since(failed),
+        back.duration_since(restored),
+        &states,
+    ))
+}
+
+/// A round's figures from its times and its connections' final states.
+fn measured(
+    converged: Duration,
+    rejoined: Duration,
+    states: &[lb_tests::fleet::flows::FlowState],
+) -> Round {
+    Round {
+        converged,
+        rejoined,
         stall: states.iter().map(|s| s.max_stall).max().unwrap_or_default(),
         broken: states.iter().filter(|s| s.broken.is_some()).count(),
-    })
+    }
 }
