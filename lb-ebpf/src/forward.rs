@@ -47,7 +47,6 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lb_common::{
-    hash::flow_hash,
     stats::Reason,
     types::{
         BackendEntry, CONFIG_FLOW_LABEL_HASH, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6,
@@ -168,7 +167,7 @@ pub(crate) fn encapsulate_with<const SC: bool>(
     let hash = if cfg.flags & HASHED_OUTER == 0 && (outer.v4 || !inner_v4) && !backend.gue() {
         0
     } else {
-        hash.unwrap_or_else(|| flow_hash(&p.key, cfg.hash_seed))
+        hash.unwrap_or_else(|| crate::hashes::flow_hash(&p.key, cfg.hash_seed))
     };
     #[expect(
         clippy::cast_possible_truncation,

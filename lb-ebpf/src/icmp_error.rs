@@ -27,7 +27,6 @@
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
-    hash_fields::table_hash,
     stats::Reason,
     types::{
         CONFIG_SOURCE_RANGES, FAMILY_V4, FAMILY_V6, FlowKey, LbConfig, PROTO_TCP, PROTO_UDP,
@@ -126,7 +125,10 @@ fn owner(key: &FlowKey, vip: &VipEntry, cfg: &LbConfig) -> Result<Choice, Reason
     if let Some(choice) = affinity::pinned(key, vip) {
         return Ok(choice);
     }
-    table::pick(vip, table_hash(key, vip.flags, cfg.hash_seed))
+    table::pick(
+        vip,
+        crate::hashes::table_hash(key, vip.flags, cfg.hash_seed),
+    )
 }
 
 /// Writes into `key` the client-to-VIP flow of the packet the error `at` quotes.

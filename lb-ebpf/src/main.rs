@@ -57,6 +57,7 @@ mod fast;
 mod forward;
 mod frag;
 mod full_path;
+mod hashes;
 mod headers;
 mod icmp;
 mod icmp_error;
@@ -81,8 +82,6 @@ mod vlan;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
-    hash::flow_hash,
-    hash_fields::table_hash,
     stats::{Reason, VipStats},
     trace::Path,
     types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig, VipEntry},
@@ -280,9 +279,11 @@ fn vip_packet<const FULL: bool>(
         && let Some(vip) = vip::find_vip(&parsed.key.vip)
         && fast::is_fast(&vip)
     {
-        if let Some(choice) =
-            fast::clean_owner(&vip, table_hash(&parsed.key, vip.flags, cfg.hash_seed), syn)
-            && let Some(vip_stats) = stats::vip(vip.vip_id)
+        if let Some(choice) = fast::clean_owner(
+            &vip,
+            hashes::table_hash(&parsed.key, vip.flags, cfg.hash_seed),
+            syn,
+        ) && let Some(vip_stats) = stats::vip(vip.vip_id)
         {
             vip_stats.packets += 1;
             vip_stats.bytes += bytes;
@@ -406,7 +407,7 @@ fn send<const FULL: bool>(
         Ok(sent) => {
             stats::backend(id, sending.bytes, sending.new_flow);
             if FULL && let Some(tag) = full_path::first_fragment() {
-                let hash = flow_hash(&parsed.key, cfg.hash_seed);
+                let hash = hashes::flow_hash(&parsed.key, cfg.hash_seed);
                 frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
             }
             Processed::Pending((sent.action, sent.reason))
