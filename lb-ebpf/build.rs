@@ -27,6 +27,8 @@ fn main() {
         println!("cargo:rustc-link-arg-bins=--cpu-features=+alu32");
         // The global BPF functions (`src/hashes.rs`): exported, so the linker keeps
         // them global and the verifier checks each once.
-        println!("cargo:rustc-link-arg-bins=--export=lb_flow_hash,lb_selected_hash");
+        println!(
+            "cargo:rustc-link-arg-bins=--export=lb_flow_hash,lb_selected_hash,lb_fib_next_hop"
+        );
     }
 }

@@ -42,7 +42,7 @@
 //! `lb_xdp` itself instantiates the path without it, so its code is unchanged.
 
 use aya_ebpf::{
-    bindings::xdp_action,
+    bindings::{xdp_action, xdp_md},
     helpers::generated::{bpf_ktime_get_coarse_ns, bpf_redirect, bpf_xdp_adjust_head},
     programs::XdpContext,
 };
@@ -120,7 +120,8 @@ struct Outer {
 /// MACs and egress of the next hop. The MACs are held as three 2-byte words (memory
 /// order), read from their 2-byte aligned sources: byte arrays copied through the
 /// stack lose their alignment and cost a load, a spill and a shift per byte.
-struct NextHop {
+#[repr(C)]
+pub(crate) struct NextHop {
     dmac: [u16; 3],
     smac: [u16; 3],
     /// Egress interface from the FIB, 0 in gateway mode (send back out with XDP_TX).
@@ -160,7 +161,7 @@ pub(crate) fn encapsulate_with<const SC: bool>(
     if outer_len > u32::from(cfg.mtu) {
         return Err(Reason::DropTooBig);
     }
-    let hop = next_hop(ctx, outer.v4, backend_id, backend, cfg)?;
+    let hop = next_hop(ctx, backend_id, backend, cfg)?;
     let inner_v4 = p.key.vip.family == FAMILY_V4;
     // IPv4-in-IPv6 always takes its flow label from the hash (nothing to copy), GUE its
     // UDP source port.
@@ -252,11 +253,10 @@ struct Inner {
     v4: bool,
 }
 
-/// The next hop of the outer packet.
+/// The next hop of the outer packet: the gateway's, or the FIB's ([`lb_fib_next_hop`]).
 #[inline(always)]
 fn next_hop(
     ctx: &XdpContext,
-    v4: bool,
     backend_id: u32,
     backend: &BackendEntry,
     cfg: &LbConfig,
@@ -268,38 +268,102 @@ fn next_hop(
             ifindex: 0,
         });
     }
-    if cfg.nexthop_cache_ns == 0 {
-        return fib_next_hop(ctx, v4, backend, cfg);
+    let mut hop = NextHop {
+        dmac: [0; 3],
+        smac: [0; 3],
+        ifindex: 0,
+    };
+    match lb_fib_next_hop(ctx.ctx, backend_id, backend, cfg, &mut hop) {
+        HOP_FOUND => Ok(hop),
+        HOP_NO_NEIGH => Err(Reason::DropFibNoNeigh),
+        _ => Err(Reason::DropFibFail),
     }
+}
+
+/// [`lb_fib_next_hop`]: the next hop was found.
+const HOP_FOUND: u32 = 0;
+/// [`lb_fib_next_hop`]: the route's neighbour is unresolved (`drop_fib_no_neigh`).
+const HOP_NO_NEIGH: u32 = 1;
+/// [`lb_fib_next_hop`]: no route, or the lookup failed (`drop_fib_fail`).
+const HOP_FAIL: u32 = 2;
+
+/// The FIB's next hop to backend `backend` (id `backend_id`) from `ctx`'s interface,
+/// reused from the CPU's `NEXTHOP_CACHE` within `cfg.nexthop_cache_ns`, written into
+/// `hop`; returns [`HOP_FOUND`], [`HOP_NO_NEIGH`] or [`HOP_FAIL`]. A global BPF function
+/// (exported by the linker, `build.rs`), which the verifier checks once rather than at
+/// every path that forwards a packet; gateway mode, the common one, does not call it.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn lb_fib_next_hop(
+    ctx: *mut xdp_md,
+    backend_id: u32,
+    backend: *const BackendEntry,
+    cfg: *const LbConfig,
+    hop: *mut NextHop,
+) -> u32 {
+    // SAFETY: the verifier checked that the non-null pointers point to readable (`hop`:
+    // writable) values of their types.
+    let (Some(backend), Some(cfg), Some(hop)) =
+        (unsafe { (backend.as_ref(), cfg.as_ref(), hop.as_mut()) })
+    else {
+        return HOP_FAIL;
+    };
+    match fib_hop(&XdpContext::new(ctx), backend_id, backend, cfg) {
+        Ok(found) => {
+            *hop = found;
+            HOP_FOUND
+        }
+        Err(Reason::DropFibNoNeigh) => HOP_NO_NEIGH,
+        Err(_) => HOP_FAIL,
+    }
+}
+
+/// The FIB's next hop ([`lb_fib_next_hop`]).
+#[inline(always)]
+fn fib_hop(
+    ctx: &XdpContext,
+    backend_id: u32,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> Result<NextHop, Reason> {
+    let v4 = backend.family == FAMILY_V4;
+    // One FIB lookup in the code, whether the cache is off, unreadable or stale.
+    let cached = if cfg.nexthop_cache_ns == 0 {
+        None
+    } else {
+        NEXTHOP_CACHE.get_ptr_mut(backend_id)
+    };
     // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
-    let Some(cached) = NEXTHOP_CACHE.get_ptr_mut(backend_id) else {
-        return fib_next_hop(ctx, v4, backend, cfg);
+    let now = if cached.is_some() {
+        unsafe { bpf_ktime_get_coarse_ns() }
+    } else {
+        0
     };
     // SAFETY: per-CPU array element, used only by this CPU during this run.
-    let cached = unsafe { &mut *cached };
-    // One copy of the address: the compare, the lookup and the entry use the same one.
-    let backend = *backend;
-    let addr = addr_words(&backend.addr);
-    let same = addr_words(&cached.addr)
-        .iter()
-        .zip(addr)
-        .fold(0, |diff, (a, b)| diff | (a ^ b))
-        == 0;
-    // Also bounded by the current cache time, which a reload may have lowered.
-    if same && now < cached.expires_ns && cached.expires_ns - now <= cfg.nexthop_cache_ns {
-        return Ok(NextHop {
-            dmac: mac_words(&cached.dmac),
-            smac: mac_words(&cached.smac),
-            ifindex: cached.ifindex,
-        });
+    let cached = cached.map(|c| unsafe { &mut *c });
+    if let Some(cached) = &cached {
+        let same = addr_words(&cached.addr)
+            .iter()
+            .zip(addr_words(&backend.addr))
+            .fold(0, |diff, (a, b)| diff | (a ^ b))
+            == 0;
+        // Also bounded by the current cache time, which a reload may have lowered.
+        if same && now < cached.expires_ns && cached.expires_ns - now <= cfg.nexthop_cache_ns {
+            return Ok(NextHop {
+                dmac: mac_words(&cached.dmac),
+                smac: mac_words(&cached.smac),
+                ifindex: cached.ifindex,
+            });
+        }
     }
-    let hop = fib_next_hop(ctx, v4, &backend, cfg)?;
-    cached.addr = backend.addr;
-    cached.dmac = words_mac(hop.dmac);
-    cached.smac = words_mac(hop.smac);
-    cached.ifindex = hop.ifindex;
-    cached.expires_ns = now.saturating_add(cfg.nexthop_cache_ns);
+    let hop = fib_next_hop(ctx, v4, backend, cfg)?;
+    if let Some(cached) = cached {
+        cached.addr = backend.addr;
+        cached.dmac = words_mac(hop.dmac);
+        cached.smac = words_mac(hop.smac);
+        cached.ifindex = hop.ifindex;
+        cached.expires_ns = now.saturating_add(cfg.nexthop_cache_ns);
+    }
     Ok(hop)
 }
 
