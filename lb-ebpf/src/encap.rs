@@ -24,7 +24,7 @@
 //! the configured address as well as from the prefix. The FIB lookup takes the
 //! configured address for both.
 
-use core::num::TryFromIntError;
+use core::{mem::MaybeUninit, num::TryFromIntError};
 
 use aya_ebpf::{
     EbpfContext,
@@ -183,6 +183,26 @@ pub(crate) fn mac_words(m: &[u8; 6]) -> [u16; 3] {
     ]
 }
 
+/// The MACs of a FIB answer, `(dmac, smac)`, as [`mac_words`], read as 2-byte words:
+/// both sit at even offsets of the 4-byte aligned struct (checked below), and byte
+/// reads would each take a register, which the caller then spills to its stack.
+#[inline(always)]
+pub(crate) fn fib_macs(params: &FibParams) -> ([u16; 3], [u16; 3]) {
+    let words = |m: &[u8; 6]| {
+        let w = m.as_ptr().cast::<u16>();
+        // SAFETY: three 2-byte words inside the 6-byte array, 2-byte aligned (its offset
+        // in the 4-byte aligned struct is even, asserted below).
+        unsafe { [*w, *w.add(1), *w.add(2)] }
+    };
+    (words(&params.dmac), words(&params.smac))
+}
+
+const _: () = assert!(
+    core::mem::offset_of!(FibParams, dmac) % 2 == 0
+        && core::mem::offset_of!(FibParams, smac) % 2 == 0
+        && align_of::<FibParams>() >= 2
+);
+
 /// Inverse of [`mac_words`].
 #[inline(always)]
 pub(crate) fn words_mac(w: [u16; 3]) -> [u8; 6] {
@@ -219,50 +239,57 @@ impl Interface for TcContext {
 }
 
 /// The parameters of the FIB lookup of an outer packet (IPv4 when `v4`) from the
-/// configured source to `backend`, from `ctx`'s interface.
+/// configured source to `backend`, from `ctx`'s interface, written into `params`.
+///
+/// Written as sixteen whole words (the layout is checked below), in place: `mem::zeroed`
+/// and field stores compile to a call of `memset`, a byte loop that the verifier walks
+/// 64 times at every FIB lookup it explores, and a value built elsewhere and moved here
+/// costs another 64 bytes of the stack. The stores are volatile, so LLVM cannot merge the
+/// zero words back into `memset`.
 #[inline(always)]
-pub(crate) fn fib_params<C: Interface>(
+pub(crate) fn fib_params<'a, C: Interface>(
     ctx: &C,
     v4: bool,
     backend: &BackendEntry,
     cfg: &LbConfig,
-) -> FibParams {
-    // Built as sixteen whole words (the layout is checked below): `mem::zeroed` and
-    // field stores compile to a call of `memset`, a byte loop that the verifier walks 64
-    // times at every FIB lookup it explores (about a quarter of `lb_xdp`'s count). The
-    // zero is opaque to LLVM, so it cannot merge the zero words back into that call.
-    // SAFETY: a read of a local.
-    let zero = unsafe { core::ptr::read_volatile(&0u32) };
-    let (family, proto, src, dst) = if v4 {
-        let src = [u32::from_ne_bytes(cfg.src_v4), zero, zero, zero];
-        let dst = [addr_words(&backend.addr)[0], zero, zero, zero];
-        (AF_INET, IPPROTO_IPIP, src, dst)
+    params: &'a mut MaybeUninit<FibParams>,
+) -> &'a mut FibParams {
+    let (family, proto) = if v4 {
+        (AF_INET, IPPROTO_IPIP)
+    } else {
+        (AF_INET6, IPPROTO_IPV6)
+    };
+    let dst = addr_words(&backend.addr);
+    let words = params.as_mut_ptr().cast::<u32>();
+    let put = |i: usize, word: u32| {
+        // SAFETY: `i` < 16 words of 4 bytes, within the 64-byte struct, which is 4-byte
+        // aligned (its fields are at most 4 bytes wide).
+        unsafe { words.add(i).write_volatile(word) };
+    };
+    put(0, u32::from(family) | u32::from(proto) << 8);
+    put(1, 0);
+    put(2, ctx.ifindex());
+    put(3, 0);
+    if v4 {
+        put(4, u32::from_ne_bytes(cfg.src_v4));
+        put(8, dst[0]);
+        for i in 1..4 {
+            put(4 + i, 0);
+            put(8 + i, 0);
+        }
     } else {
         let src = addr_words(&cfg.src_v6);
-        (AF_INET6, IPPROTO_IPV6, src, addr_words(&backend.addr))
-    };
-    let head = u32::from(family) | u32::from(proto) << 8;
-    let words: [u32; 16] = [
-        head,
-        zero,
-        ctx.ifindex(),
-        zero,
-        src[0],
-        src[1],
-        src[2],
-        src[3],
-        dst[0],
-        dst[1],
-        dst[2],
-        dst[3],
-        zero,
-        zero,
-        zero,
-        zero,
-    ];
-    // SAFETY: same size (asserted with the layout below); every bit pattern is a valid
-    // bpf_fib_lookup (plain old data).
-    unsafe { core::mem::transmute::<[u32; 16], FibParams>(words) }
+        for i in 0..4 {
+            put(4 + i, src[i]);
+            put(8 + i, dst[i]);
+        }
+    }
+    for i in 12..16 {
+        put(i, 0);
+    }
+    // SAFETY: every byte was written; all bit patterns are a valid bpf_fib_lookup (plain
+    // old data).
+    unsafe { params.assume_init_mut() }
 }
 
 // The word layout `fib_params` builds (`struct bpf_fib_lookup`, little-endian BPF).

@@ -41,6 +41,8 @@
 //! Hlen 2 or 5. Only the rare paths' program builds it ([`candidates`](crate::candidates)):
 //! `lb_xdp` itself instantiates the path without it, so its code is unchanged.
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::{
     bindings::{xdp_action, xdp_md},
     helpers::generated::{bpf_ktime_get_coarse_ns, bpf_redirect, bpf_xdp_adjust_head},
@@ -110,7 +112,7 @@ impl Sent {
 }
 
 /// The outer header's family and what goes into it.
-struct Outer {
+pub(crate) struct Outer {
     /// IPv4 outer header (else IPv6).
     v4: bool,
     /// Bytes it adds.
@@ -156,12 +158,57 @@ pub(crate) fn encapsulate_with<const SC: bool>(
     hash: Option<u32>,
     candidate: &BackendEntry,
 ) -> Result<Sent, Reason> {
+    let hop = route::<SC>(ctx, p, backend_id, backend, cfg)?;
+    push_outer::<SC>(ctx, p, backend, cfg, hash, candidate, &hop)
+}
+
+/// The checks and the next hop of [`encapsulate_with`], before the frame changes: the
+/// backend's family ([`outer`]), the MTU (`drop_too_big`), the next hop ([`next_hop`]).
+#[inline(always)]
+pub(crate) fn route<const SC: bool>(
+    ctx: &XdpContext,
+    p: &Parsed,
+    backend_id: u32,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> Result<NextHop, Reason> {
+    outer_len::<SC>(p, backend, cfg)?;
+    next_hop(ctx, backend_id, backend, cfg)
+}
+
+/// The outer header to `backend` and the length of the packet in it: `drop_bad_config`
+/// as [`outer`], `drop_too_big` above the MTU.
+#[inline(always)]
+fn outer_len<const SC: bool>(
+    p: &Parsed,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> Result<(Outer, u16), Reason> {
     let outer = outer(p, backend)?;
     let outer_len = p.l3_len + outer.len + candidates_len::<SC>(outer.v4);
     if outer_len > u32::from(cfg.mtu) {
         return Err(Reason::DropTooBig);
     }
-    let hop = next_hop(ctx, backend_id, backend, cfg)?;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "outer_len <= mtu, a u16, was checked above"
+    )]
+    Ok((outer, outer_len as u16))
+}
+
+/// The rest of [`encapsulate_with`] once [`route`] gave the next hop `hop`: the flow
+/// hash if an outer field needs it, the headers pushed, the way out.
+#[inline(always)]
+pub(crate) fn push_outer<const SC: bool>(
+    ctx: &XdpContext,
+    p: &Parsed,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+    hash: Option<u32>,
+    candidate: &BackendEntry,
+    hop: &NextHop,
+) -> Result<Sent, Reason> {
+    let (outer, outer_len) = outer_len::<SC>(p, backend, cfg)?;
     let inner_v4 = p.key.vip.family == FAMILY_V4;
     // IPv4-in-IPv6 always takes its flow label from the hash (nothing to copy), GUE its
     // UDP source port.
@@ -170,19 +217,14 @@ pub(crate) fn encapsulate_with<const SC: bool>(
     } else {
         hash.unwrap_or_else(|| crate::hashes::flow_hash(&p.key, cfg.hash_seed))
     };
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "outer_len <= mtu, a u16, was checked above"
-    )]
-    let outer_len = outer_len as u16;
     if outer.v4 {
-        push_ipv4::<SC>(ctx, backend, cfg, &hop, outer_len, hash, candidate)?;
+        push_ipv4::<SC>(ctx, backend, cfg, hop, outer_len, hash, candidate)?;
     } else {
         let inner = Inner {
             len: p.l3_len,
             v4: inner_v4,
         };
-        push_ipv6::<SC>(ctx, backend, cfg, &hop, &inner, hash, candidate)?;
+        push_ipv6::<SC>(ctx, backend, cfg, hop, &inner, hash, candidate)?;
     }
     let ingress = ctx.ingress_ifindex();
     if hop.ifindex != 0 && hop.ifindex as usize != ingress {
@@ -375,13 +417,17 @@ fn fib_next_hop(
     backend: &BackendEntry,
     cfg: &LbConfig,
 ) -> Result<NextHop, Reason> {
-    let mut params = encap::fib_params(ctx, v4, backend, cfg);
-    match encap::fib_lookup(ctx, &mut params) {
-        Ok(FIB_FOUND) => Ok(NextHop {
-            dmac: mac_words(&params.dmac),
-            smac: mac_words(&params.smac),
-            ifindex: params.ifindex,
-        }),
+    let mut params = MaybeUninit::uninit();
+    let params = encap::fib_params(ctx, v4, backend, cfg, &mut params);
+    match encap::fib_lookup(ctx, params) {
+        Ok(FIB_FOUND) => {
+            let (dmac, smac) = encap::fib_macs(params);
+            Ok(NextHop {
+                dmac,
+                smac,
+                ifindex: params.ifindex,
+            })
+        }
         Ok(FIB_NO_NEIGH) => Err(Reason::DropFibNoNeigh),
         _ => Err(Reason::DropFibFail),
     }
