@@ -28,7 +28,7 @@ fn main() {
         // The global BPF functions (`src/hashes.rs`): exported, so the linker keeps
         // them global and the verifier checks each once.
         println!(
-            "cargo:rustc-link-arg-bins=--export=lb_flow_hash,lb_selected_hash,lb_fib_next_hop,lb_forward"
+            "cargo:rustc-link-arg-bins=--export=lb_flow_hash,lb_selected_hash,lb_fib_next_hop,lb_forward,lb_quoted_flow"
         );
     }
 }

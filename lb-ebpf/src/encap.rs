@@ -183,18 +183,28 @@ pub(crate) fn mac_words(m: &[u8; 6]) -> [u16; 3] {
     ]
 }
 
-/// The MACs of a FIB answer, `(dmac, smac)`, as [`mac_words`], read as 2-byte words:
-/// both sit at even offsets of the 4-byte aligned struct (checked below), and byte
-/// reads would each take a register, which the caller then spills to its stack.
+/// [`mac_words`] of a MAC that is 2-byte aligned, read as three words: byte reads each
+/// take a register, which a caller short of registers spills to its stack.
+///
+/// # Safety
+/// `m` must be 2-byte aligned.
+#[inline(always)]
+pub(crate) unsafe fn aligned_mac_words(m: &[u8; 6]) -> [u16; 3] {
+    let w = m.as_ptr().cast::<u16>();
+    // SAFETY: three aligned words inside the 6 bytes (the caller's contract).
+    unsafe { [*w, *w.add(1), *w.add(2)] }
+}
+
+/// The MACs of a FIB answer, `(dmac, smac)`, as [`mac_words`].
 #[inline(always)]
 pub(crate) fn fib_macs(params: &FibParams) -> ([u16; 3], [u16; 3]) {
-    let words = |m: &[u8; 6]| {
-        let w = m.as_ptr().cast::<u16>();
-        // SAFETY: three 2-byte words inside the 6-byte array, 2-byte aligned (its offset
-        // in the 4-byte aligned struct is even, asserted below).
-        unsafe { [*w, *w.add(1), *w.add(2)] }
-    };
-    (words(&params.dmac), words(&params.smac))
+    // SAFETY: both sit at even offsets of the 4-byte aligned struct (asserted below).
+    unsafe {
+        (
+            aligned_mac_words(&params.dmac),
+            aligned_mac_words(&params.smac),
+        )
+    }
 }
 
 const _: () = assert!(

@@ -52,8 +52,8 @@ use lb_common::{
     stats::Reason,
     types::{
         BackendEntry, CONFIG_FLOW_LABEL_HASH, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6,
-        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY, SECOND_CHANCE_KIND, gue_source_port,
-        second_chance_hlen,
+        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY, NextHopEntry, SECOND_CHANCE_KIND,
+        gue_source_port, second_chance_hlen,
     },
 };
 
@@ -61,9 +61,10 @@ use crate::{
     csum,
     encap::{
         self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, GUE_LEN, GUE_LEN_U16, IPPROTO_IPIP,
-        IPPROTO_IPV6, IPPROTO_UDP, IPV4_GUE_LEN_U16, IPV4_LEN, IPV6_LEN, mac_words, words_mac,
+        IPPROTO_IPV6, IPPROTO_UDP, IPV4_GUE_LEN_U16, IPV4_LEN, IPV6_LEN, aligned_mac_words,
+        mac_words, words_mac,
     },
-    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, UdpGueHdr, addr_words},
+    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, UdpGueHdr, addr_words, aligned_addr_words},
     maps::NEXTHOP_CACHE,
     packet::ptr_at,
     parse::{ETH_LEN, Parsed},
@@ -375,8 +376,8 @@ fn fib_hop(
     } else {
         NEXTHOP_CACHE.get_ptr_mut(backend_id)
     };
-    // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
     let now = if cached.is_some() {
+        // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
         unsafe { bpf_ktime_get_coarse_ns() }
     } else {
         0
@@ -384,16 +385,27 @@ fn fib_hop(
     // SAFETY: per-CPU array element, used only by this CPU during this run.
     let cached = cached.map(|c| unsafe { &mut *c });
     if let Some(cached) = &cached {
-        let same = addr_words(&cached.addr)
-            .iter()
-            .zip(addr_words(&backend.addr))
-            .fold(0, |diff, (a, b)| diff | (a ^ b))
-            == 0;
+        // SAFETY: both addresses start their 4-byte aligned structs (asserted below).
+        let (a, b) = unsafe {
+            (
+                aligned_addr_words(&cached.addr),
+                aligned_addr_words(&backend.addr),
+            )
+        };
+        let same = a.iter().zip(b).fold(0, |diff, (a, b)| diff | (a ^ b)) == 0;
         // Also bounded by the current cache time, which a reload may have lowered.
         if same && now < cached.expires_ns && cached.expires_ns - now <= cfg.nexthop_cache_ns {
+            // SAFETY: both MACs sit at even offsets of the 8-byte aligned entry
+            // (asserted below).
+            let (dmac, smac) = unsafe {
+                (
+                    aligned_mac_words(&cached.dmac),
+                    aligned_mac_words(&cached.smac),
+                )
+            };
             return Ok(NextHop {
-                dmac: mac_words(&cached.dmac),
-                smac: mac_words(&cached.smac),
+                dmac,
+                smac,
                 ifindex: cached.ifindex,
             });
         }
@@ -408,6 +420,16 @@ fn fib_hop(
     }
     Ok(hop)
 }
+
+// `fib_hop` reads both addresses as aligned words.
+const _: () = assert!(
+    core::mem::offset_of!(NextHopEntry, addr) == 0
+        && align_of::<NextHopEntry>() >= 4
+        && core::mem::offset_of!(NextHopEntry, dmac) % 2 == 0
+        && core::mem::offset_of!(NextHopEntry, smac) % 2 == 0
+        && core::mem::offset_of!(BackendEntry, addr) == 0
+        && align_of::<BackendEntry>() >= 4
+);
 
 /// The next hop of the outer packet from `bpf_fib_lookup`.
 #[inline(always)]
