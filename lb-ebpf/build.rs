@@ -25,5 +25,10 @@ fn main() {
     println!("cargo:rerun-if-changed=bpf-linker-v3");
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("bpf") {
         println!("cargo:rustc-link-arg-bins=--cpu-features=+alu32");
+        // The global BPF functions (`src/hashes.rs`): exported, so the linker keeps
+        // them global and the verifier checks each once.
+        println!(
+            "cargo:rustc-link-arg-bins=--export=lb_flow_hash,lb_selected_hash,lb_fib_next_hop,lb_forward,lb_quoted_flow"
+        );
     }
 }

@@ -121,6 +121,20 @@ pub trait Lookups: PinLookups {
     /// slot), `None` when the table cannot be read. Only compared with a pin's backend,
     /// to re-label the pin.
     fn table_slot(&mut self, hash: u32) -> Option<u32>;
+
+    /// The flow hash of `key` with `seed` ([`flow_hash`]; the XDP program calls it out of
+    /// line, a function its verifier checks once).
+    #[inline(always)]
+    fn flow_hash(&mut self, key: &FlowKey, seed: u32) -> u32 {
+        flow_hash(key, seed)
+    }
+
+    /// The table hash of `key` for VIP flags `flags`, whose flow hash is `flow`
+    /// ([`table_hash_of`], which the XDP program calls out of line too).
+    #[inline(always)]
+    fn table_hash_of(&mut self, key: &FlowKey, flags: u32, seed: u32, flow: u32) -> u32 {
+        table_hash_of(key, flags, seed, flow)
+    }
 }
 
 /// What a flow's pin says ([`pin_state`]).
@@ -326,7 +340,7 @@ pub fn decide<L: Lookups>(
         }
     }
     let replace = entry.is_some();
-    let hash = flow_hash(key, cfg.hash_seed);
+    let hash = lookups.flow_hash(key, cfg.hash_seed);
     let mut stale_slot = None;
     if !udp {
         if let Some(slot) = held_syn(lookups, key, hash, vip.vip_id) {
@@ -360,7 +374,7 @@ pub fn decide<L: Lookups>(
         isn: 0,
     });
     Decision::Table {
-        hash: table_hash_of(key, vip.flags, cfg.hash_seed, hash),
+        hash: lookups.table_hash_of(key, vip.flags, cfg.hash_seed, hash),
         record,
         stale_slot,
     }
@@ -379,7 +393,7 @@ fn recheck<L: Lookups>(
     cfg: &LbConfig,
     backend: L::Backend,
 ) -> Decision<L::Backend, L::Slot> {
-    let hash = flow_hash(key, cfg.hash_seed);
+    let hash = lookups.flow_hash(key, cfg.hash_seed);
     if let Some(slot) = held_syn(lookups, key, hash, vip.vip_id) {
         let syn: &SynEntry = slot.borrow();
         let (backend_id, epoch, isn) = (u32::from(syn.backend_id), syn.epoch, syn.seq);
@@ -400,7 +414,7 @@ fn recheck<L: Lookups>(
             };
         }
     }
-    let table = table_hash_of(key, vip.flags, cfg.hash_seed, hash);
+    let table = lookups.table_hash_of(key, vip.flags, cfg.hash_seed, hash);
     let touch = if lookups.table_slot(table) == Some(entry.backend_id) {
         Touch::Relabel(vip.epoch)
     } else {

@@ -235,13 +235,21 @@ pub fn selected_key(key: &FlowKey, flags: u32) -> FlowKey {
     ])
 }
 
+/// Whether a VIP whose `VIPS` entry has flags `flags` hashes the 5-tuple: its table
+/// hash is then the flow hash.
+#[inline(always)]
+#[must_use]
+pub const fn is_five_tuple(flags: u32) -> bool {
+    (flags >> VIP_HASH_FIELDS_SHIFT) & VIP_HASH_FIELDS_MASK == Fields::FiveTuple as u32
+}
+
 /// The table hash of `key` for a VIP whose `VIPS` entry has flags `flags` and whose
 /// flow hash ([`flow_hash`] with `seed`) is `flow`: `flow` itself for the 5-tuple,
 /// otherwise the flow hash of [`selected_key`]. The slot is `table_hash % M`.
 #[inline(always)]
 #[must_use]
 pub fn table_hash_of(key: &FlowKey, flags: u32, seed: u32, flow: u32) -> u32 {
-    if (flags >> VIP_HASH_FIELDS_SHIFT) & VIP_HASH_FIELDS_MASK == Fields::FiveTuple as u32 {
+    if is_five_tuple(flags) {
         flow
     } else {
         flow_hash(&selected_key(key, flags), seed)
@@ -253,7 +261,7 @@ pub fn table_hash_of(key: &FlowKey, flags: u32, seed: u32, flow: u32) -> u32 {
 #[inline(always)]
 #[must_use]
 pub fn table_hash(key: &FlowKey, flags: u32, seed: u32) -> u32 {
-    if (flags >> VIP_HASH_FIELDS_SHIFT) & VIP_HASH_FIELDS_MASK == Fields::FiveTuple as u32 {
+    if is_five_tuple(flags) {
         flow_hash(key, seed)
     } else {
         flow_hash(&selected_key(key, flags), seed)

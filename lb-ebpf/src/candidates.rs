@@ -12,7 +12,6 @@
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
-    hash::flow_hash,
     second_chance,
     stats::{Reason, VipStats},
     types::{
@@ -91,7 +90,7 @@ pub(crate) fn work(
         tag: 0,
         v4: vip_id,
         overhead: backend & 0xffff | candidate << 16,
-        l3_len: flow_hash(&p.key, cfg.hash_seed),
+        l3_len: crate::hashes::flow_hash(&p.key, cfg.hash_seed),
     }
 }
 

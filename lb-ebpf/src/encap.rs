@@ -24,7 +24,7 @@
 //! the configured address as well as from the prefix. The FIB lookup takes the
 //! configured address for both.
 
-use core::num::TryFromIntError;
+use core::{mem::MaybeUninit, num::TryFromIntError};
 
 use aya_ebpf::{
     EbpfContext,
@@ -183,6 +183,36 @@ pub(crate) fn mac_words(m: &[u8; 6]) -> [u16; 3] {
     ]
 }
 
+/// [`mac_words`] of a MAC that is 2-byte aligned, read as three words: byte reads each
+/// take a register, which a caller short of registers spills to its stack.
+///
+/// # Safety
+/// `m` must be 2-byte aligned.
+#[inline(always)]
+pub(crate) unsafe fn aligned_mac_words(m: &[u8; 6]) -> [u16; 3] {
+    let w = m.as_ptr().cast::<u16>();
+    // SAFETY: three aligned words inside the 6 bytes (the caller's contract).
+    unsafe { [*w, *w.add(1), *w.add(2)] }
+}
+
+/// The MACs of a FIB answer, `(dmac, smac)`, as [`mac_words`].
+#[inline(always)]
+pub(crate) fn fib_macs(params: &FibParams) -> ([u16; 3], [u16; 3]) {
+    // SAFETY: both sit at even offsets of the 4-byte aligned struct (asserted below).
+    unsafe {
+        (
+            aligned_mac_words(&params.dmac),
+            aligned_mac_words(&params.smac),
+        )
+    }
+}
+
+const _: () = assert!(
+    core::mem::offset_of!(FibParams, dmac) % 2 == 0
+        && core::mem::offset_of!(FibParams, smac) % 2 == 0
+        && align_of::<FibParams>() >= 2
+);
+
 /// Inverse of [`mac_words`].
 #[inline(always)]
 pub(crate) fn words_mac(w: [u16; 3]) -> [u8; 6] {
@@ -219,30 +249,67 @@ impl Interface for TcContext {
 }
 
 /// The parameters of the FIB lookup of an outer packet (IPv4 when `v4`) from the
-/// configured source to `backend`, from `ctx`'s interface.
+/// configured source to `backend`, from `ctx`'s interface, written into `params`.
+///
+/// Written as sixteen whole words (the layout is checked below), in place: `mem::zeroed`
+/// and field stores compile to a call of `memset`, a byte loop that the verifier walks
+/// 64 times at every FIB lookup it explores, and a value built elsewhere and moved here
+/// costs another 64 bytes of the stack. The stores are volatile, so LLVM cannot merge the
+/// zero words back into `memset`.
 #[inline(always)]
-pub(crate) fn fib_params<C: Interface>(
+pub(crate) fn fib_params<'a, C: Interface>(
     ctx: &C,
     v4: bool,
     backend: &BackendEntry,
     cfg: &LbConfig,
-) -> FibParams {
-    // SAFETY: bpf_fib_lookup is a plain-old-data struct for which all zeroes is valid.
-    let mut params: FibParams = unsafe { core::mem::zeroed() };
-    params.ifindex = ctx.ifindex();
-    if v4 {
-        params.family = AF_INET;
-        params.l4_protocol = IPPROTO_IPIP;
-        params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(cfg.src_v4);
-        params.__bindgen_anon_4.ipv4_dst = addr_words(&backend.addr)[0];
+    params: &'a mut MaybeUninit<FibParams>,
+) -> &'a mut FibParams {
+    let (family, proto) = if v4 {
+        (AF_INET, IPPROTO_IPIP)
     } else {
-        params.family = AF_INET6;
-        params.l4_protocol = IPPROTO_IPV6;
-        params.__bindgen_anon_3.ipv6_src = addr_words(&cfg.src_v6);
-        params.__bindgen_anon_4.ipv6_dst = addr_words(&backend.addr);
+        (AF_INET6, IPPROTO_IPV6)
+    };
+    let dst = addr_words(&backend.addr);
+    let words = params.as_mut_ptr().cast::<u32>();
+    let put = |i: usize, word: u32| {
+        // SAFETY: `i` < 16 words of 4 bytes, within the 64-byte struct, which is 4-byte
+        // aligned (its fields are at most 4 bytes wide).
+        unsafe { words.add(i).write_volatile(word) };
+    };
+    put(0, u32::from(family) | u32::from(proto) << 8);
+    put(1, 0);
+    put(2, ctx.ifindex());
+    put(3, 0);
+    if v4 {
+        put(4, u32::from_ne_bytes(cfg.src_v4));
+        put(8, dst[0]);
+        for i in 1..4 {
+            put(4 + i, 0);
+            put(8 + i, 0);
+        }
+    } else {
+        let src = addr_words(&cfg.src_v6);
+        for i in 0..4 {
+            put(4 + i, src[i]);
+            put(8 + i, dst[i]);
+        }
     }
-    params
+    for i in 12..16 {
+        put(i, 0);
+    }
+    // SAFETY: every byte was written; all bit patterns are a valid bpf_fib_lookup (plain
+    // old data).
+    unsafe { params.assume_init_mut() }
 }
+
+// The word layout `fib_params` builds (`struct bpf_fib_lookup`, little-endian BPF).
+const _: () = assert!(
+    core::mem::offset_of!(FibParams, family) == 0
+        && core::mem::offset_of!(FibParams, l4_protocol) == 1
+        && core::mem::offset_of!(FibParams, ifindex) == 8
+        && core::mem::offset_of!(FibParams, __bindgen_anon_3) == 16
+        && core::mem::offset_of!(FibParams, __bindgen_anon_4) == 32
+);
 
 /// Looks the next hop of `params` up from program context `ctx`; the helper writes its
 /// answer into `params` and returns [`FIB_FOUND`] (both MACs and the egress

@@ -41,18 +41,19 @@
 //! Hlen 2 or 5. Only the rare paths' program builds it ([`candidates`](crate::candidates)):
 //! `lb_xdp` itself instantiates the path without it, so its code is unchanged.
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::{
-    bindings::xdp_action,
+    bindings::{xdp_action, xdp_md},
     helpers::generated::{bpf_ktime_get_coarse_ns, bpf_redirect, bpf_xdp_adjust_head},
     programs::XdpContext,
 };
 use lb_common::{
-    hash::flow_hash,
     stats::Reason,
     types::{
         BackendEntry, CONFIG_FLOW_LABEL_HASH, CONFIG_SOURCE_PREFIX_V4, CONFIG_SOURCE_PREFIX_V6,
-        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY, SECOND_CHANCE_KIND, gue_source_port,
-        second_chance_hlen,
+        FAMILY_V4, FAMILY_V6, LbConfig, NEXTHOP_GATEWAY, NextHopEntry, SECOND_CHANCE_KIND,
+        gue_source_port, second_chance_hlen,
     },
 };
 
@@ -60,9 +61,10 @@ use crate::{
     csum,
     encap::{
         self, ETH_P_IP, ETH_P_IPV6, FIB_FOUND, FIB_NO_NEIGH, GUE_LEN, GUE_LEN_U16, IPPROTO_IPIP,
-        IPPROTO_IPV6, IPPROTO_UDP, IPV4_GUE_LEN_U16, IPV4_LEN, IPV6_LEN, mac_words, words_mac,
+        IPPROTO_IPV6, IPPROTO_UDP, IPV4_GUE_LEN_U16, IPV4_LEN, IPV6_LEN, aligned_mac_words,
+        mac_words, words_mac,
     },
-    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, UdpGueHdr, addr_words},
+    headers::{EthHdr, Ipv4Hdr, Ipv6Hdr, UdpGueHdr, addr_words, aligned_addr_words},
     maps::NEXTHOP_CACHE,
     packet::ptr_at,
     parse::{ETH_LEN, Parsed},
@@ -111,7 +113,7 @@ impl Sent {
 }
 
 /// The outer header's family and what goes into it.
-struct Outer {
+pub(crate) struct Outer {
     /// IPv4 outer header (else IPv6).
     v4: bool,
     /// Bytes it adds.
@@ -121,7 +123,8 @@ struct Outer {
 /// MACs and egress of the next hop. The MACs are held as three 2-byte words (memory
 /// order), read from their 2-byte aligned sources: byte arrays copied through the
 /// stack lose their alignment and cost a load, a spill and a shift per byte.
-struct NextHop {
+#[repr(C)]
+pub(crate) struct NextHop {
     dmac: [u16; 3],
     smac: [u16; 3],
     /// Egress interface from the FIB, 0 in gateway mode (send back out with XDP_TX).
@@ -156,33 +159,73 @@ pub(crate) fn encapsulate_with<const SC: bool>(
     hash: Option<u32>,
     candidate: &BackendEntry,
 ) -> Result<Sent, Reason> {
+    let hop = route::<SC>(ctx, p, backend_id, backend, cfg)?;
+    push_outer::<SC>(ctx, p, backend, cfg, hash, candidate, &hop)
+}
+
+/// The checks and the next hop of [`encapsulate_with`], before the frame changes: the
+/// backend's family ([`outer`]), the MTU (`drop_too_big`), the next hop ([`next_hop`]).
+#[inline(always)]
+pub(crate) fn route<const SC: bool>(
+    ctx: &XdpContext,
+    p: &Parsed,
+    backend_id: u32,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> Result<NextHop, Reason> {
+    outer_len::<SC>(p, backend, cfg)?;
+    next_hop(ctx, backend_id, backend, cfg)
+}
+
+/// The outer header to `backend` and the length of the packet in it: `drop_bad_config`
+/// as [`outer`], `drop_too_big` above the MTU.
+#[inline(always)]
+fn outer_len<const SC: bool>(
+    p: &Parsed,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> Result<(Outer, u16), Reason> {
     let outer = outer(p, backend)?;
     let outer_len = p.l3_len + outer.len + candidates_len::<SC>(outer.v4);
     if outer_len > u32::from(cfg.mtu) {
         return Err(Reason::DropTooBig);
     }
-    let hop = next_hop(ctx, outer.v4, backend_id, backend, cfg)?;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "outer_len <= mtu, a u16, was checked above"
+    )]
+    Ok((outer, outer_len as u16))
+}
+
+/// The rest of [`encapsulate_with`] once [`route`] gave the next hop `hop`: the flow
+/// hash if an outer field needs it, the headers pushed, the way out.
+#[inline(always)]
+pub(crate) fn push_outer<const SC: bool>(
+    ctx: &XdpContext,
+    p: &Parsed,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+    hash: Option<u32>,
+    candidate: &BackendEntry,
+    hop: &NextHop,
+) -> Result<Sent, Reason> {
+    let (outer, outer_len) = outer_len::<SC>(p, backend, cfg)?;
     let inner_v4 = p.key.vip.family == FAMILY_V4;
     // IPv4-in-IPv6 always takes its flow label from the hash (nothing to copy), GUE its
     // UDP source port.
     let hash = if cfg.flags & HASHED_OUTER == 0 && (outer.v4 || !inner_v4) && !backend.gue() {
         0
     } else {
-        hash.unwrap_or_else(|| flow_hash(&p.key, cfg.hash_seed))
+        hash.unwrap_or_else(|| crate::hashes::flow_hash(&p.key, cfg.hash_seed))
     };
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "outer_len <= mtu, a u16, was checked above"
-    )]
-    let outer_len = outer_len as u16;
     if outer.v4 {
-        push_ipv4::<SC>(ctx, backend, cfg, &hop, outer_len, hash, candidate)?;
+        push_ipv4::<SC>(ctx, backend, cfg, hop, outer_len, hash, candidate)?;
     } else {
         let inner = Inner {
             len: p.l3_len,
             v4: inner_v4,
         };
-        push_ipv6::<SC>(ctx, backend, cfg, &hop, &inner, hash, candidate)?;
+        push_ipv6::<SC>(ctx, backend, cfg, hop, &inner, hash, candidate)?;
     }
     let ingress = ctx.ingress_ifindex();
     if hop.ifindex != 0 && hop.ifindex as usize != ingress {
@@ -253,11 +296,10 @@ struct Inner {
     v4: bool,
 }
 
-/// The next hop of the outer packet.
+/// The next hop of the outer packet: the gateway's, or the FIB's ([`lb_fib_next_hop`]).
 #[inline(always)]
 fn next_hop(
     ctx: &XdpContext,
-    v4: bool,
     backend_id: u32,
     backend: &BackendEntry,
     cfg: &LbConfig,
@@ -269,40 +311,125 @@ fn next_hop(
             ifindex: 0,
         });
     }
-    if cfg.nexthop_cache_ns == 0 {
-        return fib_next_hop(ctx, v4, backend, cfg);
+    let mut hop = NextHop {
+        dmac: [0; 3],
+        smac: [0; 3],
+        ifindex: 0,
+    };
+    match lb_fib_next_hop(ctx.ctx, backend_id, backend, cfg, &mut hop) {
+        HOP_FOUND => Ok(hop),
+        HOP_NO_NEIGH => Err(Reason::DropFibNoNeigh),
+        _ => Err(Reason::DropFibFail),
     }
-    // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
-    let Some(cached) = NEXTHOP_CACHE.get_ptr_mut(backend_id) else {
-        return fib_next_hop(ctx, v4, backend, cfg);
+}
+
+/// [`lb_fib_next_hop`]: the next hop was found.
+const HOP_FOUND: u32 = 0;
+/// [`lb_fib_next_hop`]: the route's neighbour is unresolved (`drop_fib_no_neigh`).
+const HOP_NO_NEIGH: u32 = 1;
+/// [`lb_fib_next_hop`]: no route, or the lookup failed (`drop_fib_fail`).
+const HOP_FAIL: u32 = 2;
+
+/// The FIB's next hop to backend `backend` (id `backend_id`) from `ctx`'s interface,
+/// reused from the CPU's `NEXTHOP_CACHE` within `cfg.nexthop_cache_ns`, written into
+/// `hop`; returns [`HOP_FOUND`], [`HOP_NO_NEIGH`] or [`HOP_FAIL`]. A global BPF function
+/// (exported by the linker, `build.rs`), which the verifier checks once rather than at
+/// every path that forwards a packet; gateway mode, the common one, does not call it.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn lb_fib_next_hop(
+    ctx: *mut xdp_md,
+    backend_id: u32,
+    backend: *const BackendEntry,
+    cfg: *const LbConfig,
+    hop: *mut NextHop,
+) -> u32 {
+    // SAFETY: the verifier checked that the non-null pointers point to readable (`hop`:
+    // writable) values of their types.
+    let (Some(backend), Some(cfg), Some(hop)) =
+        (unsafe { (backend.as_ref(), cfg.as_ref(), hop.as_mut()) })
+    else {
+        return HOP_FAIL;
+    };
+    match fib_hop(&XdpContext::new(ctx), backend_id, backend, cfg) {
+        Ok(found) => {
+            *hop = found;
+            HOP_FOUND
+        }
+        Err(Reason::DropFibNoNeigh) => HOP_NO_NEIGH,
+        Err(_) => HOP_FAIL,
+    }
+}
+
+/// The FIB's next hop ([`lb_fib_next_hop`]).
+#[inline(always)]
+fn fib_hop(
+    ctx: &XdpContext,
+    backend_id: u32,
+    backend: &BackendEntry,
+    cfg: &LbConfig,
+) -> Result<NextHop, Reason> {
+    let v4 = backend.family == FAMILY_V4;
+    // One FIB lookup in the code, whether the cache is off, unreadable or stale.
+    let cached = if cfg.nexthop_cache_ns == 0 {
+        None
+    } else {
+        NEXTHOP_CACHE.get_ptr_mut(backend_id)
+    };
+    let now = if cached.is_some() {
+        // SAFETY: bpf_ktime_get_coarse_ns takes no arguments and cannot fail.
+        unsafe { bpf_ktime_get_coarse_ns() }
+    } else {
+        0
     };
     // SAFETY: per-CPU array element, used only by this CPU during this run.
-    let cached = unsafe { &mut *cached };
-    // One copy of the address: the compare, the lookup and the entry use the same one.
-    let backend = *backend;
-    let addr = addr_words(&backend.addr);
-    let same = addr_words(&cached.addr)
-        .iter()
-        .zip(addr)
-        .fold(0, |diff, (a, b)| diff | (a ^ b))
-        == 0;
-    // Also bounded by the current cache time, which a reload may have lowered.
-    if same && now < cached.expires_ns && cached.expires_ns - now <= cfg.nexthop_cache_ns {
-        return Ok(NextHop {
-            dmac: mac_words(&cached.dmac),
-            smac: mac_words(&cached.smac),
-            ifindex: cached.ifindex,
-        });
+    let cached = cached.map(|c| unsafe { &mut *c });
+    if let Some(cached) = &cached {
+        // SAFETY: both addresses start their 4-byte aligned structs (asserted below).
+        let (a, b) = unsafe {
+            (
+                aligned_addr_words(&cached.addr),
+                aligned_addr_words(&backend.addr),
+            )
+        };
+        let same = a.iter().zip(b).fold(0, |diff, (a, b)| diff | (a ^ b)) == 0;
+        // Also bounded by the current cache time, which a reload may have lowered.
+        if same && now < cached.expires_ns && cached.expires_ns - now <= cfg.nexthop_cache_ns {
+            // SAFETY: both MACs sit at even offsets of the 8-byte aligned entry
+            // (asserted below).
+            let (dmac, smac) = unsafe {
+                (
+                    aligned_mac_words(&cached.dmac),
+                    aligned_mac_words(&cached.smac),
+                )
+            };
+            return Ok(NextHop {
+                dmac,
+                smac,
+                ifindex: cached.ifindex,
+            });
+        }
     }
-    let hop = fib_next_hop(ctx, v4, &backend, cfg)?;
-    cached.addr = backend.addr;
-    cached.dmac = words_mac(hop.dmac);
-    cached.smac = words_mac(hop.smac);
-    cached.ifindex = hop.ifindex;
-    cached.expires_ns = now.saturating_add(cfg.nexthop_cache_ns);
+    let hop = fib_next_hop(ctx, v4, backend, cfg)?;
+    if let Some(cached) = cached {
+        cached.addr = backend.addr;
+        cached.dmac = words_mac(hop.dmac);
+        cached.smac = words_mac(hop.smac);
+        cached.ifindex = hop.ifindex;
+        cached.expires_ns = now.saturating_add(cfg.nexthop_cache_ns);
+    }
     Ok(hop)
 }
+
+// `fib_hop` reads both addresses as aligned words.
+const _: () = assert!(
+    core::mem::offset_of!(NextHopEntry, addr) == 0
+        && align_of::<NextHopEntry>() >= 4
+        && core::mem::offset_of!(NextHopEntry, dmac) % 2 == 0
+        && core::mem::offset_of!(NextHopEntry, smac) % 2 == 0
+        && core::mem::offset_of!(BackendEntry, addr) == 0
+        && align_of::<BackendEntry>() >= 4
+);
 
 /// The next hop of the outer packet from `bpf_fib_lookup`.
 #[inline(always)]
@@ -312,13 +439,17 @@ fn fib_next_hop(
     backend: &BackendEntry,
     cfg: &LbConfig,
 ) -> Result<NextHop, Reason> {
-    let mut params = encap::fib_params(ctx, v4, backend, cfg);
-    match encap::fib_lookup(ctx, &mut params) {
-        Ok(FIB_FOUND) => Ok(NextHop {
-            dmac: mac_words(&params.dmac),
-            smac: mac_words(&params.smac),
-            ifindex: params.ifindex,
-        }),
+    let mut params = MaybeUninit::uninit();
+    let params = encap::fib_params(ctx, v4, backend, cfg, &mut params);
+    match encap::fib_lookup(ctx, params) {
+        Ok(FIB_FOUND) => {
+            let (dmac, smac) = encap::fib_macs(params);
+            Ok(NextHop {
+                dmac,
+                smac,
+                ifindex: params.ifindex,
+            })
+        }
         Ok(FIB_NO_NEIGH) => Err(Reason::DropFibNoNeigh),
         _ => Err(Reason::DropFibFail),
     }

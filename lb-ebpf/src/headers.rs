@@ -114,3 +114,15 @@ pub(crate) fn addr_words(bytes: &[u8; 16]) -> [u32; 4] {
         u32::from_ne_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]),
     ]
 }
+
+/// [`addr_words`] of an address that is 4-byte aligned, read as four words: byte reads
+/// each take a register, which a caller short of registers spills to its stack.
+///
+/// # Safety
+/// `bytes` must be 4-byte aligned.
+#[inline(always)]
+pub(crate) unsafe fn aligned_addr_words(bytes: &[u8; 16]) -> [u32; 4] {
+    let w = bytes.as_ptr().cast::<u32>();
+    // SAFETY: four aligned words inside the 16 bytes (the caller's contract).
+    unsafe { [*w, *w.add(1), *w.add(2), *w.add(3)] }
+}

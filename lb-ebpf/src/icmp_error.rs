@@ -25,9 +25,8 @@
 //! TCP/UDP, of a later fragment (no ports), behind more extension headers than the walk
 //! follows, or of no VIP (another port).
 
-use aya_ebpf::programs::XdpContext;
+use aya_ebpf::{bindings::xdp_md, programs::XdpContext};
 use lb_common::{
-    hash_fields::table_hash,
     stats::Reason,
     types::{
         CONFIG_SOURCE_RANGES, FAMILY_V4, FAMILY_V6, FlowKey, LbConfig, PROTO_TCP, PROTO_UDP,
@@ -73,8 +72,10 @@ pub(crate) fn forward(ctx: &XdpContext, at: &IcmpAt, cfg: &LbConfig) -> (u32, Re
         tcp_flags: 0,
         tcp_seq: 0,
     };
-    if let Err(reason) = quoted_flow(ctx, at, &mut p.key) {
-        return verdict(reason);
+    match lb_quoted_flow(ctx.ctx, &mut p.key, at.l4, at.l3_len) {
+        QUOTED_FOUND => {}
+        QUOTED_UNMATCHED => return verdict(Reason::PassIcmpUnmatched),
+        _ => return verdict(Reason::DropIcmpMalformed),
     }
     let Some(vip) = vip::find_vip(&p.key.vip) else {
         return verdict(Reason::PassIcmpUnmatched);
@@ -126,27 +127,65 @@ fn owner(key: &FlowKey, vip: &VipEntry, cfg: &LbConfig) -> Result<Choice, Reason
     if let Some(choice) = affinity::pinned(key, vip) {
         return Ok(choice);
     }
-    table::pick(vip, table_hash(key, vip.flags, cfg.hash_seed))
+    table::pick(
+        vip,
+        crate::hashes::table_hash(key, vip.flags, cfg.hash_seed),
+    )
 }
 
-/// Writes into `key` the client-to-VIP flow of the packet the error `at` quotes.
+/// [`lb_quoted_flow`]: `key` holds the quoted flow.
+const QUOTED_FOUND: u32 = 0;
+/// [`lb_quoted_flow`]: the quote is no TCP/UDP flow with ports (`pass_icmp_unmatched`).
+const QUOTED_UNMATCHED: u32 = 1;
+/// [`lb_quoted_flow`]: the quote is malformed (`drop_icmp_malformed`).
+const QUOTED_MALFORMED: u32 = 2;
+
+/// [`quoted_flow`] as a global BPF function (exported by the linker, `build.rs`),
+/// which the verifier checks once: inline, its walk of the quoted IPv6 extension
+/// headers was verified again for every way the walk of the error's own headers ended
+/// (most of `lb_xdp_rare`'s count). Returns [`QUOTED_FOUND`], [`QUOTED_UNMATCHED`] or
+/// [`QUOTED_MALFORMED`] (also for a null pointer).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn lb_quoted_flow(
+    ctx: *mut xdp_md,
+    key: *mut FlowKey,
+    l4: u32,
+    l3_len: u32,
+) -> u32 {
+    // SAFETY: the verifier checked that a non-null `key` points to a writable
+    // `FlowKey`.
+    let Some(key) = (unsafe { key.as_mut() }) else {
+        return QUOTED_MALFORMED;
+    };
+    match quoted_flow(&XdpContext::new(ctx), l4, l3_len, key) {
+        Ok(()) => QUOTED_FOUND,
+        Err(Reason::PassIcmpUnmatched) => QUOTED_UNMATCHED,
+        Err(_) => QUOTED_MALFORMED,
+    }
+}
+
+/// Writes into `key`, the error's own flow key (its addresses and family), the
+/// client-to-VIP flow of the packet the error quotes; the error's ICMP header is at
+/// `l4` and its IP packet `l3_len` bytes long (as `IcmpAt`).
 #[inline(always)]
-fn quoted_flow(ctx: &XdpContext, at: &IcmpAt, key: &mut FlowKey) -> Result<(), Reason> {
+fn quoted_flow(ctx: &XdpContext, l4: u32, l3_len: u32, key: &mut FlowKey) -> Result<(), Reason> {
+    let (vip_bytes, vip_family) = (key.vip.addr, key.vip.family);
     // Parsing bounded the offset; the bound is checked again for the verifier, which
     // does not see the value through the call.
-    let l4 = at.l4 as usize;
+    let l4 = l4 as usize;
     if l4 > MAX_L4_OFFSET {
         return Err(Reason::DropIcmpMalformed);
     }
     let inner = l4 + ICMP_HDR_LEN;
-    let end = ETH_LEN + at.l3_len as usize;
+    let end = ETH_LEN + l3_len as usize;
     // The quoted packet went from the VIP (its source) to the client (its destination).
-    let (vip_side, client, proto, ports_at) = if at.key.vip.family == FAMILY_V4 {
+    let (vip_side, client, proto, ports_at) = if vip_family == FAMILY_V4 {
         let ip = ptr_at::<Ipv4Hdr>(ctx, inner).ok_or(Reason::DropIcmpMalformed)?;
         // SAFETY: ptr_at checked the 20 bytes.
         let ip = unsafe { &*ip };
         let hdr_len = usize::from(ip.vihl & 0x0f) * 4;
-        let vip_addr = addr_words(&at.key.vip.addr)[0];
+        let vip_addr = addr_words(&vip_bytes)[0];
         if ip.vihl >> 4 != 4 || hdr_len < size_of::<Ipv4Hdr>() || ip.src != vip_addr {
             return Err(Reason::DropIcmpMalformed);
         }
@@ -160,7 +199,7 @@ fn quoted_flow(ctx: &XdpContext, at: &IcmpAt, key: &mut FlowKey) -> Result<(), R
         let ip = ptr_at::<Ipv6Hdr>(ctx, inner).ok_or(Reason::DropIcmpMalformed)?;
         // SAFETY: ptr_at checked the 40 bytes.
         let ip = unsafe { &*ip };
-        let vip_addr = addr_words(&at.key.vip.addr);
+        let vip_addr = addr_words(&vip_bytes);
         let same = (ip.src[0] ^ vip_addr[0])
             | (ip.src[1] ^ vip_addr[1])
             | (ip.src[2] ^ vip_addr[2])
@@ -181,7 +220,7 @@ fn quoted_flow(ctx: &XdpContext, at: &IcmpAt, key: &mut FlowKey) -> Result<(), R
     }
     // SAFETY: ptr_at checked the 8 bytes; the ports are the first four.
     let ports = unsafe { *ports.cast::<Ports>() };
-    let family = if at.key.vip.family == FAMILY_V4 {
+    let family = if vip_family == FAMILY_V4 {
         FAMILY_V4
     } else {
         FAMILY_V6

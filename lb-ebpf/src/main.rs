@@ -57,6 +57,7 @@ mod fast;
 mod forward;
 mod frag;
 mod full_path;
+mod hashes;
 mod headers;
 mod icmp;
 mod icmp_error;
@@ -69,6 +70,7 @@ mod rare;
 mod ratelimit;
 mod records;
 mod select;
+mod sending;
 mod source;
 mod stats;
 mod syn_cache;
@@ -81,13 +83,12 @@ mod vlan;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{
-    hash::flow_hash,
-    hash_fields::table_hash,
-    stats::{Reason, VipStats},
+    stats::Reason,
     trace::Path,
     types::{CONFIG_SOURCE_RANGES, CONFIG_TRACE, CONFIG_VALID, LbConfig, VipEntry},
 };
 use parse::{Parse, Parsed};
+use sending::{Sending, send};
 use source::Source;
 
 /// The load balancer.
@@ -280,9 +281,11 @@ fn vip_packet<const FULL: bool>(
         && let Some(vip) = vip::find_vip(&parsed.key.vip)
         && fast::is_fast(&vip)
     {
-        if let Some(choice) =
-            fast::clean_owner(&vip, table_hash(&parsed.key, vip.flags, cfg.hash_seed), syn)
-            && let Some(vip_stats) = stats::vip(vip.vip_id)
+        if let Some(choice) = fast::clean_owner(
+            &vip,
+            hashes::table_hash(&parsed.key, vip.flags, cfg.hash_seed),
+            syn,
+        ) && let Some(vip_stats) = stats::vip(vip.vip_id)
         {
             vip_stats.packets += 1;
             vip_stats.bytes += bytes;
@@ -365,7 +368,14 @@ fn vip_packet<const FULL: bool>(
                 bytes,
                 new_flow: traced.new_flow,
             };
-            match send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending) {
+            // `lb_xdp_full` sends inline: its deeper frame leaves no room for
+            // `lb_forward`'s and the flow hash's below it (512 bytes in all).
+            let processed = if FULL {
+                send::<FULL>(ctx, parsed, choice, cfg, vip_stats, &sending)
+            } else {
+                sending::send_out_of_line(ctx, parsed, choice, cfg, vip_stats, &sending)
+            };
+            match processed {
                 Processed::Pending((action, reason)) if unpinned => {
                     pending((action, new_pin_rate::unpinned(reason)))
                 }
@@ -375,53 +385,6 @@ fn vip_packet<const FULL: bool>(
         Err(reason) => {
             vip_stats.drops += 1;
             pending(verdict(reason))
-        }
-    }
-}
-
-/// What [`send`] needs besides the packet and its backend.
-struct Sending {
-    /// The packet's VIP.
-    vip_id: u32,
-    /// Its frame length.
-    bytes: u64,
-    /// The table gave the flow its backend (counted per backend).
-    new_flow: bool,
-}
-
-/// Encapsulates and sends a VIP packet to `choice`, counting it (and a new flow of the
-/// backend); with `FULL`, records a first fragment's backend; hands a packet too big
-/// for the MTU to the rare paths, which answer it.
-#[inline(always)]
-fn send<const FULL: bool>(
-    ctx: &XdpContext,
-    parsed: &Parsed,
-    choice: backend::Choice,
-    cfg: &LbConfig,
-    vip_stats: &mut VipStats,
-    sending: &Sending,
-) -> Processed {
-    let (id, overhead) = (choice.id, forward::overhead(choice.backend));
-    match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
-        Ok(sent) => {
-            stats::backend(id, sending.bytes, sending.new_flow);
-            if FULL && let Some(tag) = full_path::first_fragment() {
-                let hash = flow_hash(&parsed.key, cfg.hash_seed);
-                frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
-            }
-            Processed::Pending((sent.action, sent.reason))
-        }
-        Err(Reason::DropTooBig) => {
-            vip_stats.drops += 1;
-            Processed::Rare(rare::too_big(
-                parsed.key.vip.family == lb_common::types::FAMILY_V4,
-                overhead,
-                parsed.l3_len,
-            ))
-        }
-        Err(reason) => {
-            vip_stats.drops += 1;
-            Processed::Pending(verdict(reason))
         }
     }
 }

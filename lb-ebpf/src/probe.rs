@@ -30,6 +30,8 @@
 //! (`PROBE_STATS`), never sent on to the VIP's real route: a probe must prove the
 //! tunnel or fail.
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::{
     bindings::{
         BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, BPF_F_ADJ_ROOM_ENCAP_L4_UDP,
@@ -272,10 +274,11 @@ fn next_hop(
         write_eth(ctx, &cfg.gateway_mac, &cfg.if_mac, proto)?;
         return Ok(OK);
     }
-    let mut params = encap::fib_params(ctx, v4, backend, cfg);
+    let mut params = MaybeUninit::uninit();
+    let params = encap::fib_params(ctx, v4, backend, cfg, &mut params);
     // The interface the packet leaves by (the lookup writes the next hop's into params).
     let ifindex = ctx.ifindex();
-    let action = match encap::fib_lookup(ctx, &mut params) {
+    let action = match encap::fib_lookup(ctx, params) {
         Ok(FIB_FOUND) => {
             write_eth(ctx, &params.dmac, &params.smac, proto)?;
             if params.ifindex == ifindex {

@@ -31,10 +31,9 @@ use lb_common::{
         Decision, Lookups, PinLookups, PinState, Record, SynDecision, decide, decide_syn, pin_state,
     },
     fastpath::{Note, OnFull, UNSEEN_TICKS},
-    hash_fields::table_hash,
     stats::{Reason, VipStats},
     trace::Path,
-    types::{CtEntry, LbConfig, PROTO_UDP, SynEntry, VipEntry},
+    types::{CtEntry, FlowKey, LbConfig, PROTO_UDP, SynEntry, VipEntry},
 };
 
 use crate::{
@@ -42,7 +41,7 @@ use crate::{
     backend::{self, Choice},
     candidates,
     conntrack::{self, CtHit, now_coarse_ns},
-    fast, new_pin_rate,
+    fast, hashes, new_pin_rate,
     parse::Parsed,
     syn_cache, table, table_seen,
     trace::Decision as Traced,
@@ -101,6 +100,16 @@ impl Lookups for Maps<'_> {
     #[inline(always)]
     fn table_slot(&mut self, hash: u32) -> Option<u32> {
         table::slot(self.vip, hash).ok()
+    }
+
+    #[inline(always)]
+    fn flow_hash(&mut self, key: &FlowKey, seed: u32) -> u32 {
+        hashes::flow_hash(key, seed)
+    }
+
+    #[inline(always)]
+    fn table_hash_of(&mut self, key: &FlowKey, flags: u32, seed: u32, flow: u32) -> u32 {
+        hashes::table_hash_of(key, flags, seed, flow)
     }
 }
 
@@ -324,7 +333,7 @@ pub(crate) fn pick_backend(
             }
             let pin = record.entry(backend.id);
             let written = if fast::is_fast(vip) {
-                let hash = table_hash(&p.key, vip.flags, cfg.hash_seed);
+                let hash = hashes::table_hash(&p.key, vip.flags, cfg.hash_seed);
                 fast::pin(vip, hash, &p.key, &pin, backend, record.replace)
             } else {
                 Some(conntrack::pin_flow(&p.key, &pin, backend, record.replace))

@@ -8,13 +8,10 @@ use crate::maps::{BACKEND_STATS, GLOBAL_STATS, VIP_STATS};
 /// Counts one packet under `reason`.
 #[inline(always)]
 pub(crate) fn count(reason: Reason) {
-    if let Some(stats) = GLOBAL_STATS.get_ptr_mut(0) {
-        // SAFETY: per-CPU array element, used only by this CPU during this run.
-        let stats = unsafe { &mut *stats };
-        if let Some(counter) = stats.counters.get_mut(reason as usize) {
-            *counter += 1;
-        }
-    }
+    // Through the index: a reason may come back from a global BPF function
+    // (`sending::lb_forward`), and then the verifier knows only its word's range, not
+    // what LLVM knows of the enum.
+    count_index(reason as u32);
 }
 
 /// Counts one packet under the reason of index `index` (a `Reason` as `u32`, handed

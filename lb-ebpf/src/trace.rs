@@ -23,7 +23,6 @@
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::info;
 use lb_common::{
-    hash_fields::table_hash,
     stats::Reason,
     trace::{NO_SLOT, Path, TracedPacket},
     types::{FAMILY_V4, FlowKey},
@@ -180,6 +179,6 @@ fn table_slot(key: &FlowKey) -> u32 {
         return NO_SLOT;
     };
     crate::table::size(table).map_or(NO_SLOT, |size| {
-        table_hash(key, vip.flags, cfg.hash_seed) % size
+        crate::hashes::table_hash(key, vip.flags, cfg.hash_seed) % size
     })
 }

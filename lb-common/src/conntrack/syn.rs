@@ -28,11 +28,7 @@
 use core::borrow::Borrow;
 
 use super::{Lookups, held_syn};
-use crate::{
-    hash::flow_hash,
-    hash_fields::table_hash_of,
-    types::{CtEntry, FlowKey, LbConfig, SynEntry, VipEntry},
-};
+use crate::types::{CtEntry, FlowKey, LbConfig, SynEntry, VipEntry};
 
 /// How long (ns) after a VIP's table changed a SYN may still be a duplicate of a
 /// connection picked from an older table: 180 s, above both the maximum segment
@@ -81,7 +77,7 @@ pub fn decide_syn<L: Lookups>(
     {
         return SynDecision::Pin(backend);
     }
-    let hash = flow_hash(key, cfg.hash_seed);
+    let hash = lookups.flow_hash(key, cfg.hash_seed);
     if let Some(slot) = held_syn(lookups, key, hash, vip.vip_id) {
         let syn: &SynEntry = slot.borrow();
         let (held_seq, backend_id) = (syn.seq, u32::from(syn.backend_id));
@@ -93,6 +89,6 @@ pub fn decide_syn<L: Lookups>(
     }
     SynDecision::Table {
         hash,
-        table: table_hash_of(key, vip.flags, cfg.hash_seed, hash),
+        table: lookups.table_hash_of(key, vip.flags, cfg.hash_seed, hash),
     }
 }
