@@ -1411,23 +1411,31 @@ fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
             String::new()
         },
         gone.duration_since(failed_at).as_secs_f64() * 1e3,
-        if two_phase {
-            let rolling = match ROLLING_BROKEN.load(Ordering::Relaxed) {
-                usize::MAX => "not run".to_owned(),
-                n => n.to_string(),
-            };
-            format!(" (without the learn: {rolling})")
-        } else {
-            String::new()
-        },
+        without_note(&ROLLING_BROKEN, two_phase, "the learn"),
     );
-    if two_phase {
-        ensure!(
-            total == 0,
-            "{total} connections broke in a two-phase rollout"
-        );
+    settle(&ROLLING_BROKEN, two_phase, total, "in a two-phase rollout")
+}
+
+/// With the remedy on (`remedied`), the count the run without it kept in `cell`, as
+/// " (without WHAT: N)" ("not run" before it ran); nothing without the remedy.
+fn without_note(cell: &AtomicUsize, remedied: bool, what: &str) -> String {
+    if !remedied {
+        return String::new();
+    }
+    let without = match cell.load(Ordering::Relaxed) {
+        usize::MAX => "not run".to_owned(),
+        n => n.to_string(),
+    };
+    format!(" (without {what}: {without})")
+}
+
+/// With the remedy on, fails unless no connection broke (`total`); without it, keeps
+/// `total` in `cell` for the remedied run's note.
+fn settle(cell: &AtomicUsize, remedied: bool, total: usize, what: &str) -> anyhow::Result<()> {
+    if remedied {
+        ensure!(total == 0, "{total} connections broke {what}");
     } else {
-        ROLLING_BROKEN.store(total, Ordering::Relaxed);
+        cell.store(total, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -1517,23 +1525,12 @@ fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
             ", its datapath forwarding by the old table"
         },
         gone.duration_since(failed_at).as_secs_f64() * 1e3,
-        if remedy {
-            let without = match DEAD_DAEMON_BROKEN.load(Ordering::Relaxed) {
-                usize::MAX => "not run".to_owned(),
-                n => n.to_string(),
-            };
-            format!(" (without the remedy: {without})")
-        } else {
-            String::new()
-        },
+        without_note(&DEAD_DAEMON_BROKEN, remedy, "the remedy"),
     );
-    if remedy {
-        ensure!(
-            total == 0,
-            "{total} connections broke with the dead instance detached first"
-        );
-    } else {
-        DEAD_DAEMON_BROKEN.store(total, Ordering::Relaxed);
-    }
-    Ok(())
+    settle(
+        &DEAD_DAEMON_BROKEN,
+        remedy,
+        total,
+        "with the dead instance detached first",
+    )
 }
