@@ -1378,16 +1378,9 @@ fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
     before_flows.wait_progress(changed_at, CONVERGE)?;
     mid_flows.wait_progress(changed_at, CONVERGE)?;
 
-    let failed_at = Instant::now();
-    bed.fail(failing, Failure::RouterLinkDown)?;
-    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
-    before_flows.wait_progress(gone, CONVERGE)?;
-    mid_flows.wait_progress(gone, CONVERGE)?;
-    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
-    let broken_before = broken(&before_flows.snapshot()).len();
-    let broken_mid = broken(&mid_flows.snapshot()).len();
-    bed.restore(failing, Failure::RouterLinkDown)?;
-    bed.wait_router(vip4(), CONVERGE, |h| h.contains(&failing))?;
+    let failed = fail_and_count(bed, failing, &before_flows, &mid_flows)?;
+    let (failed_at, gone, broken_before, broken_mid) =
+        (failed.at, failed.gone, failed.broken[0], failed.broken[1]);
     // The rollout ends: the lagging instance switches too.
     switch(bed, lagging, before[lagging - 1])?;
     let done = Instant::now();
@@ -1414,6 +1407,47 @@ fn rollout_steps(bed: &mut FleetBed, two_phase: bool) -> anyhow::Result<()> {
         without_note(&ROLLING_BROKEN, two_phase, "the learn"),
     );
     settle(&ROLLING_BROKEN, two_phase, total, "in a two-phase rollout")
+}
+
+/// What [`fail_and_count`] saw.
+struct Failover {
+    /// When the instance's router link went down.
+    at: Instant,
+    /// When the router dropped it.
+    gone: Instant,
+    /// Broken connections of each set of flows, before the link came back.
+    broken: [usize; 2],
+    /// When the router took it back.
+    back: Instant,
+}
+
+/// Fails instance `failing` (its router link down) while `flows` run, waits for the
+/// router to drop it and both sets of flows to move on, counts each set's broken
+/// connections, then restores the link and waits for the router to take it back.
+fn fail_and_count(
+    bed: &mut FleetBed,
+    failing: usize,
+    before: &lb_tests::fleet::flows::LongFlows,
+    mid: &lb_tests::fleet::flows::LongFlows,
+) -> anyhow::Result<Failover> {
+    let at = Instant::now();
+    bed.fail(failing, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
+    before.wait_progress(gone, CONVERGE)?;
+    mid.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broken = [
+        broken(&before.snapshot()).len(),
+        broken(&mid.snapshot()).len(),
+    ];
+    bed.restore(failing, Failure::RouterLinkDown)?;
+    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&failing))?;
+    Ok(Failover {
+        at,
+        gone,
+        broken,
+        back,
+    })
 }
 
 /// With the remedy on (`remedied`), the count the run without it kept in `cell`, as
@@ -1500,16 +1534,14 @@ fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
     before_flows.wait_progress(changed_at, CONVERGE)?;
     mid_flows.wait_progress(changed_at, CONVERGE)?;
 
-    let failed_at = Instant::now();
-    bed.fail(failing, Failure::RouterLinkDown)?;
-    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
-    before_flows.wait_progress(gone, CONVERGE)?;
-    mid_flows.wait_progress(gone, CONVERGE)?;
-    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
-    let broken_before = broken(&before_flows.snapshot()).len();
-    let broken_mid = broken(&mid_flows.snapshot()).len();
-    bed.restore(failing, Failure::RouterLinkDown)?;
-    let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&failing))?;
+    let failed = fail_and_count(bed, failing, &before_flows, &mid_flows)?;
+    let (failed_at, gone, broken_before, broken_mid, back) = (
+        failed.at,
+        failed.gone,
+        failed.broken[0],
+        failed.broken[1],
+        failed.back,
+    );
     before_flows.wait_progress(back, CONVERGE)?;
     mid_flows.wait_progress(back, CONVERGE)?;
     std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
