@@ -128,36 +128,24 @@ pub fn hashword(words: &[u32], seed: u32) -> u32 {
     c
 }
 
-#[inline(always)]
-fn word(bytes: &[u8; 16], i: usize) -> u32 {
-    u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]])
-}
-
 /// The flow hash of `key` with `seed` (see the module documentation for the exact
 /// words hashed).
+///
+/// The words are read from the key as whole aligned `u32` ([`FlowKey::words`]: `0..4`
+/// the VIP address, `4` the port, protocol and family, `5..9` the client address, `9`
+/// the client port and padding), not byte by byte: the BPF target has no unaligned
+/// loads, so LLVM builds a word from bytes with four loads, three shifts and three ORs.
+/// `u32::from_le` keeps the documented little-endian reading on any host.
 #[inline(always)]
 pub fn flow_hash(key: &FlowKey, seed: u32) -> u32 {
-    let dst = &key.vip.addr;
-    let sport = key.sport.to_ne_bytes();
-    let dport = key.vip.port.to_ne_bytes();
-    let ports = u32::from_le_bytes([sport[0], sport[1], dport[0], dport[1]]);
-    let tail = u32::from(key.vip.proto) | (u32::from(key.vip.family) << 8);
+    let w = key.words().map(u32::from_le);
+    let ports = (w[9] & 0xffff) | (w[4] << 16);
+    let tail = w[4] >> 16;
     if key.vip.family == FAMILY_V4 {
-        hashword(&[word(&key.src, 0), word(dst, 0), ports, tail], seed)
+        hashword(&[w[5], w[0], ports, tail], seed)
     } else {
         hashword(
-            &[
-                word(&key.src, 0),
-                word(&key.src, 4),
-                word(&key.src, 8),
-                word(&key.src, 12),
-                word(dst, 0),
-                word(dst, 4),
-                word(dst, 8),
-                word(dst, 12),
-                ports,
-                tail,
-            ],
+            &[w[5], w[6], w[7], w[8], w[0], w[1], w[2], w[3], ports, tail],
             seed,
         )
     }
