@@ -40,6 +40,10 @@ pub const BENCH_PROGRAM: &str = "lb_bench";
 /// An XDP program that returns `XDP_TX` and does nothing else: the limit of the
 /// live-frames packet-rate benchmark (benchmark harness only).
 pub const TX_PROGRAM: &str = "lb_tx";
+/// An XDP program that grows the headroom by an outer IPv4 header (20 bytes), writes
+/// the Ethernet header in front and returns `XDP_TX`: the limit of a program that
+/// encapsulates, in the live-frames packet-rate benchmark (benchmark harness only).
+pub const TX_ENCAP_PROGRAM: &str = "lb_tx_encap";
 /// An XDP program that returns `XDP_DROP`: attached to the veth peer that receives a
 /// packet-rate benchmark's frames (benchmark harness only).
 pub const SINK_PROGRAM: &str = "lb_sink";

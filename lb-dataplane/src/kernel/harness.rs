@@ -45,6 +45,9 @@ pub enum BenchTarget {
     Empty,
     /// The program that only returns `XDP_TX` (`lb_tx`): the limit of a live-frames run.
     Tx,
+    /// The program that only pushes 20 bytes of headroom, writes an Ethernet header and
+    /// returns `XDP_TX` (`lb_tx_encap`): the limit of an encapsulating program.
+    TxEncap,
     /// The backend agent (`lb_agent`), configured by
     /// [`KernelDataplane::set_agent_options`].
     Agent,
@@ -58,6 +61,7 @@ impl BenchTarget {
             BenchTarget::Empty => maps::EMPTY_PROGRAM,
             BenchTarget::Untraced => maps::UNTRACED_PROGRAM,
             BenchTarget::Tx => maps::TX_PROGRAM,
+            BenchTarget::TxEncap => maps::TX_ENCAP_PROGRAM,
             BenchTarget::Agent => maps::AGENT_PROGRAM,
         }
     }

@@ -21,6 +21,8 @@
 //!   the frames the program returns with `XDP_TX` leave through `lb0`, a veth in the
 //!   benchmark's namespace, whose peer `lb1` drops them in its own XDP program; the
 //!   limit is the harness with a program that only returns `XDP_TX`, in the same run.
+//!   One flow and 100,000 flows drawn uniformly, each as a conntrack hit and as a
+//!   clean-slot hit (the fast path).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -271,29 +273,7 @@ pub(crate) fn populations(opts: &Options) -> anyhow::Result<()> {
     let mut rng = SplitMix(0x6c62_5f62_656e_6368);
     for family in families() {
         for &n in populations {
-            lb.dp.flush_conntrack()?;
-            // Pin the population with real handshakes: flow i's SYN, then its ACK.
-            let identity: Vec<u32> = (0..n).map(source_word).collect();
-            lb.dp.set_bench_seq(&identity)?;
-            let (syn, mut pair) = handshake(&family)?;
-            pair.seq_len = n.next_power_of_two();
-            // Indexes n..seq_len (the power of two's padding) are never reached:
-            // 2n repetitions from counter 0 cover flows 0..n.
-            pair.counter = Some(0);
-            let out = lb
-                .dp
-                .bench_run_spec(BenchTarget::LoadBalancer, &syn, &pair, None, 2 * n)?;
-            ensure!(
-                out.action == XDP_TX,
-                "pinning the population: action {}",
-                out.action
-            );
-            let (pinned, _) = lb.dp.conntrack_len()?;
-            ensure!(
-                pinned == n as usize,
-                "{} flows pinned of a population of {n}",
-                pinned
-            );
+            pin_population(&mut lb, &family, n)?;
             let ack = sized(&family.flow, L4::Tcp(ACK));
             let draws_and_paths = [Draw::Uniform, Draw::Zipf]
                 .into_iter()
@@ -346,6 +326,15 @@ pub(crate) fn populations(opts: &Options) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// "1 flow", or "N flows, uniform".
+fn flows_label(n: u32) -> String {
+    if n == 1 {
+        "1 flow".to_owned()
+    } else {
+        format!("{} flows, uniform", flows(n))
+    }
 }
 
 fn flows(n: u32) -> String {
@@ -512,9 +501,11 @@ pub(crate) fn flood(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
 }
 
 /// Packets per second through the real `XDP_TX` path (live frames into `lb0`, dropped
-/// by `lb_sink` on its peer `lb1`), for an established IPv4 flow, with the `XDP_TX`-only
-/// program as the limit; `ns` is the benchmark's namespace (the caller's thread is in
-/// it).
+/// by `lb_sink` on its peer `lb1`), for established IPv4 flows: one flow and 100,000
+/// drawn uniformly, each as a conntrack hit and as a clean-slot hit (the fast path),
+/// with the `XDP_TX`-only program as the limit, measured alternately in the same run;
+/// `ns` is the benchmark's namespace (the caller's thread is in it). The first line
+/// gives the one-flow conntrack hit's share of the limit (the reference case).
 pub(crate) fn packet_rate(
     lb: &mut Lb,
     ns: &lb_tests::netns::NetNs,
@@ -523,38 +514,167 @@ pub(crate) fn packet_rate(
     let lb0 = lb_tests::fixture::ifindex("lb0");
     ensure!(lb0 != 0, "lb0 missing in the benchmark namespace");
     let _sink = PassProgram::attach_sink("lb1").context("the sink on lb1")?;
-    let flow = Flow::new(Ipv4Addr::new(10, 0, 0, 1), 40000, VIP4, 80);
-    lb.dp.test_run(&flow.frame(L4::Tcp(SYN), &[]))?;
-    lb.dp.test_run(&flow.frame(L4::Tcp(ACK), &[]))?;
-    let frame = sized(&flow, L4::Tcp(ACK));
-    let spec = BenchSpec::default();
+    let family = &families()[0];
+    let mut rng = SplitMix(0x7478_5f72_6174_6573);
+    let mut rows = Vec::new();
+    for n in [1, 100_000] {
+        pin_population(lb, family, n)?;
+        for fast in [false, true] {
+            lb.dp.set_fast_path(&family.vip, family.vip_id, fast)?;
+            let seq: Vec<u32> = draws(n, Draw::Uniform, SEQ_LEN, &mut rng)
+                .into_iter()
+                .map(source_word)
+                .collect();
+            lb.dp.set_bench_seq(&seq)?;
+            let before = lb.dp.vip_stats(family.vip_id)?;
+            let rate = live_rate(lb, ns, family, lb0, opts)?;
+            let after = lb.dp.vip_stats(family.vip_id)?;
+            let hits = if fast {
+                after.clean_slot_hits - before.clean_slot_hits
+            } else {
+                after.ct_hits - before.ct_hits
+            };
+            ensure!(
+                hits == rate.sent && after.new_flows == before.new_flows,
+                "{hits} of {} live frames took the expected path (fast path: {fast})",
+                rate.sent
+            );
+            let kind = if fast { "clean-slot hit" } else { "CT hit" };
+            rows.push((format!("TCP v4 {kind}, {}", flows_label(n)), rate));
+        }
+        lb.dp.set_fast_path(&family.vip, family.vip_id, false)?;
+    }
+    let (first, rate) = &rows[0];
+    println!(
+        "packet rate through XDP_TX (BPF_PROG_TEST_RUN live frames, batches of {LIVE_BATCH}, into a veth whose peer drops them in XDP), {first}, median of {} runs x {}: lb_xdp {:.2} Mpps ({} ns/packet), XDP_TX-only limit {:.2} Mpps ({} ns/packet), {:.0} % of the limit; the peer received {} of lb_xdp's {} frames in the last run",
+        opts.runs,
+        rate.repeat,
+        mpps(rate.lb_ns),
+        rate.lb_ns,
+        mpps(rate.limit_ns),
+        rate.limit_ns,
+        rate.share(),
+        rate.delivered,
+        rate.repeat
+    );
+    println!();
+    println!(
+        "| live frames through XDP_TX | XDP_TX-only (ns/packet) | push 20 bytes + XDP_TX (ns/packet) | lb_xdp (ns/packet) | lb_xdp over XDP_TX-only (ns) | share of XDP_TX-only | share of push + XDP_TX |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (name, rate) in &rows {
+        println!(
+            "| {name} | {} | {} | {} | {} | {:.0} % | {:.0} % |",
+            rate.limit_ns,
+            rate.encap_ns,
+            rate.lb_ns,
+            signed(rate.lb_ns) - signed(rate.limit_ns),
+            rate.share(),
+            100.0 * rate.encap_ns as f64 / rate.lb_ns.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+/// Frames per `BPF_PROG_TEST_RUN` batch in live-frames mode.
+const LIVE_BATCH: u32 = 64;
+
+/// Medians of one live-frames case: the load balancer, the `XDP_TX`-only limit and the
+/// limit of an encapsulating program (`lb_tx_encap`: push 20 bytes, `XDP_TX`), in
+/// ns/packet; the frames the peer received in the last run, the timed frames the load
+/// balancer sent and the repetitions per run.
+struct LiveRate {
+    lb_ns: u64,
+    limit_ns: u64,
+    encap_ns: u64,
+    delivered: u64,
+    sent: u64,
+    repeat: u32,
+}
+
+impl LiveRate {
+    /// The load balancer's packet rate as a percentage of the limit's.
+    fn share(&self) -> f64 {
+        100.0 * self.limit_ns as f64 / self.lb_ns.max(1) as f64
+    }
+}
+
+/// Millions of packets per second at `ns` per packet.
+fn mpps(ns: u64) -> f64 {
+    if ns == 0 { 0.0 } else { 1e3 / ns as f64 }
+}
+
+/// Pins `n` flows of `family` (sources `source_word(0..n)`) with real handshakes.
+fn pin_population(lb: &mut Lb, family: &Family, n: u32) -> anyhow::Result<()> {
+    lb.dp.flush_conntrack()?;
+    let identity: Vec<u32> = (0..n).map(source_word).collect();
+    lb.dp.set_bench_seq(&identity)?;
+    let (syn, mut pair) = handshake(family)?;
+    pair.seq_len = n.next_power_of_two();
+    pair.counter = Some(0);
+    let out = lb
+        .dp
+        .bench_run_spec(BenchTarget::LoadBalancer, &syn, &pair, None, 2 * n)?;
+    ensure!(
+        out.action == XDP_TX,
+        "pinning {n} flows: action {}",
+        out.action
+    );
+    let (pinned, _) = lb.dp.conntrack_len()?;
+    ensure!(pinned == n as usize, "{pinned} flows pinned of {n}");
+    Ok(())
+}
+
+/// Alternating live-frames runs of the limit and the load balancer on `family`'s ACK,
+/// one flow per frame drawn from `BENCH_SEQ`.
+fn live_rate(
+    lb: &mut Lb,
+    ns: &lb_tests::netns::NetNs,
+    family: &Family,
+    lb0: u32,
+    opts: &Options,
+) -> anyhow::Result<LiveRate> {
+    let frame = sized(&family.flow, L4::Tcp(ACK));
+    let spec = BenchSpec {
+        vary_offset: family.src,
+        seq_len: SEQ_LEN,
+        ..BenchSpec::default()
+    };
     let repeat = opts.repeat.max(1_000_000);
-    let batch = 64;
-    let (mut lbs, mut limits) = (vec![], vec![]);
+    let (mut lbs, mut limits, mut encaps) = (vec![], vec![], vec![]);
     let mut delivered = 0;
     for _ in 0..opts.runs {
-        let before = rx_packets(ns)?;
         limits.push(
             lb.dp
-                .bench_live(BenchTarget::Tx, &frame, &spec, lb0, repeat, batch)?,
+                .bench_live(BenchTarget::Tx, &frame, &spec, lb0, repeat, LIVE_BATCH)?,
         );
-        lbs.push(
-            lb.dp
-                .bench_live(BenchTarget::LoadBalancer, &frame, &spec, lb0, repeat, batch)?,
-        );
+        encaps.push(lb.dp.bench_live(
+            BenchTarget::TxEncap,
+            &frame,
+            &spec,
+            lb0,
+            repeat,
+            LIVE_BATCH,
+        )?);
+        let before = rx_packets(ns)?;
+        lbs.push(lb.dp.bench_live(
+            BenchTarget::LoadBalancer,
+            &frame,
+            &spec,
+            lb0,
+            repeat,
+            LIVE_BATCH,
+        )?);
         delivered = rx_packets(ns)? - before;
     }
-    let (lb_ns, limit_ns) = (median(lbs), median(limits));
-    let mpps = |ns: u64| if ns == 0 { 0.0 } else { 1e3 / ns as f64 };
-    println!(
-        "packet rate through XDP_TX (BPF_PROG_TEST_RUN live frames, batches of {batch}, into a veth whose peer drops them in XDP), TCP v4 CT hit, median of {} runs x {repeat}: lb_xdp {:.2} Mpps ({lb_ns} ns/packet), XDP_TX-only limit {:.2} Mpps ({limit_ns} ns/packet), {:.0} % of the limit; the peer received {delivered} of the last run's {} frames",
-        opts.runs,
-        mpps(lb_ns),
-        mpps(limit_ns),
-        100.0 * limit_ns as f64 / lb_ns.max(1) as f64,
-        2 * u64::from(repeat)
-    );
-    Ok(())
+    Ok(LiveRate {
+        lb_ns: median(lbs),
+        limit_ns: median(limits),
+        encap_ns: median(encaps),
+        delivered,
+        sent: u64::from(repeat) * opts.runs as u64,
+        repeat,
+    })
 }
 
 /// The frames `lb1` received (its XDP program saw them), read inside the namespace.
