@@ -32,6 +32,12 @@
 //!   with the second chance (issue 31, stage 3: `encap = "gue"`, `second_chance =
 //!   true`, the backends' agents following the candidates): none breaks, printed beside
 //!   the count without it.
+//! - The same on a router with a resilient next-hop group (`tests/src/fleet/resilient.rs`:
+//!   a static route through `ip nexthop ... type resilient`, which BIRD cannot install)
+//!   instead of BIRD's hash-threshold multipath: no connection of the survivors changes
+//!   instance (asserted; with hash-threshold they do, printed), so without the second
+//!   chance exactly the failed instance's connections with a moved slot break, and with
+//!   it none does.
 //! - A backend removed, with the second chance: a backend added on every instance,
 //!   connections opened, the backend removed on every instance, then an instance
 //!   fails: the removed backend's connections break (expected); of the others none
@@ -82,7 +88,9 @@ use lb_tests::{
         change::{applied_changes, change_everywhere, switch, with_second_chance},
         describe,
         flows::FlowState,
-        instance4, tcp_vip,
+        instance4,
+        resilient::{ResilientGroup, with_resilient},
+        tcp_vip,
     },
     packets::{VIP4, VIP6},
     testbed::{backend_name, client},
@@ -139,6 +147,24 @@ fn main() -> ExitCode {
             &bed,
             "backend_added_then_instance_fails_with_second_chance",
             |b| with_second_chance(b, |b| backend_then_failure(b, true)),
+        ),
+        trial(
+            &bed,
+            "backend_added_then_instance_fails_resilient_router",
+            |b| {
+                with_resilient(b, ResilientGroup::RECOMMENDED, |b| {
+                    backend_then_failure(b, false)
+                })
+            },
+        ),
+        trial(
+            &bed,
+            "backend_added_then_instance_fails_resilient_router_with_second_chance",
+            |b| {
+                with_resilient(b, ResilientGroup::RECOMMENDED, |b| {
+                    with_second_chance(b, |b| backend_then_failure(b, true))
+                })
+            },
         ),
         trial(
             &bed,
@@ -605,12 +631,17 @@ fn predicted_share(old: &[u8], new: u8) -> anyhow::Result<f64> {
 
 /// Broken connections of the scenarios without the second chance, by scenario
 /// (`usize::MAX` until it ran), printed beside the count with it.
-static TODAY_BROKEN: [AtomicUsize; 3] = [const { AtomicUsize::new(usize::MAX) }; 3];
-/// [`TODAY_BROKEN`]'s index of `backend_then_failure`, of `withdrawn_then_rejoin` and
-/// of `two_changes_then_failure`.
+static TODAY_BROKEN: [AtomicUsize; 5] = [const { AtomicUsize::new(usize::MAX) }; 5];
+/// [`TODAY_BROKEN`]'s index of `backend_then_failure`, of `withdrawn_then_rejoin`, of
+/// `two_changes_then_failure`, and of `backend_then_failure` with the router's
+/// resilient group; at [`HASH_THRESHOLD_SHUFFLED`], not a broken count but the
+/// survivors' connections that changed instance in `backend_then_failure` (the router's
+/// hash-threshold multipath, no second chance).
 const BACKEND_THEN_FAILURE: usize = 0;
 const WITHDRAWN_THEN_REJOIN: usize = 1;
 const TWO_CHANGES: usize = 2;
+const BACKEND_THEN_FAILURE_RESILIENT: usize = 3;
+const HASH_THRESHOLD_SHUFFLED: usize = 4;
 
 /// Today's count of scenario `which`, as text.
 fn today(which: usize) -> String {
@@ -675,6 +706,7 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
     let must_break: BTreeSet<usize> = moved.intersection(&on_failed).copied().collect();
     let broke_set: BTreeSet<usize> = broke.keys().copied().collect();
     let between_survivors: BTreeSet<usize> = broke_set.difference(&must_break).copied().collect();
+    let shuffled = shuffled(bed, &locals, &carried, k, &broke_set)?;
 
     bed.restore(k, Failure::RouterLinkDown)?;
     let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
@@ -684,16 +716,31 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
     let broke_after_rejoin = broken(&final_states).len() - broke.len();
     #[expect(clippy::cast_precision_loss, reason = "connection counts")]
     let predicted = on_failed.len() as f64 * share;
+    let resilient = bed.resilient();
+    let today_index = if resilient.is_some() {
+        BACKEND_THEN_FAILURE_RESILIENT
+    } else {
+        BACKEND_THEN_FAILURE
+    };
     eprintln!(
-        "fleet: {}backend b{new} added on every instance: lb table diff predicts {:.2}% of slots \
-         moved; {} of {LONG_FLOWS} connections had their slot moved; instance {k} (link down) \
-         carried {}, {} of them with a moved slot; broken: {} (predicted {:.1} = {} x {:.4}; {} of \
-         them moved between surviving instances by the ECMP rehash); broken at the rejoin: {} more; \
-         failover after {:.1} ms",
+        "fleet: {}{}backend b{new} added on every instance: lb table diff predicts {:.2}% of \
+         slots moved; {} of {LONG_FLOWS} connections had their slot moved; instance {k} (link \
+         down) carried {}, {} of them with a moved slot; {shuffled} of the survivors' {} changed \
+         instance; broken: {} (predicted {:.1} = {} x {:.4}; {} of them moved between surviving \
+         instances by the ECMP rehash); broken at the rejoin: {} more; failover after {:.1} ms",
+        match resilient {
+            Some(g) => format!(
+                "router by a resilient group ({} buckets; with hash-threshold {} of the \
+                 survivors' connections changed instance): ",
+                g.buckets,
+                today(HASH_THRESHOLD_SHUFFLED)
+            ),
+            None => String::new(),
+        },
         if second_chance {
             format!(
                 "with the second chance (without it: {} broken): ",
-                today(BACKEND_THEN_FAILURE)
+                today(today_index)
             )
         } else {
             String::new()
@@ -702,6 +749,7 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
         moved.len(),
         on_failed.len(),
         must_break.len(),
+        locals.len() - on_failed.len(),
         broke.len(),
         predicted,
         on_failed.len(),
@@ -720,7 +768,23 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
             "with the second chance, connections broke: {broke:?}, {broke_after_rejoin} at the rejoin"
         );
     } else {
-        TODAY_BROKEN[BACKEND_THEN_FAILURE].store(broke.len(), Ordering::Relaxed);
+        TODAY_BROKEN[today_index].store(broke.len(), Ordering::Relaxed);
+    }
+    if resilient.is_some() {
+        // Only the failed instance's buckets moved: its connections, none of the others.
+        ensure!(
+            shuffled == 0,
+            "with the resilient group, {shuffled} of the survivors' connections changed instance"
+        );
+        ensure!(
+            second_chance || broke_set == must_break,
+            "with the resilient group, the broken connections are not exactly the failed \
+             instance's with a moved slot: {} broken, {} expected",
+            broke_set.len(),
+            must_break.len()
+        );
+    } else if !second_chance {
+        TODAY_BROKEN[HASH_THRESHOLD_SHUFFLED].store(shuffled, Ordering::Relaxed);
     }
     ensure!(
         must_break.is_subset(&broke_set) || second_chance,
@@ -736,6 +800,26 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
             .collect::<Vec<_>>()
     );
     remove_backend(bed, new, &before[0])
+}
+
+/// Of the connections `locals` that instance `k` did not carry (`carried`, as
+/// [`carriers`] found them before it failed), how many changed instance at its failure:
+/// those broken (`broke`, indexes into `locals`) or pinned now on another survivor than
+/// their own.
+fn shuffled(
+    bed: &FleetBed,
+    locals: &[SocketAddr],
+    carried: &[(usize, String)],
+    k: usize,
+    broke: &BTreeSet<usize>,
+) -> anyhow::Result<usize> {
+    let pins = bed.pins(&tcp_vip(false), locals)?;
+    Ok((0..locals.len())
+        .filter(|&i| carried[i].0 != k)
+        .filter(|&i| {
+            broke.contains(&i) || pins[i].iter().any(|(j, _)| *j != k && *j != carried[i].0)
+        })
+        .count())
 }
 
 /// Back to the baseline: backend `new` out of the IPv4 TCP VIP everywhere, and the
