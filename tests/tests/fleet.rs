@@ -57,6 +57,9 @@
 //!   switched instance opened on moved slots break where they reach the instance
 //!   behind (printed); in two phases (`lb reload --phase learn` on every instance
 //!   first) none does.
+//! - One daemon dead (SIGKILL), then another instance's router port down, then both
+//!   back (the port up, the daemon started again), with no table change: none breaks,
+//!   some of the failed instance's connections pinned by the dead one's datapath.
 //! - One daemon dead (SIGKILL, not restarted; its routes stay announced and its
 //!   pinned datapath forwards by the old table), a backend added on the other two,
 //!   then one of them fails: the connections opened on moved slots that reach the
@@ -195,6 +198,11 @@ fn main() -> ExitCode {
         trial(&bed, "two_phase_rollout_then_instance_fails", |b| {
             rollout_then_failure(b, true)
         }),
+        trial(
+            &bed,
+            "dead_daemon_then_another_instance_fails_then_both_back",
+            dead_daemon_then_another_fails,
+        ),
         trial(
             &bed,
             "dead_daemon_change_reaches_the_others_then_one_fails",
@@ -1592,17 +1600,7 @@ fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
     let vip = tcp_vip(false);
     let (dead, failing) = (1, 2);
     let before_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
-    bed.kill_daemon(dead)?;
-    // Long enough for a withdrawal to reach the router, had there been one.
-    std::thread::sleep(Duration::from_millis(1500));
-    for addr in [vip4(), VIP6.into()] {
-        let hops = bed.router_nexthops(addr)?;
-        ensure!(
-            hops.contains(&dead),
-            "{addr}: the router stopped using instance {dead} when its daemon died: {hops:?}"
-        );
-    }
-    before_flows.wait_progress(Instant::now(), CONVERGE)?;
+    kill_stays_announced(bed, dead, &before_flows)?;
     if remedy {
         bed.fail(dead, Failure::Detached)?;
         let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&dead) && !h.is_empty())?;
@@ -1649,4 +1647,87 @@ fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
         total,
         "with the dead instance detached first",
     )
+}
+
+/// Kills instance `dead`'s daemon (SIGKILL, not restarted) and checks that nothing
+/// withdraws it: the router still uses it 1.5 s later, and `flows` make progress.
+fn kill_stays_announced(
+    bed: &mut FleetBed,
+    dead: usize,
+    flows: &lb_tests::fleet::flows::LongFlows,
+) -> anyhow::Result<()> {
+    bed.kill_daemon(dead)?;
+    // Long enough for a withdrawal to reach the router, had there been one.
+    std::thread::sleep(Duration::from_millis(1500));
+    for addr in [vip4(), VIP6.into()] {
+        let hops = bed.router_nexthops(addr)?;
+        ensure!(
+            hops.contains(&dead),
+            "{addr}: the router stopped using instance {dead} when its daemon died: {hops:?}"
+        );
+    }
+    flows.wait_progress(Instant::now(), CONVERGE)
+}
+
+/// Issue 31's first row: "kill -9 of one daemon, then another instance's uplink down,
+/// then both back", with no table change (the IPv4 TCP VIP as configured, no second
+/// chance). Instance 1's daemon is killed (it stays announced, its pinned datapath
+/// forwards), then instance 2's router port goes down: its connections move to 1 and
+/// 3, miss conntrack there and are picked from the same table (the dead instance's
+/// datapath does it with no daemon). Then the port comes up and daemon 1 starts again
+/// (it adopts the datapath, the pins its datapath made included). No connection
+/// breaks (asserted), and some of instance 2's reached the dead instance and were
+/// pinned there to their old backend (asserted, else the case was not exercised).
+fn dead_daemon_then_another_fails(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let (dead, failing) = (1, 2);
+    let flows = bed.long_flows(LONG_FLOWS, false)?;
+    let locals = flows.locals();
+    let carried = carriers(bed, &locals)?;
+    let on_failing: Vec<usize> = (0..locals.len())
+        .filter(|&i| carried[i].0 == failing)
+        .collect();
+    kill_stays_announced(bed, dead, &flows)?;
+    let failed_at = Instant::now();
+    bed.fail(failing, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
+    flows.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broken_failover = broken(&flows.snapshot()).len();
+    bed.restore(failing, Failure::RouterLinkDown)?;
+    bed.start_daemon(dead)?;
+    bed.wait_all_announced(CONVERGE)?;
+    let back = Instant::now();
+    flows.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let pins = bed.pins(&vip, &locals)?;
+    let via_dead = on_failing
+        .iter()
+        .filter(|&&i| pins[i].contains(&(dead, carried[i].1.clone())))
+        .count();
+    let states = flows.finish();
+    let broke = broken(&states);
+    eprintln!(
+        "fleet: instance {dead}'s daemon killed (still announced), then instance {failing} \
+         (link down, carrying {} of {LONG_FLOWS}) failed after {:.1} ms: broken {broken_failover}; \
+         {via_dead} of its connections pinned on the dead instance to their old backend; \
+         both back (port up, daemon started): broken in all {}, longest stall {:.0} ms",
+        on_failing.len(),
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        broke.len(),
+        longest_stall(&states).as_secs_f64() * 1e3,
+    );
+    ensure!(
+        broke.is_empty(),
+        "{} connections broke: {:?}",
+        broke.len(),
+        &broke[..broke.len().min(10)]
+    );
+    ensure!(
+        via_dead > 0,
+        "none of instance {failing}'s {} connections reached the dead instance {dead}: the \
+         test proves nothing",
+        on_failing.len()
+    );
+    Ok(())
 }
