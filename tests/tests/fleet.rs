@@ -724,27 +724,14 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
     let broke_after_rejoin = broken(&final_states).len() - broke.len();
     #[expect(clippy::cast_precision_loss, reason = "connection counts")]
     let predicted = on_failed.len() as f64 * share;
-    let resilient = bed.resilient();
-    let today_index = if resilient.is_some() {
-        BACKEND_THEN_FAILURE_RESILIENT
-    } else {
-        BACKEND_THEN_FAILURE
-    };
+    let (router, today_index) = router_note(bed);
     eprintln!(
-        "fleet: {}{}backend b{new} added on every instance: lb table diff predicts {:.2}% of \
-         slots moved; {} of {LONG_FLOWS} connections had their slot moved; instance {k} (link \
-         down) carried {}, {} of them with a moved slot; {shuffled} of the survivors' {} changed \
-         instance; broken: {} (predicted {:.1} = {} x {:.4}; {} of them moved between surviving \
-         instances by the ECMP rehash); broken at the rejoin: {} more; failover after {:.1} ms",
-        match resilient {
-            Some(g) => format!(
-                "router by a resilient group ({} buckets; with hash-threshold {} of the \
-                 survivors' connections changed instance): ",
-                g.buckets,
-                today(HASH_THRESHOLD_SHUFFLED)
-            ),
-            None => String::new(),
-        },
+        "fleet: {router}{}backend b{new} added on every instance: lb table diff predicts \
+         {:.2}% of slots moved; {} of {LONG_FLOWS} connections had their slot moved; instance \
+         {k} (link down) carried {}, {} of them with a moved slot; {shuffled} of the \
+         survivors' {} changed instance; broken: {} (predicted {:.1} = {} x {:.4}; {} of them \
+         moved between surviving instances by the ECMP rehash); broken at the rejoin: {} more; \
+         failover after {:.1} ms",
         if second_chance {
             format!(
                 "with the second chance (without it: {} broken): ",
@@ -778,22 +765,7 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
     } else {
         TODAY_BROKEN[today_index].store(broke.len(), Ordering::Relaxed);
     }
-    if resilient.is_some() {
-        // Only the failed instance's buckets moved: its connections, none of the others.
-        ensure!(
-            shuffled == 0,
-            "with the resilient group, {shuffled} of the survivors' connections changed instance"
-        );
-        ensure!(
-            second_chance || broke_set == must_break,
-            "with the resilient group, the broken connections are not exactly the failed \
-             instance's with a moved slot: {} broken, {} expected",
-            broke_set.len(),
-            must_break.len()
-        );
-    } else if !second_chance {
-        TODAY_BROKEN[HASH_THRESHOLD_SHUFFLED].store(shuffled, Ordering::Relaxed);
-    }
+    settle_router(bed, second_chance, shuffled, broke_set == must_break)?;
     ensure!(
         must_break.is_subset(&broke_set) || second_chance,
         "connections with a moved slot pinned on the failed instance survived: {:?}",
@@ -808,6 +780,52 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
             .collect::<Vec<_>>()
     );
     remove_backend(bed, new, &before[0])
+}
+
+/// How `backend_then_failure`'s report names the router (nothing for BIRD's
+/// hash-threshold multipath), and its [`TODAY_BROKEN`] index.
+fn router_note(bed: &FleetBed) -> (String, usize) {
+    match bed.resilient() {
+        Some(g) => (
+            format!(
+                "router by a resilient group ({} buckets; with hash-threshold {} of the \
+                 survivors' connections changed instance): ",
+                g.buckets,
+                today(HASH_THRESHOLD_SHUFFLED)
+            ),
+            BACKEND_THEN_FAILURE_RESILIENT,
+        ),
+        None => (String::new(), BACKEND_THEN_FAILURE),
+    }
+}
+
+/// `backend_then_failure`'s checks of the router. With the resilient group only the
+/// failed instance's buckets move: none of the survivors' connections changes instance
+/// (`shuffled`), so without the second chance the broken ones are exactly the failed
+/// instance's with a moved slot (`exact`). With hash-threshold, `shuffled` is kept for
+/// the resilient run's report.
+fn settle_router(
+    bed: &FleetBed,
+    second_chance: bool,
+    shuffled: usize,
+    exact: bool,
+) -> anyhow::Result<()> {
+    if bed.resilient().is_none() {
+        if !second_chance {
+            TODAY_BROKEN[HASH_THRESHOLD_SHUFFLED].store(shuffled, Ordering::Relaxed);
+        }
+        return Ok(());
+    }
+    ensure!(
+        shuffled == 0,
+        "with the resilient group, {shuffled} of the survivors' connections changed instance"
+    );
+    ensure!(
+        second_chance || exact,
+        "with the resilient group, the broken connections are not exactly the failed \
+         instance's with a moved slot"
+    );
+    Ok(())
 }
 
 /// Of the connections `locals` that instance `k` did not carry (`carried`, as
