@@ -26,7 +26,10 @@
 //!   ECMP route per VIP address (`merge paths on`), and the kernel hashes flows over
 //!   the next hops by 5-tuple (`fib_multipath_hash_policy = 1`, both families). Its
 //!   `rp_filter` is off: replies come from the VIP through the backends' link while
-//!   the VIP's route points at the instances (direct server return).
+//!   the VIP's route points at the instances (direct server return). On demand
+//!   ([`FleetBed::set_resilient`], module [`resilient`]) a static route through a
+//!   resilient next-hop group forwards the IPv4 VIP address instead (BIRD cannot
+//!   install one).
 //! - Backends: as in the single-instance bed (the backend agent `lb_agent`, the VIPs on
 //!   `lo`, an echo server answering `b<k>`), plus a TCP listener on port
 //!   [`HEALTH_PORT`] for direct health probes; their default route is the router. The
