@@ -30,8 +30,9 @@
 //!   slot is on the clean owner the miss rule takes (invariant I2). How pins and
 //!   candidates combine once F1 admits fleets is the fleet-cleaning stage's to decide.
 //! - **SC5 (given up).** The state keeps two owners. A slot whose owner changes again
-//!   while it is dirty forgets the owner in between ([`owner_given_up`]): a flow that
-//!   began on that owner, on another instance, has no candidate left. A candidate that
+//!   while it is dirty forgets the owner in between ([`owner_given_up`]; the daemon
+//!   counts them per table it publishes, [`owners_given_up`]): a flow that began on
+//!   that owner, on another instance, has no candidate left. A candidate that
 //!   no longer keeps flows (removed or down) or is of another family than the
 //!   destination cannot be carried either; the data path counts those packets.
 //! - **SC6 (a pending slot).** A two-phase rollout's first phase (*learn*, rule R1 of
@@ -102,6 +103,24 @@ pub fn owner_given_up(old: &SlotState, new_owner: u32) -> Option<u32> {
     let forgotten = old.owner();
     (old.is_dirty() && forgotten != new_owner && forgotten != old.clean_owner() && forgotten != 0)
         .then_some(forgotten)
+}
+
+/// Rule SC5 over a whole table: how many slots of the table in force (its states
+/// `live`, `None` before the VIP's first table) forget an owner ([`owner_given_up`])
+/// when the table `next` (each slot's new owner) is published. A table of another size
+/// counts none: its slots get no clean owner ([`SlotState::resized`]), so every dirty
+/// slot's candidate goes, not one owner of a slot that keeps two.
+#[must_use]
+pub fn owners_given_up<T: Copy + Into<u32>>(live: Option<&[SlotState]>, next: &[T]) -> u32 {
+    let Some(live) = live.filter(|l| l.len() == next.len()) else {
+        return 0;
+    };
+    let forgotten = live
+        .iter()
+        .zip(next)
+        .filter(|(old, owner)| owner_given_up(old, (**owner).into()).is_some())
+        .count();
+    u32::try_from(forgotten).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -104,6 +104,9 @@ pub struct FakeDataplane {
     /// The slot states of each VIP's table, published as the kernel's buffers publish
     /// them (`SlotState::published`, at time 0).
     pub states: HashMap<u32, Vec<SlotState>>,
+    /// Slots that forgot an owner at the installs of each VIP's tables
+    /// ([`Dataplane::owners_given_up`]).
+    pub owners_given_up: HashMap<u32, u64>,
 }
 
 impl FakeDataplane {
@@ -221,6 +224,8 @@ impl Dataplane for FakeDataplane {
         }
         self.mutate("install_table")?;
         let live = self.states.get(&vip_id).map(Vec::as_slice);
+        let forgotten = lb_common::second_chance::owners_given_up(live, table.slots);
+        *self.owners_given_up.entry(vip_id).or_default() += u64::from(forgotten);
         let states = (table.slots.iter().enumerate())
             .map(|(slot, &owner)| SlotState::published(live, size, slot, owner, 0))
             .collect();
@@ -397,6 +402,10 @@ impl Dataplane for FakeDataplane {
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         Ok(self.conntrack.get(key).copied())
+    }
+
+    fn owners_given_up(&self, vip_id: u32) -> u64 {
+        self.owners_given_up.get(&vip_id).copied().unwrap_or(0)
     }
 
     fn slot_state(&self, vip_id: u32, slot: u32) -> Result<Option<SlotState>, DataplaneError> {

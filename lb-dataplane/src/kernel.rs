@@ -578,6 +578,10 @@ impl Dataplane for KernelDataplane {
         lock(&self.tables).state(vip_id, slot)
     }
 
+    fn owners_given_up(&self, vip_id: u32) -> u64 {
+        lock(&self.tables).owners_given_up(vip_id)
+    }
+
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<(CtTable, CtEntry)>, DataplaneError> {
         self.conntrack_lookup(key)
     }

@@ -540,6 +540,13 @@ pub trait Dataplane {
         slot: u32,
     ) -> Result<Option<lb_common::fastpath::SlotState>, DataplaneError>;
 
+    /// Rule SC5 of `lb_common::second_chance`: the slots of VIP `vip_id`'s tables that
+    /// forgot an owner (a dirty slot's owner in between, neither its clean owner nor
+    /// its new one) when a table was installed, counted since this data plane was
+    /// opened ([`lb_common::second_chance::owners_given_up`] at each install of a table
+    /// of the same size); 0 for a VIP it knows nothing of.
+    fn owners_given_up(&self, vip_id: u32) -> u64;
+
     /// The tunnel-probe program: whether it is attached, and its counters (zero when
     /// they cannot be read); `None` for a data plane without one (the fake).
     fn probe_encap(&self) -> Option<(bool, ProbeStats)> {

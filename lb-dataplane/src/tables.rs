@@ -85,6 +85,9 @@ struct VipBuffers {
     second_chance: bool,
     /// The VIP's hash fields (their bits in its entry's flags).
     hash: HashFields,
+    /// Slots that forgot an owner at this process's installs of its tables (rule SC5,
+    /// `lb_common::second_chance::owners_given_up`).
+    owners_given_up: u64,
 }
 
 impl VipBuffers {
@@ -332,9 +335,19 @@ impl TableSet {
         generation: u32,
         slots: &[T],
     ) -> Result<(), DataplaneError> {
+        let mut forgotten = 0;
         self.install_with(vip_id, slots.len(), |mapping, live, now_ns| {
+            forgotten = lb_common::second_chance::owners_given_up(live, slots);
             mapping.write_table(generation, slots, live, now_ns)
-        })
+        })?;
+        self.by_id.entry(vip_id).or_default().owners_given_up += u64::from(forgotten);
+        Ok(())
+    }
+
+    /// The slots of VIP `vip_id`'s tables that forgot an owner when this process
+    /// installed a table (rule SC5); 0 for a VIP it knows nothing of.
+    pub(crate) fn owners_given_up(&self, vip_id: u32) -> u64 {
+        self.by_id.get(&vip_id).map_or(0, |v| v.owners_given_up)
     }
 
     /// Rule R1 (a two-phase rollout's *learn* phase): publishes VIP `vip_id`'s table in

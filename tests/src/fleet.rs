@@ -26,7 +26,10 @@
 //!   ECMP route per VIP address (`merge paths on`), and the kernel hashes flows over
 //!   the next hops by 5-tuple (`fib_multipath_hash_policy = 1`, both families). Its
 //!   `rp_filter` is off: replies come from the VIP through the backends' link while
-//!   the VIP's route points at the instances (direct server return).
+//!   the VIP's route points at the instances (direct server return). On demand
+//!   ([`FleetBed::set_resilient`], module [`resilient`]) a static route through a
+//!   resilient next-hop group forwards the IPv4 VIP address instead (BIRD cannot
+//!   install one).
 //! - Backends: as in the single-instance bed (the backend agent `lb_agent`, the VIPs on
 //!   `lo`, an echo server answering `b<k>`), plus a TCP listener on port
 //!   [`HEALTH_PORT`] for direct health probes; their default route is the router. The
@@ -45,6 +48,7 @@
 pub mod bird;
 pub mod change;
 pub mod flows;
+pub mod resilient;
 
 use std::{
     collections::BTreeSet,
@@ -326,6 +330,9 @@ pub struct FleetBed {
     // Field order is drop order: processes and programs go before their namespaces.
     instances: Vec<Instance>,
     router_bird: Bird,
+    /// The router's resilient next-hop group for the IPv4 VIP address, when on
+    /// ([`resilient`]).
+    resilient: Option<resilient::ResilientGroup>,
     _passes: Vec<PassProgram>,
     backends: Vec<FleetBackend>,
     router: NetNs,
@@ -406,6 +413,7 @@ impl FleetBed {
         let bed = Self {
             instances,
             router_bird,
+            resilient: None,
             _passes: passes,
             backends,
             router,
@@ -572,7 +580,9 @@ impl FleetBed {
         Ok(())
     }
 
-    /// Brings the router's port towards instance `k` down or up.
+    /// Brings the router's port towards instance `k` down or up. With the resilient
+    /// group on, a port brought up also returns the instance's next hop to the group,
+    /// as the operator's tooling would (the kernel removed it when the port went down).
     ///
     /// # Errors
     /// When `ip` fails.
@@ -582,7 +592,11 @@ impl FleetBed {
             "set",
             &router_iface(k),
             if up { "up" } else { "down" },
-        ])
+        ])?;
+        match self.resilient {
+            Some(group) if up => self.rejoin_group(group, k),
+            _ => Ok(()),
+        }
     }
 
     /// Makes the router's port towards instance `k` drop every packet in both
@@ -1120,17 +1134,25 @@ fn build_backend(router: &NetNs, j: u8) -> anyhow::Result<FleetBackend> {
 }
 
 /// The instances of `ip -j route show ADDR` output: the devices `r<k>` of its next
-/// hops, but those flagged dead.
+/// hops, but those flagged dead. Of several routes to `addr` only those of the lowest
+/// metric count (the kernel forwards by them: the resilient group's static route
+/// before BIRD's, [`resilient`]); a route without one has metric 0.
 fn parse_nexthops(json: &[u8], addr: IpAddr) -> anyhow::Result<BTreeSet<usize>> {
     if json.iter().all(u8::is_ascii_whitespace) {
         return Ok(BTreeSet::new());
     }
     let routes: Vec<serde_json::Value> =
         serde_json::from_slice(json).context("parsing ip -j route show")?;
-    let mut out = BTreeSet::new();
-    for route in routes
+    let metric = |r: &serde_json::Value| r.get("metric").and_then(serde_json::Value::as_u64);
+    let to_addr: Vec<&serde_json::Value> = routes
         .iter()
         .filter(|r| r.get("dst").and_then(|d| d.as_str()) == Some(&addr.to_string()))
+        .collect();
+    let lowest = to_addr.iter().map(|r| metric(r).unwrap_or(0)).min();
+    let mut out = BTreeSet::new();
+    for route in to_addr
+        .into_iter()
+        .filter(|r| Some(metric(r).unwrap_or(0)) == lowest)
     {
         let hops: Vec<&serde_json::Value> = match route.get("nexthops") {
             Some(serde_json::Value::Array(hops)) => hops.iter().collect(),
@@ -1240,5 +1262,23 @@ mod tests {
         assert_eq!(parse_nexthops(single, addr).unwrap(), BTreeSet::from([2]));
         assert!(parse_nexthops(b"", addr).unwrap().is_empty());
         assert!(parse_nexthops(b"[]", addr).unwrap().is_empty());
+    }
+
+    #[test]
+    fn router_next_hops_are_the_lowest_metric_routes() {
+        let addr: IpAddr = "203.0.113.10".parse().unwrap();
+        // The resilient group's route (metric 1) before BIRD's (32): as `ip -j route
+        // show` prints them after instance 2's link went down.
+        let both = br#"[{"dst":"203.0.113.10","nhid":100,"metric":1,"flags":[],
+            "nexthops":[{"gateway":"10.0.1.2","dev":"r1","weight":1,"flags":[]},
+                        {"gateway":"10.0.3.2","dev":"r3","weight":1,"flags":[]}]},
+            {"dst":"203.0.113.10","gateway":"10.0.2.2","dev":"r2","protocol":"bird","metric":32,"flags":[]}]"#;
+        assert_eq!(parse_nexthops(both, addr).unwrap(), BTreeSet::from([1, 3]));
+        let unmetered = br#"[{"dst":"203.0.113.10","gateway":"10.0.2.2","dev":"r2","flags":[]},
+            {"dst":"203.0.113.10","gateway":"10.0.1.2","dev":"r1","metric":32,"flags":[]}]"#;
+        assert_eq!(
+            parse_nexthops(unmetered, addr).unwrap(),
+            BTreeSet::from([2])
+        );
     }
 }

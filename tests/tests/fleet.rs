@@ -32,6 +32,12 @@
 //!   with the second chance (issue 31, stage 3: `encap = "gue"`, `second_chance =
 //!   true`, the backends' agents following the candidates): none breaks, printed beside
 //!   the count without it.
+//! - The same on a router with a resilient next-hop group (`tests/src/fleet/resilient.rs`:
+//!   a static route through `ip nexthop ... type resilient`, which BIRD cannot install)
+//!   instead of BIRD's hash-threshold multipath: no connection of the survivors changes
+//!   instance (asserted; with hash-threshold they do, printed), so without the second
+//!   chance exactly the failed instance's connections with a moved slot break, and with
+//!   it none does.
 //! - A backend removed, with the second chance: a backend added on every instance,
 //!   connections opened, the backend removed on every instance, then an instance
 //!   fails: the removed backend's connections break (expected); of the others none
@@ -51,6 +57,9 @@
 //!   switched instance opened on moved slots break where they reach the instance
 //!   behind (printed); in two phases (`lb reload --phase learn` on every instance
 //!   first) none does.
+//! - One daemon dead (SIGKILL), then another instance's router port down, then both
+//!   back (the port up, the daemon started again), with no table change: none breaks,
+//!   some of the failed instance's connections pinned by the dead one's datapath.
 //! - One daemon dead (SIGKILL, not restarted; its routes stay announced and its
 //!   pinned datapath forwards by the old table), a backend added on the other two,
 //!   then one of them fails: the connections opened on moved slots that reach the
@@ -82,7 +91,9 @@ use lb_tests::{
         change::{applied_changes, change_everywhere, switch, with_second_chance},
         describe,
         flows::FlowState,
-        instance4, tcp_vip,
+        instance4,
+        resilient::{ResilientGroup, with_resilient},
+        tcp_vip,
     },
     packets::{VIP4, VIP6},
     testbed::{backend_name, client},
@@ -142,6 +153,24 @@ fn main() -> ExitCode {
         ),
         trial(
             &bed,
+            "backend_added_then_instance_fails_resilient_router",
+            |b| {
+                with_resilient(b, ResilientGroup::RECOMMENDED, |b| {
+                    backend_then_failure(b, false)
+                })
+            },
+        ),
+        trial(
+            &bed,
+            "backend_added_then_instance_fails_resilient_router_with_second_chance",
+            |b| {
+                with_resilient(b, ResilientGroup::RECOMMENDED, |b| {
+                    with_second_chance(b, |b| backend_then_failure(b, true))
+                })
+            },
+        ),
+        trial(
+            &bed,
             "backend_removed_then_instance_fails_with_second_chance",
             |b| with_second_chance(b, backend_removed_then_failure),
         ),
@@ -169,6 +198,11 @@ fn main() -> ExitCode {
         trial(&bed, "two_phase_rollout_then_instance_fails", |b| {
             rollout_then_failure(b, true)
         }),
+        trial(
+            &bed,
+            "dead_daemon_then_another_instance_fails_then_both_back",
+            dead_daemon_then_another_fails,
+        ),
         trial(
             &bed,
             "dead_daemon_change_reaches_the_others_then_one_fails",
@@ -619,12 +653,17 @@ fn predicted_share(old: &[u8], new: u8) -> anyhow::Result<f64> {
 
 /// Broken connections of the scenarios without the second chance, by scenario
 /// (`usize::MAX` until it ran), printed beside the count with it.
-static TODAY_BROKEN: [AtomicUsize; 3] = [const { AtomicUsize::new(usize::MAX) }; 3];
-/// [`TODAY_BROKEN`]'s index of `backend_then_failure`, of `withdrawn_then_rejoin` and
-/// of `two_changes_then_failure`.
+static TODAY_BROKEN: [AtomicUsize; 5] = [const { AtomicUsize::new(usize::MAX) }; 5];
+/// [`TODAY_BROKEN`]'s index of `backend_then_failure`, of `withdrawn_then_rejoin`, of
+/// `two_changes_then_failure`, and of `backend_then_failure` with the router's
+/// resilient group; at [`HASH_THRESHOLD_SHUFFLED`], not a broken count but the
+/// survivors' connections that changed instance in `backend_then_failure` (the router's
+/// hash-threshold multipath, no second chance).
 const BACKEND_THEN_FAILURE: usize = 0;
 const WITHDRAWN_THEN_REJOIN: usize = 1;
 const TWO_CHANGES: usize = 2;
+const BACKEND_THEN_FAILURE_RESILIENT: usize = 3;
+const HASH_THRESHOLD_SHUFFLED: usize = 4;
 
 /// Today's count of scenario `which`, as text.
 fn today(which: usize) -> String {
@@ -689,6 +728,7 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
     let must_break: BTreeSet<usize> = moved.intersection(&on_failed).copied().collect();
     let broke_set: BTreeSet<usize> = broke.keys().copied().collect();
     let between_survivors: BTreeSet<usize> = broke_set.difference(&must_break).copied().collect();
+    let shuffled = shuffled(bed, &locals, &carried, k, &broke_set)?;
 
     bed.restore(k, Failure::RouterLinkDown)?;
     let back = bed.wait_router(vip4(), CONVERGE, |h| h.contains(&k))?;
@@ -698,16 +738,18 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
     let broke_after_rejoin = broken(&final_states).len() - broke.len();
     #[expect(clippy::cast_precision_loss, reason = "connection counts")]
     let predicted = on_failed.len() as f64 * share;
+    let (router, today_index) = router_note(bed);
     eprintln!(
-        "fleet: {}backend b{new} added on every instance: lb table diff predicts {:.2}% of slots \
-         moved; {} of {LONG_FLOWS} connections had their slot moved; instance {k} (link down) \
-         carried {}, {} of them with a moved slot; broken: {} (predicted {:.1} = {} x {:.4}; {} of \
-         them moved between surviving instances by the ECMP rehash); broken at the rejoin: {} more; \
+        "fleet: {router}{}backend b{new} added on every instance: lb table diff predicts \
+         {:.2}% of slots moved; {} of {LONG_FLOWS} connections had their slot moved; instance \
+         {k} (link down) carried {}, {} of them with a moved slot; {shuffled} of the \
+         survivors' {} changed instance; broken: {} (predicted {:.1} = {} x {:.4}; {} of them \
+         moved between surviving instances by the ECMP rehash); broken at the rejoin: {} more; \
          failover after {:.1} ms",
         if second_chance {
             format!(
                 "with the second chance (without it: {} broken): ",
-                today(BACKEND_THEN_FAILURE)
+                today(today_index)
             )
         } else {
             String::new()
@@ -716,6 +758,7 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
         moved.len(),
         on_failed.len(),
         must_break.len(),
+        locals.len() - on_failed.len(),
         broke.len(),
         predicted,
         on_failed.len(),
@@ -734,8 +777,9 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
             "with the second chance, connections broke: {broke:?}, {broke_after_rejoin} at the rejoin"
         );
     } else {
-        TODAY_BROKEN[BACKEND_THEN_FAILURE].store(broke.len(), Ordering::Relaxed);
+        TODAY_BROKEN[today_index].store(broke.len(), Ordering::Relaxed);
     }
+    settle_router(bed, second_chance, shuffled, broke_set == must_break)?;
     ensure!(
         must_break.is_subset(&broke_set) || second_chance,
         "connections with a moved slot pinned on the failed instance survived: {:?}",
@@ -750,6 +794,72 @@ fn backend_then_failure(bed: &mut FleetBed, second_chance: bool) -> anyhow::Resu
             .collect::<Vec<_>>()
     );
     remove_backend(bed, new, &before[0])
+}
+
+/// How `backend_then_failure`'s report names the router (nothing for BIRD's
+/// hash-threshold multipath), and its [`TODAY_BROKEN`] index.
+fn router_note(bed: &FleetBed) -> (String, usize) {
+    match bed.resilient() {
+        Some(g) => (
+            format!(
+                "router by a resilient group ({} buckets; with hash-threshold {} of the \
+                 survivors' connections changed instance): ",
+                g.buckets,
+                today(HASH_THRESHOLD_SHUFFLED)
+            ),
+            BACKEND_THEN_FAILURE_RESILIENT,
+        ),
+        None => (String::new(), BACKEND_THEN_FAILURE),
+    }
+}
+
+/// `backend_then_failure`'s checks of the router. With the resilient group only the
+/// failed instance's buckets move: none of the survivors' connections changes instance
+/// (`shuffled`), so without the second chance the broken ones are exactly the failed
+/// instance's with a moved slot (`exact`). With hash-threshold, `shuffled` is kept for
+/// the resilient run's report.
+fn settle_router(
+    bed: &FleetBed,
+    second_chance: bool,
+    shuffled: usize,
+    exact: bool,
+) -> anyhow::Result<()> {
+    if bed.resilient().is_none() {
+        if !second_chance {
+            TODAY_BROKEN[HASH_THRESHOLD_SHUFFLED].store(shuffled, Ordering::Relaxed);
+        }
+        return Ok(());
+    }
+    ensure!(
+        shuffled == 0,
+        "with the resilient group, {shuffled} of the survivors' connections changed instance"
+    );
+    ensure!(
+        second_chance || exact,
+        "with the resilient group, the broken connections are not exactly the failed \
+         instance's with a moved slot"
+    );
+    Ok(())
+}
+
+/// Of the connections `locals` that instance `k` did not carry (`carried`, as
+/// [`carriers`] found them before it failed), how many changed instance at its failure:
+/// those broken (`broke`, indexes into `locals`) or pinned now on another survivor than
+/// their own.
+fn shuffled(
+    bed: &FleetBed,
+    locals: &[SocketAddr],
+    carried: &[(usize, String)],
+    k: usize,
+    broke: &BTreeSet<usize>,
+) -> anyhow::Result<usize> {
+    let pins = bed.pins(&tcp_vip(false), locals)?;
+    Ok((0..locals.len())
+        .filter(|&i| carried[i].0 != k)
+        .filter(|&i| {
+            broke.contains(&i) || pins[i].iter().any(|(j, _)| *j != k && *j != carried[i].0)
+        })
+        .count())
 }
 
 /// Back to the baseline: backend `new` out of the IPv4 TCP VIP everywhere, and the
@@ -1522,17 +1632,7 @@ fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
     let vip = tcp_vip(false);
     let (dead, failing) = (1, 2);
     let before_flows = bed.long_flows(ROLLOUT_FLOWS, false)?;
-    bed.kill_daemon(dead)?;
-    // Long enough for a withdrawal to reach the router, had there been one.
-    std::thread::sleep(Duration::from_millis(1500));
-    for addr in [vip4(), VIP6.into()] {
-        let hops = bed.router_nexthops(addr)?;
-        ensure!(
-            hops.contains(&dead),
-            "{addr}: the router stopped using instance {dead} when its daemon died: {hops:?}"
-        );
-    }
-    before_flows.wait_progress(Instant::now(), CONVERGE)?;
+    kill_stays_announced(bed, dead, &before_flows)?;
     if remedy {
         bed.fail(dead, Failure::Detached)?;
         let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&dead) && !h.is_empty())?;
@@ -1579,4 +1679,87 @@ fn dead_daemon_steps(bed: &mut FleetBed, remedy: bool) -> anyhow::Result<()> {
         total,
         "with the dead instance detached first",
     )
+}
+
+/// Kills instance `dead`'s daemon (SIGKILL, not restarted) and checks that nothing
+/// withdraws it: the router still uses it 1.5 s later, and `flows` make progress.
+fn kill_stays_announced(
+    bed: &mut FleetBed,
+    dead: usize,
+    flows: &lb_tests::fleet::flows::LongFlows,
+) -> anyhow::Result<()> {
+    bed.kill_daemon(dead)?;
+    // Long enough for a withdrawal to reach the router, had there been one.
+    std::thread::sleep(Duration::from_millis(1500));
+    for addr in [vip4(), VIP6.into()] {
+        let hops = bed.router_nexthops(addr)?;
+        ensure!(
+            hops.contains(&dead),
+            "{addr}: the router stopped using instance {dead} when its daemon died: {hops:?}"
+        );
+    }
+    flows.wait_progress(Instant::now(), CONVERGE)
+}
+
+/// Issue 31's first row: "kill -9 of one daemon, then another instance's uplink down,
+/// then both back", with no table change (the IPv4 TCP VIP as configured, no second
+/// chance). Instance 1's daemon is killed (it stays announced, its pinned datapath
+/// forwards), then instance 2's router port goes down: its connections move to 1 and
+/// 3, miss conntrack there and are picked from the same table (the dead instance's
+/// datapath does it with no daemon). Then the port comes up and daemon 1 starts again
+/// (it adopts the datapath, the pins its datapath made included). No connection
+/// breaks (asserted), and some of instance 2's reached the dead instance and were
+/// pinned there to their old backend (asserted, else the case was not exercised).
+fn dead_daemon_then_another_fails(bed: &mut FleetBed) -> anyhow::Result<()> {
+    let vip = tcp_vip(false);
+    let (dead, failing) = (1, 2);
+    let flows = bed.long_flows(LONG_FLOWS, false)?;
+    let locals = flows.locals();
+    let carried = carriers(bed, &locals)?;
+    let on_failing: Vec<usize> = (0..locals.len())
+        .filter(|&i| carried[i].0 == failing)
+        .collect();
+    kill_stays_announced(bed, dead, &flows)?;
+    let failed_at = Instant::now();
+    bed.fail(failing, Failure::RouterLinkDown)?;
+    let gone = bed.wait_router(vip4(), CONVERGE, |h| !h.contains(&failing) && !h.is_empty())?;
+    flows.wait_progress(gone, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let broken_failover = broken(&flows.snapshot()).len();
+    bed.restore(failing, Failure::RouterLinkDown)?;
+    bed.start_daemon(dead)?;
+    bed.wait_all_announced(CONVERGE)?;
+    let back = Instant::now();
+    flows.wait_progress(back, CONVERGE)?;
+    std::thread::sleep(lb_tests::fleet::flows::ROUND * 3);
+    let pins = bed.pins(&vip, &locals)?;
+    let via_dead = on_failing
+        .iter()
+        .filter(|&&i| pins[i].contains(&(dead, carried[i].1.clone())))
+        .count();
+    let states = flows.finish();
+    let broke = broken(&states);
+    eprintln!(
+        "fleet: instance {dead}'s daemon killed (still announced), then instance {failing} \
+         (link down, carrying {} of {LONG_FLOWS}) failed after {:.1} ms: broken {broken_failover}; \
+         {via_dead} of its connections pinned on the dead instance to their old backend; \
+         both back (port up, daemon started): broken in all {}, longest stall {:.0} ms",
+        on_failing.len(),
+        gone.duration_since(failed_at).as_secs_f64() * 1e3,
+        broke.len(),
+        longest_stall(&states).as_secs_f64() * 1e3,
+    );
+    ensure!(
+        broke.is_empty(),
+        "{} connections broke: {:?}",
+        broke.len(),
+        &broke[..broke.len().min(10)]
+    );
+    ensure!(
+        via_dead > 0,
+        "none of instance {failing}'s {} connections reached the dead instance {dead}: the \
+         test proves nothing",
+        on_failing.len()
+    );
+    Ok(())
 }

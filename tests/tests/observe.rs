@@ -6,6 +6,8 @@
 //!   the segments the clients sent to it; a backend added at runtime appears, and a
 //!   removed one is shown as `removed` with its counter frozen, then its series go after
 //!   `metrics.removed_retention_secs`; `promtool check metrics` accepts the exposition;
+//!   the added backend removed again, each of its slots (dirty since the add) forgets
+//!   it, counted in `lb status` and `lb_vip_second_chance_owners_given_up_total`;
 //! - the live connection counts of `lb status` equal the connections the test holds
 //!   open per backend, and a drained backend's fall to 0 once its connections close;
 //! - `lb trace` shows the decisions of a connection's packets (SYN from the table, the
@@ -177,7 +179,54 @@ fn prometheus_sees_the_series_the_traffic_and_the_backend_lifecycle() {
     prom.wait(&packets(3), Duration::from_secs(15), <[_]>::is_empty)
         .expect("the removed backend's series go after the retention");
     drop(prom);
+    owners_given_up_when_the_added_backend_goes(&bed, &lb, k);
     drop(lb);
+}
+
+/// Backend `k`, added at runtime (its slots dirty since), removed again: each of its
+/// slots moves on and forgets `k` (rule SC5 of the second chance),
+/// counted in `lb status` (JSON and text) and `lb_vip_second_chance_owners_given_up_total`.
+fn owners_given_up_when_the_added_backend_goes(bed: &TestBed, lb: &Daemon<'_>, k: u8) {
+    let vip = vip_text(false, true);
+    let of_vip = |s: &Status| {
+        s.vips
+            .iter()
+            .find(|v| v.vip == vip)
+            .cloned()
+            .expect("the VIP in lb status")
+    };
+    let before = of_vip(&lb.status().expect("lb status"));
+    let owned = before
+        .backends
+        .iter()
+        .find(|b| b.address == backend_addr(k, false).to_string())
+        .map(|b| u64::from(b.slots))
+        .expect("the added backend in lb status");
+    assert!(owned > 0, "b{k} owns no slot");
+    lb.backend("remove", &vip, k, None)
+        .expect("lb backend remove");
+    let given_up = of_vip(&lb.status().expect("lb status")).owners_given_up;
+    // At least b{k}'s slots; also those the add moved between the others and the
+    // removal moves again.
+    assert!(
+        given_up - before.owners_given_up >= owned,
+        "every slot of b{k} forgot it: {given_up} given up, {} before, b{k} owned {owned}",
+        before.owners_given_up
+    );
+    let exposition = get(bed.lb_ns(), endpoint(), "/metrics", None).expect("GET /metrics");
+    assert_eq!(
+        sample(
+            &exposition,
+            "lb_vip_second_chance_owners_given_up_total",
+            &format!("vip=\"{vip}\"")
+        ),
+        Some(f64::from(u32::try_from(given_up).expect("small"))),
+    );
+    let text = lb.cli(&["status"]).expect("lb status text");
+    assert!(
+        text.contains(&format!("second chance: {given_up} slots forgot an owner")),
+        "{text}"
+    );
 }
 
 /// `lb status`'s established connections per backend of `vip` (`u64::MAX` before the

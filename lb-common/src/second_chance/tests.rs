@@ -71,6 +71,28 @@ fn a_second_change_while_dirty_gives_the_owner_in_between_up() {
     assert_eq!(offer(&again, D).candidate, A, "C is no longer named");
 }
 
+#[test]
+fn a_published_table_counts_the_slots_that_forget_an_owner() {
+    let live = [
+        SlotState::clean(A),
+        SlotState::clean(A).switched(C, 10 * S),
+        SlotState::clean(A).switched(C, 10 * S),
+        SlotState::clean(A).switched(C, 10 * S),
+    ];
+    // Slot 0 is clean (nothing to forget), slot 1 keeps C, slot 2 goes back to A
+    // (C forgotten), slot 3 moves on to D (C forgotten).
+    assert_eq!(owners_given_up(Some(&live), &[C, C, A, D]), 2);
+    assert_eq!(
+        owners_given_up(Some(&live), &[A, C, C, C]),
+        0,
+        "no owner changes"
+    );
+    assert_eq!(owners_given_up(None, &[C, C, A, D]), 0, "the first table");
+    assert_eq!(owners_given_up(Some(&live), &[D, D]), 0, "resized");
+    let compact: [u16; 4] = [3, 3, 3, 3];
+    assert_eq!(owners_given_up(Some(&live), &compact), 3, "u16 ids");
+}
+
 proptest! {
     /// From a clean slot owned by `first`, through the changes `owners` (each
     /// republished as a table change does): for either decision the miss rules make

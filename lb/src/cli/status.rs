@@ -79,6 +79,7 @@ pub fn status_text(s: &Status) -> String {
         out.push_str(&allowed_sources_line(v));
         out.push_str(&slot_states_line(v));
         out.push_str(&rollout_line(v));
+        out.push_str(&owners_given_up_line(v));
         out.push_str(&give_ups_line(v));
         out.push_str(&affinity_line(v));
         health::policy(&mut out, v);
@@ -247,6 +248,18 @@ fn rollout_line(v: &VipStatus) -> String {
              named as the second chance's candidate; `lb reload` switches\n"
         )
     })
+}
+
+/// A VIP's slots that forgot an owner at a table change (rule SC5), if any.
+fn owners_given_up_line(v: &VipStatus) -> String {
+    match v.owners_given_up {
+        0 => String::new(),
+        n => format!(
+            "  second chance: {n} slots forgot an owner at a table change since start (a \
+             dirty slot changed again: flows begun on the owner in between have no \
+             candidate)\n"
+        ),
+    }
 }
 
 /// A VIP's dirty table slots and its pins by kind (nothing before the first cleaning

@@ -293,6 +293,12 @@ pub struct VipStatus {
     /// is published (`lb reload`, the second phase); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_rollout: Option<u32>,
+    /// Slots whose owner in between was forgotten when a table was published (rule SC5
+    /// of the second chance: a dirty slot whose owner changed again keeps its clean
+    /// owner and the new one; a flow begun on the forgotten owner has no candidate
+    /// left), counted since the daemon started.
+    #[serde(default)]
+    pub owners_given_up: u64,
 }
 
 /// The answer to `lb reload --phase learn` ([`super::Request::ReloadLearn`]): the

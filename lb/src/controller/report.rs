@@ -179,6 +179,7 @@ fn vip_status(
         // A marker the last conntrack walk replaces with the count.
         affinity_pins: (applied.spec.hash.affinity_secs != 0).then_some(0),
         pending_rollout: None,
+        owners_given_up: 0,
     }
 }
 
@@ -200,6 +201,7 @@ impl<D: Dataplane> Controller<D> {
                 let admin = self.applied().and_then(|d| d.vips.get(vip));
                 let mut status = vip_status(vip, applied, admin, self.policy_mode(vip));
                 status.pending_rollout = self.pending_rollout(vip);
+                status.owners_given_up = self.dp.owners_given_up(applied.id);
                 status
             })
             .collect()

@@ -752,6 +752,29 @@ fn the_second_chance_is_switched_in_the_data_plane_and_survives_a_restart() {
 }
 
 #[test]
+fn a_dirty_slot_changed_again_is_counted_as_an_owner_given_up() {
+    let mut c = controller();
+    c.apply(&three_second_chance(true)).unwrap();
+    let three = c.dataplane().tables[&0].slots.clone();
+    let mut four = three_second_chance(true);
+    four.add_backend(&vip80(), key(14), 1).unwrap();
+    c.apply(&four).unwrap();
+    // The first change forgets nothing: the moved slots were clean.
+    assert_eq!(c.vip_statuses()[0].owners_given_up, 0);
+    let new_id = id_of(&c, 14);
+    let slots = &c.dataplane().tables[&0].slots;
+    let moved = slots.iter().zip(&three).filter(|(a, b)| a != b).count();
+    let on_new = slots.iter().filter(|&&o| o == new_id).count();
+    assert!(on_new > 0 && moved >= on_new);
+    // Backend 14 removed again: the table is the first one, so each moved slot, dirty,
+    // goes back to its clean owner and forgets the owner in between (rule SC5): 14, or
+    // another backend the add moved it to.
+    c.apply(&three_second_chance(true)).unwrap();
+    assert_eq!(c.dataplane().tables[&0].slots, three);
+    assert_eq!(c.vip_statuses()[0].owners_given_up, moved as u64);
+}
+
+#[test]
 fn flow_names_the_candidate_of_a_miss_on_a_dirty_slot_of_a_second_chance_vip() {
     let mut c = controller();
     c.apply(&three_second_chance(true)).unwrap();

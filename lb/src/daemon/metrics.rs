@@ -18,7 +18,9 @@
 //! - per VIP with health checks: `lb_vip_policy_mode{mode}` (its multi-failure policy);
 //! - per VIP with `[announce]` on: `lb_vip_announced` (1 while its address's route is
 //!   in the announcement table, so BGP announces it from this instance);
-//! - per VIP: `lb_vip_pending_rollout_slots` (a two-phase rollout's pending slots);
+//! - per VIP: `lb_vip_pending_rollout_slots` (a two-phase rollout's pending slots),
+//!   `lb_vip_second_chance_owners_given_up_total` (slots that forgot an owner at a
+//!   table change, rule SC5 of the second chance);
 //! - global: `lb_verdicts_total{reason,action}`, `lb_conntrack_entries{family}`,
 //!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`,
 //!   `lb_exceptions_entries`, `lb_exceptions_capacity`,
@@ -176,6 +178,8 @@ pub struct VipSample {
     /// The slots a two-phase rollout's first phase marked pending, until a table is
     /// published; `None` without a rollout under way.
     pub pending_rollout: Option<u32>,
+    /// Slots that forgot an owner at a table publish since the daemon started (rule SC5).
+    pub owners_given_up: u64,
 }
 
 /// A backend at the scrape (configured, or removed within the retention).
@@ -290,6 +294,7 @@ impl Snapshot {
                 table_size: v.table_size,
                 slot_states: v.slot_states,
                 pending_rollout: v.pending_rollout,
+                owners_given_up: v.owners_given_up,
             });
         }
         let configured: BTreeMap<(String, String), Configured> = status
@@ -774,6 +779,16 @@ impl Snapshot {
                 .iter()
                 .map(|v| (vip_label(v), u64::from(v.pending_rollout.unwrap_or(0)))),
             gauge,
+        )?;
+        family(
+            enc,
+            "lb_vip_second_chance_owners_given_up",
+            "Slots of the VIP's tables whose owner in between was forgotten when a table \
+             was published (second chance rule SC5: a dirty slot changed again; flows \
+             begun on that owner have no candidate left)",
+            MetricType::Counter,
+            self.vips.iter().map(|v| (vip_label(v), v.owners_given_up)),
+            counter,
         )?;
         family(
             enc,

@@ -150,6 +150,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
                 give_ups: Vec::new(),
                 affinity_pins: None,
                 pending_rollout: None,
+                owners_given_up: 0,
             })
             .collect(),
         health: crate::control::HealthSummary::default(),
