@@ -55,7 +55,10 @@ use std::{
     fmt::Write as _,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     process::Command,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -339,7 +342,15 @@ pub struct FleetBed {
     client: NetNs,
     dir: TempDir,
     options: FleetOptions,
+    /// Sources handed out so far ([`FleetBed::sources`]).
+    sources_given: AtomicUsize,
 }
+
+/// The first client port [`FleetBed::sources`] gives; below Linux's default ephemeral
+/// range (32768-60999), so no connection with a kernel-chosen port takes one.
+const FIRST_SOURCE_PORT: usize = 10_000;
+/// The ports [`FleetBed::sources`] gives per client address before it starts over.
+const SOURCE_PORTS: usize = 22_000;
 
 impl FleetBed {
     /// Builds the topology of the module documentation, starts every BIRD and daemon,
@@ -420,6 +431,7 @@ impl FleetBed {
             client,
             dir,
             options,
+            sources_given: AtomicUsize::new(0),
         };
         bed.wait_all_announced(CONVERGE_TIMEOUT)?;
         Ok(bed)
@@ -825,10 +837,21 @@ impl FleetBed {
         }
     }
 
-    /// `n` sources spread over the client addresses, ports chosen by the kernel.
+    /// `n` sources spread over the client addresses, each a client port that no
+    /// earlier source of this bed had. The instances' conntrack keeps a connection's
+    /// pin long after the test that made it (until it idles out); a later connection
+    /// on the same 4-tuple through another instance would find it there, a stale pin
+    /// no real client port reuse within minutes would meet. With kernel-chosen ports a
+    /// few hundred trials' connections reuse some.
     pub fn sources(&self, n: usize, v6: bool) -> Vec<SocketAddr> {
-        (0..n)
-            .map(|j| SocketAddr::new(self.client_addr(j % self.options.clients, v6), 0))
+        let clients = self.options.clients;
+        let first = self.sources_given.fetch_add(n, Ordering::Relaxed);
+        (first..first + n)
+            .map(|c| {
+                let port = FIRST_SOURCE_PORT + (c / clients) % SOURCE_PORTS;
+                let port = u16::try_from(port).expect("below 32,000");
+                SocketAddr::new(self.client_addr(c % clients, v6), port)
+            })
             .collect()
     }
 
