@@ -503,52 +503,6 @@ impl FleetBed {
         parse_nexthops(&out.stdout, addr)
     }
 
-    /// The instance the router sends TCP connection `local` → `vip` to now: the
-    /// kernel's own multipath choice for the 4-tuple arriving from the client's side
-    /// (`ip route get ... iif rc0 ipproto tcp sport .. dport ..`); `None` when its
-    /// route leads to no instance.
-    ///
-    /// # Errors
-    /// When `ip route get` fails or its answer does not parse.
-    pub fn ecmp_instance(
-        &self,
-        local: SocketAddr,
-        vip: SocketAddr,
-    ) -> anyhow::Result<Option<usize>> {
-        let out = Command::new("ip")
-            .args(["-n", self.router.name(), "-j", "route", "get"])
-            .arg(vip.ip().to_string())
-            .args([
-                "from",
-                &local.ip().to_string(),
-                "iif",
-                "rc0",
-                "ipproto",
-                "tcp",
-            ])
-            .args([
-                "sport",
-                &local.port().to_string(),
-                "dport",
-                &vip.port().to_string(),
-            ])
-            .output()
-            .context("ip route get")?;
-        ensure!(
-            out.status.success(),
-            "ip route get {vip} from {local}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        let routes: Vec<serde_json::Value> =
-            serde_json::from_slice(&out.stdout).context("parsing ip -j route get")?;
-        Ok(routes
-            .first()
-            .and_then(|r| r.get("dev"))
-            .and_then(|d| d.as_str())
-            .and_then(|d| d.strip_prefix('r'))
-            .and_then(|k| k.parse::<usize>().ok()))
-    }
-
     /// Polls the router (every few milliseconds) until `done` holds for the instances
     /// it sends `addr` to; returns when that was first seen.
     ///

@@ -382,28 +382,14 @@ fn longest_stall(states: &[FlowState]) -> Duration {
     states.iter().map(|s| s.max_stall).max().unwrap_or_default()
 }
 
-/// The instance carrying each connection, with its pin's backend. A connection is
-/// pinned on the instance ECMP sends it to; another instance may also hold a pin of
-/// its 4-tuple, to the same backend, left by an earlier trial's connection whose client
-/// port the kernel gave out again (conntrack keeps pins until they idle out). Then the
-/// router's own choice for the 4-tuple names the carrier. Pins naming different
-/// backends are an error.
+/// The instance holding each connection's pin (exactly one), with its backend.
 fn carriers(bed: &FleetBed, locals: &[SocketAddr]) -> anyhow::Result<Vec<(usize, String)>> {
     let pins = bed.pins(&tcp_vip(false), locals)?;
     pins.into_iter()
         .zip(locals)
         .map(|(p, local)| match p.as_slice() {
             [one] => Ok(one.clone()),
-            [first, rest @ ..] if rest.iter().all(|(_, b)| *b == first.1) => {
-                let k = bed.ecmp_instance(*local, lb_tests::testbed::vip_tcp(false))?;
-                p.iter()
-                    .find(|(i, _)| Some(*i) == k)
-                    .cloned()
-                    .with_context(|| {
-                        format!("connection from {local}: pins on {p:?}, ECMP sends it to {k:?}")
-                    })
-            }
-            other => bail!("connection from {local}: pins on {other:?} (expected one backend)"),
+            other => bail!("connection from {local}: pins on {other:?} (expected exactly one)"),
         })
         .collect()
 }
