@@ -55,7 +55,7 @@ fn lb_tx(_ctx: XdpContext) -> u32 {
 }
 
 /// Bytes `lb_tx_encap` pushes: an outer IPv4 header's.
-const ENCAP_PUSH: i32 = 20;
+const ENCAP_PUSH: u8 = 20;
 
 /// Pushes [`ENCAP_PUSH`] bytes of headroom, copies the Ethernet header to the new
 /// front and returns `XDP_TX`: the live-frames limit of a program that encapsulates
@@ -65,16 +65,13 @@ const ENCAP_PUSH: i32 = 20;
 #[xdp]
 fn lb_tx_encap(ctx: XdpContext) -> u32 {
     // SAFETY: ctx is the program's context; a negative delta grows the headroom.
-    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -ENCAP_PUSH) } != 0 {
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -i32::from(ENCAP_PUSH)) } != 0 {
         return xdp_action::XDP_ABORTED;
     }
-    #[expect(
-        clippy::cast_sign_loss,
-        reason = "ENCAP_PUSH is a small positive constant"
-    )]
-    let old = ENCAP_PUSH as usize;
-    let (Some(front), Some(eth)) = (ptr_at::<[u16; 7]>(&ctx, 0), ptr_at::<[u16; 7]>(&ctx, old))
-    else {
+    let (Some(front), Some(eth)) = (
+        ptr_at::<[u16; 7]>(&ctx, 0),
+        ptr_at::<[u16; 7]>(&ctx, usize::from(ENCAP_PUSH)),
+    ) else {
         return xdp_action::XDP_ABORTED;
     };
     // SAFETY: ptr_at checked both 14-byte ranges; they do not overlap (20 bytes apart).
