@@ -54,6 +54,13 @@ impl KernelDataplane {
         flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)
     }
 
+    /// The number of parts of the `SYN_CACHE`, one per possible CPU up to one per
+    /// [`syn_cache::MIN_PART_SLOTS`] slots (`LbConfig::syn_cache_part_bits` as this data
+    /// plane writes it): a handshake's ACK finds its SYN only on a CPU of the SYN's part.
+    pub fn syn_cache_parts(&self) -> u32 {
+        syn_cache::parts_of(self.syn_slots - 1, self.syn_part_bits)
+    }
+
     /// Number of the fast path's exceptions (`EXCEPTIONS`).
     ///
     /// # Errors
