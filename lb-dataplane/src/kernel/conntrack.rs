@@ -61,6 +61,39 @@ impl KernelDataplane {
         syn_cache::parts_of(self.syn_slots - 1, self.syn_part_bits)
     }
 
+    /// Splits the SYN cache by CPU for `iface` (in the calling thread's network
+    /// namespace) when it has receive-side scaling, more than one receive queue
+    /// ([`crate::offload::rx_queues`]), which keeps a handshake's packets on one CPU;
+    /// otherwise (one queue, as a veth, whose packets each CPU may handle, or a driver
+    /// that does not say) keeps one part, shared as before. Rewrites the configuration
+    /// if one was written.
+    ///
+    /// # Errors
+    /// When the configuration cannot be written.
+    pub(super) fn split_syn_cache_for(&mut self, iface: &str) -> Result<(), DataplaneError> {
+        let queues = crate::offload::rx_queues(iface).unwrap_or_else(|e| {
+            tracing::warn!(
+                "the receive queues of {iface} cannot be read ({e}): one SYN cache part"
+            );
+            None
+        });
+        let bits = if queues.is_some_and(|q| q > 1) {
+            self.syn_cpu_part_bits
+        } else {
+            0
+        };
+        tracing::info!(
+            "{iface}: {} receive queues, SYN cache in {} parts",
+            queues.map_or_else(|| "unknown".to_owned(), |q| q.to_string()),
+            syn_cache::parts_of(self.syn_slots - 1, bits)
+        );
+        self.syn_part_bits = bits;
+        match self.written_config {
+            Some(config) => crate::Dataplane::set_config(self, &config),
+            None => Ok(()),
+        }
+    }
+
     /// Number of the fast path's exceptions (`EXCEPTIONS`).
     ///
     /// # Errors

@@ -636,6 +636,7 @@ impl KernelDataplane {
         );
         let trace_reader = Some(super::TraceReader::new(&mut ebpf)?);
         let activity = super::ActivityClock::new(take(&mut ebpf, maps::ACTIVITY_TICK)?);
+        let syn_cpu_part_bits = syn_cache_parts(options.ct_syn_capacity)?;
         Ok(Self {
             walker: Some(walker),
             cleaner: Some(cleaner),
@@ -656,7 +657,8 @@ impl KernelDataplane {
             exceptions: take(&mut ebpf, maps::EXCEPTIONS)?,
             affinity: take(&mut ebpf, maps::AFFINITY)?,
             syn_slots: options.ct_syn_capacity,
-            syn_part_bits: syn_cache_parts(options.ct_syn_capacity)?,
+            syn_part_bits: syn_cpu_part_bits,
+            syn_cpu_part_bits,
             written_config: None,
             global_stats: take(&mut ebpf, maps::GLOBAL_STATS)?,
             vip_stats: take(&mut ebpf, maps::VIP_STATS)?,
