@@ -11,9 +11,10 @@ use lb_common::{
     stats::Reason,
     types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, CtEntry, PROTO_TCP, PROTO_UDP},
 };
-use lb_dataplane::{CtTable, Dataplane as _, TableImage};
+use lb_dataplane::{AttachMode, CtTable, Dataplane as _, TableImage};
 use lb_tests::{
     fixture::{Lb, SEED, XDP_DROP, XDP_PASS, XDP_TX, default_config, flow_key, round_robin},
+    netns::NetNs,
     packets::{self, ACK, CLIENT4, Flow, L4, RST, SYN, VIP4},
 };
 
@@ -619,6 +620,55 @@ fn a_handshake_on_one_cpu_keeps_its_syn_in_that_cpus_part() {
         // The removed SYN's ACK found no SYN: it took the table.
         assert_eq!(send_on(&mut lb, cpu, &gone, ACK, b""), (XDP_TX, b4(1)));
     }
+}
+
+#[test]
+fn the_syn_cache_is_split_by_cpu_only_on_an_interface_with_several_receive_queues() {
+    // Receive-side scaling keeps a flow on one CPU only with more than one receive
+    // queue. On a one-queue veth (packets handled on whichever CPU sent them) the SYN
+    // cache stays whole: a handshake split across CPUs still finds its SYN.
+    let Some(mut lb) = standard_with_parts() else {
+        return;
+    };
+    let ns = NetNs::create("tb-syncpu-").expect("namespace");
+    for (name, queues) in [("one", "1"), ("rss", "2")] {
+        let (a, b) = (format!("{name}0"), format!("{name}1"));
+        ns.ip(&[
+            "link",
+            "add",
+            &a,
+            "numrxqueues",
+            queues,
+            "numtxqueues",
+            queues,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &b,
+        ])
+        .expect("a veth pair");
+        ns.ip(&["link", "set", &a, "up"]).expect("up");
+    }
+    let parts_on = |lb: &mut Lb, iface: &str| {
+        ns.enter(|| {
+            lb.dp.attach(iface, AttachMode::Skb).expect("attach");
+            let parts = lb.dp.syn_cache_parts();
+            lb.dp.detach().expect("detach");
+            parts
+        })
+        .expect("enter the namespace")
+    };
+    assert!(
+        parts_on(&mut lb, "rss0") >= 2,
+        "two receive queues: a part per CPU"
+    );
+    assert_eq!(parts_on(&mut lb, "one0"), 1, "one receive queue: one part");
+    // The configuration written before the attachment was rewritten with one part.
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 46_700), VIP4, 80);
+    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
+    lb.table(0, &[1; 65_537]);
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(3)));
 }
 
 #[test]
