@@ -13,7 +13,8 @@
 //!
 //! The number of parts is the number of possible CPUs rounded up to a power of two, at
 //! most `slots / MIN_PART_SLOTS` ([`part_bits`]); the kernel data plane writes it into
-//! `LbConfig::syn_cache_part_bits` with the mask.
+//! `LbConfig::syn_cache_part_bits` with the mask when the interface it attaches to has
+//! more than one receive queue (receive-side scaling), one part otherwise.
 
 /// The fewest slots a part keeps ([`part_bits`]): 1,024 slots of 64 bytes, 64 KiB.
 ///

@@ -92,7 +92,8 @@ pub struct LbConfig {
     /// `c mod 2^syn_cache_part_bits`. 0: one part shared by all CPUs (every configuration
     /// written before this field existed, when byte 35 was padding). Like
     /// `syn_cache_mask`, the kernel data plane writes it ([`crate::syn_cache::part_bits`]
-    /// of the map's size and the possible CPUs); other writers' values are replaced.
+    /// of the map's size and the possible CPUs, on an interface with more than one
+    /// receive queue; 0 otherwise); other writers' values are replaced.
     pub syn_cache_part_bits: u8,
     /// Bit set of [`CONFIG_VALID`] and [`CONFIG_TRACE`].
     pub flags: u32,
