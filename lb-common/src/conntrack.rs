@@ -113,8 +113,11 @@ pub trait Lookups: PinLookups {
     /// reference into `SYN_CACHE`).
     type Slot: Borrow<SynEntry>;
 
-    /// The `SYN_CACHE` slot of a flow whose flow hash is `hash`
-    /// (`hash & syn_cache_mask`), whatever it holds.
+    /// The `SYN_CACHE` slot of a flow whose flow hash is `hash`, whatever it holds: the
+    /// XDP program's is that of the CPU it runs on ([`crate::syn_cache::slot_index`]).
+    /// `lb flow`, which knows no CPU, reads the flow's slot in every part and gives
+    /// the newest that holds a SYN of the flow: the decision is the program's for a
+    /// packet on that SYN's CPU, where receive-side scaling brings the flow's packets.
     fn syn_slot(&mut self, hash: u32) -> Option<Self::Slot>;
 
     /// The backend id in slot `hash % M` of the VIP's live Maglev table (0: an empty

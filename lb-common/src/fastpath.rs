@@ -399,7 +399,8 @@ pub struct PinView {
     pub isn: u32,
 }
 
-/// The flow's `SYN_CACHE` slot as the decision sees it.
+/// The flow's `SYN_CACHE` slot as the decision sees it (in the packet's CPU's part,
+/// [`crate::syn_cache::slot_index`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeldView {
     /// Empty, freed, torn, or holding a SYN of another VIP.

@@ -15,7 +15,7 @@
 //! table hash, which picks a flow's Maglev slot) and
 //! [`conntrack`] (whether a flow's pin, a held SYN or the table chooses its backend),
 //! [`affinity`] (whether a client's affinity pin or the table chooses a new
-//! connection's backend).
+//! connection's backend), [`syn_cache`] (which slot holds a flow's SYN).
 //! [`fastpath`] holds the fast path's slot state and decisions (issue 30), which the
 //! data path decides by, and [`second_chance`] the candidates a packet offers the
 //! backends' agent (issue 31).
@@ -56,7 +56,8 @@
 //!   given to one install only (it would take 2^32 installs to wrap).
 //! - **Flow**: a 5-tuple and address family ([`types::FlowKey`], [`types::FlowKey4`]).
 //!   Its **flow hash** ([`hash::flow_hash`], seeded by `hash_seed`) picks both its
-//!   Maglev slot (`% M`) and its SYN cache slot (`& syn_cache_mask`).
+//!   Maglev slot (`% M`) and its SYN cache slot (`& syn_cache_mask` within the CPU's
+//!   part: [`syn_cache::slot_index`]).
 //! - **Conntrack**: the two LRU hash maps `CONNTRACK_V4` and `CONNTRACK_V6`, shared by
 //!   all CPUs, that keep established flows on their backends.
 //! - **Pin**: a flow's conntrack entry ([`types::CtEntry`]): its backend id, VIP id,
@@ -70,8 +71,9 @@
 //!   not idle longer than the timeout and the backend is active (IPVS: a persistence
 //!   template). A client is the source address cut to the VIP's prefix (and the port
 //!   for `src+dport`): its *affinity fields* ([`affinity::key`]).
-//! - **SYN cache**: the `SYN_CACHE` array, shared by all CPUs, in which the backend
-//!   chosen for a TCP SYN waits, in the flow's slot, for the handshake's ACK. A slot so
+//! - **SYN cache**: the `SYN_CACHE` array, split into one part per CPU, in which the
+//!   backend chosen for a TCP SYN waits, in the flow's slot of its CPU's part, for the
+//!   handshake's ACK on the same CPU ([`syn_cache`]). A slot so
 //!   filled is a **held SYN** ([`types::SynEntry`]); the ACK *promotes* it into a pin. A
 //!   SYN never creates a pin, so a SYN flood can only overwrite other held SYNs (counted
 //!   as `ct_syn_only_evicted`; lb-dataplane's `CtTable::SynOnly` names the same state).
@@ -106,6 +108,7 @@ pub mod maps;
 pub mod probe;
 pub mod second_chance;
 pub mod stats;
+pub mod syn_cache;
 pub mod trace;
 pub mod types;
 

@@ -106,9 +106,10 @@ pub const CONNTRACK_V6: &str = "CONNTRACK_V6";
 /// (`conntrack.exceptions_capacity`, default
 /// [`crate::defaults::EXCEPTIONS_CAPACITY`]); new in layout 4.
 pub const EXCEPTIONS: &str = "EXCEPTIONS";
-/// `BPF_MAP_TYPE_ARRAY` of [`crate::types::SynEntry`] shared by all CPUs: the backend
-/// chosen for each TCP SYN, in slot `flow_hash & syn_cache_mask`, until the handshake's
-/// ACK (on any CPU) promotes it into conntrack. A direct-mapped array instead of an LRU
+/// `BPF_MAP_TYPE_ARRAY` of [`crate::types::SynEntry`], split into one part per CPU: the
+/// backend chosen for each TCP SYN, in the flow's slot of its CPU's part
+/// ([`crate::syn_cache::slot_index`]), until the handshake's ACK on the same CPU promotes
+/// it into conntrack (an ACK on another CPU takes the table). A direct-mapped array instead of an LRU
 /// map: recording a SYN is one write to a cache-resident slot (no lock, no eviction
 /// walk), and a SYN flood only overwrites other held SYNs, never pins, so it cannot
 /// evict established flows (BR-16 in `docs/src/operations/failure-scenarios.md`). Concurrent writers

@@ -128,6 +128,13 @@ pub struct KernelDataplane {
     /// Slots of `syn_cache`, as loaded. This implementation is the only writer of
     /// `LbConfig::syn_cache_mask`: it derives the mask from this size.
     syn_slots: u32,
+    /// `LbConfig::syn_cache_part_bits`, of which this implementation is the only writer
+    /// too: `syn_cpu_part_bits` until [`Dataplane::attach`], then that for an interface
+    /// with receive-side scaling (more than one receive queue), 0 (one part) otherwise.
+    syn_part_bits: u8,
+    /// [`lb_common::syn_cache::part_bits`] of `syn_slots` and the possible CPUs: a part
+    /// per CPU.
+    syn_cpu_part_bits: u8,
     /// The configuration last written (its hash seed locates SYN cache slots).
     written_config: Option<LbConfig>,
     global_stats: PerCpuArray<MapData, GlobalStats>,
@@ -315,6 +322,7 @@ impl KernelDataplane {
 
 impl Dataplane for KernelDataplane {
     fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
+        self.split_syn_cache_for(iface)?;
         if self.pinned.is_some() {
             return self.attach_pinned(iface, mode);
         }
@@ -342,6 +350,7 @@ impl Dataplane for KernelDataplane {
     fn set_config(&mut self, config: &LbConfig) -> Result<(), DataplaneError> {
         let config = LbConfig {
             syn_cache_mask: self.syn_slots - 1,
+            syn_cache_part_bits: self.syn_part_bits,
             flags: self.trace_flags(config.flags),
             ..*config
         };

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
 //! The SYN cache (`SYN_CACHE`): the backend chosen for each TCP SYN, kept in the flow's
-//! slot (`flow_hash & syn_cache_mask`) until the handshake's ACK, on any CPU, promotes it
-//! into conntrack.
+//! slot of this CPU's part (`lb_common::syn_cache::slot_index`) until the handshake's
+//! ACK, on the same CPU, promotes it into conntrack. An ACK on another CPU reads that
+//! CPU's part, finds no SYN of its flow and takes the table.
 //!
-//! The array is shared by all CPUs and written with plain stores; a slot's tag
-//! (`lb_common::types::SynEntry::tag_of`) lets readers ignore a slot that two writers
-//! tore.
+//! Each CPU writes only its own part (`LbConfig::syn_cache_part_bits`), unless there are
+//! more CPUs than parts or the configuration has one part; slots are written with plain
+//! stores, and a slot's tag (`lb_common::types::SynEntry::tag_of`) lets readers ignore
+//! a slot that two writers tore.
 
+use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
 use lb_common::{
     maps::MAX_VIPS,
     stats::VipStats,
+    syn_cache::slot_index,
     types::{LbConfig, SynEntry, VipEntry},
 };
 
@@ -35,13 +39,18 @@ fn id16(id: u32) -> u16 {
     id as u16
 }
 
-/// The slot of a flow whose flow hash is `hash`, whatever it holds.
+/// The slot of a flow whose flow hash is `hash` in this CPU's part, whatever it holds.
 #[inline(always)]
 pub(crate) fn slot(hash: u32, cfg: &LbConfig) -> Option<&'static mut SynEntry> {
-    // SAFETY: an element of the shared array. Other CPUs may write it at the same time;
-    // readers detect a torn element by its tag (`SynEntry::holds`).
+    // SAFETY: the helper has no preconditions; the program runs with migration disabled,
+    // so the CPU stays the same for the rest of the packet.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let index = slot_index(hash, cpu, cfg.syn_cache_mask, cfg.syn_cache_part_bits);
+    // SAFETY: an element of the array. CPUs sharing its part (more CPUs than parts, or
+    // one part) may write it at the same time; readers detect a torn element by its tag
+    // (`SynEntry::holds`).
     SYN_CACHE
-        .get_ptr_mut(hash & cfg.syn_cache_mask)
+        .get_ptr_mut(index)
         .map(|slot| unsafe { &mut *slot })
 }
 

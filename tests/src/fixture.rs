@@ -50,7 +50,7 @@ pub fn default_config() -> LbConfig {
         gateway_mac: GW_MAC,
         mtu: 1500,
         nexthop_mode: NEXTHOP_GATEWAY,
-        _pad: 0,
+        syn_cache_part_bits: 0,
         flags: CONFIG_VALID | CONFIG_ICMP_TOO_BIG | CONFIG_ICMP_ECHO,
         hash_seed: SEED,
         syn_cache_mask: 0,

@@ -11,9 +11,10 @@ use lb_common::{
     stats::Reason,
     types::{BACKEND_ACTIVE, BACKEND_DOWN, BACKEND_DRAINING, CtEntry, PROTO_TCP, PROTO_UDP},
 };
-use lb_dataplane::{CtTable, Dataplane as _, TableImage};
+use lb_dataplane::{AttachMode, CtTable, Dataplane as _, TableImage};
 use lb_tests::{
     fixture::{Lb, SEED, XDP_DROP, XDP_PASS, XDP_TX, default_config, flow_key, round_robin},
+    netns::NetNs,
     packets::{self, ACK, CLIENT4, Flow, L4, RST, SYN, VIP4},
 };
 
@@ -574,62 +575,162 @@ fn two_cpus() -> bool {
     n >= 2
 }
 
-#[test]
-fn a_handshake_split_across_cpus_finds_its_syn() {
-    // The SYN cache is shared: an ACK on another CPU than its SYN (no RSS affinity, or
-    // a queue's interrupt moved) follows the SYN even when the table changed between.
+/// [`Lb::standard`] on two CPUs, whose SYN cache has a part per CPU (4,096 slots:
+/// CPUs 0 and 1 in two parts); `None` on one CPU.
+fn standard_with_parts() -> Option<Lb> {
     if !two_cpus() {
-        return;
+        return None;
     }
-    let mut lb = Lb::standard();
-    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 46400), VIP4, 80);
+    let lb = Lb::standard();
+    assert!(lb.dp.syn_cache_parts() >= 2, "a SYN cache part per CPU");
+    Some(lb)
+}
+
+#[test]
+fn a_handshake_on_one_cpu_keeps_its_syn_in_that_cpus_part() {
+    // Each CPU holds its SYNs in its own part of the SYN cache. A handshake whose SYN
+    // and ACK arrive on one CPU (receive-side scaling) follows its SYN across a table
+    // change, on either CPU; userspace (`lb flow`, the removal of one flow) finds the
+    // held SYN in whichever part holds it.
+    for cpu in 0..2 {
+        let Some(mut lb) = standard_with_parts() else {
+            return;
+        };
+        let from = 46_400 + 50 * u16::try_from(cpu).expect("cpu");
+        let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, from), VIP4, 80);
+        let gone = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, from), VIP4, 80);
+        assert_eq!(send_on(&mut lb, cpu, &flow, SYN, b""), (XDP_TX, b4(3)));
+        assert_eq!(send_on(&mut lb, cpu, &gone, SYN, b""), (XDP_TX, b4(2)));
+        let (table, entry) = pin_of(&lb, &flow);
+        assert_eq!(
+            (table, entry.backend_id),
+            (CtTable::SynOnly, 3),
+            "CPU {cpu}"
+        );
+        assert_eq!(lb.dp.conntrack_len().expect("count"), (0, 2));
+        lb.dp
+            .delete_flow(&flow_key(&gone, PROTO_TCP))
+            .expect("delete");
+        assert_eq!(lb.dp.conntrack_len().expect("count"), (0, 1));
+        lb.table(0, &[1; 65_537]);
+        assert_eq!(send_on(&mut lb, cpu, &flow, ACK, b""), (XDP_TX, b4(3)));
+        assert_eq!(send_on(&mut lb, 1 - cpu, &flow, ACK, b"d"), (XDP_TX, b4(3)));
+        let (table, entry) = pin_of(&lb, &flow);
+        assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
+        // The removed SYN's ACK found no SYN: it took the table.
+        assert_eq!(send_on(&mut lb, cpu, &gone, ACK, b""), (XDP_TX, b4(1)));
+    }
+}
+
+#[test]
+fn the_syn_cache_is_split_by_cpu_only_on_an_interface_with_several_receive_queues() {
+    // Receive-side scaling keeps a flow on one CPU only with more than one receive
+    // queue. On a one-queue veth (packets handled on whichever CPU sent them) the SYN
+    // cache stays whole: a handshake split across CPUs still finds its SYN.
+    let Some(mut lb) = standard_with_parts() else {
+        return;
+    };
+    let ns = NetNs::create("tb-syncpu-").expect("namespace");
+    for (name, queues) in [("one", "1"), ("rss", "2")] {
+        let (a, b) = (format!("{name}0"), format!("{name}1"));
+        ns.ip(&[
+            "link",
+            "add",
+            &a,
+            "numrxqueues",
+            queues,
+            "numtxqueues",
+            queues,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &b,
+        ])
+        .expect("a veth pair");
+        ns.ip(&["link", "set", &a, "up"]).expect("up");
+    }
+    let parts_on = |lb: &mut Lb, iface: &str| {
+        ns.enter(|| {
+            lb.dp.attach(iface, AttachMode::Skb).expect("attach");
+            let parts = lb.dp.syn_cache_parts();
+            lb.dp.detach().expect("detach");
+            parts
+        })
+        .expect("enter the namespace")
+    };
+    assert!(
+        parts_on(&mut lb, "rss0") >= 2,
+        "two receive queues: a part per CPU"
+    );
+    assert_eq!(parts_on(&mut lb, "one0"), 1, "one receive queue: one part");
+    // The configuration written before the attachment was rewritten with one part.
+    let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 46_700), VIP4, 80);
     assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(3)));
     lb.table(0, &[1; 65_537]);
     assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(3)));
-    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b"data"), (XDP_TX, b4(3)));
-    let (table, entry) = pin_of(&lb, &flow);
-    assert_eq!((table, entry.backend_id), (CtTable::Established, 3));
+}
+
+#[test]
+fn residual_an_ack_on_another_cpu_than_its_syn_takes_the_table() {
+    // An ACK on another CPU than its SYN (no receive-side scaling affinity, or a change
+    // of the queue count) finds no SYN in its CPU's part and takes the current table:
+    // the SYN's backend while the table is unchanged, another after a change.
+    let Some(mut lb) = standard_with_parts() else {
+        return;
+    };
+    let kept = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 46_500), VIP4, 80);
+    assert_eq!(send_on(&mut lb, 0, &kept, SYN, b""), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 1, &kept, ACK, b""), (XDP_TX, b4(3)));
+    let split = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 3, 46_600), VIP4, 80);
+    assert_eq!(send_on(&mut lb, 0, &split, SYN, b""), (XDP_TX, b4(3)));
+    lb.table(0, &[1; 65_537]);
+    assert_eq!(send_on(&mut lb, 1, &split, ACK, b""), (XDP_TX, b4(1)));
+    assert_eq!(send_on(&mut lb, 0, &split, ACK, b"data"), (XDP_TX, b4(1)));
+    let (table, entry) = pin_of(&lb, &split);
+    assert_eq!((table, entry.backend_id), (CtTable::Established, 1));
 }
 
 #[test]
 fn a_reused_4tuple_is_followed_on_every_cpu() {
     // Old connection on 2; table to 3; the new connection's SYN (CPU 0) goes to 3;
-    // table back to 2; its packets go to 3 on either CPU (a packet on CPU 1 must not
-    // re-label the old entry for the current table while the SYN is held).
-    if !two_cpus() {
+    // table back to 2; its ACK on CPU 0 (the SYN's) replaces the old pin, and its
+    // packets then go to 3 on either CPU.
+    let Some(mut lb) = standard_with_parts() else {
         return;
-    }
-    let mut lb = Lb::standard();
+    };
     let flow = reused_after_table_change(&mut lb, 46500);
     lb.table(0, &[2; 65_537]);
-    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"x"), (XDP_TX, b4(3)));
     assert_eq!(send_on(&mut lb, 0, &flow, ACK, b""), (XDP_TX, b4(3)));
-    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"y"), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b"x"), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 0, &flow, ACK, b"y"), (XDP_TX, b4(3)));
 }
 
 #[test]
-fn an_ack_on_another_cpu_of_a_reused_4tuple_follows_its_syn() {
-    if !two_cpus() {
+fn residual_an_ack_on_another_cpu_of_a_reused_4tuple_follows_the_old_pin() {
+    // The new connection's SYN is held in CPU 0's part only: its ACK on CPU 1 sees the
+    // old connection's pin and no newer SYN, and follows the pin (backend 2), as it did
+    // before the held SYN existed.
+    let Some(mut lb) = standard_with_parts() else {
         return;
-    }
-    let mut lb = Lb::standard();
+    };
     let flow = reused_after_table_change(&mut lb, 46600);
-    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(3)));
+    assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(2)));
 }
 
 #[test]
 fn a_retransmitted_syn_never_moves_the_established_connection() {
-    // SYN (CPU 1) on 2, table change, the retransmitted SYN (CPU 0, same ISN) follows
-    // the first one to 2; the handshake's ACK too, and from then on the connection
-    // stays put on every CPU.
-    if !two_cpus() {
+    // SYN (CPU 1) on 2, table change, the retransmitted SYN (CPU 1, same ISN: receive-
+    // side scaling keeps the flow's packets on one CPU, whose part holds its SYN)
+    // follows the first one to 2; the handshake's ACK too, and from then on the
+    // connection stays put on every CPU.
+    let Some(mut lb) = standard_with_parts() else {
         return;
-    }
-    let mut lb = Lb::standard();
+    };
     let flow = Flow::new(CLIENT4, port_landing_on(&lb, 0, 80, 2, 46700), VIP4, 80);
     assert_eq!(send_on(&mut lb, 1, &flow, SYN, b""), (XDP_TX, b4(2)));
     lb.table(0, &[3; 65_537]);
-    assert_eq!(send_on(&mut lb, 0, &flow, SYN, b""), (XDP_TX, b4(2)));
+    assert_eq!(send_on(&mut lb, 1, &flow, SYN, b""), (XDP_TX, b4(2)));
     assert_eq!(send_on(&mut lb, 1, &flow, ACK, b""), (XDP_TX, b4(2)));
     for (cpu, payload) in [(1, b"d1"), (0, b"d2"), (1, b"d3"), (0, b"d4")] {
         assert_eq!(send_on(&mut lb, cpu, &flow, ACK, payload), (XDP_TX, b4(2)));

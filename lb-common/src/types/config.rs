@@ -36,7 +36,8 @@ pub const CONFIG_FLOW_LABEL_HASH: u32 = 1 << 6;
 
 /// `LbConfig::flags`: a trace client is connected (`lb trace`): VIP packets that match
 /// `TRACE_FILTER` are logged (`crate::trace`). The kernel data plane is its only
-/// writer: it keeps the bit across configuration writes, as it keeps `syn_cache_mask`.
+/// writer: it keeps the bit across configuration writes, as it keeps `syn_cache_mask`
+/// and `syn_cache_part_bits`.
 pub const CONFIG_TRACE: u32 = 1 << 7;
 // Each flag has a bit of its own.
 const _: () = {
@@ -62,7 +63,8 @@ const _: () = {
 /// The single element of the `CONFIG` array.
 ///
 /// Layout (128 bytes): `src_v6` 0..16, `src_v4` 16..20 (network order), `if_mac`
-/// 20..26, `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `_pad` 35, `flags`
+/// 20..26, `gateway_mac` 26..32, `mtu` 32..34, `nexthop_mode` 34, `syn_cache_part_bits`
+/// 35 (explicit padding before issue 35, so zero in every older configuration), `flags`
 /// 36..40, `hash_seed` 40..44, `syn_cache_mask` 44..48, `udp_timeout_ns` 48..56,
 /// `nexthop_cache_ns` 56..64, `icmp_interval_ns` 64..72, `icmp_burst_ns` 72..80,
 /// `src_prefix_v6` 80..96, `src_prefix_v4` 96..100, `src_host_mask_v4` 100..104,
@@ -85,14 +87,21 @@ pub struct LbConfig {
     pub mtu: u16,
     /// [`NEXTHOP_FIB`] or [`NEXTHOP_GATEWAY`].
     pub nexthop_mode: u8,
-    /// Explicit padding, always zero.
-    pub _pad: u8,
+    /// log2 of the number of parts of `SYN_CACHE`, one per CPU
+    /// ([`crate::syn_cache::slot_index`]): CPU `c` keeps its SYNs in part
+    /// `c mod 2^syn_cache_part_bits`. 0: one part shared by all CPUs (every configuration
+    /// written before this field existed, when byte 35 was padding). Like
+    /// `syn_cache_mask`, the kernel data plane writes it ([`crate::syn_cache::part_bits`]
+    /// of the map's size and the possible CPUs, on an interface with more than one
+    /// receive queue; 0 otherwise); other writers' values are replaced.
+    pub syn_cache_part_bits: u8,
     /// Bit set of [`CONFIG_VALID`] and [`CONFIG_TRACE`].
     pub flags: u32,
     /// Seed of the flow hash ([`crate::hash::flow_hash`]).
     pub hash_seed: u32,
     /// `SYN_CACHE` slots minus one (the slot count is a power of two): a SYN's
-    /// slot is `flow_hash & syn_cache_mask`. The kernel data plane writes it from the
+    /// slot is `flow_hash & syn_cache_mask` within its CPU's part
+    /// ([`crate::syn_cache::slot_index`]). The kernel data plane writes it from the
     /// map's size; other writers' values are replaced.
     pub syn_cache_mask: u32,
     /// UDP pins idle longer than this (ns) no longer hold: the flow is re-picked.

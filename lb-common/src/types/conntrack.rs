@@ -209,7 +209,8 @@ const _: () = assert!(size_of::<CtEntry>() == 32);
 /// with `vip_id` = `MAX_VIPS` (no VIP has it). Ids fit 16 bits: backend ids are below
 /// `MAX_BACKENDS` (65,536), VIP ids below `MAX_VIPS`.
 ///
-/// The array is shared by all CPUs and written with plain stores, so two SYNs that
+/// The array is written with plain stores by the CPUs of each part
+/// ([`crate::syn_cache`]: one CPU each, or all of them with one part), so two SYNs that
 /// share a slot on two CPUs at once can interleave their fields. `tag`
 /// ([`SynEntry::tag_of`]) binds the fields to the key's flow hash: a reader uses a slot
 /// only when its key is the packet's and its tag matches, so a torn slot reads as

@@ -8,6 +8,7 @@ use lb_common::{
     hash::flow_hash,
     maps::{self, MAX_VIPS},
     stats::VipStats,
+    syn_cache,
     types::{BACKEND_ACTIVE, BACKEND_DRAINING, CtEntry, FAMILY_V4, FlowKey, SynEntry},
 };
 
@@ -15,14 +16,14 @@ use super::{KernelDataplane, lock};
 use crate::{CtTable, DataplaneError, absent_is_ok, map_err};
 
 impl KernelDataplane {
-    /// Removes one flow from the `SYN_CACHE` and from its family's conntrack map
-    /// (operator tooling and tests). The slot goes first: an ACK in between could
-    /// otherwise promote it again.
+    /// Removes one flow from the `SYN_CACHE` (its slot in every CPU's part) and from its
+    /// family's conntrack map (operator tooling and tests). The slots go first: an ACK in
+    /// between could otherwise promote one again.
     ///
     /// # Errors
     /// Map failures other than "not found".
     pub fn delete_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
-        if let Some((index, _)) = self.held_syn(key)? {
+        for (index, _) in self.held_syns(key)? {
             self.syn_cache
                 .set(index, SynEntry::default(), 0)
                 .map_err(map_err(maps::SYN_CACHE, "update"))?;
@@ -51,6 +52,46 @@ impl KernelDataplane {
         flush(&mut self.exceptions, maps::EXCEPTIONS)?;
         flush(&mut self.conntrack_v4, maps::CONNTRACK_V4)?;
         flush(&mut self.conntrack_v6, maps::CONNTRACK_V6)
+    }
+
+    /// The number of parts of the `SYN_CACHE`, one per possible CPU up to one per
+    /// [`syn_cache::MIN_PART_SLOTS`] slots (`LbConfig::syn_cache_part_bits` as this data
+    /// plane writes it): a handshake's ACK finds its SYN only on a CPU of the SYN's part.
+    pub fn syn_cache_parts(&self) -> u32 {
+        syn_cache::parts_of(self.syn_slots - 1, self.syn_part_bits)
+    }
+
+    /// Splits the SYN cache by CPU for `iface` (in the calling thread's network
+    /// namespace) when it has receive-side scaling, more than one receive queue
+    /// ([`crate::offload::rx_queues`]), which keeps a handshake's packets on one CPU;
+    /// otherwise (one queue, as a veth, whose packets each CPU may handle, or a driver
+    /// that does not say) keeps one part, shared as before. Rewrites the configuration
+    /// if one was written.
+    ///
+    /// # Errors
+    /// When the configuration cannot be written.
+    pub(super) fn split_syn_cache_for(&mut self, iface: &str) -> Result<(), DataplaneError> {
+        let queues = crate::offload::rx_queues(iface).unwrap_or_else(|e| {
+            tracing::warn!(
+                "the receive queues of {iface} cannot be read ({e}): one SYN cache part"
+            );
+            None
+        });
+        let bits = if queues.is_some_and(|q| q > 1) {
+            self.syn_cpu_part_bits
+        } else {
+            0
+        };
+        tracing::info!(
+            "{iface}: {} receive queues, SYN cache in {} parts",
+            queues.map_or_else(|| "unknown".to_owned(), |q| q.to_string()),
+            syn_cache::parts_of(self.syn_slots - 1, bits)
+        );
+        self.syn_part_bits = bits;
+        match self.written_config {
+            Some(config) => crate::Dataplane::set_config(self, &config),
+            None => Ok(()),
+        }
     }
 
     /// Number of the fast path's exceptions (`EXCEPTIONS`).
@@ -91,19 +132,26 @@ impl KernelDataplane {
         Ok((established, syn))
     }
 
-    /// The `SYN_CACHE` index and element holding a SYN of `key`, if any (under the hash
-    /// seed last written, which the daemon never changes while running).
-    fn held_syn(&self, key: &FlowKey) -> Result<Option<(u32, SynEntry)>, DataplaneError> {
+    /// The `SYN_CACHE` indices and elements holding a SYN of `key`: the flow's slot in
+    /// each CPU's part ([`syn_cache::part_slots`]), since userspace does not know which
+    /// CPU saw the SYN (under the hash seed last written, which the daemon never changes
+    /// while running). Usually one; one per part that saw a SYN of the flow.
+    fn held_syns(&self, key: &FlowKey) -> Result<Vec<(u32, SynEntry)>, DataplaneError> {
         let Some(cfg) = self.written_config.as_ref() else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         let hash = flow_hash(key, cfg.hash_seed);
-        let index = hash & (self.syn_slots - 1);
-        let slot = self
-            .syn_cache
-            .get(&index, 0)
-            .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
-        Ok((u32::from(slot.vip_id) < MAX_VIPS && slot.holds(key, hash)).then_some((index, slot)))
+        let mut held = Vec::new();
+        for index in syn_cache::part_slots(hash, self.syn_slots - 1, self.syn_part_bits) {
+            let slot = self
+                .syn_cache
+                .get(&index, 0)
+                .map_err(map_err(maps::SYN_CACHE, "lookup"))?;
+            if u32::from(slot.vip_id) < MAX_VIPS && slot.holds(key, hash) {
+                held.push((index, slot));
+            }
+        }
+        Ok(held)
     }
 
     /// [`crate::Dataplane::lookup_flow`]: the entry the next packet of `key`
@@ -140,6 +188,7 @@ impl KernelDataplane {
         };
         let mut reads = MapReads {
             dp: self,
+            key,
             error: None,
         };
         let decision = conntrack::decide(
@@ -172,10 +221,12 @@ impl KernelDataplane {
     }
 }
 
-/// The map reads of the conntrack decision (`lb_common::conntrack`) for `lookup_flow`:
-/// the clock, `BACKENDS` and `SYN_CACHE`. The first failed read is kept in `error`.
+/// The map reads of the conntrack decision (`lb_common::conntrack`) for `lookup_flow`
+/// of flow `key`: the clock, `BACKENDS` and `SYN_CACHE`. The first failed read is kept
+/// in `error`.
 struct MapReads<'a> {
     dp: &'a KernelDataplane,
+    key: &'a FlowKey,
     error: Option<DataplaneError>,
 }
 
@@ -202,16 +253,30 @@ impl conntrack::PinLookups for MapReads<'_> {
 impl conntrack::Lookups for MapReads<'_> {
     type Slot = SynEntry;
 
+    /// The flow's slot in the part of the CPU that saw its SYN: the program reads the
+    /// slot of the CPU the packet arrives on, which receive-side scaling makes the SYN's.
+    /// Userspace knows no CPU, so it reads the flow's slot in every part and takes the
+    /// newest SYN of the flow (`None` when no part holds one); a packet that arrives on
+    /// another CPU than that SYN's takes the table instead.
     fn syn_slot(&mut self, hash: u32) -> Option<SynEntry> {
-        let index = hash & (self.dp.syn_slots - 1);
-        match self.dp.syn_cache.get(&index, 0) {
-            Ok(slot) => Some(slot),
-            Err(e) => {
-                self.error
-                    .get_or_insert(map_err(maps::SYN_CACHE, "lookup")(e));
-                None
+        let (mask, bits) = (self.dp.syn_slots - 1, self.dp.syn_part_bits);
+        let mut newest: Option<SynEntry> = None;
+        for index in syn_cache::part_slots(hash, mask, bits) {
+            match self.dp.syn_cache.get(&index, 0) {
+                Ok(slot) if slot.holds(self.key, hash) => {
+                    if newest.is_none_or(|n| slot.syn_ns > n.syn_ns) {
+                        newest = Some(slot);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.error
+                        .get_or_insert(map_err(maps::SYN_CACHE, "lookup")(e));
+                    return None;
+                }
             }
         }
+        newest
     }
 
     /// Not read: the table only decides whether a pin is re-labelled, which does not

@@ -103,7 +103,7 @@ pub(super) fn on_every_cpu<T: aya::Pod + Clone>(
 
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`): the per-CPU
 /// values of one element.
-fn possible_cpus() -> Result<usize, DataplaneError> {
+pub(super) fn possible_cpus() -> Result<usize, DataplaneError> {
     aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
         op: op.to_owned(),
         error,

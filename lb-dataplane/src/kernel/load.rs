@@ -636,6 +636,7 @@ impl KernelDataplane {
         );
         let trace_reader = Some(super::TraceReader::new(&mut ebpf)?);
         let activity = super::ActivityClock::new(take(&mut ebpf, maps::ACTIVITY_TICK)?);
+        let syn_cpu_part_bits = syn_cache_parts(options.ct_syn_capacity)?;
         Ok(Self {
             walker: Some(walker),
             cleaner: Some(cleaner),
@@ -656,6 +657,8 @@ impl KernelDataplane {
             exceptions: take(&mut ebpf, maps::EXCEPTIONS)?,
             affinity: take(&mut ebpf, maps::AFFINITY)?,
             syn_slots: options.ct_syn_capacity,
+            syn_part_bits: syn_cpu_part_bits,
+            syn_cpu_part_bits,
             written_config: None,
             global_stats: take(&mut ebpf, maps::GLOBAL_STATS)?,
             vip_stats: take(&mut ebpf, maps::VIP_STATS)?,
@@ -669,6 +672,19 @@ impl KernelDataplane {
             pinned: None,
         })
     }
+}
+
+/// `LbConfig::syn_cache_part_bits` for a SYN cache of `slots` slots on this machine: one
+/// part per possible CPU ([`lb_common::syn_cache::part_bits`]).
+///
+/// # Errors
+/// When the possible CPUs cannot be read (`/sys/devices/system/cpu/possible`).
+fn syn_cache_parts(slots: u32) -> Result<u8, DataplaneError> {
+    let cpus = super::counters::possible_cpus()?;
+    Ok(lb_common::syn_cache::part_bits(
+        slots,
+        u32::try_from(cpus).unwrap_or(u32::MAX),
+    ))
 }
 
 #[cfg(test)]

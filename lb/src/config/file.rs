@@ -144,7 +144,8 @@ pub struct ConntrackFile {
     /// Established-flow entries, per address family.
     #[serde(default)]
     pub capacity: Option<UInt<u32>>,
-    /// SYN cache slots, shared by all CPUs (a power of two).
+    /// SYN cache slots (a power of two), split into one part per CPU on an interface with
+    /// several receive queues (`lb_common::syn_cache`).
     #[serde(default)]
     pub syn_capacity: Option<UInt<u32>>,
     /// UDP idle timeout (seconds).

@@ -233,7 +233,8 @@ pub struct Config {
     pub nexthop: Nexthop,
     /// Capacity of each established-flow conntrack map (IPv4, IPv6).
     pub ct_capacity: u32,
-    /// SYN cache slots, shared by all CPUs (a power of two).
+    /// SYN cache slots (a power of two), split into one part per CPU on an interface with
+    /// several receive queues (`lb_common::syn_cache`).
     pub ct_syn_capacity: u32,
     /// UDP idle timeout.
     pub udp_timeout: Duration,

@@ -52,8 +52,8 @@ pub struct Globals {
 }
 
 impl Globals {
-    /// The `CONFIG` map element, but for `syn_cache_mask`: the data plane that sized
-    /// `SYN_CACHE` writes that (see [`lb_dataplane::Dataplane::set_config`]).
+    /// The `CONFIG` map element, but for `syn_cache_mask` and `syn_cache_part_bits`: the
+    /// data plane that sized `SYN_CACHE` writes those (see [`lb_dataplane::Dataplane::set_config`]).
     pub fn lb_config(&self) -> LbConfig {
         let (src_v6, _) = self
             .source_v6
@@ -69,7 +69,6 @@ impl Globals {
             gateway_mac,
             mtu: self.mtu,
             nexthop_mode,
-            _pad: 0,
             flags: CONFIG_VALID,
             hash_seed: self.hash_seed,
             udp_timeout_ns: u64::try_from(self.udp_timeout.as_nanos()).unwrap_or(u64::MAX),

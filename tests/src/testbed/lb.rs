@@ -59,7 +59,7 @@ pub fn bed_config() -> LbConfig {
         gateway_mac: [0; 6],
         mtu: 1500,
         nexthop_mode: NEXTHOP_FIB,
-        _pad: 0,
+        syn_cache_part_bits: 0,
         flags: CONFIG_VALID,
         hash_seed: SEED,
         syn_cache_mask: 0,
