@@ -71,7 +71,9 @@ use lb_common::{
 };
 pub use listing::{ConnListing, ConnRow, ConnState, PinMap, widen};
 use load::load_err;
-pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp, missing_capabilities};
+pub use load::{
+    LoadOptions, LoadTimes, Opened, Pinning, is_root, may_load_xdp, missing_capabilities,
+};
 pub use mend::PinCheck;
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
@@ -154,6 +156,8 @@ pub struct KernelDataplane {
     activity: Option<ActivityClock>,
     /// The pins, for a data plane opened with [`KernelDataplane::load_pinned`].
     pinned: Option<Pinned>,
+    /// How long [`KernelDataplane::load_pinned`]'s load took (zero otherwise).
+    load_times: LoadTimes,
 }
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {

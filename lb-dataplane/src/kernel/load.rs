@@ -5,6 +5,7 @@ use std::{
     collections::HashMap as StdHashMap,
     os::fd::AsFd as _,
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use aya::{
@@ -129,6 +130,18 @@ impl Default for LoadOptions {
             exceptions_capacity: defaults::EXCEPTIONS_CAPACITY,
         }
     }
+}
+
+/// How long the two parts of a load took (wall-clock time), for the daemon's start
+/// breakdown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadTimes {
+    /// Reading the object and creating its maps, or opening the pinned ones
+    /// (`EbpfLoader::load`).
+    pub maps: Duration,
+    /// Verifying the programs and installing the tail-called ones; zero when an
+    /// adopted datapath's programs were kept.
+    pub programs: Duration,
 }
 
 /// Takes map `name` out of the object as the typed map `T`.
@@ -364,17 +377,18 @@ impl KernelDataplane {
         for (name, path) in names.iter().zip(&paths) {
             loader.map_pin_path(name.as_str(), path.as_path());
         }
-        let ebpf = match Self::load_object(&options, &mut loader, object, !keep_programs) {
-            Ok(ebpf) => ebpf,
-            Err(e) => {
-                // Maps this start created (and pinned) must not outlive the failure:
-                // two conntrack maps of 1M entries hold about 100 MB of kernel memory.
-                if meta.is_none() {
-                    let _ = dir.discard(false);
+        let (ebpf, times) =
+            match Self::load_object_timed(&options, &mut loader, object, !keep_programs) {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    // Maps this start created (and pinned) must not outlive the failure:
+                    // two conntrack maps of 1M entries hold about 100 MB of kernel memory.
+                    if meta.is_none() {
+                        let _ = dir.discard(false);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         let meta = match meta {
             Some(meta) => meta,
             None => MetaMap::create(
@@ -399,6 +413,7 @@ impl KernelDataplane {
         };
         let created = !opened.adopted();
         let mut dp = Self::from_ebpf(ebpf, options, Some(pins), created)?;
+        dp.load_times = times;
         if opened.adopted() {
             dp.adopt_maps()?;
         }
@@ -412,6 +427,12 @@ impl KernelDataplane {
             keeper: crate::pinned::PinKeeper::default(),
         });
         Ok((dp, opened))
+    }
+
+    /// How long [`Self::load_pinned`]'s load took: its maps created or opened, its
+    /// programs verified (zero for a data plane loaded otherwise).
+    pub fn load_times(&self) -> LoadTimes {
+        self.load_times
     }
 
     /// Opens the datapath pinned at `dir` for reading while no daemon runs (`lb
@@ -566,12 +587,23 @@ impl KernelDataplane {
         object: &[u8],
         programs: bool,
     ) -> Result<Ebpf, DataplaneError> {
+        Self::load_object_timed(options, loader, object, programs).map(|(ebpf, _)| ebpf)
+    }
+
+    /// [`Self::load_object`], and how long its two parts took.
+    fn load_object_timed(
+        options: &LoadOptions,
+        loader: &mut EbpfLoader<'_>,
+        object: &[u8],
+        programs: bool,
+    ) -> Result<(Ebpf, LoadTimes), DataplaneError> {
         if !options.ct_syn_capacity.is_power_of_two() {
             return Err(DataplaneError::OutOfRange(format!(
                 "SYN cache slots {} is not a power of two",
                 options.ct_syn_capacity
             )));
         }
+        let started = Instant::now();
         let mut ebpf = loader
             .map_max_entries(maps::CONNTRACK_V4, options.ct_capacity)
             .map_max_entries(maps::CONNTRACK_V6, options.ct_capacity)
@@ -581,10 +613,16 @@ impl KernelDataplane {
             .map_max_entries(maps::EXCEPTIONS, options.exceptions_capacity)
             .load(object)
             .map_err(DataplaneError::Load)?;
+        let mut times = LoadTimes {
+            maps: started.elapsed(),
+            programs: Duration::ZERO,
+        };
         if programs {
+            let verifying = Instant::now();
             load_programs(&mut ebpf)?;
+            times.programs = verifying.elapsed();
         }
-        Ok(ebpf)
+        Ok((ebpf, times))
     }
 
     /// The data plane over a loaded object; `created`: its maps were created by this
@@ -667,6 +705,7 @@ impl KernelDataplane {
             vip_keys: StdHashMap::new(),
             sources,
             pinned: None,
+            load_times: LoadTimes::default(),
         })
     }
 }
