@@ -275,9 +275,36 @@ impl Opened {
     }
 }
 
-/// The start-time sizes that the pinned maps must have.
-pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 6] {
-    [
+/// Entries of each map laid out in CPU rows (`lb_common::maps::CPU_ROW_MAPS`): one row
+/// per possible CPU (`/sys/devices/system/cpu/possible`).
+///
+/// # Errors
+/// [`DataplaneError::Syscall`] when the possible CPUs cannot be read,
+/// [`DataplaneError::OutOfRange`] when their rows overflow a map's size.
+pub(crate) fn cpu_rows_entries() -> Result<u32, DataplaneError> {
+    let cpus = aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
+        op: op.to_owned(),
+        error,
+    })?;
+    u32::try_from(cpus)
+        .ok()
+        .and_then(maps::cpu_rows_entries)
+        .ok_or_else(|| {
+            DataplaneError::OutOfRange(format!(
+                "{cpus} possible CPUs: their rows of {} elements overflow a map",
+                maps::CPU_ROW_LEN
+            ))
+        })
+}
+
+/// The start-time sizes that the pinned maps must have: the configuration's, and the
+/// CPU rows' ([`cpu_rows_entries`]).
+///
+/// # Errors
+/// As [`cpu_rows_entries`].
+pub(crate) fn size_overrides(options: &LoadOptions) -> Result<Vec<SizeOverride>, DataplaneError> {
+    let rows = cpu_rows_entries()?;
+    let mut overrides = vec![
         SizeOverride {
             map: maps::CONNTRACK_V4,
             key: "conntrack.capacity",
@@ -308,7 +335,13 @@ pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 6] {
             key: "conntrack.exceptions_capacity",
             entries: options.exceptions_capacity,
         },
-    ]
+    ];
+    overrides.extend(maps::CPU_ROW_MAPS.map(|map| SizeOverride {
+        map,
+        key: "the possible CPUs (a row each)",
+        entries: rows,
+    }));
+    Ok(overrides)
 }
 
 /// Eight random bytes (`getrandom(2)`), for a datapath's instance id.
@@ -346,8 +379,9 @@ impl KernelDataplane {
         let Pinning { dir, lock, object } = pinning;
         let layout =
             Layout::of_object(object).map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
-        let migration = crate::pinned::migrate::migrate(&dir, &layout, &size_overrides(&options))?;
-        let meta = dir.check(&layout, &size_overrides(&options))?;
+        let overrides = size_overrides(&options)?;
+        let migration = crate::pinned::migrate::migrate(&dir, &layout, &overrides)?;
+        let meta = dir.check(&layout, &overrides)?;
         let mut opened = migration.map_or(Opened::Adopted, Opened::Migrated);
         if meta.is_none() {
             let leftovers = if dir.exists() {
@@ -470,7 +504,7 @@ impl KernelDataplane {
             exceptions_capacity: size(maps::EXCEPTIONS)?,
         };
         let meta = dir
-            .check(&layout, &size_overrides(&options))?
+            .check(&layout, &size_overrides(&options)?)?
             .ok_or_else(|| {
                 DataplaneError::OutOfRange(format!(
                     "no pinned datapath at {} (no meta)",
@@ -604,6 +638,10 @@ impl KernelDataplane {
             )));
         }
         let started = Instant::now();
+        let rows = cpu_rows_entries()?;
+        for map in maps::CPU_ROW_MAPS {
+            loader.map_max_entries(map, rows);
+        }
         let mut ebpf = loader
             .map_max_entries(maps::CONNTRACK_V4, options.ct_capacity)
             .map_max_entries(maps::CONNTRACK_V6, options.ct_capacity)
