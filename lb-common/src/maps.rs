@@ -8,7 +8,7 @@
 /// compared by themselves when a restarted daemon adopts a pinned datapath; bump this
 /// when a key or value changes meaning without changing size (a field renamed to another
 /// use, a flag bit reassigned), so that a pinned datapath of the old meaning is refused.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
@@ -115,10 +115,12 @@ pub const EXCEPTIONS: &str = "EXCEPTIONS";
 /// evict established flows (BR-16 in `docs/src/operations/failure-scenarios.md`). Concurrent writers
 /// are detected by the slot's tag.
 pub const SYN_CACHE: &str = "SYN_CACHE";
-/// Per-CPU array: backend id → [`crate::types::NextHopEntry`], the `bpf_fib_lookup`
-/// result of the backend's address reused for `LbConfig::nexthop_cache_ns` (FIB mode).
-/// The helper walks the routing and neighbour tables on every call, which costs more
-/// than the rest of the packet path; a per-CPU entry needs no lock and no atomics.
+/// Per CPU, backend id → [`crate::types::NextHopEntry`], the `bpf_fib_lookup` result of
+/// the backend's address reused for `LbConfig::nexthop_cache_ns` (FIB mode). The helper
+/// walks the routing and neighbour tables on every call, which costs more than the rest
+/// of the packet path; a per-CPU entry needs no lock and no atomics. A
+/// `BPF_MAP_TYPE_ARRAY` of one row per CPU ([`CPU_ROW_LEN`], [`cpu_rows_entries`]),
+/// not a `PERCPU_ARRAY`: see [`BACKEND_STATS`].
 pub const NEXTHOP_CACHE: &str = "NEXTHOP_CACHE";
 /// `BPF_MAP_TYPE_ARRAY`: VIP id → one `u64`, the epoch of the VIP's table the program
 /// last saw (high 32 bits) and when it first saw it (low 32 bits, the conntrack clock in
@@ -193,7 +195,12 @@ pub const ACTIVITY_TICK: &str = "ACTIVITY_TICK";
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Per-CPU array: VIP id → [`crate::stats::VipStats`].
 pub const VIP_STATS: &str = "VIP_STATS";
-/// Per-CPU array: backend id → [`crate::stats::BackendStats`].
+/// Per CPU, backend id → [`crate::stats::BackendStats`]: a `BPF_MAP_TYPE_ARRAY` of one
+/// row of [`CPU_ROW_LEN`] elements per possible CPU, CPU `c`'s element of id `i` at
+/// `c * CPU_ROW_LEN + i`, sized at load ([`cpu_rows_entries`]). The kernel creates a
+/// `PERCPU_ARRAY` with one per-CPU allocation per element: 65,536 of them took about
+/// 60 ms a map at every first start; the plain array is one allocation of the same
+/// memory (`docs/src/development/performance.md`, the start at scale).
 pub const BACKEND_STATS: &str = "BACKEND_STATS";
 /// `BPF_MAP_TYPE_ARRAY` of one [`crate::trace::TraceFilter`]: which VIP packets `lb trace`
 /// records while `CONFIG_TRACE` is set. A separate map, read only when the flag is set,
@@ -241,8 +248,21 @@ pub const ICMP_RATE_TOO_BIG: u32 = 0;
 pub const ICMP_RATE_ECHO: u32 = 1;
 /// Most allowed source prefixes of all VIPs together (`SOURCE_RANGES` entries).
 pub const MAX_SOURCE_RANGES: u32 = 65_536;
-/// Size of `BACKENDS` and `BACKEND_STATS`; backend ids are `1..MAX_BACKENDS` (0 = none).
+/// Size of `BACKENDS` and of a CPU's row of `BACKEND_STATS` and `NEXTHOP_CACHE`;
+/// backend ids are `1..MAX_BACKENDS` (0 = none).
 pub const MAX_BACKENDS: u32 = 65_536;
+/// Elements of one CPU's row of the arrays laid out in CPU rows ([`BACKEND_STATS`],
+/// [`NEXTHOP_CACHE`]): a backend id's range.
+pub const CPU_ROW_LEN: u32 = MAX_BACKENDS;
+/// The maps laid out in CPU rows, which userspace sizes at load with
+/// [`cpu_rows_entries`].
+pub const CPU_ROW_MAPS: [&str; 2] = [BACKEND_STATS, NEXTHOP_CACHE];
+
+/// Entries of an array laid out in CPU rows for `cpus` possible CPUs: one row of
+/// [`CPU_ROW_LEN`] each; `None` when that overflows a map's `u32` size.
+pub const fn cpu_rows_entries(cpus: u32) -> Option<u32> {
+    CPU_ROW_LEN.checked_mul(cpus)
+}
 
 /// Cells before the slots in an inner table map: cell 0 is the header (the table size
 /// M and its generation, [`crate::types::TableHeader`]); cell `TABLE_HEADER_LEN + i` is

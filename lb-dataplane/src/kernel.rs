@@ -57,7 +57,7 @@ use aya::{
     programs::{ProgramError, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId},
 };
 pub use cleaning::{Cleaner, Cleaning, PinCounts, SlotCounts};
-use counters::{on_every_cpu, sum_per_cpu, sum_per_cpu_many};
+use counters::{set_rows, sum_per_cpu, sum_per_cpu_many, sum_rows, sum_rows_many};
 #[cfg(feature = "test-harness")]
 pub use harness::{BenchRunner, BenchSpec, BenchTarget, TableWriter, TestRunOutput};
 use lb_common::{
@@ -71,7 +71,9 @@ use lb_common::{
 };
 pub use listing::{ConnListing, ConnRow, ConnState, PinMap, widen};
 use load::load_err;
-pub use load::{LoadOptions, Opened, Pinning, is_root, may_load_xdp, missing_capabilities};
+pub use load::{
+    LoadOptions, LoadTimes, Opened, Pinning, is_root, may_load_xdp, missing_capabilities,
+};
 pub use mend::PinCheck;
 #[cfg(feature = "test-harness")]
 pub use pass::PassProgram;
@@ -139,7 +141,8 @@ pub struct KernelDataplane {
     written_config: Option<LbConfig>,
     global_stats: PerCpuArray<MapData, GlobalStats>,
     vip_stats: PerCpuArray<MapData, VipStats>,
-    backend_stats: PerCpuArray<MapData, BackendStats>,
+    /// `BACKEND_STATS`: one row per CPU (`lb_common::maps::CPU_ROW_LEN`).
+    backend_stats: Array<MapData, BackendStats>,
     /// The backend ids whose counters need no clearing.
     zeroed: counters::ZeroedIds,
     /// VIPs written (key → VIP id), to keep `VIP_ADDRS` counts and `VIP_FILTER` words
@@ -161,6 +164,8 @@ pub struct KernelDataplane {
     activity: Option<ActivityClock>,
     /// The pins, for a data plane opened with [`KernelDataplane::load_pinned`].
     pinned: Option<Pinned>,
+    /// How long [`KernelDataplane::load_pinned`]'s load took (zero otherwise).
+    load_times: LoadTimes,
 }
 
 fn prog_err(program: &'static str) -> impl FnOnce(ProgramError) -> DataplaneError {
@@ -545,7 +550,7 @@ impl Dataplane for KernelDataplane {
 
     fn backend_stats(&self, id: u32) -> Result<BackendStats, DataplaneError> {
         check_backend_id(id)?;
-        sum_per_cpu(
+        sum_rows(
             &self.backend_stats,
             id,
             maps::BACKEND_STATS,
@@ -560,7 +565,7 @@ impl Dataplane for KernelDataplane {
 
     fn backend_stats_of(&self, ids: &[u32]) -> Result<Vec<BackendStats>, DataplaneError> {
         ids.iter().try_for_each(|&id| check_backend_id(id))?;
-        sum_per_cpu_many(
+        sum_rows_many(
             &self.backend_stats,
             ids,
             maps::BACKEND_STATS,
@@ -573,10 +578,12 @@ impl Dataplane for KernelDataplane {
         if self.zeroed.holds(id) {
             return Ok(());
         }
-        let zeros = on_every_cpu(BackendStats::default())?;
-        self.backend_stats
-            .set(id, zeros, 0)
-            .map_err(map_err(maps::BACKEND_STATS, "update"))
+        set_rows(
+            &mut self.backend_stats,
+            id,
+            BackendStats::default(),
+            maps::BACKEND_STATS,
+        )
     }
 
     fn slot_state(

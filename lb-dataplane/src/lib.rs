@@ -43,8 +43,8 @@ pub use fake::FakeDataplane;
 pub use inspect::Inspector;
 pub use kernel::{
     ActivityClock, Agent, AgentMode, AgentOptions, Census, Cleaner, Cleaning, ConnListing, ConnRow,
-    ConnState, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, Opened, PinCheck,
-    PinCounts, PinMap, Pinning, SlotCounts, TraceReader, TraceRecord, WalkSettings,
+    ConnState, ConnectionCounts, ConntrackWalker, KernelDataplane, LoadOptions, LoadTimes, Opened,
+    PinCheck, PinCounts, PinMap, Pinning, SlotCounts, TraceReader, TraceRecord, WalkSettings,
     conntrack_now_ns, is_root, may_load_xdp, missing_capabilities,
 };
 /// The backend agent's counters pinned by another process, and where they are pinned.

@@ -9,6 +9,7 @@
 
 use aya_ebpf::{
     btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray, ProgramArray},
+    helpers::generated::bpf_get_smp_processor_id,
     macros::btf_map,
 };
 use lb_common::{
@@ -17,8 +18,8 @@ use lb_common::{
         AFFINITY_CAPACITY, CT_CAPACITY, CT_SYN_CAPACITY, EXCEPTIONS_CAPACITY, FRAG_CAPACITY,
     },
     maps::{
-        CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS, TABLE_HEADER_LEN,
-        TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
+        CPU_ROW_LEN, CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS,
+        TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
     },
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
@@ -102,9 +103,61 @@ pub(crate) static EXCEPTIONS: HashMap<FlowKey, CtEntry, { EXCEPTIONS_CAPACITY as
 #[btf_map]
 pub(crate) static SYN_CACHE: Array<SynEntry, { CT_SYN_CAPACITY as usize }> = Array::new();
 
-/// Per CPU, backend id → its next hop found by `bpf_fib_lookup`, with an expiry.
-#[btf_map]
-pub(crate) static NEXTHOP_CACHE: PerCpuArray<NextHopEntry, BACKENDS_MAX> = PerCpuArray::new();
+/// The maps laid out in CPU rows ([`cpu_row_element`]), in a module of their own so
+/// that their names stay the maps' (the object's symbols and BTF variables) while this
+/// module's names of the same spelling give each CPU its row.
+mod rows {
+    use aya_ebpf::{btf_maps::Array, macros::btf_map};
+    use lb_common::{stats::BackendStats, types::NextHopEntry};
+
+    use super::CPU_ROWS;
+
+    /// Per CPU, backend id → its next hop found by `bpf_fib_lookup`, with an expiry:
+    /// one row per CPU.
+    #[btf_map]
+    pub(super) static NEXTHOP_CACHE: Array<NextHopEntry, CPU_ROWS> = Array::new();
+
+    /// Per CPU, backend id → packets and bytes forwarded to it: one row per CPU.
+    #[btf_map]
+    pub(super) static BACKEND_STATS: Array<BackendStats, CPU_ROWS> = Array::new();
+}
+
+/// `NEXTHOP_CACHE` as its readers see it: this CPU's element of a backend id.
+pub(crate) const NEXTHOP_CACHE: NextHopCache = NextHopCache;
+
+/// The elements of one row of an array laid out in CPU rows: a backend id's range.
+const CPU_ROWS: usize = CPU_ROW_LEN as usize;
+const _: () = assert!(CPU_ROWS == BACKENDS_MAX);
+
+/// An array laid out as one plain array of rows, one row of [`CPU_ROWS`]
+/// elements per CPU: CPU `c`'s element `i` is element `c * CPU_ROWS + i`, and userspace
+/// sizes the map to `CPU_ROWS` times the possible CPUs at load
+/// (`lb_common::maps::cpu_rows_entries`). The kernel creates a `PERCPU_ARRAY` with one
+/// per-CPU allocation per element (65,536 for a backend id's range, about 60 ms a map
+/// at start); a plain array is one allocation. A row is contiguous, so two CPUs share a
+/// cache line only where their rows meet. An element out of the map (userspace did not
+/// size it) reads as missing.
+#[inline(always)]
+fn cpu_row_element<T, const N: usize>(rows: &Array<T, N>, index: u32) -> Option<*mut T> {
+    if index >= CPU_ROW_LEN {
+        return None;
+    }
+    // SAFETY: bpf_get_smp_processor_id takes no arguments and cannot fail; XDP programs
+    // run with migration disabled, so the CPU stays the same for the whole run.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    rows.get_ptr_mut(cpu.checked_mul(CPU_ROW_LEN)?.checked_add(index)?)
+}
+
+/// This CPU's row of `NEXTHOP_CACHE` ([`cpu_row_element`]).
+pub(crate) struct NextHopCache;
+
+impl NextHopCache {
+    /// This CPU's element of backend id `index`, used by this CPU only.
+    #[inline(always)]
+    pub(crate) fn get_ptr_mut(&self, index: u32) -> Option<*mut NextHopEntry> {
+        cpu_row_element(&rows::NEXTHOP_CACHE, index)
+    }
+}
 
 /// VIP id → the epoch of its table the program last saw and when (`table_seen`).
 #[btf_map]
@@ -174,9 +227,12 @@ pub(crate) static GLOBAL_STATS: PerCpuArray<GlobalStats, 1> = PerCpuArray::new()
 #[btf_map]
 pub(crate) static VIP_STATS: PerCpuArray<VipStats, VIPS_MAX> = PerCpuArray::new();
 
-/// Per CPU, backend id → packets and bytes forwarded to it.
-#[btf_map]
-pub(crate) static BACKEND_STATS: PerCpuArray<BackendStats, BACKENDS_MAX> = PerCpuArray::new();
+/// This CPU's counters of backend id `index` in `BACKEND_STATS` (one row per CPU,
+/// [`cpu_row_element`]), used by this CPU only.
+#[inline(always)]
+pub(crate) fn backend_stats(index: u32) -> Option<*mut BackendStats> {
+    cpu_row_element(&rows::BACKEND_STATS, index)
+}
 
 /// Which VIP packets `lb trace` records while `CONFIG_TRACE` is set (one element).
 #[btf_map]

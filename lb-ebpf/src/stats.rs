@@ -3,7 +3,7 @@
 
 use lb_common::stats::{Reason, VipStats};
 
-use crate::maps::{BACKEND_STATS, GLOBAL_STATS, VIP_STATS};
+use crate::maps::{GLOBAL_STATS, VIP_STATS, backend_stats};
 
 /// Counts one packet under `reason`.
 #[inline(always)]
@@ -41,8 +41,8 @@ pub(crate) fn vip(vip_id: u32) -> Option<&'static mut VipStats> {
 /// `new_flow`.
 #[inline(always)]
 pub(crate) fn backend(id: u32, bytes: u64, new_flow: bool) {
-    if let Some(stats) = BACKEND_STATS.get_ptr_mut(id) {
-        // SAFETY: per-CPU array element, used only by this CPU during this run.
+    if let Some(stats) = backend_stats(id) {
+        // SAFETY: this CPU's row's element, used only by this CPU during this run.
         let stats = unsafe { &mut *stats };
         stats.packets += 1;
         stats.bytes += bytes;

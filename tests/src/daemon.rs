@@ -887,16 +887,44 @@ pub fn start_until_ready(
     dir: &Path,
     notify: &std::os::unix::net::UnixDatagram,
 ) -> anyhow::Result<(Child, String, Duration)> {
+    start_logged_until_ready(&lb_binary(), ns, dir, notify, None)
+}
+
+/// [`start_until_ready`] of the `lb` binary `lb`; with `log`, its warnings and its
+/// start's phases (target `lb::start`, at info level) go to that file (appended),
+/// otherwise only its warnings, to this process's standard error.
+///
+/// # Errors
+/// As [`start_until_ready`], or the log file cannot be opened.
+pub fn start_logged_until_ready(
+    lb: &Path,
+    ns: &NetNs,
+    dir: &Path,
+    notify: &std::os::unix::net::UnixDatagram,
+    log: Option<&Path>,
+) -> anyhow::Result<(Child, String, Duration)> {
+    let (level, stderr) = match log {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            ("warn,lb::start=info", Stdio::from(file))
+        }
+        None => ("warn", Stdio::inherit()),
+    };
     let begun = Instant::now();
     let child = Command::new("ip")
         .args(["netns", "exec", ns.name()])
-        .arg(lb_binary())
+        .arg(lb)
         .args(["run", "--config"])
         .arg(dir.join("lb.toml"))
         .env("NOTIFY_SOCKET", dir.join("notify.sock"))
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", level)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .context("lb run")?;
     let mut buf = [0u8; 4096];

@@ -1,6 +1,6 @@
-//! Upgrades across map layouts: a datapath pinned by the last build of layout 1, 2 or 3
-//! (their eBPF objects kept as `tests/data/lb-ebpf-layout1.o`, `lb-ebpf-layout2.o` and
-//! `lb-ebpf-layout3.o`, see the README there) is adopted by this build, which migrates its maps
+//! Upgrades across map layouts: a datapath pinned by the last build of layout 1, 2, 3
+//! or 4 (their eBPF objects kept as `tests/data/lb-ebpf-layout1.o` to
+//! `lb-ebpf-layout4.o`, see the README there) is adopted by this build, which migrates its maps
 //! (`lb_dataplane::pinned::migrate`, through every step from the old layout) before it
 //! replaces the program through the link; and a datapath of a newer layout than this
 //! build knows (a downgrade) is refused untouched, naming both versions and
@@ -11,7 +11,9 @@
 //! maps are rewritten into the old layout (`rewind_to_layout1`: `u32` table cells, the
 //! shorter `VIP_STATS`, no `FAST_FILTER`, `meta` of layout 1; `rewind_to_layout2`: the
 //! layout-2 `VIP_STATS`, `meta` of layout 2; `rewind_to_layout3`: no `EXCEPTIONS`,
-//! `meta` of layout 3), and the old object's program is put on
+//! `meta` of layout 3; `rewind_to_layout4`: `BACKEND_STATS` and `NEXTHOP_CACHE` per-CPU
+//! arrays, `meta` of layout 4; every rewind undoes the later steps' maps too), and the
+//! old object's program is put on
 //! the pinned link (`run_old_program`). Every packet of the test before the upgrade is
 //! forwarded by the old program (`lb_tests::old_layout`), so the conntrack entries and SYN cache slots the
 //! migration must keep are the old program's.
@@ -20,7 +22,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use lb_dataplane::pinned::{
     MetaMap,
-    migrate::{rewind_to_layout1, rewind_to_layout2, rewind_to_layout3},
+    migrate::{rewind_to_layout1, rewind_to_layout2, rewind_to_layout3, rewind_to_layout4},
 };
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, Stop},
@@ -153,6 +155,17 @@ fn an_upgrade_from_layout_3_creates_the_exceptions_map_and_keeps_every_connectio
     let line = upgrade_keeps_every_connection(3, rewind_to_layout3);
     // The 3-to-4 step creates the exceptions map alone: the rest is kept as pinned.
     assert!(line.contains("EXCEPTIONS created"), "{line}");
+    assert!(!line.contains("TABLES"), "{line}");
+    assert!(!line.contains("VIP_STATS"), "{line}");
+}
+
+#[test]
+fn an_upgrade_from_layout_4_lays_the_backend_arrays_out_in_cpu_rows_and_keeps_every_connection() {
+    let line = upgrade_keeps_every_connection(4, rewind_to_layout4);
+    // The 4-to-5 step converts the backends' counters (the old program forwarded to
+    // them) and creates the next-hop cache anew; the rest is kept as pinned.
+    assert!(entries(&line, "BACKEND_STATS", "converted") >= 1, "{line}");
+    assert!(line.contains("NEXTHOP_CACHE created"), "{line}");
     assert!(!line.contains("TABLES"), "{line}");
     assert!(!line.contains("VIP_STATS"), "{line}");
 }

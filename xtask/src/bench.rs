@@ -10,8 +10,9 @@
 //! 2. As root, `lb-bench`: the control-plane benchmarks (change to live: p50/p99 of 100
 //!    add/drain/remove changes through the controller and the kernel maps, at
 //!    M = 65,537 / N = 100 and M = 655,373 / N = 1,000; `lb run` at scale: start time,
-//!    private memory per VIP and restart to adopted with 1, 10, 100 and 500 VIPs of 100
-//!    backends, in namespaces it creates), the remote API's request latency (p50/p99 of
+//!    private memory per VIP and restart to adopted with 1, 10, 100, 500 and 1,000 VIPs
+//!    (100 backends each, 65 at 1,000 VIPs), and where each start's time went, in
+//!    namespaces it creates), the remote API's request latency (p50/p99 of
 //!    a status read and a backend change at 100 VIPs x 100 backends, the `lb` client
 //!    against `lb run`; `-- --api-only --quick` runs it alone and short), the
 //!    health-check benchmark (CPU of

@@ -1,11 +1,13 @@
-//! The per-CPU counter arrays (`GLOBAL_STATS`, `VIP_STATS`, `BACKEND_STATS`) as the
-//! daemon reads and clears them: an element summed over the CPUs, many elements in
-//! batches, a value for every CPU to write, and the backend ids whose counters are
-//! known to be zero ([`ZeroedIds`]).
+//! The per-CPU counter arrays (`GLOBAL_STATS`, `VIP_STATS`, and `BACKEND_STATS`, a
+//! plain array of one row per CPU, `lb_common::maps::CPU_ROW_LEN`) as the daemon reads
+//! and clears them: an element summed over the CPUs, many elements in batches, a value
+//! for every CPU to write, and the backend ids whose counters are known to be zero
+//! ([`ZeroedIds`]).
 
 use std::os::fd::AsFd as _;
 
-use aya::maps::{IterableMap as _, MapData, PerCpuArray, PerCpuValues};
+use aya::maps::{Array, IterableMap as _, MapData, PerCpuArray};
+use lb_common::maps::CPU_ROW_LEN;
 
 use crate::{DataplaneError, bpf_sys, map_err};
 
@@ -22,7 +24,7 @@ pub(super) fn sum_per_cpu<T: aya::Pod + Default>(
     Ok(total)
 }
 
-/// Elements of a per-CPU counter array that one `BPF_MAP_LOOKUP_BATCH` reads.
+/// Elements of a counter array that one `BPF_MAP_LOOKUP_BATCH` reads.
 const STATS_BATCH: usize = 512;
 
 /// Elements `ids` of per-CPU counter array `map`, each summed over the CPUs, in the
@@ -37,22 +39,46 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
     name: &'static str,
     accumulate: fn(&mut T, &T),
 ) -> Result<Vec<T>, DataplaneError> {
-    const {
-        assert!(
-            size_of::<T>().is_multiple_of(8),
-            "per-CPU values are 8-byte aligned"
-        );
-    }
     let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
         return Ok(Vec::new());
     };
     let cpus = possible_cpus()?;
-    let fd = map.map().fd().as_fd();
-    let span = (hi - lo) as usize + 1;
-    let batch = STATS_BATCH.min(span);
-    let mut sums = vec![T::default(); span];
+    let mut sums = vec![T::default(); (hi - lo) as usize + 1];
+    read_range(
+        map.map().fd().as_fd(),
+        lo,
+        hi,
+        cpus,
+        name,
+        |key, values: &[T]| {
+            if let Some(sum) = key.checked_sub(lo).and_then(|k| sums.get_mut(k as usize)) {
+                values.iter().for_each(|v| accumulate(sum, v));
+            }
+        },
+    )?;
+    Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
+}
+
+/// Reads elements `lo..=hi` of array `fd` (named `name`) in `BPF_MAP_LOOKUP_BATCH`es of
+/// at most [`STATS_BATCH`] elements, handing each key and its `per_key` values of `T`
+/// (the CPUs' of a per-CPU array, 1 otherwise) to `visit`.
+fn read_range<T: aya::Pod + Default>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    lo: u32,
+    hi: u32,
+    per_key: usize,
+    name: &'static str,
+    mut visit: impl FnMut(u32, &[T]),
+) -> Result<(), DataplaneError> {
+    const {
+        assert!(
+            size_of::<T>().is_multiple_of(8),
+            "batched values are 8-byte aligned"
+        );
+    }
+    let batch = STATS_BATCH.min((hi - lo) as usize + 1);
     let mut keys = vec![0u32; batch];
-    let mut values = vec![T::default(); batch * cpus];
+    let mut values = vec![T::default(); batch * per_key];
     let mut next = lo;
     while next <= hi {
         let want = batch.min((hi - next) as usize + 1);
@@ -60,7 +86,7 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
         let token_in = next.checked_sub(1).map(u64::from);
         let mut token_out = 0u64;
         // SAFETY: `keys` holds `batch` >= `want` u32 keys (the map's key size) and
-        // `values` `batch` elements of `cpus` values of T (the map's value size per
+        // `values` `batch` elements of `per_key` values of T (the map's value size per
         // element, T being a multiple of 8 bytes).
         let (read, done) = unsafe {
             bpf_sys::lookup_batch(
@@ -77,28 +103,81 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
             error,
         })?;
         for (i, &key) in keys[..read].iter().enumerate() {
-            if let Some(sum) = key.checked_sub(lo).and_then(|k| sums.get_mut(k as usize)) {
-                values[i * cpus..(i + 1) * cpus]
-                    .iter()
-                    .for_each(|v| accumulate(sum, v));
-            }
+            visit(key, &values[i * per_key..(i + 1) * per_key]);
         }
         match keys[..read].last() {
-            Some(&last) if !done => next = last + 1,
+            Some(&last) if !done && last < hi => next = last + 1,
             _ => break,
         }
+    }
+    Ok(())
+}
+
+/// Element `index` of a counter array laid out in CPU rows
+/// (`lb_common::maps::CPU_ROW_LEN` elements per possible CPU), summed over the rows.
+pub(super) fn sum_rows<T: aya::Pod + Default>(
+    map: &Array<MapData, T>,
+    index: u32,
+    name: &'static str,
+    accumulate: fn(&mut T, &T),
+) -> Result<T, DataplaneError> {
+    let mut total = T::default();
+    for at in row_indices(index)? {
+        let value = map.get(&at, 0).map_err(map_err(name, "lookup"))?;
+        accumulate(&mut total, &value);
+    }
+    Ok(total)
+}
+
+/// Elements `ids` of a counter array laid out in CPU rows, each summed over the rows,
+/// in the order of `ids`: the ids' range read in batches ([`read_range`]) in each row.
+pub(super) fn sum_rows_many<T: aya::Pod + Default>(
+    map: &Array<MapData, T>,
+    ids: &[u32],
+    name: &'static str,
+    accumulate: fn(&mut T, &T),
+) -> Result<Vec<T>, DataplaneError> {
+    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
+        return Ok(Vec::new());
+    };
+    let mut sums = vec![T::default(); (hi - lo) as usize + 1];
+    for base in row_indices(0)? {
+        let (from, to) = (base + lo, base + hi);
+        read_range(
+            map.map().fd().as_fd(),
+            from,
+            to,
+            1,
+            name,
+            |key, values: &[T]| {
+                if let Some(sum) = key.checked_sub(from).and_then(|k| sums.get_mut(k as usize)) {
+                    values.iter().for_each(|v| accumulate(sum, v));
+                }
+            },
+        )?;
     }
     Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
 }
 
-/// `value` once for every possible CPU.
-pub(super) fn on_every_cpu<T: aya::Pod + Clone>(
+/// Writes `value` into every CPU's row of element `index` of an array laid out in CPU
+/// rows.
+pub(super) fn set_rows<T: aya::Pod>(
+    map: &mut Array<MapData, T>,
+    index: u32,
     value: T,
-) -> Result<PerCpuValues<T>, DataplaneError> {
-    PerCpuValues::try_from(vec![value; possible_cpus()?]).map_err(|error| DataplaneError::Syscall {
-        op: "per-CPU values".to_owned(),
-        error,
-    })
+    name: &'static str,
+) -> Result<(), DataplaneError> {
+    for at in row_indices(index)? {
+        map.set(at, value, 0).map_err(map_err(name, "update"))?;
+    }
+    Ok(())
+}
+
+/// The indices of element `index` in each possible CPU's row
+/// (`lb_common::maps::CPU_ROW_LEN` apart).
+fn row_indices(index: u32) -> Result<impl Iterator<Item = u32>, DataplaneError> {
+    let cpus = u32::try_from(possible_cpus()?).unwrap_or(u32::MAX);
+    Ok((0..cpus).filter_map(move |cpu| cpu.checked_mul(CPU_ROW_LEN)?.checked_add(index)))
 }
 
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`): the per-CPU

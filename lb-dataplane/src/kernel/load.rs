@@ -5,6 +5,7 @@ use std::{
     collections::HashMap as StdHashMap,
     os::fd::AsFd as _,
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use aya::{
@@ -129,6 +130,18 @@ impl Default for LoadOptions {
             exceptions_capacity: defaults::EXCEPTIONS_CAPACITY,
         }
     }
+}
+
+/// How long the two parts of a load took (wall-clock time), for the daemon's start
+/// breakdown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadTimes {
+    /// Reading the object and creating its maps, or opening the pinned ones
+    /// (`EbpfLoader::load`).
+    pub maps: Duration,
+    /// Verifying the programs and installing the tail-called ones; zero when an
+    /// adopted datapath's programs were kept.
+    pub programs: Duration,
 }
 
 /// Takes map `name` out of the object as the typed map `T`.
@@ -262,9 +275,36 @@ impl Opened {
     }
 }
 
-/// The start-time sizes that the pinned maps must have.
-pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 6] {
-    [
+/// Entries of each map laid out in CPU rows (`lb_common::maps::CPU_ROW_MAPS`): one row
+/// per possible CPU (`/sys/devices/system/cpu/possible`).
+///
+/// # Errors
+/// [`DataplaneError::Syscall`] when the possible CPUs cannot be read,
+/// [`DataplaneError::OutOfRange`] when their rows overflow a map's size.
+pub(crate) fn cpu_rows_entries() -> Result<u32, DataplaneError> {
+    let cpus = aya::util::nr_cpus().map_err(|(op, error)| DataplaneError::Syscall {
+        op: op.to_owned(),
+        error,
+    })?;
+    u32::try_from(cpus)
+        .ok()
+        .and_then(maps::cpu_rows_entries)
+        .ok_or_else(|| {
+            DataplaneError::OutOfRange(format!(
+                "{cpus} possible CPUs: their rows of {} elements overflow a map",
+                maps::CPU_ROW_LEN
+            ))
+        })
+}
+
+/// The start-time sizes that the pinned maps must have: the configuration's, and the
+/// CPU rows' ([`cpu_rows_entries`]).
+///
+/// # Errors
+/// As [`cpu_rows_entries`].
+pub(crate) fn size_overrides(options: &LoadOptions) -> Result<Vec<SizeOverride>, DataplaneError> {
+    let rows = cpu_rows_entries()?;
+    let mut overrides = vec![
         SizeOverride {
             map: maps::CONNTRACK_V4,
             key: "conntrack.capacity",
@@ -295,7 +335,13 @@ pub(crate) fn size_overrides(options: &LoadOptions) -> [SizeOverride; 6] {
             key: "conntrack.exceptions_capacity",
             entries: options.exceptions_capacity,
         },
-    ]
+    ];
+    overrides.extend(maps::CPU_ROW_MAPS.map(|map| SizeOverride {
+        map,
+        key: "the possible CPUs (a row each)",
+        entries: rows,
+    }));
+    Ok(overrides)
 }
 
 /// Eight random bytes (`getrandom(2)`), for a datapath's instance id.
@@ -333,8 +379,9 @@ impl KernelDataplane {
         let Pinning { dir, lock, object } = pinning;
         let layout =
             Layout::of_object(object).map_err(|e| DataplaneError::OutOfRange(e.to_string()))?;
-        let migration = crate::pinned::migrate::migrate(&dir, &layout, &size_overrides(&options))?;
-        let meta = dir.check(&layout, &size_overrides(&options))?;
+        let overrides = size_overrides(&options)?;
+        let migration = crate::pinned::migrate::migrate(&dir, &layout, &overrides)?;
+        let meta = dir.check(&layout, &overrides)?;
         let mut opened = migration.map_or(Opened::Adopted, Opened::Migrated);
         if meta.is_none() {
             let leftovers = if dir.exists() {
@@ -364,17 +411,18 @@ impl KernelDataplane {
         for (name, path) in names.iter().zip(&paths) {
             loader.map_pin_path(name.as_str(), path.as_path());
         }
-        let ebpf = match Self::load_object(&options, &mut loader, object, !keep_programs) {
-            Ok(ebpf) => ebpf,
-            Err(e) => {
-                // Maps this start created (and pinned) must not outlive the failure:
-                // two conntrack maps of 1M entries hold about 100 MB of kernel memory.
-                if meta.is_none() {
-                    let _ = dir.discard(false);
+        let (ebpf, times) =
+            match Self::load_object_timed(&options, &mut loader, object, !keep_programs) {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    // Maps this start created (and pinned) must not outlive the failure:
+                    // two conntrack maps of 1M entries hold about 100 MB of kernel memory.
+                    if meta.is_none() {
+                        let _ = dir.discard(false);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         let meta = match meta {
             Some(meta) => meta,
             None => MetaMap::create(
@@ -399,6 +447,7 @@ impl KernelDataplane {
         };
         let created = !opened.adopted();
         let mut dp = Self::from_ebpf(ebpf, options, Some(pins), created)?;
+        dp.load_times = times;
         if opened.adopted() {
             dp.adopt_maps()?;
         }
@@ -412,6 +461,12 @@ impl KernelDataplane {
             keeper: crate::pinned::PinKeeper::default(),
         });
         Ok((dp, opened))
+    }
+
+    /// How long [`Self::load_pinned`]'s load took: its maps created or opened, its
+    /// programs verified (zero for a data plane loaded otherwise).
+    pub fn load_times(&self) -> LoadTimes {
+        self.load_times
     }
 
     /// Opens the datapath pinned at `dir` for reading while no daemon runs (`lb
@@ -449,7 +504,7 @@ impl KernelDataplane {
             exceptions_capacity: size(maps::EXCEPTIONS)?,
         };
         let meta = dir
-            .check(&layout, &size_overrides(&options))?
+            .check(&layout, &size_overrides(&options)?)?
             .ok_or_else(|| {
                 DataplaneError::OutOfRange(format!(
                     "no pinned datapath at {} (no meta)",
@@ -566,11 +621,26 @@ impl KernelDataplane {
         object: &[u8],
         programs: bool,
     ) -> Result<Ebpf, DataplaneError> {
+        Self::load_object_timed(options, loader, object, programs).map(|(ebpf, _)| ebpf)
+    }
+
+    /// [`Self::load_object`], and how long its two parts took.
+    fn load_object_timed(
+        options: &LoadOptions,
+        loader: &mut EbpfLoader<'_>,
+        object: &[u8],
+        programs: bool,
+    ) -> Result<(Ebpf, LoadTimes), DataplaneError> {
         if !options.ct_syn_capacity.is_power_of_two() {
             return Err(DataplaneError::OutOfRange(format!(
                 "SYN cache slots {} is not a power of two",
                 options.ct_syn_capacity
             )));
+        }
+        let started = Instant::now();
+        let rows = cpu_rows_entries()?;
+        for map in maps::CPU_ROW_MAPS {
+            loader.map_max_entries(map, rows);
         }
         let mut ebpf = loader
             .map_max_entries(maps::CONNTRACK_V4, options.ct_capacity)
@@ -581,10 +651,16 @@ impl KernelDataplane {
             .map_max_entries(maps::EXCEPTIONS, options.exceptions_capacity)
             .load(object)
             .map_err(DataplaneError::Load)?;
+        let mut times = LoadTimes {
+            maps: started.elapsed(),
+            programs: Duration::ZERO,
+        };
         if programs {
+            let verifying = Instant::now();
             load_programs(&mut ebpf)?;
+            times.programs = verifying.elapsed();
         }
-        Ok(ebpf)
+        Ok((ebpf, times))
     }
 
     /// The data plane over a loaded object; `created`: its maps were created by this
@@ -670,6 +746,7 @@ impl KernelDataplane {
             vip_keys: StdHashMap::new(),
             sources,
             pinned: None,
+            load_times: LoadTimes::default(),
         })
     }
 }

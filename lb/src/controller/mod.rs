@@ -30,7 +30,7 @@ mod report;
 pub mod rollout;
 pub mod table;
 
-use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Instant};
 
 use lb_health::policy::Mode as PolicyMode;
 
@@ -42,7 +42,7 @@ pub use ids::IdError;
 pub use overrides::{Override, Overrides};
 pub use plan::ApplyError;
 pub use record::Recovery;
-pub use report::{ApplyReport, TableChange, VipChange};
+pub use report::{ApplyReport, ApplyTiming, TableChange, VipChange};
 
 use crate::{
     config::{Protocol, Vip},
@@ -178,7 +178,13 @@ impl<D: Dataplane> Controller<D> {
         });
         let (effective, modes) = health::effective(desired, &self.unhealthy);
         self.check_fast_path(&effective)?;
+        let planning = Instant::now();
         let plan = plan::plan(&self.state, &effective)?;
+        let mut timing = ApplyTiming {
+            plan: planning.elapsed(),
+            ..ApplyTiming::default()
+        };
+        let storing = Instant::now();
         if !plan.ops.is_empty() || self.record_outdated {
             // The record of the next state goes first: it binds every id the maps are
             // about to use, whatever interrupts the change.
@@ -190,8 +196,14 @@ impl<D: Dataplane> Controller<D> {
                     undo: String::new(),
                 })?;
         }
+        timing.record = storing.elapsed();
+        let executing = Instant::now();
         let swaps_ms = match plan::execute(&mut self.dp, &self.state, &plan.ops) {
-            Ok(swaps_ms) => swaps_ms,
+            Ok(executed) => {
+                timing.buffers = executed.buffers;
+                timing.writes = executing.elapsed().saturating_sub(executed.buffers);
+                executed.swaps_ms
+            }
             Err(e) => {
                 let _ = self.dp.store_record(&record::encode(&self.state));
                 return Err(e);
@@ -205,6 +217,7 @@ impl<D: Dataplane> Controller<D> {
         }
         let mut report = ApplyReport {
             swaps_ms,
+            timing,
             ..plan.report
         };
         for (vip, mode) in &modes {
@@ -217,7 +230,7 @@ impl<D: Dataplane> Controller<D> {
         self.history.observe(
             &self.state.vips,
             |vip, key| history::state_of(desired, unhealthy, vip, key),
-            std::time::Instant::now(),
+            Instant::now(),
         );
         Ok(report)
     }

@@ -21,7 +21,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use lb_common::hash_fields::HashFields;
@@ -698,16 +698,24 @@ impl Shadow {
     }
 }
 
+/// What [`execute`] measured.
+pub(super) struct Executed {
+    /// How long each table install took (ms).
+    pub(super) swaps_ms: Vec<f64>,
+    /// How long creating the new table buffers took ([`Dataplane::prepare_tables`]).
+    pub(super) buffers: Duration,
+}
+
 /// Runs `ops` in order; on the first failure runs the undo of everything done, newest
 /// first, and reports the failure. Consecutive backend entries are written in one call
 /// ([`Dataplane::set_backends`]); when it fails, the undo also rewrites the entries of
 /// that batch it may not have reached, with their unchanged values. Returns how long
-/// each table install took (ms).
+/// each table install and the buffers' creation took.
 pub(super) fn execute<D: Dataplane>(
     dp: &mut D,
     current: &State,
     ops: &[Op],
-) -> Result<Vec<f64>, ApplyError> {
+) -> Result<Executed, ApplyError> {
     let new_tables: Vec<(u32, u32)> = ops
         .iter()
         .filter_map(|op| match op {
@@ -717,6 +725,7 @@ pub(super) fn execute<D: Dataplane>(
             _ => None,
         })
         .collect();
+    let preparing = Instant::now();
     if !new_tables.is_empty() {
         // Nothing live changes, so there is nothing to undo if it fails.
         dp.prepare_tables(&new_tables)
@@ -726,6 +735,7 @@ pub(super) fn execute<D: Dataplane>(
                 undo: String::new(),
             })?;
     }
+    let buffers = preparing.elapsed();
     let mut shadow = Shadow::of(current);
     let mut undo: Vec<Op> = Vec::with_capacity(ops.len());
     let mut swaps_ms = Vec::new();
@@ -760,7 +770,7 @@ pub(super) fn execute<D: Dataplane>(
         }
         undo.append(&mut reverse);
     }
-    Ok(swaps_ms)
+    Ok(Executed { swaps_ms, buffers })
 }
 
 /// Runs one operation, or a run of backend entries in one call.

@@ -2,7 +2,7 @@
 //! VIP), and the `lb status` part it knows (the VIPs, their tables and backends), built
 //! from its applied state into the control protocol's types.
 
-use std::fmt;
+use std::{fmt, time::Duration};
 
 use super::{AppliedVip, Controller, desired::VipSpec};
 use crate::{
@@ -31,6 +31,24 @@ pub struct ApplyReport {
     /// Backends the change added that get slots only after their first successful
     /// probe (`initial = "down"`, see [`super::Controller::apply_new_down`]).
     pub awaiting_probe: Vec<(Vip, lb_maglev::BackendKey)>,
+    /// Where the change's time went.
+    pub timing: ApplyTiming,
+}
+
+/// Where a change's wall-clock time went, for the daemon's start breakdown (its log
+/// line `start phases`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ApplyTiming {
+    /// Planning the ids, entries and operations, while worker threads build the tables
+    /// (`super::prebuild`): the plan ends when its last table is built.
+    pub plan: Duration,
+    /// Storing the controller's record of the next state in the data plane.
+    pub record: Duration,
+    /// Creating the new table buffers and putting them into `TABLES` (one batch).
+    pub buffers: Duration,
+    /// Every other map write: the tables filled and switched in, the backends, the
+    /// VIPs and their options.
+    pub writes: Duration,
 }
 
 impl ApplyReport {

@@ -42,6 +42,7 @@ mod pins;
 mod push;
 mod remote;
 pub mod service;
+mod start_phases;
 pub mod state_file;
 mod stats;
 #[cfg(test)]
@@ -80,6 +81,7 @@ use lb_dataplane::{
 use lb_health::coalesce::Batch;
 use metrics::{Recorder, ReloadResult};
 use service::Service;
+use start_phases::StartPhases;
 use state_file::StateFile;
 pub use stats::RATE_WINDOW;
 use watch::LastSeen;
@@ -548,6 +550,7 @@ struct Serving {
 /// file, opens the datapath, then brings the daemon up on it ([`bring_up`]). Every
 /// failure after the open removes a datapath this start created ([`CreatedDatapath`]).
 fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
+    let begun = std::time::Instant::now();
     let path = options.config.as_path();
     if !lb_dataplane::may_load_xdp() {
         bail!(
@@ -571,7 +574,12 @@ fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
     // so does an interface native XDP is refused on.
     state_file.load()?;
     refuse_native_early(config)?;
+    let opening = std::time::Instant::now();
     let opened = datapath::open(config, options)?;
+    let mut phases = StartPhases::new(begun);
+    phases.config = opening.duration_since(begun);
+    phases.open = opening.elapsed();
+    phases.load = opened.dp.load_times();
     let created = CreatedDatapath::new(config, opened.created);
     let file = StartFile {
         path,
@@ -579,7 +587,7 @@ fn start(options: &RunOptions) -> anyhow::Result<(Started, Serving)> {
         loaded: &loaded,
         if_mac,
     };
-    bring_up(opened, created, &file, state_file)
+    bring_up(opened, created, &file, state_file, phases)
 }
 
 /// What [`start`] read before the datapath was opened.
@@ -599,12 +607,15 @@ fn bring_up(
     created: CreatedDatapath,
     file: &StartFile<'_>,
     state_file: StateFile,
+    mut phases: StartPhases,
 ) -> anyhow::Result<(Started, Serving)> {
     let config = file.loaded.config.clone();
     let (fresh, layout, created_line) = (opened.created, opened.layout, opened.created_line);
     let migration = opened.migration;
+    let recovering = std::time::Instant::now();
     let (controller, recovery) =
         Controller::adopt(opened.dp).context("reading the adopted datapath")?;
+    phases.recover = recovering.elapsed();
     for line in recovery.lines() {
         info!("{line}");
     }
@@ -621,17 +632,23 @@ fn bring_up(
         .map(|addr| http::bind(addr).with_context(|| format!("metrics.listen: binding {addr}")))
         .transpose()?;
     let api_server = crate::api::Server::bind(&config.api)?;
-    let (mut service, context) = apply(controller, file, state_file)?;
+    let applying = std::time::Instant::now();
+    let (mut service, context) = apply(controller, file, state_file, &mut phases)?;
+    phases.apply_total = applying.elapsed();
     let mut tasks = take_tasks(&mut service, &config, metrics_listener);
     tasks.api = api_server;
     // Again, after the service, which now holds the data plane and its lock.
     let created = created;
+    let attaching = std::time::Instant::now();
     let mode = attach(
         service.controller_mut().dataplane_mut(),
         &config.interface,
         config.xdp_mode,
     )?;
+    phases.attach = attaching.elapsed();
+    let following = std::time::Instant::now();
     let (health_runtime, batches) = attached(&mut service, &config, mode, layout)?;
+    phases.health = following.elapsed();
     service.set_migration(migration);
     info!(
         "attached to {} in {mode} mode; control socket {}",
@@ -662,6 +679,7 @@ fn bring_up(
     if let Some(line) = created_line {
         info!("{line}");
     }
+    info!(target: start_phases::TARGET, "{}", phases.line(phases.elapsed()));
     Ok((started, Serving { listener, inputs }))
 }
 
@@ -705,6 +723,7 @@ fn apply(
     controller: Controller<KernelDataplane>,
     file: &StartFile<'_>,
     state_file: StateFile,
+    phases: &mut StartPhases,
 ) -> anyhow::Result<(Service<KernelDataplane>, Context)> {
     let started = Service::start(
         controller,
@@ -724,6 +743,7 @@ fn apply(
         tracer: trace::Tracer::default(),
     };
     context.report(&report);
+    phases.applied(&report);
     drop(report);
     release_free_heap();
     manage_neighbours(&service);

@@ -389,6 +389,14 @@ struct Options {
     /// Only the daemon's start, restart and memory at scale (part of the control plane).
     #[arg(long)]
     scale_only: bool,
+    /// The VIP counts of the scale part (the 1-VIP reference is always measured).
+    #[arg(long, value_delimiter = ',', default_values_t = scale::VIPS)]
+    scale_vips: Vec<usize>,
+    /// Also run the scale part with this other `lb` binary (the build before a change;
+    /// a file named `lb`, the memory figures check the process's name), alternating with
+    /// this build's run by run, in the same table.
+    #[arg(long)]
+    scale_before: Option<std::path::PathBuf>,
     /// Only the multi-instance part (failover to router converged, per failure mode).
     #[arg(long)]
     fleet_only: bool,
@@ -447,10 +455,10 @@ fn main() -> anyhow::Result<()> {
         return health::detection_to_live();
     }
     if opts.control_only {
-        return control_plane();
+        return control_plane(&opts);
     }
     if opts.scale_only {
-        return scale::daemon_scale();
+        return scale::daemon_scale(&scale_options(&opts));
     }
     if opts.fleet_only {
         return fleet::failover_times();
@@ -465,7 +473,7 @@ fn main() -> anyhow::Result<()> {
         return concurrent::two_cpus(&opts);
     }
     if !opts.data_only {
-        control_plane()?;
+        control_plane(&opts)?;
         api::api_latency(opts.quick)?;
         observability(&opts)?;
         health::cpu_cost()?;
@@ -618,9 +626,17 @@ fn conn_list(
     Ok(())
 }
 
-fn control_plane() -> anyhow::Result<()> {
+fn control_plane(opts: &Options) -> anyhow::Result<()> {
     change::change_to_live()?;
-    scale::daemon_scale()
+    scale::daemon_scale(&scale_options(opts))
+}
+
+/// The scale part's options.
+fn scale_options(opts: &Options) -> scale::ScaleOptions {
+    scale::ScaleOptions {
+        vips: opts.scale_vips.clone(),
+        before: opts.scale_before.clone(),
+    }
 }
 
 /// Whether the traffic section `name` runs: no `--case`, or one that `name` contains.

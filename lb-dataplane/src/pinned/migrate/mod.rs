@@ -4,7 +4,7 @@
 //!
 //! - A migration is a chain of steps, one per layout version (`from` to `from + 1`),
 //!   each a module of its own that knows only its two layouts ([`v1_to_v2`],
-//!   [`v2_to_v3`], [`v3_to_v4`]); a future layout 5 adds one step. A per-CPU counter array whose
+//!   [`v2_to_v3`], [`v3_to_v4`], [`v4_to_v5`]); a future layout 6 adds one step. A per-CPU counter array whose
 //!   value grew at its end is converted by [`grow`], to this build's size whichever
 //!   step runs it.
 //! - A step converts only the maps whose definition or meaning changed, into new maps
@@ -27,6 +27,7 @@ mod grow;
 mod v1_to_v2;
 mod v2_to_v3;
 mod v3_to_v4;
+mod v4_to_v5;
 
 use std::{
     os::fd::{AsFd as _, BorrowedFd, OwnedFd},
@@ -133,7 +134,12 @@ struct Step {
 }
 
 /// Every step, by the version it reads.
-const STEPS: &[Step] = &[v1_to_v2::STEP, v2_to_v3::STEP, v3_to_v4::STEP];
+const STEPS: &[Step] = &[
+    v1_to_v2::STEP,
+    v2_to_v3::STEP,
+    v3_to_v4::STEP,
+    v4_to_v5::STEP,
+];
 
 /// The maps kept as they are pinned that a migration reports (by their entries).
 const KEPT: [&str; 3] = [
@@ -337,14 +343,16 @@ fn def<'a>(ctx: &'a Context<'_>, name: &str) -> Result<&'a MapDef, PinError> {
 
 /// Test support: turns the datapath this build pinned at `dir` (no daemon running)
 /// back into the maps and `meta` the layout-1 build pinned, for the object `old_object`
-/// of that build (`tests/data/lb-ebpf-layout1.o`): the 3-to-4 and 2-to-3 steps' maps are
-/// undone, then the 1-to-2 step's. Its program is attached by `crate::kernel::old_layout`.
+/// of that build (`tests/data/lb-ebpf-layout1.o`): the 4-to-5, 3-to-4 and 2-to-3 steps'
+/// maps are undone, then the 1-to-2 step's. Its program is attached by
+/// `crate::kernel::old_layout`.
 ///
 /// # Errors
 /// When the object cannot be read or a map cannot be rewritten.
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout1(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 1).map_err(std::io::Error::other)?;
+    v4_to_v5::strip(dir, &old)?;
     v3_to_v4::strip(dir)?;
     v2_to_v3::strip(dir)?;
     v1_to_v2::rewind(dir, &old)
@@ -358,6 +366,7 @@ pub fn rewind_to_layout1(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()>
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout2(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 2).map_err(std::io::Error::other)?;
+    v4_to_v5::strip(dir, &old)?;
     v3_to_v4::strip(dir)?;
     v2_to_v3::rewind(dir, &old)
 }
@@ -370,7 +379,19 @@ pub fn rewind_to_layout2(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()>
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout3(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 3).map_err(std::io::Error::other)?;
+    v4_to_v5::strip(dir, &old)?;
     v3_to_v4::rewind(dir, &old)
+}
+
+/// Test support: as [`rewind_to_layout1`], back into what the layout-4 build pinned,
+/// for its object `old_object` (`tests/data/lb-ebpf-layout4.o`).
+///
+/// # Errors
+/// When the object cannot be read or a map cannot be rewritten.
+#[cfg(feature = "test-harness")]
+pub fn rewind_to_layout4(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
+    let old = Layout::of_object_at(old_object, 4).map_err(std::io::Error::other)?;
+    v4_to_v5::rewind(dir, &old)
 }
 
 /// Test support: removes the pins of `names` at `dir` (the maps a step adds), those
