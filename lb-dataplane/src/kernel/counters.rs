@@ -44,19 +44,27 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
     };
     let cpus = possible_cpus()?;
     let mut sums = vec![T::default(); (hi - lo) as usize + 1];
-    read_range(
-        map.map().fd().as_fd(),
-        lo,
-        hi,
-        cpus,
-        name,
-        |key, values: &[T]| {
-            if let Some(sum) = key.checked_sub(lo).and_then(|k| sums.get_mut(k as usize)) {
-                values.iter().for_each(|v| accumulate(sum, v));
-            }
-        },
-    )?;
+    let fd = map.map().fd().as_fd();
+    add_range(fd, lo, hi, cpus, name, &mut sums, accumulate)?;
     Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
+}
+
+/// Adds elements `from..=to` of array `fd` (named `name`; `per_key` values of `T` each,
+/// as [`read_range`]) into `sums`: element `from + i` into `sums[i]`.
+fn add_range<T: aya::Pod + Default>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    from: u32,
+    to: u32,
+    per_key: usize,
+    name: &'static str,
+    sums: &mut [T],
+    accumulate: fn(&mut T, &T),
+) -> Result<(), DataplaneError> {
+    read_range(fd, from, to, per_key, name, |key, values: &[T]| {
+        if let Some(sum) = key.checked_sub(from).and_then(|k| sums.get_mut(k as usize)) {
+            values.iter().for_each(|v| accumulate(sum, v));
+        }
+    })
 }
 
 /// Reads elements `lo..=hi` of array `fd` (named `name`) in `BPF_MAP_LOOKUP_BATCH`es of
@@ -141,20 +149,9 @@ pub(super) fn sum_rows_many<T: aya::Pod + Default>(
         return Ok(Vec::new());
     };
     let mut sums = vec![T::default(); (hi - lo) as usize + 1];
+    let fd = map.map().fd().as_fd();
     for base in row_indices(0)? {
-        let (from, to) = (base + lo, base + hi);
-        read_range(
-            map.map().fd().as_fd(),
-            from,
-            to,
-            1,
-            name,
-            |key, values: &[T]| {
-                if let Some(sum) = key.checked_sub(from).and_then(|k| sums.get_mut(k as usize)) {
-                    values.iter().for_each(|v| accumulate(sum, v));
-                }
-            },
-        )?;
+        add_range(fd, base + lo, base + hi, 1, name, &mut sums, accumulate)?;
     }
     Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
 }

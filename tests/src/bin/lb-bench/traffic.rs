@@ -641,30 +641,17 @@ fn live_rate(
         ..BenchSpec::default()
     };
     let repeat = opts.repeat.max(1_000_000);
+    let mut live = |target| {
+        lb.dp
+            .bench_live(target, &frame, &spec, lb0, repeat, LIVE_BATCH)
+    };
     let (mut lbs, mut limits, mut encaps) = (vec![], vec![], vec![]);
     let mut delivered = 0;
     for _ in 0..opts.runs {
-        limits.push(
-            lb.dp
-                .bench_live(BenchTarget::Tx, &frame, &spec, lb0, repeat, LIVE_BATCH)?,
-        );
-        encaps.push(lb.dp.bench_live(
-            BenchTarget::TxEncap,
-            &frame,
-            &spec,
-            lb0,
-            repeat,
-            LIVE_BATCH,
-        )?);
+        limits.push(live(BenchTarget::Tx)?);
+        encaps.push(live(BenchTarget::TxEncap)?);
         let before = rx_packets(ns)?;
-        lbs.push(lb.dp.bench_live(
-            BenchTarget::LoadBalancer,
-            &frame,
-            &spec,
-            lb0,
-            repeat,
-            LIVE_BATCH,
-        )?);
+        lbs.push(live(BenchTarget::LoadBalancer)?);
         delivered = rx_packets(ns)? - before;
     }
     Ok(LiveRate {
