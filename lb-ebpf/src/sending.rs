@@ -66,28 +66,9 @@ fn send_as(
     sending: &Sending,
     full: bool,
 ) -> Processed {
-    let (id, overhead) = (choice.id, forward::overhead(choice.backend));
     match forward::encapsulate(ctx, parsed, choice.id, choice.backend, cfg, None) {
-        Ok(sent) => {
-            stats::backend(id, sending.bytes, sending.new_flow);
-            if full && let Some(tag) = full_path::first_fragment() {
-                let hash = hashes::flow_hash(&parsed.key, cfg.hash_seed);
-                frag::record(&parsed.key, &tag, id, sending.vip_id, hash);
-            }
-            Processed::Pending((sent.action, sent.reason))
-        }
-        Err(Reason::DropTooBig) => {
-            vip_stats.drops += 1;
-            Processed::Rare(rare::too_big(
-                parsed.key.vip.family == FAMILY_V4,
-                overhead,
-                parsed.l3_len,
-            ))
-        }
-        Err(reason) => {
-            vip_stats.drops += 1;
-            Processed::Pending(verdict(reason))
-        }
+        Ok(sent) => sent_to(parsed, choice.id, cfg, sending, full, &sent),
+        Err(reason) => failed(parsed, choice.backend, vip_stats, reason),
     }
 }
 
