@@ -88,7 +88,8 @@ pub struct Status {
     /// first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<ConntrackStatus>,
-    /// The fast path's cleaning walk (none before the first).
+    /// The fast path's cleaning walk (none before the first; the control socket
+    /// answers once it ended, or 2 s after the start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleaning: Option<CleaningStatus>,
     /// Whether the pinned datapath is whole: its pins and its XDP program.

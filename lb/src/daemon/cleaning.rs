@@ -10,6 +10,7 @@ use std::{
 
 use lb_common::fastpath;
 use lb_dataplane::{Cleaner, Cleaning, SlotCounts};
+use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use super::Shared;
@@ -104,8 +105,16 @@ pub fn times(cfg: &CleaningConfig, udp_timeout: Duration) -> fastpath::Config {
 }
 
 /// Runs a cleaning walk every `interval` (on a blocking thread: it reads both conntrack
-/// maps) and hands each result to the service.
-pub async fn run(cleaner: Cleaner, times: fastpath::Config, interval: Duration, service: Shared) {
+/// maps) and hands each result to the service; the first walk's end (or failure) is
+/// sent on `walked`.
+pub async fn run(
+    cleaner: Cleaner,
+    times: fastpath::Config,
+    interval: Duration,
+    service: Shared,
+    walked: oneshot::Sender<()>,
+) {
+    let mut walked = Some(walked);
     let mut cleaner = Some(cleaner);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -147,5 +156,9 @@ pub async fn run(cleaner: Cleaner, times: fastpath::Config, interval: Duration, 
             .unwrap_or_else(|p| p.into_inner())
             .cleanings_mut()
             .record(result);
+        if let Some(walked) = walked.take() {
+            // The receiver may have stopped waiting (`FIRST_WALK_WAIT`).
+            let _ = walked.send(());
+        }
     }
 }

@@ -179,9 +179,11 @@ fn changes(bed: &TestBed, lb: &mut Daemon<'_>, applied: &AtomicUsize) -> anyhow:
     backend(lb, applied, "drain", 2, None)?;
 
     lb.restart(Stop::Term, &[])?;
+    // The control socket answers after the first cleaning walk: its first status
+    // already shows the slot states.
     let status = lb.status()?;
     anyhow::ensure!(
-        tcp_vip(&status).slot_states.is_none_or(|d| d.dirty > 0),
+        tcp_vip(&status).slot_states.is_some_and(|d| d.dirty > 0),
         "the restart lost the dirty slots: {:?}",
         tcp_vip(&status).slot_states
     );
@@ -221,6 +223,13 @@ fn fast_path_connections_survive_changes_a_restart_an_upgrade_a_flap_and_the_cle
         .collect::<anyhow::Result<Vec<_>>>()
         .expect("probe ports");
     let mut lb = daemon(&bed, &config());
+    let first = lb.status().expect("status");
+    assert!(
+        first.cleaning.is_some() && tcp_vip(&first).slot_states.is_some(),
+        "the first status after the start has no cleaning walk: {:?}, {:?}",
+        first.cleaning,
+        tcp_vip(&first).slot_states
+    );
     let srcs = traffic::sources(&bed, CONNECTIONS, false, Ports::Kernel);
     let greeted = traffic::connect_all(&bed, &srcs, vip_tcp(false)).expect("connections");
     let initial = Tally::of(greeted.iter().map(|g| g.backend.as_str()));
