@@ -3,11 +3,13 @@
 //! persistence, `ipvsadm -p`; Kubernetes `sessionAffinity: ClientIP`): which backend a
 //! new connection of a client goes to when its VIP keeps clients on their backends.
 //!
-//! A VIP with affinity hashes a source-keyed field set ([`Fields::Src`] or
-//! [`Fields::SrcDport`], [`crate::hash_fields`]). A client is the VIP, the source
-//! address cut to the VIP's prefix and, for `src+dport`, the destination port: its
-//! [`AffinityKey`] ([`key`]). Its *affinity pin* in `AFFINITY` ([`AffinityEntry`]) names
-//! the backend its last new connection went to, and when.
+//! A VIP with affinity hashes a source-keyed field set
+//! ([`Fields::Src`](crate::hash_fields::Fields::Src) or
+//! [`Fields::SrcDport`](crate::hash_fields::Fields::SrcDport), [`crate::hash_fields`]).
+//! A client is the VIP, the source address cut to the VIP's prefix and, for
+//! `src+dport`, the destination port: its [`AffinityKey`] ([`key`]). Its *affinity pin*
+//! in `AFFINITY` ([`AffinityEntry`]) names the backend its last new connection went to,
+//! and when.
 //!
 //! A flow that no conntrack pin or held SYN decides (a new connection: a TCP SYN, a new
 //! UDP flow, a TCP flow whose pin was lost) reads the client's affinity pin ([`decide`]):

@@ -900,7 +900,7 @@ fn fraction_base_u64(n: u64) -> f64 {
 }
 
 /// Measured ns per key of `round` (one pass over `keys` keys): the median of at least
-/// [`MIN_ROUNDS`] rounds, more while under [`TIME_BUDGET`].
+/// `MIN_ROUNDS` rounds, more while under `TIME_BUDGET`.
 pub fn ns_per_key(keys: usize, mut round: impl FnMut()) -> f64 {
     let started = Instant::now();
     let mut samples = Vec::new();

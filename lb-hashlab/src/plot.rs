@@ -51,7 +51,7 @@ pub const MOVED_PARTS: [&str; 3] = [
 /// Vera licence, fonts/LICENSE-DejaVu.txt), embedded so that no system font is needed.
 static FONT: &[u8] = include_bytes!("../fonts/DejaVuSansMono.ttf");
 
-/// Registers [`FONT`] as plotters' `sans-serif`, once.
+/// Registers `FONT` as plotters' `sans-serif`, once.
 ///
 /// # Errors
 /// The embedded font does not parse (never for the committed file).

@@ -84,11 +84,11 @@ pub(crate) fn first_empty_scalar(bitmap: &Bitmap, size: u32, start: u32, skip: u
     }
 }
 
-/// [`first_empty_scalar`], two entries per step: both are tested, and the loop
-/// branches once per pair (the first empty one of the pair is picked without a
-/// branch). While the table is less than half full most walks end within two entries,
-/// and the exit branch of the one-entry loop is mispredicted about once per filled
-/// entry met; here only when both are filled. Same preconditions and result.
+/// `first_empty_scalar` (the tests' reference), two entries per step: both are tested,
+/// and the loop branches once per pair (the first empty one of the pair is picked
+/// without a branch). While the table is less than half full most walks end within two
+/// entries, and the exit branch of the one-entry loop is mispredicted about once per
+/// filled entry met; here only when both are filled. Same preconditions and result.
 #[inline]
 pub(crate) fn first_empty_pairs(bitmap: &Bitmap, size: u32, start: u32, skip: u32) -> u32 {
     debug_assert!(start < size && skip < size);
@@ -166,7 +166,8 @@ pub(crate) fn first_empty_wide(
     }
 }
 
-/// AVX2 body of [`first_empty_wide`] (inlined into the fill's AVX2 phase).
+/// AVX2 body of `first_empty_wide` (the tests' reference) (inlined into the fill's AVX2
+/// phase).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]

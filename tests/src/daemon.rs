@@ -287,8 +287,8 @@ impl DaemonConfig {
 /// Finds the `lb` binary: `$LB_BIN` if set, else `lb` in the target directory of the
 /// running executable (`target/<profile>/deps/<test>` or `target/<profile>/<bin>`).
 ///
-/// Prints a warning when a source of the binary (its crates, see [`LB_CRATES`]) changed
-/// after it was built: it is then stale.
+/// Prints a warning when a source of the binary (the manifests, build scripts and
+/// sources of its seven crates) changed after it was built: it is then stale.
 ///
 /// # Panics
 /// When the binary does not exist, saying how to build it.

@@ -3,7 +3,8 @@
 //! Order: setup (only when something is missing), `cargo fmt --check`, the book (built,
 //! its internal links and the crate map of ARCHITECTURE.md checked), clippy with
 //! `-D warnings` on the host crates and on the eBPF crate (BPF target), each with and
-//! without the `test-harness` feature (only the tests enable it), the unit tests,
+//! without the `test-harness` feature (only the tests enable it), rustdoc with
+//! `-D warnings` on the host crates (public and private items), the unit tests,
 //! then the privileged tests (BPF_PROG_TEST_RUN, netns, and the end-to-end tests that run
 //! the `lb` binary, built just before them) when running as root — then a check that
 //! they left no pinned datapath under /sys/fs/bpf/lb — and the Debian
@@ -144,9 +145,10 @@ fn check_book(tally: &mut Tally) {
     );
 }
 
-/// Clippy with `-D warnings` on the host crates, with and without `test-harness`.
+/// Clippy with `-D warnings` on the host crates, with and without `test-harness`, and
+/// rustdoc with `-D warnings`.
 fn lint_host_crates(tally: &mut Tally) {
-    eprintln!("xtask test: [3/7] clippy (host crates)");
+    eprintln!("xtask test: [3/7] clippy and rustdoc (host crates)");
     // The workspace run builds lb and lb-dataplane with lb-tests' `test-harness`
     // feature; the second lints lb as the `lb` binary has it, without.
     let lint = |scope: &[&str]| {
@@ -159,6 +161,17 @@ fn lint_host_crates(tally: &mut Tally) {
     };
     let ok = lint(&["--workspace", "--exclude", "lb-ebpf"]) & lint(&["--package", "lb"]);
     tally.check("clippy (host crates)", ok);
+    // Every intra-doc link resolves, in the public docs and with the private items.
+    let doc = |private: &[&str]| {
+        cmd::succeeds(
+            cmd::cargo()
+                .args(["doc", "--workspace", "--exclude", "lb-ebpf", "--no-deps"])
+                .args(private)
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )
+    };
+    let ok = doc(&[]) & doc(&["--document-private-items"]);
+    tally.check("rustdoc -D warnings (host crates)", ok);
 }
 
 /// Clippy with `-D warnings` on the eBPF crate for the BPF target, with and without

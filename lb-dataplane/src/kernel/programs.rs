@@ -4,7 +4,7 @@
 //! VIPs takes (about 0.5 s of both CPUs on a 2-vCPU VM), only to replace the programs
 //! of the pinned link and program arrays with the same instructions. A start keeps
 //! them instead when the pin directory's `programs` element (see
-//! [`Programs`](crate::pinned::Programs)) names the SHA-256 of its own eBPF
+//! [`crate::pinned::Programs`]) names the SHA-256 of its own eBPF
 //! object *and* exactly the programs that run now: the XDP link's (a link attached to
 //! this interface), `RARE_PROGS` slots 0 and 1 and `TRACE_PROGS` slot 0.
 //!

@@ -11,7 +11,7 @@
 //!   without changing size) and every map definition, sorted by name. `lb --version`
 //!   prints it.
 //! - Sizes chosen at start (the conntrack capacities) are not part of the stamp: they
-//!   are compared map by map ([`Layout::differences`]), so that the refusal names the
+//!   are compared map by map (`Layout::differences`), so that the refusal names the
 //!   setting (`conntrack.capacity: ...`).
 
 use std::fmt::Write as _;

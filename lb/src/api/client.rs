@@ -1,7 +1,7 @@
 //! The remote API's client ([`Remote`]): the [`Transport`] that carries the CLI's
 //! control requests to a daemon's API over HTTPS (hyper's HTTP/1.1 client over
 //! tokio-rustls, ring provider), so `lb --remote URL VERB` renders the same answers as
-//! over the unix socket. Each request becomes its API operation ([`route`]); a change
+//! over the unix socket. Each request becomes its API operation (`route`); a change
 //! carries its change id as its `Idempotency-Key`, so a retry after a lost connection
 //! applies once.
 //!

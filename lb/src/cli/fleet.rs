@@ -60,9 +60,9 @@ pub enum FleetVerb {
     /// and whether they agree (exit status 1 when they do not, 3 when an instance is
     /// unreachable).
     Status(StatusArgs),
-    /// Push a configuration's keys (e.g. every [[vip]]) to every instance, which writes
-    /// and reloads it; report each result (exit status 1 if any refused, 3 if any is
-    /// unreachable).
+    /// Push a configuration's keys (e.g. every `[[vip]]` table) to every instance,
+    /// which writes and reloads it; report each result (exit status 1 if any refused, 3
+    /// if any is unreachable).
     Apply(ApplyArgs),
 }
 
@@ -79,8 +79,8 @@ pub struct InstanceArgs {
         required_unless_present = "fleet"
     )]
     pub instances: Vec<String>,
-    /// A fleet file (TOML: default credentials, then one [[instance]] per daemon with
-    /// name, url and its own credentials).
+    /// A fleet file (TOML: default credentials, then one `[[instance]]` table per
+    /// daemon with name, url and its own credentials).
     #[arg(long, value_name = "FILE")]
     pub fleet: Option<PathBuf>,
     /// The credentials, for each instance the fleet file gives none for.

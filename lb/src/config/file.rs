@@ -1,6 +1,6 @@
 //! The configuration file as written: TOML deserialised with serde into these types,
 //! unknown keys rejected. Values stay close to the text here (addresses as strings);
-//! [`super::validate`] turns them into a [`super::Config`].
+//! `super::validate` turns them into a [`super::Config`].
 //!
 //! Integer fields go through [`UInt`], whose errors read
 //! `expected an integer >= 0, got "abc"` instead of serde's type names.

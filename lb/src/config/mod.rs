@@ -1,6 +1,6 @@
-//! Configuration: the TOML file ([`file`]), parsed with serde and then validated
-//! ([`validate`]) into the [`Config`] the daemon uses; its health-check part is in
-//! [`health`] (the probes' own types are `lb_health`'s), the VIP announcements'
+//! Configuration: the TOML file ([`file`](mod@file)), parsed with serde and then validated
+//! (`validate`) into the [`Config`] the daemon uses; its health-check part is in
+//! `health` (the probes' own types are `lb_health`'s), the VIP announcements'
 //! in [`announce`], the remote API's in [`api`].
 //!
 //! Every error names the key path, the value and the line of the key, e.g.

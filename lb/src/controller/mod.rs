@@ -1,19 +1,19 @@
 //! The controller: keeps the data plane equal to a [`Desired`] state.
 //!
-//! [`Controller::apply`] plans a change ([`plan`]: the next state and the ordered map
+//! [`Controller::apply`] plans a change (`plan`: the next state and the ordered map
 //! operations, touching only what changed), runs it with an undo log, and commits the
 //! new state only when every operation succeeded; a failure midway restores the
 //! previous data-plane state and reports the error. Every change applied is recorded in
 //! the backends' [`History`] (states and transitions). It is generic over the
 //! [`Dataplane`] trait, so everything here is tested against the in-memory fake.
 //!
-//! Health ([`health`]): the controller also holds which backends failed their probes
+//! Health (`health`): the controller also holds which backends failed their probes
 //! and drives the data plane to the desired state with every VIP's multi-failure policy
 //! applied; [`Controller::set_health`] applies a batch of health changes as one change
 //! (one table per VIP at most).
 //!
 //! A data plane that outlives the daemon is adopted with [`Controller::adopt`]: the
-//! state is recovered from its maps and the controller's record ([`record`]), and the
+//! state is recovered from its maps and the controller's record (`record`), and the
 //! first [`Controller::apply`] then writes only what differs.
 
 pub mod desired;

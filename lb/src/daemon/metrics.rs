@@ -1,7 +1,7 @@
 //! The Prometheus endpoint's content: a [`Snapshot`] of the daemon's state taken at each
 //! scrape, and the [`Recorder`] of what happens between scrapes (table builds and
 //! swaps, reloads), encoded with the prometheus-client crate as OpenMetrics text or as
-//! Prometheus text 0.0.4 ([`encode`]). The HTTP side is [`super::http`].
+//! Prometheus text 0.0.4 ([`encode`]). The HTTP side is `super::http`.
 //!
 //! Series (base units, `_total` for counters; labels `vip="203.0.113.10:80/tcp"`,
 //! `backend="198.51.100.11"`); the book's metrics chapter (docs/src/guide/metrics.md) is the operator's list:

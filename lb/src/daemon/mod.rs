@@ -1,13 +1,13 @@
-//! `lb run`: the daemon. Opens the pinned datapath of its interface ([`datapath`]:
+//! `lb run`: the daemon. Opens the pinned datapath of its interface (`datapath`:
 //! adopts it, or creates it), applies the configuration merged with the runtime changes
 //! of its state file, attaches (replacing the program of a pinned link atomically), then
 //! serves the control socket (one task per connection, within the protocol's limits:
 //! [`crate::control::server`]; `lb trace` streams: `trace`), serves the metrics
 //! endpoint ([`metrics`], `http`) and the remote API (`remote`), counts live connections with a periodic conntrack
 //! walk ([`connections`]), reloads on SIGHUP and when the file's bytes change
-//! ([`watch`], debounced), samples counters every second (`stats`), checks and mends
+//! (`watch`, debounced), samples counters every second (`stats`), checks and mends
 //! its pins and its XDP link every second (`pins`), and tells systemd when it is ready
-//! ([`notify`]).
+//! (`notify`).
 //!
 //! SIGINT/SIGTERM stop the daemon and leave the datapath forwarding with its last
 //! state (health checks and changes pause until the next start), unless
@@ -513,8 +513,8 @@ async fn walk_conntrack(
     }
 }
 
-/// Runs the daemon as `options` say until SIGINT or SIGTERM: [`start`], [`serve`],
-/// [`stop`].
+/// Runs the daemon as `options` say until SIGINT or SIGTERM: `start`, `serve`,
+/// `stop`.
 ///
 /// # Errors
 /// Not privileged, an invalid file or state file, an interface another daemon controls,

@@ -21,8 +21,9 @@ pub(super) fn push_request(service: &Shared, toml: &str, dry_run: bool) -> Respo
     }
 }
 
-/// `lb fleet apply --two-phase`'s first phase ([`Request::PushLearn`]): the daemon's
-/// file merged with `toml` is learned (`Service::learn`); nothing is written.
+/// `lb fleet apply --two-phase`'s first phase
+/// ([`Request::PushLearn`](crate::control::Request::PushLearn)): the daemon's file
+/// merged with `toml` is learned (`Service::learn`); nothing is written.
 pub(super) fn learn_request(service: &Shared, toml: &str) -> Response {
     let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
     let file = s.config_file().to_path_buf();

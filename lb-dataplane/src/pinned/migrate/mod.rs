@@ -3,10 +3,10 @@
 //! tables, and with them every connection.
 //!
 //! - A migration is a chain of steps, one per layout version (`from` to `from + 1`),
-//!   each a module of its own that knows only its two layouts ([`v1_to_v2`],
-//!   [`v2_to_v3`], [`v3_to_v4`], [`v4_to_v5`]); a future layout 6 adds one step. A per-CPU counter array whose
-//!   value grew at its end is converted by [`grow`], to this build's size whichever
-//!   step runs it.
+//!   each a module of its own that knows only its two layouts (`v1_to_v2`,
+//!   `v2_to_v3`, `v3_to_v4`, `v4_to_v5`); a future layout 6 adds one step. A per-CPU
+//!   counter array whose value grew at its end is converted by `grow`, to this build's
+//!   size whichever step runs it.
 //! - A step converts only the maps whose definition or meaning changed, into new maps
 //!   it creates, fills and then pins in place of the old ones; every other map (the
 //!   conntrack maps, the SYN cache, the VIPs, the backends) is kept as it is pinned, and

@@ -32,7 +32,7 @@ pub struct VipArgs {
     /// The VIP's hash fields.
     #[command(flatten)]
     pub fields: HashFieldArgs,
-    /// Flows whose slot and backend to print: CLIENT:PORT or [V6CLIENT]:PORT,
+    /// Flows whose slot and backend to print: `CLIENT:PORT` or `[V6CLIENT]:PORT`,
     /// comma-separated or repeated.
     #[arg(long, value_name = "CLIENT:PORT", value_delimiter = ',')]
     pub flow: Vec<SocketAddr>,

@@ -30,7 +30,7 @@ pub(in crate::controller) const OWNERS_VERSION: u32 = 1;
 /// Unlike the [`Fingerprint`], the digest covers the size and does not depend on the
 /// keys' texts. It pins nothing across builds: the record keeps the table algorithm's
 /// version ([`lb_maglev::FINGERPRINT_VERSION`]) and this encoding's
-/// ([`OWNERS_VERSION`]) beside it. `Display` and serde give
+/// (`OWNERS_VERSION`) beside it. `Display` and serde give
 /// 64 lowercase hexadecimal digits.
 #[derive(Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
