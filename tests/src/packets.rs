@@ -99,6 +99,41 @@ pub struct Flow {
     pub dport: u16,
 }
 
+/// A real TCP connection within the calling thread's namespace, to a local address (a
+/// VIP on its loopback): the listener, both ends, and the client's flow. The sockets
+/// close when it is dropped.
+#[derive(Debug)]
+pub struct LocalConnection {
+    /// The listening socket on `vip:port`.
+    pub listener: std::net::TcpListener,
+    /// The client's end.
+    pub client: std::net::TcpStream,
+    /// The accepted end.
+    pub server: std::net::TcpStream,
+    /// The client's flow (its address and port, to `vip:port`).
+    pub flow: Flow,
+}
+
+impl LocalConnection {
+    /// Listens on `vip:port`, connects to it and accepts.
+    ///
+    /// # Errors
+    /// When `vip` is not a local address of the namespace, or a socket call fails.
+    pub fn open(vip: IpAddr, port: u16) -> std::io::Result<Self> {
+        let at = std::net::SocketAddr::new(vip, port);
+        let listener = std::net::TcpListener::bind(at)?;
+        let client = std::net::TcpStream::connect(at)?;
+        let (server, _) = listener.accept()?;
+        let local = client.local_addr()?;
+        Ok(Self {
+            listener,
+            client,
+            server,
+            flow: Flow::new(local.ip(), local.port(), vip, port),
+        })
+    }
+}
+
 impl Flow {
     /// A flow from `src:sport` to `dst:dport`.
     pub fn new(src: impl Into<IpAddr>, sport: u16, dst: impl Into<IpAddr>, dport: u16) -> Self {

@@ -9,7 +9,7 @@
 //! forwarding on) in which the test thread runs the agent with `lb0` as the ingress
 //! interface; VIP4 and VIP6 on its loopback, with listeners on port 80.
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::IpAddr;
 
 use lb_common::{
     agent::{AgentReason, AgentStats},
@@ -19,8 +19,8 @@ use lb_dataplane::{Agent, AgentOptions};
 use lb_tests::{
     fixture::{XDP_DROP, XDP_PASS, XDP_TX, fib_namespace, ifindex},
     packets::{
-        self, ACK, CLIENT4, CLIENT6, Flow, GW_MAC, Gue, L4, LB_MAC, Outer, SYN, VIP4, VIP6,
-        encapsulated_with, with_candidates,
+        self, ACK, CLIENT4, CLIENT6, Flow, GW_MAC, Gue, L4, LB_MAC, LocalConnection, Outer, SYN,
+        VIP4, VIP6, encapsulated_with, with_candidates,
     },
 };
 
@@ -165,17 +165,6 @@ fn vips_on_loopback(ns: &lb_tests::netns::NetNs) {
     }
 }
 
-/// A listener on `vip`:80 and one connection to it; the connection's flow as the
-/// client sends it (client address and port, to the VIP's port 80).
-fn connection(vip: IpAddr) -> (TcpListener, TcpStream, TcpStream, Flow) {
-    let listener = TcpListener::bind(SocketAddr::new(vip, 80)).expect("listen");
-    let client = TcpStream::connect(SocketAddr::new(vip, 80)).expect("connect");
-    let (server, _) = listener.accept().expect("accept");
-    let local = client.local_addr().expect("local");
-    let flow = Flow::new(local.ip(), local.port(), vip, 80);
-    (listener, client, server, flow)
-}
-
 #[test]
 fn plain_decapsulation_delivers_the_inner_packet_of_ip_in_ip_and_gue() {
     let ns = fib_namespace("lbt-agent").expect("netns");
@@ -230,7 +219,8 @@ fn second_chance_delivers_to_a_socket_here_and_forwards_the_rest_once_per_candid
             (IpAddr::from(VIP4), b4(1), b4(2), b4(3)),
             (IpAddr::from(VIP6), b6(1), b6(2), b6(3)),
         ] {
-            let (_listener, _client, _server, flow) = connection(vip);
+            let connection = LocalConnection::open(vip, 80).expect("connection");
+            let flow = connection.flow;
             let sc = SecondChance::new(&[next, last]).expect("candidates");
 
             // Socket found: an ACK of the established connection is delivered.

@@ -10,7 +10,7 @@
 //! namespace. Its VIP is on the loopback with a listener and one connection, as on a
 //! backend. Every timed run must count its case's `AgentReason` once per repetition.
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::IpAddr;
 
 use anyhow::{Context as _, ensure};
 use lb_common::{
@@ -22,8 +22,8 @@ use lb_tests::{
     fixture::{Lb, XDP_PASS, XDP_TX},
     netns::NetNs,
     packets::{
-        ACK, Flow, GW_MAC, Gue, L4, LB_MAC, Outer, VIP4, backend4, encapsulated_with,
-        with_candidates,
+        ACK, Flow, GW_MAC, Gue, L4, LB_MAC, LocalConnection, Outer, VIP4, backend4,
+        encapsulated_with, with_candidates,
     },
 };
 
@@ -97,20 +97,6 @@ fn cases(here: &Flow) -> anyhow::Result<Vec<AgentCase>> {
     ])
 }
 
-/// A listener on the VIP's port 80 (the VIP on the namespace's loopback) and one
-/// connection to it: the sockets and the connection's flow as the client sends it.
-fn connection(ns: &NetNs) -> anyhow::Result<(TcpListener, TcpStream, TcpStream, Flow)> {
-    ns.ip(&["link", "set", "lo", "up"])?;
-    ns.ip(&["addr", "add", &format!("{VIP4}/32"), "dev", "lo"])?;
-    let vip = IpAddr::from(VIP4);
-    let listener = TcpListener::bind(SocketAddr::new(vip, 80)).context("listen")?;
-    let client = TcpStream::connect(SocketAddr::new(vip, 80)).context("connect")?;
-    let (server, _) = listener.accept().context("accept")?;
-    let local = client.local_addr()?;
-    let flow = Flow::new(local.ip(), local.port(), vip, 80);
-    Ok((listener, client, server, flow))
-}
-
 /// Times `case` against the empty program, alternately (`opts.runs` runs of
 /// `opts.repeat`); returns (agent, empty, median over empty, fastest runs' difference).
 fn time(lb: &mut Lb, case: &AgentCase, lb0: u32, opts: &Options) -> anyhow::Result<[i64; 4]> {
@@ -151,7 +137,10 @@ pub(crate) fn rows(lb: &mut Lb, ns: &NetNs, lb0: u32, opts: &Options) -> anyhow:
         return Ok(());
     }
     lb.dp.set_agent_options(&AgentOptions::default())?;
-    let (_listener, _client, _server, here) = connection(ns)?;
+    ns.ip(&["link", "set", "lo", "up"])?;
+    ns.ip(&["addr", "add", &format!("{VIP4}/32"), "dev", "lo"])?;
+    let connection = LocalConnection::open(IpAddr::from(VIP4), 80).context("connection")?;
+    let here = connection.flow;
     for case in cases(&here)?.into_iter().filter(|c| kept(c.name)) {
         let [agent, empty, over, fastest] = time(lb, &case, lb0, opts)?;
         println!(
