@@ -142,6 +142,11 @@ fn prometheus_sees_the_series_the_traffic_and_the_backend_lifecycle() {
         prom.wait(&series, Duration::from_secs(10), |s| !s.is_empty())
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
+    // The bed's veth has one receive queue: one SYN cache part, shared by every CPU.
+    prom.wait("lb_syn_cache_parts", Duration::from_secs(10), |s| {
+        s.first().is_some_and(|s| s.value == 1.0)
+    })
+    .expect("one SYN cache part on a one-queue veth");
 
     // A backend added at runtime appears.
     let k = bed.add_backend().expect("a fourth backend");

@@ -201,7 +201,8 @@ fn connection_cells(c: Option<&ConnectionCounts>) -> [String; 3] {
 pub(super) fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
     match c {
         Some(c) => format!(
-            "conntrack: {} IPv4 + {} IPv6 entries of {} each, SYN cache {} of {} slots, \
+            "conntrack: {} IPv4 + {} IPv6 entries of {} each, SYN cache {} of {} slots in {} \
+             part{}, \
              exceptions {} of {}; \
              connections counted {:.1} s ago in {:.1} ms (idle: no packet for {} s)\n",
             c.v4_entries,
@@ -209,6 +210,8 @@ pub(super) fn conntrack_line(c: Option<&ConntrackStatus>) -> String {
             c.capacity,
             c.syn_slots_used,
             c.syn_capacity,
+            c.syn_parts,
+            if c.syn_parts == 1 { "" } else { "s" },
             c.exceptions_entries,
             c.exceptions_capacity,
             c.age_secs,
@@ -373,6 +376,40 @@ mod tests {
         assert_eq!(
             affinity_line(&v),
             "  affinity: 3 clients pinned (a new connection within the timeout)\n"
+        );
+    }
+
+    fn occupancy(syn_parts: u32) -> ConntrackStatus {
+        ConntrackStatus {
+            v4_entries: 3,
+            v6_entries: 1,
+            capacity: 65_536,
+            syn_slots_used: 2,
+            syn_capacity: 4_096,
+            syn_parts,
+            exceptions_entries: 0,
+            exceptions_capacity: 262_144,
+            walk_ms: 1.5,
+            age_secs: 0.5,
+            idle_secs: 300,
+        }
+    }
+
+    #[test]
+    fn the_conntrack_line_names_the_syn_cache_parts() {
+        let one = conntrack_line(Some(&occupancy(1)));
+        assert!(
+            one.contains("SYN cache 2 of 4096 slots in 1 part,"),
+            "{one}"
+        );
+        let four = conntrack_line(Some(&occupancy(4)));
+        assert!(
+            four.contains("SYN cache 2 of 4096 slots in 4 parts,"),
+            "{four}"
+        );
+        assert_eq!(
+            conntrack_line(None),
+            "conntrack: connections not counted yet\n"
         );
     }
 }

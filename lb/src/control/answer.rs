@@ -214,6 +214,11 @@ pub struct ConntrackStatus {
     pub syn_slots_used: u64,
     /// SYN cache slots.
     pub syn_capacity: u32,
+    /// The SYN cache's parts: one per CPU (rounded up to a power of two) on an interface
+    /// with receive-side scaling, where a handshake's ACK arrives on its SYN's CPU; 1
+    /// otherwise (one cache every CPU shares). 0 from a daemon that did not report it.
+    #[serde(default)]
+    pub syn_parts: u32,
     /// Entries of the fast path's exceptions map (`EXCEPTIONS`).
     #[serde(default)]
     pub exceptions_entries: u64,

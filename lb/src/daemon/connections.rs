@@ -15,6 +15,8 @@ pub struct Latest {
     capacity: u32,
     /// SYN cache slots.
     syn_capacity: u32,
+    /// SYN cache parts (one until the interface is known).
+    syn_parts: u32,
     /// Capacity of the fast path's exceptions map.
     exceptions_capacity: u32,
     /// The idle threshold the walk applied.
@@ -28,6 +30,7 @@ impl Latest {
             census: None,
             capacity,
             syn_capacity,
+            syn_parts: 1,
             exceptions_capacity: 0,
             idle,
         }
@@ -38,6 +41,12 @@ impl Latest {
     pub fn with_exceptions_capacity(mut self, capacity: u32) -> Self {
         self.exceptions_capacity = capacity;
         self
+    }
+
+    /// Records the SYN cache's parts, as the data plane split it for the interface
+    /// (`KernelDataplane::syn_cache_parts`).
+    pub fn set_syn_parts(&mut self, parts: u32) {
+        self.syn_parts = parts;
     }
 
     /// Records a walk that ended now.
@@ -76,6 +85,7 @@ impl Latest {
             capacity: self.capacity,
             syn_slots_used: c.syn_slots_used,
             syn_capacity: self.syn_capacity,
+            syn_parts: self.syn_parts,
             exceptions_entries: c.exceptions_entries,
             exceptions_capacity: self.exceptions_capacity,
             walk_ms: c.took.as_secs_f64() * 1e3,

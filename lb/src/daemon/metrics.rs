@@ -22,7 +22,7 @@
 //!   `lb_vip_second_chance_owners_given_up_total` (slots that forgot an owner at a
 //!   table change, rule SC5 of the second chance);
 //! - global: `lb_verdicts_total{reason,action}`, `lb_conntrack_entries{family}`,
-//!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`,
+//!   `lb_conntrack_capacity`, `lb_syn_cache_slots_used`, `lb_syn_cache_slots`, `lb_syn_cache_parts`,
 //!   `lb_exceptions_entries`, `lb_exceptions_capacity`,
 //!   `lb_conntrack_walk_seconds`, `lb_slots_cleaned_total`,
 //!   `lb_cleaning_pins_deleted_total`, `lb_cleaning_aborted_total`,
@@ -542,6 +542,14 @@ impl Snapshot {
             "SYN cache slots",
             MetricType::Gauge,
             [(Labels::new(), u64::from(c.syn_capacity))],
+            gauge,
+        )?;
+        family(
+            enc,
+            "lb_syn_cache_parts",
+            "SYN cache parts: one per CPU with receive-side scaling, 1 when every CPU shares one",
+            MetricType::Gauge,
+            [(Labels::new(), u64::from(c.syn_parts))],
             gauge,
         )?;
         family(

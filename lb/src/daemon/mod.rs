@@ -651,6 +651,8 @@ fn bring_up(
         config.xdp_mode,
     )?;
     phases.attach = attaching.elapsed();
+    let parts = service.controller_mut().dataplane_mut().syn_cache_parts();
+    service.set_syn_cache_parts(parts);
     let following = std::time::Instant::now();
     let (health_runtime, batches) = attached(&mut service, &config, mode, layout)?;
     phases.health = following.elapsed();

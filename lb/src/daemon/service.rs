@@ -283,6 +283,12 @@ impl<D: Dataplane> Service<D> {
         self.migration = migration;
     }
 
+    /// Records the SYN cache's parts for `lb status` and the metrics, once the data
+    /// plane split it for the interface.
+    pub fn set_syn_cache_parts(&mut self, parts: u32) {
+        self.connections.set_syn_parts(parts);
+    }
+
     /// Records what became of the change `request` sent with `id` (answered with
     /// `response`), keeping the last [`crate::control::RECENT_CHANGES`].
     pub fn record_change(&mut self, id: &str, request: &Request, response: &Response) {
