@@ -145,9 +145,22 @@ impl Mapping {
         }
         let header = TABLE_HEADER_LEN as usize;
         let cells = &mut self.cells_mut()[header..];
-        for (slot, (cell, owner)) in cells.iter_mut().zip(slots).enumerate() {
-            let state = SlotState::published(live, slots.len(), slot, (*owner).into(), now_ns);
-            *cell = TableCell::of_slot(&state);
+        match live {
+            // A VIP's first table (every slot clean, [`SlotState::published`] without
+            // a live table): one loop without the per-slot choice, which a start of
+            // many VIPs runs over every slot of every table.
+            None => {
+                for (cell, owner) in cells.iter_mut().zip(slots) {
+                    *cell = TableCell::of_slot(&SlotState::clean((*owner).into()));
+                }
+            }
+            Some(_) => {
+                for (slot, (cell, owner)) in cells.iter_mut().zip(slots).enumerate() {
+                    let owner = (*owner).into();
+                    let state = SlotState::published(live, slots.len(), slot, owner, now_ns);
+                    *cell = TableCell::of_slot(&state);
+                }
+            }
         }
         self.cells_mut()[TABLE_HEADER_INDEX as usize] =
             TableCell::of_header(TableHeader { size, generation });
@@ -292,5 +305,43 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the region mapped in `new`.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd as _, FromRawFd as _};
+
+    use super::*;
+
+    /// A mapping of `entries` cells over a memory file (the same `mmap` as a table
+    /// map's, without the kernel's BPF).
+    fn memory_mapping(entries: usize) -> Mapping {
+        // SAFETY: memfd_create with a NUL-terminated name; the fd is owned below.
+        let raw = unsafe { libc::memfd_create(c"lb-table-test".as_ptr(), 0) };
+        assert!(raw >= 0, "memfd_create: {}", io::Error::last_os_error());
+        // SAFETY: a fresh fd nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let bytes = i64::try_from(entries * size_of::<Cell>()).unwrap();
+        // SAFETY: ftruncate of the fd just created.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), bytes) }, 0);
+        Mapping::new(fd.as_fd(), entries, true).unwrap()
+    }
+
+    #[test]
+    fn a_written_table_holds_the_published_states_with_or_without_a_live_one() {
+        let owners: Vec<u16> = (0..1_009_u16).map(|s| s % 7 + 1).collect();
+        let mut live: Vec<SlotState> = (0..1_009_u32).map(|s| SlotState::clean(s % 5)).collect();
+        live[3] = live[3].bumped();
+        let now_ns = 5_000_000_000;
+        for live in [None, Some(&live[..]), Some(&live[..10])] {
+            let mut mapping = memory_mapping(owners.len() + TABLE_HEADER_LEN as usize);
+            mapping.write_table(9, &owners, live, now_ns).unwrap();
+            let expected: Vec<SlotState> = (0..owners.len())
+                .map(|s| SlotState::published(live, owners.len(), s, u32::from(owners[s]), now_ns))
+                .collect();
+            assert_eq!(mapping.read_states().unwrap(), expected);
+            assert_eq!(mapping.generation(), Some(9));
+        }
     }
 }

@@ -38,13 +38,15 @@ use std::{fmt, str::FromStr};
 use lb_common::hash_fields::{Fields, HashFields};
 use sha2::{Digest as _, Sha256};
 
-use super::BackendKey;
+use super::{BackendKey, key::MAX_KEY_TEXT_LEN};
 
 /// Version of the fingerprint encoding and of the table algorithm it pins.
 pub const FINGERPRINT_VERSION: u32 = 1;
 
 /// The first bytes hashed.
 const HEADER: &[u8] = b"lb-maglev-fingerprint-v1\n";
+/// The longest line hashed per slot: a key's canonical text and its newline.
+const LINE: usize = MAX_KEY_TEXT_LEN + 1;
 /// The first bytes hashed for a VIP with hash fields other than the 5-tuple.
 const HASH_HEADER: &[u8] = b"lb-maglev-fingerprint-v1+hash\n";
 
@@ -61,21 +63,36 @@ impl Fingerprint {
     /// If a slot indexes past `keys`.
     #[must_use]
     pub fn of_slots(keys: &[BackendKey], slots: &[u32]) -> Self {
-        let texts: Vec<_> = keys.iter().map(BackendKey::canonical_text).collect();
+        // Each key's line (its text and "\n") padded to LINE bytes: a slot's line is
+        // one copy of a fixed size (the padding is overwritten by the next line or
+        // never hashed), not a copy of its length.
+        let lines: Vec<([u8; LINE], usize)> = keys
+            .iter()
+            .map(|key| {
+                let text = key.canonical_text();
+                let text = text.as_bytes();
+                let mut line = [0; LINE];
+                line[..text.len()].copy_from_slice(text);
+                line[text.len()] = b'\n';
+                (line, text.len() + 1)
+            })
+            .collect();
         let mut hasher = Sha256::new();
         hasher.update(HEADER);
         // Feed the hasher in large blocks rather than one small update per slot.
         const BLOCK: usize = 64 * 1024;
-        let mut block = Vec::with_capacity(BLOCK + 64);
+        let mut block = vec![0_u8; BLOCK + LINE];
+        let mut filled = 0;
         for &slot in slots {
-            block.extend_from_slice(texts[slot as usize].as_bytes());
-            block.push(b'\n');
-            if block.len() >= BLOCK {
-                hasher.update(&block);
-                block.clear();
+            let (line, len) = &lines[slot as usize];
+            block[filled..filled + LINE].copy_from_slice(line);
+            filled += len;
+            if filled >= BLOCK {
+                hasher.update(&block[..filled]);
+                filled = 0;
             }
         }
-        hasher.update(&block);
+        hasher.update(&block[..filled]);
         Self(hasher.finalize().into())
     }
 
@@ -212,10 +229,17 @@ mod tests {
 
     #[test]
     fn blocks_do_not_change_the_digest() {
+        // The longest text there is (47 bytes) among them: full-width lines cross the
+        // blocks' ends too.
+        let longest: BackendKey = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
+            .parse()
+            .unwrap();
+        assert_eq!(longest.to_string().len(), MAX_KEY_TEXT_LEN);
         let keys: Vec<BackendKey> = (0..50_u8)
             .map(|i| std::net::Ipv4Addr::new(198, 51, 100, i).into())
+            .chain([longest])
             .collect();
-        let slots: Vec<u32> = (0..20_000).map(|s| s % 50).collect();
+        let slots: Vec<u32> = (0..20_000).map(|s| s % 51).collect();
         let mut bytes = HEADER.to_vec();
         for &s in &slots {
             bytes.extend_from_slice(keys[s as usize].to_string().as_bytes());

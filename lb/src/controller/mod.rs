@@ -37,7 +37,7 @@ use lb_health::policy::Mode as PolicyMode;
 use lb_common::{fastpath::SlotState, types::BackendEntry};
 
 pub use desired::{BackendSpec, Desired, EditError, Globals, VipSpec};
-pub use history::{BackendRecord, History, REMOVED, UNHEALTHY};
+pub use history::{BackendRecord, History, REMOVED, Transitions, UNHEALTHY};
 pub use ids::IdError;
 pub use overrides::{Override, Overrides};
 pub use plan::ApplyError;

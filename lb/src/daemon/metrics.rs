@@ -330,7 +330,7 @@ impl Snapshot {
                 weight: now_in.map(|b| b.weight),
                 slots: now_in.map(|b| b.slots),
                 connections: now_in.and_then(|b| b.connections),
-                transitions: record.transitions.clone(),
+                transitions: record.transitions.iter().cloned().collect(),
                 health: now_in.and_then(|b| b.health),
                 vip: pair.0,
                 backend: pair.1,
