@@ -34,6 +34,18 @@ pub(crate) fn table_hash(key: &FlowKey, flags: u32, seed: u32) -> u32 {
     }
 }
 
+/// [`table_hash`] with the 5-tuple's flow hash inlined, not called: for the fast
+/// path's clean-slot check, the one place every packet of a fast-path VIP passes, where
+/// the verifier walks it on few paths and the packet saves the BPF-to-BPF call.
+#[inline(always)]
+pub(crate) fn table_hash_inlined(key: &FlowKey, flags: u32, seed: u32) -> u32 {
+    if is_five_tuple(flags) {
+        hash::flow_hash(key, seed)
+    } else {
+        lb_selected_hash(key, flags, seed)
+    }
+}
+
 /// The table hash of `key` for VIP flags `flags` when its flow hash `flow` is at hand
 /// (`lb_common::hash_fields::table_hash_of`).
 #[inline(always)]

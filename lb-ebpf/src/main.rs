@@ -283,7 +283,7 @@ fn vip_packet<const FULL: bool>(
     {
         if let Some(choice) = fast::clean_owner(
             &vip,
-            hashes::table_hash(&parsed.key, vip.flags, cfg.hash_seed),
+            hashes::table_hash_inlined(&parsed.key, vip.flags, cfg.hash_seed),
             syn,
         ) && let Some(vip_stats) = stats::vip(vip.vip_id)
         {
