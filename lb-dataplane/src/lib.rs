@@ -121,6 +121,21 @@ pub enum DataplaneError {
     Pin(#[from] pinned::PinError),
 }
 
+impl DataplaneError {
+    /// The kernel's error number when a program operation's system call failed (a test
+    /// run refused with `EPERM`, an attach with `EBUSY`, ...); `None` for other errors.
+    #[must_use]
+    pub fn program_errno(&self) -> Option<i32> {
+        match self {
+            Self::Program {
+                error: aya::programs::ProgramError::SyscallError(e),
+                ..
+            } => e.io_error.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
 /// The error of operation `op` (`update`, `lookup`, `delete`, ...) on map `map`.
 pub(crate) fn map_err(
     map: &'static str,

@@ -737,7 +737,13 @@ fn data_plane(opts: &Options) -> anyhow::Result<()> {
             }
             if wants(opts, "packet rate") {
                 println!();
-                traffic::packet_rate(&mut lb, &ns, opts)?;
+                match traffic::packet_rate(&mut lb, &ns, opts) {
+                    Err(e) if traffic::live_frames_refused(&e) => println!(
+                        "packet rate through XDP_TX: not measured: the kernel refuses \
+                         BPF_F_TEST_XDP_LIVE_FRAMES here ({e})"
+                    ),
+                    result => result?,
+                }
             }
             Ok(())
         })

@@ -500,6 +500,18 @@ pub(crate) fn flood(lb: &mut Lb, opts: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `error` is the kernel refusing a live-frames test run (`EPERM` from
+/// `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES`, seen on some VMs' kernels):
+/// the packet-rate rows are then reported as not measured, and the rest of the
+/// benchmark runs.
+pub(crate) fn live_frames_refused(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<lb_dataplane::DataplaneError>()
+            .is_some_and(|e| e.program_errno() == Some(libc::EPERM))
+    })
+}
+
 /// Packets per second through the real `XDP_TX` path (live frames into `lb0`, dropped
 /// by `lb_sink` on its peer `lb1`), for established IPv4 flows: one flow and 100,000
 /// drawn uniformly, each as a conntrack hit and as a clean-slot hit (the fast path),
