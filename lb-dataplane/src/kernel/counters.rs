@@ -39,13 +39,24 @@ pub(super) fn sum_per_cpu_many<T: aya::Pod + Default>(
     name: &'static str,
     accumulate: fn(&mut T, &T),
 ) -> Result<Vec<T>, DataplaneError> {
+    let fd = map.map().fd().as_fd();
+    sum_ids(ids, |lo, hi, sums| {
+        add_range(fd, lo, hi, possible_cpus()?, name, sums, accumulate)
+    })
+}
+
+/// The sums of elements `ids`, in their order: `add` adds the elements of the range
+/// `lo..=hi` the ids span into a zeroed slice of its length (element `lo + i` into
+/// `sums[i]`). No ids, no sums.
+fn sum_ids<T: Copy + Default>(
+    ids: &[u32],
+    add: impl FnOnce(u32, u32, &mut [T]) -> Result<(), DataplaneError>,
+) -> Result<Vec<T>, DataplaneError> {
     let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
         return Ok(Vec::new());
     };
-    let cpus = possible_cpus()?;
     let mut sums = vec![T::default(); (hi - lo) as usize + 1];
-    let fd = map.map().fd().as_fd();
-    add_range(fd, lo, hi, cpus, name, &mut sums, accumulate)?;
+    add(lo, hi, &mut sums)?;
     Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
 }
 
@@ -145,15 +156,13 @@ pub(super) fn sum_rows_many<T: aya::Pod + Default>(
     name: &'static str,
     accumulate: fn(&mut T, &T),
 ) -> Result<Vec<T>, DataplaneError> {
-    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
-        return Ok(Vec::new());
-    };
-    let mut sums = vec![T::default(); (hi - lo) as usize + 1];
     let fd = map.map().fd().as_fd();
-    for base in row_indices(0)? {
-        add_range(fd, base + lo, base + hi, 1, name, &mut sums, accumulate)?;
-    }
-    Ok(ids.iter().map(|&id| sums[(id - lo) as usize]).collect())
+    sum_ids(ids, |lo, hi, sums| {
+        for base in row_indices(0)? {
+            add_range(fd, base + lo, base + hi, 1, name, sums, accumulate)?;
+        }
+        Ok(())
+    })
 }
 
 /// Writes `value` into every CPU's row of element `index` of an array laid out in CPU
