@@ -8,7 +8,7 @@
 /// compared by themselves when a restarted daemon adopts a pinned datapath; bump this
 /// when a key or value changes meaning without changing size (a field renamed to another
 /// use, a flag bit reassigned), so that a pinned datapath of the old meaning is refused.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 
 /// The load balancer's XDP program.
 pub const XDP_PROGRAM: &str = "lb_xdp";
@@ -77,6 +77,11 @@ pub const VIP_ADDRS: &str = "VIP_ADDRS";
 /// [`crate::types::VipEntry`] says which one is live. Each inner map is one complete
 /// Maglev table (see [`TABLE_HEADER_LEN`]).
 ///
+/// The cost of a read: tables of the default size ([`STD_TABLE_SIZE`]) are in
+/// [`TABLES_STD`] instead, whose cells the program reads without a helper call. A table
+/// of another size is read here with two calls, one for the header (its size M), one
+/// for the cell: with `BPF_F_INNER_MAP` the kernel cannot inline the inner lookup.
+///
 /// Why two buffers: replacing an inner map from userspace makes the kernel wait for an
 /// RCU grace period inside the system call (`maybe_wait_bpf_programs()`), several
 /// milliseconds. Instead userspace writes the new table into the buffer no packet reads
@@ -84,6 +89,14 @@ pub const VIP_ADDRS: &str = "VIP_ADDRS";
 /// sees the whole old or the whole new table. Before a buffer is written again,
 /// userspace waits for a grace period, so no packet can still be reading it.
 pub const TABLES: &str = "TABLES";
+/// `BPF_MAP_TYPE_ARRAY_OF_MAPS` of [`TABLE_SLOTS`] entries, indexed as [`TABLES`]: the
+/// table buffers of [`STD_TABLE_SIZE`] slots, for the VIPs whose entry has
+/// [`crate::types::VIP_TABLE_STD`]. Its inner maps all have one size, so they are
+/// created without `BPF_F_INNER_MAP` ([`STD_TABLE_MAP_FLAGS`]) and the kernel inlines
+/// the lookup of a cell: the program reads slot `hash % STD_TABLE_SIZE` with no helper
+/// call and no header read. A buffer of another size is in [`TABLES`]; a buffer is in
+/// one of the two at a time. New in layout 6.
+pub const TABLES_STD: &str = "TABLES_STD";
 /// `BPF_MAP_TYPE_ARRAY`: backend id → [`crate::types::BackendEntry`]. Id 0 means "none".
 pub const BACKENDS: &str = "BACKENDS";
 /// `BPF_MAP_TYPE_LRU_HASH`: [`crate::types::FlowKey4`] → [`crate::types::CtEntry`] for
@@ -274,7 +287,16 @@ pub const TABLE_HEADER_INDEX: u32 = 0;
 /// Largest table size M the data plane accepts (bounds the slot index the program
 /// computes; the controller's own maximum must not exceed it).
 pub const MAX_TABLE_SIZE: u32 = 4_194_301;
-/// Flags of every inner table map: `BPF_F_INNER_MAP` (0x1000: inner maps may differ in
+/// The table size M of the buffers in [`TABLES_STD`]: the default `table_size`
+/// (`lb_maglev::defaults::TABLE_SIZE` is this constant), the size the Maglev paper
+/// uses in its evaluation (section 5.3). A prime.
+pub const STD_TABLE_SIZE: u32 = 65_537;
+/// Flags of every inner map of [`TABLES_STD`]: `BPF_F_MMAPABLE` (0x400) only. Without
+/// `BPF_F_INNER_MAP` every inner map must have the template's `max_entries`, exactly
+/// [`STD_TABLE_SIZE`] + [`TABLE_HEADER_LEN`], and the kernel then inlines the program's
+/// lookup of a cell (`array_map_gen_lookup`) instead of calling the helper.
+pub const STD_TABLE_MAP_FLAGS: u32 = 0x400;
+/// Flags of every inner table map of [`TABLES`]: `BPF_F_INNER_MAP` (0x1000: inner maps may differ in
 /// `max_entries`, kernel 5.10+) | `BPF_F_MMAPABLE` (0x400: userspace fills the table
 /// through mmap instead of one syscall per slot). The kernel requires every inner map to
 /// have exactly the template's flags.

@@ -457,10 +457,26 @@ const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 /// Number of keys in hash map `fd` whose keys are `key_size` bytes (walks the map with
 /// `BPF_MAP_GET_NEXT_KEY`; entries added or removed meanwhile may or may not count).
 pub(crate) fn count_keys(fd: BorrowedFd<'_>, key_size: u32) -> io::Result<u64> {
+    let mut n = 0u64;
+    each_key(fd, key_size, |_| n += 1)?;
+    Ok(n)
+}
+
+/// The keys of map `fd` (`key_size` bytes each), in the kernel's iteration order
+/// (test support).
+#[cfg(feature = "test-harness")]
+pub(crate) fn keys(fd: BorrowedFd<'_>, key_size: u32) -> io::Result<Vec<Vec<u8>>> {
+    let mut keys = Vec::new();
+    each_key(fd, key_size, |key| keys.push(key.to_vec()))?;
+    Ok(keys)
+}
+
+/// Calls `f` with every key of map `fd` (`key_size` bytes each), walking
+/// `BPF_MAP_GET_NEXT_KEY` from the start.
+fn each_key(fd: BorrowedFd<'_>, key_size: u32, mut f: impl FnMut(&[u8])) -> io::Result<()> {
     let mut key = vec![0u8; key_size as usize];
     let mut next = vec![0u8; key_size as usize];
     let mut first = true;
-    let mut n = 0u64;
     loop {
         let attr = ElemAttr {
             map_fd: raw(fd)?,
@@ -471,11 +487,11 @@ pub(crate) fn count_keys(fd: BorrowedFd<'_>, key_size: u32) -> io::Result<u64> {
         };
         match bpf(BPF_MAP_GET_NEXT_KEY, &attr) {
             Ok(_) => {
-                n += 1;
+                f(&next);
                 first = false;
                 std::mem::swap(&mut key, &mut next);
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(n),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             Err(e) => return Err(e),
         }
     }

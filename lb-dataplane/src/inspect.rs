@@ -11,7 +11,7 @@ use aya::{
 };
 use lb_common::{
     maps,
-    types::{BackendEntry, VipEntry, VipKey},
+    types::{BackendEntry, VIP_TABLE_STD, VipEntry, VipKey},
 };
 
 use super::{DataplaneError, InstalledTable, map_err, syscall_err, table_map};
@@ -20,6 +20,8 @@ use super::{DataplaneError, InstalledTable, map_err, syscall_err, table_map};
 pub struct Inspector {
     vips: HashMap<MapData, VipKey, VipEntry>,
     tables: ArrayOfMaps<MapData>,
+    /// `TABLES_STD`; absent in a program of a layout before 6.
+    tables_std: Option<ArrayOfMaps<MapData>>,
     backends: Array<MapData, BackendEntry>,
 }
 
@@ -43,7 +45,7 @@ impl Inspector {
                 error,
             })?
             .unwrap_or_default();
-        let (mut vips, mut tables, mut backends) = (None, None, None);
+        let (mut vips, mut tables, mut tables_std, mut backends) = (None, None, None, None);
         for id in ids {
             let data = MapData::from_id(id).map_err(map_err("?", "open by id"))?;
             let name = data
@@ -55,6 +57,7 @@ impl Inspector {
             match name.as_str() {
                 n if n == maps::VIPS => vips = Some(data),
                 n if n == maps::TABLES => tables = Some(data),
+                n if n == maps::TABLES_STD => tables_std = Some(data),
                 n if n == maps::BACKENDS => backends = Some(data),
                 _ => {}
             }
@@ -64,11 +67,13 @@ impl Inspector {
         Ok(Self {
             vips: HashMap::try_from(Map::from_map_data(vips).map_err(map_err(maps::VIPS, "open"))?)
                 .map_err(map_err(maps::VIPS, "open"))?,
-            tables: ArrayOfMaps::try_from(
-                Map::from_map_data(tables.ok_or(DataplaneError::MissingMap(maps::TABLES))?)
-                    .map_err(map_err(maps::TABLES, "open"))?,
-            )
-            .map_err(map_err(maps::TABLES, "open"))?,
+            tables: outer(
+                maps::TABLES,
+                tables.ok_or(DataplaneError::MissingMap(maps::TABLES))?,
+            )?,
+            tables_std: tables_std
+                .map(|data| outer(maps::TABLES_STD, data))
+                .transpose()?,
             backends: Array::try_from(
                 Map::from_map_data(backends).map_err(map_err(maps::BACKENDS, "open"))?,
             )
@@ -87,26 +92,36 @@ impl Inspector {
             .map_err(map_err(maps::VIPS, "iterate"))
     }
 
-    /// The live table of a VIP entry (the buffer it selects).
+    /// The live table of a VIP entry (the buffer it selects: in `TABLES_STD` when the
+    /// entry has `VIP_TABLE_STD`, else in `TABLES`).
     ///
     /// # Errors
     /// When the maps cannot be read.
     pub fn table(&self, entry: &VipEntry) -> Result<Option<InstalledTable>, DataplaneError> {
         let index = entry.table_index();
-        let inner: MapData = match self.tables.get(&index, 0) {
+        let (name, outer) = if entry.flags & VIP_TABLE_STD != 0 {
+            let outer = self.tables_std.as_ref();
+            (
+                maps::TABLES_STD,
+                outer.ok_or(DataplaneError::MissingMap(maps::TABLES_STD))?,
+            )
+        } else {
+            (maps::TABLES, &self.tables)
+        };
+        let inner: MapData = match outer.get(&index, 0) {
             Ok(inner) => inner,
             Err(MapError::KeyNotFound) => return Ok(None),
-            Err(e) => return Err(map_err(maps::TABLES, "lookup")(e)),
+            Err(e) => return Err(map_err(name, "lookup")(e)),
         };
         let entries = inner
             .info()
-            .map_err(map_err(maps::TABLES, "inner info"))?
+            .map_err(map_err(name, "inner info"))?
             .max_entries() as usize;
         let mapping = table_map::Mapping::new(inner.fd().as_fd(), entries, false)
-            .map_err(syscall_err(format!("mapping TABLES[{index}]")))?;
+            .map_err(syscall_err(format!("mapping {name}[{index}]")))?;
         let (generation, slots) = mapping
             .read_table()
-            .map_err(syscall_err(format!("reading TABLES[{index}]")))?;
+            .map_err(syscall_err(format!("reading {name}[{index}]")))?;
         Ok(Some(InstalledTable { generation, slots }))
     }
 
@@ -119,4 +134,10 @@ impl Inspector {
             .get(&id, 0)
             .map_err(map_err(maps::BACKENDS, "lookup"))
     }
+}
+
+/// Outer map `name` of table buffers, opened from `data`.
+fn outer(name: &'static str, data: MapData) -> Result<ArrayOfMaps<MapData>, DataplaneError> {
+    ArrayOfMaps::try_from(Map::from_map_data(data).map_err(map_err(name, "open"))?)
+        .map_err(map_err(name, "open"))
 }

@@ -1,6 +1,7 @@
 //! Inner Maglev table maps, created and filled directly: `BPF_MAP_CREATE` of a
 //! `BPF_MAP_TYPE_ARRAY` of 16-byte cells (`lb_common::types::TableCell`) with
-//! `lb_common::maps::TABLE_MAP_FLAGS` (`BPF_F_INNER_MAP | BPF_F_MMAPABLE`), then the
+//! `lb_common::maps::TABLE_MAP_FLAGS` (`BPF_F_INNER_MAP | BPF_F_MMAPABLE`), or for a
+//! table of `STD_TABLE_SIZE` slots `STD_TABLE_MAP_FLAGS` (`BPF_F_MMAPABLE`), then the
 //! header and slots written through an `mmap` of the map (kernel doc:
 //! `Documentation/bpf/map_array.rst`, "BPF_F_MMAPABLE"). One pass over memory instead
 //! of one `bpf_map_update_elem` per slot keeps a 65,537-slot table fill in the tens of
@@ -28,12 +29,38 @@ use super::bpf_sys;
 
 use lb_common::{
     fastpath::SlotState,
-    maps::{TABLE_HEADER_INDEX, TABLE_HEADER_LEN, TABLE_MAP_FLAGS},
+    maps::{
+        STD_TABLE_MAP_FLAGS, STD_TABLE_SIZE, TABLE_HEADER_INDEX, TABLE_HEADER_LEN, TABLE_MAP_FLAGS,
+    },
     types::{TableCell, TableHeader},
 };
 
-/// Creates an empty table map for `size` slots (`size + TABLE_HEADER_LEN` cells).
+/// The inner-map flags of a table of `size` slots: [`STD_TABLE_MAP_FLAGS`] for
+/// [`STD_TABLE_SIZE`] (its buffer goes into `TABLES_STD`), [`TABLE_MAP_FLAGS`]
+/// otherwise (`TABLES`).
+pub(crate) const fn flags_for(size: u32) -> u32 {
+    if size == STD_TABLE_SIZE {
+        STD_TABLE_MAP_FLAGS
+    } else {
+        TABLE_MAP_FLAGS
+    }
+}
+
+/// Whether a table map of `flags` and `entries` cells belongs in `TABLES_STD`: exactly
+/// that map's inner shape. A map of [`STD_TABLE_SIZE`] slots created before layout 6
+/// has [`TABLE_MAP_FLAGS`] and stays in `TABLES`.
+pub(crate) fn is_std(flags: u32, entries: usize) -> bool {
+    flags == STD_TABLE_MAP_FLAGS && entries == (STD_TABLE_SIZE + TABLE_HEADER_LEN) as usize
+}
+
+/// Creates an empty table map for `size` slots (`size + TABLE_HEADER_LEN` cells), with
+/// the flags of the outer map it belongs in ([`flags_for`]).
 pub(crate) fn create(size: u32) -> io::Result<OwnedFd> {
+    create_with(size, flags_for(size))
+}
+
+/// [`create`] with inner-map flags `flags`.
+pub(crate) fn create_with(size: u32, flags: u32) -> io::Result<OwnedFd> {
     let shape = bpf_sys::MapShape {
         map_type: bpf_sys::BPF_MAP_TYPE_ARRAY,
         key_size: 4,
@@ -41,7 +68,7 @@ pub(crate) fn create(size: u32) -> io::Result<OwnedFd> {
         max_entries: size
             .checked_add(TABLE_HEADER_LEN)
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?,
-        flags: TABLE_MAP_FLAGS,
+        flags,
     };
     bpf_sys::create_map(shape, "lb_table")
 }
@@ -243,6 +270,17 @@ impl Mapping {
         });
     }
 
+    /// Copies every cell of `from` (a mapping of as many cells) into this mapping (test
+    /// support: a table moved into a map of other flags).
+    #[cfg(feature = "test-harness")]
+    pub(crate) fn copy_from(&mut self, from: &Mapping) -> io::Result<()> {
+        if from.entries != self.entries {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        self.cells_mut().copy_from_slice(from.cells());
+        Ok(())
+    }
+
     /// Reads (generation, slots' owners) of the table in the mapping.
     pub(crate) fn read_table(&self) -> io::Result<(u32, Vec<u32>)> {
         let generation = self
@@ -326,6 +364,20 @@ mod tests {
         // SAFETY: ftruncate of the fd just created.
         assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), bytes) }, 0);
         Mapping::new(fd.as_fd(), entries, true).unwrap()
+    }
+
+    #[test]
+    fn only_a_table_of_the_standard_size_takes_the_standard_flags() {
+        assert_eq!(flags_for(STD_TABLE_SIZE), STD_TABLE_MAP_FLAGS);
+        assert_eq!(STD_TABLE_MAP_FLAGS, 0x400, "BPF_F_MMAPABLE only");
+        for size in [1, 251, STD_TABLE_SIZE - 2, STD_TABLE_SIZE + 2, 1_048_573] {
+            assert_eq!(flags_for(size), TABLE_MAP_FLAGS, "{size}");
+        }
+        let std_entries = (STD_TABLE_SIZE + TABLE_HEADER_LEN) as usize;
+        assert!(is_std(STD_TABLE_MAP_FLAGS, std_entries));
+        // A buffer of the standard size made before layout 6 stays in `TABLES`.
+        assert!(!is_std(TABLE_MAP_FLAGS, std_entries));
+        assert!(!is_std(STD_TABLE_MAP_FLAGS, std_entries - 1));
     }
 
     #[test]

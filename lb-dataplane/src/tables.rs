@@ -1,6 +1,15 @@
 //! [`TableSet`]: the VIPs' double-buffered Maglev tables and the `VIPS` entries that
 //! select them (see `lb_common::maps::TABLES` for the layout and the reason).
 //!
+//! A buffer of `STD_TABLE_SIZE` slots goes into `TABLES_STD` (inner maps of one size,
+//! which the program reads without a helper call), a buffer of any other size into
+//! `TABLES`, at the same index; the VIP entry's `VIP_TABLE_STD` says which map its
+//! live buffer is in. A new buffer that replaces one in the other map (a size change)
+//! is inserted into its map, then the other map's entry is deleted: one more grace
+//! period, paid only when a VIP's table moves between the sizes. A buffer adopted from
+//! before layout 6 stays in `TABLES` whatever its size, until its VIP's next install
+//! replaces it.
+//!
 //! Installing a table for a VIP:
 //! 1. pick the buffer that is not live; if it was live until a change that has not yet
 //!    been followed by an RCU grace period, wait for one first ([`TableSet::quiesce`]),
@@ -16,12 +25,13 @@
 //!    entry only when its epoch equals `VIP_INFO`'s.
 //!
 //! A pinned data plane (`super::pinned`) also pins every buffer it creates at
-//! `tables/<index>` (the `TABLES` index), persists the epoch counter in `meta` before
+//! `tables/<index>` (the index in `TABLES` or `TABLES_STD`), persists the epoch counter in `meta` before
 //! an epoch is used, and at adoption ([`TableSet::adopt`]) reopens the buffers, maps
 //! them and resumes the counter: a restarted daemon writes the same buffers, and never
 //! gives out an epoch a conntrack entry may already carry.
 //!
-//! The grace period is the kernel's own: re-setting an existing `TABLES` entry makes the
+//! The grace period is the kernel's own: re-setting an existing `TABLES` entry (or
+//! `TABLES_STD`'s, or deleting one) makes the
 //! update wait in `synchronize_rcu()` (`maybe_wait_bpf_programs()` in
 //! `kernel/bpf/syscall.c`), and every XDP program runs inside an RCU read-side section.
 
@@ -31,13 +41,14 @@ use std::{
     path::PathBuf,
 };
 
-use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
+use aya::maps::{Array, HashMap, MapData, MapError};
 use lb_common::{
     fastpath::SlotState,
     hash_fields::HashFields,
     maps::{self, TABLE_HEADER_LEN},
     types::{
-        VIP_AFFINITY, VIP_FAST_PATH, VIP_SECOND_CHANCE, VIP_TABLE_B, VipEntry, VipInfo, VipKey,
+        VIP_AFFINITY, VIP_FAST_PATH, VIP_SECOND_CHANCE, VIP_TABLE_B, VIP_TABLE_STD, VipEntry,
+        VipInfo, VipKey,
     },
 };
 
@@ -64,6 +75,102 @@ struct Buffer {
     mapping: table_map::Mapping,
     /// Entries of the map (slots + header).
     entries: usize,
+    /// Whether it is in `TABLES_STD` (else `TABLES`): a map of that outer map's inner
+    /// shape ([`table_map::is_std`]).
+    std: bool,
+}
+
+impl Buffer {
+    /// A new empty buffer of `size` slots for VIP id `vip_id`, with the flags of the
+    /// outer map its size belongs in, mapped writable.
+    fn create(size: u32, vip_id: u32) -> Result<Self, DataplaneError> {
+        let entries = size as usize + TABLE_HEADER_LEN as usize;
+        let fd = table_map::create(size).map_err(syscall_err(format!(
+            "creating a table map of {size} slots for VIP id {vip_id}"
+        )))?;
+        let mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
+            .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
+        let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
+        Ok(Self {
+            map,
+            mapping,
+            entries,
+            std: table_map::is_std(table_map::flags_for(size), entries),
+        })
+    }
+
+    /// Whether it can hold the next table of `size` slots as it is: the same entries
+    /// and the outer map that size belongs in.
+    fn fits(&self, size: u32) -> bool {
+        let entries = size as usize + TABLE_HEADER_LEN as usize;
+        self.entries == entries
+            && self.std == table_map::is_std(table_map::flags_for(size), entries)
+    }
+}
+
+/// One outer map of table buffers (`TABLES` or `TABLES_STD`), through a handle of its
+/// own (a duplicate of the loaded map's fd).
+pub(crate) struct Outer {
+    name: &'static str,
+    map: MapData,
+}
+
+impl Outer {
+    /// The outer map `name` (a map name of `lb_common::maps`) through `map`.
+    pub(crate) fn new(name: &'static str, map: MapData) -> Self {
+        Self { name, map }
+    }
+
+    /// Sets entry `index` to `inner` (a grace-period wait when it replaces one).
+    fn set(&self, index: u32, inner: &MapData) -> Result<(), DataplaneError> {
+        let fd = u32::try_from(inner.fd().as_fd().as_raw_fd()).unwrap_or(u32::MAX);
+        bpf_sys::update(
+            self.map.fd().as_fd(),
+            &index.to_ne_bytes(),
+            &fd.to_ne_bytes(),
+        )
+        .map_err(syscall_err(format!("updating {}[{index}]", self.name)))
+    }
+
+    /// Deletes entry `index`, absent or not (a grace-period wait).
+    fn delete(&self, index: u32) -> Result<(), DataplaneError> {
+        match bpf_sys::delete(self.map.fd().as_fd(), &index.to_ne_bytes()) {
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
+                Err(syscall_err(format!("deleting {}[{index}]", self.name))(e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `TABLES` and `TABLES_STD`.
+pub(crate) struct Outers {
+    /// `TABLES`: buffers of any size.
+    pub(crate) any: Outer,
+    /// `TABLES_STD`: buffers of `STD_TABLE_SIZE` slots.
+    pub(crate) std: Outer,
+}
+
+impl Outers {
+    /// The map a buffer is in (`std`: `TABLES_STD`).
+    fn of(&self, std: bool) -> &Outer {
+        if std { &self.std } else { &self.any }
+    }
+
+    /// Deletes entry `index` of the map other than `std`'s when the buffer there
+    /// (`replaced`: whether it was in `TABLES_STD`) is replaced by one of `std`'s map,
+    /// so that an index is in one map at a time.
+    fn forget_moved(
+        &self,
+        index: u32,
+        std: bool,
+        replaced: Option<bool>,
+    ) -> Result<(), DataplaneError> {
+        match replaced {
+            Some(old) if old != std => self.of(old).delete(index),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A VIP's two buffers.
@@ -97,11 +204,9 @@ impl VipBuffers {
     }
 }
 
-/// The `TABLES` and `VIPS` maps and the buffer bookkeeping.
+/// The `TABLES`, `TABLES_STD` and `VIPS` maps and the buffer bookkeeping.
 pub(crate) struct TableSet {
-    outer: ArrayOfMaps<MapData>,
-    /// A second handle on `TABLES` for deletes (aya's `ArrayOfMaps` has none).
-    outer_raw: MapData,
+    outers: Outers,
     vips: HashMap<MapData, VipKey, VipEntry>,
     vip_info: Array<MapData, VipInfo>,
     /// `AFFINITY_TIMEOUT`: VIP id → its affinity timeout (ns).
@@ -136,16 +241,14 @@ fn live_states(vip: &VipBuffers, vip_id: u32) -> Result<Option<Vec<SlotState>>, 
 
 impl TableSet {
     pub(crate) fn new(
-        outer: ArrayOfMaps<MapData>,
-        outer_raw: MapData,
+        outers: Outers,
         vips: HashMap<MapData, VipKey, VipEntry>,
         vip_info: Array<MapData, VipInfo>,
         affinity_timeout: Array<MapData, u64>,
         pins: Option<TablePins>,
     ) -> Self {
         Self {
-            outer,
-            outer_raw,
+            outers,
             vips,
             vip_info,
             affinity_timeout,
@@ -215,6 +318,7 @@ impl TableSet {
                 };
                 let info = bpf_sys::map_info(fd.as_fd()).map_err(syscall_err(what()))?;
                 let entries = info.max_entries as usize;
+                let std = table_map::is_std(info.map_flags, entries);
                 let mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
                     .map_err(syscall_err(format!("mapping {}", path.display())))?;
                 let map =
@@ -223,6 +327,7 @@ impl TableSet {
                     map,
                     mapping,
                     entries,
+                    std,
                 });
             }
             self.by_id.insert(entry.vip_id, vip);
@@ -270,6 +375,11 @@ impl TableSet {
     fn write_vip(&mut self, key: &VipKey, vip_id: u32) -> Result<(), DataplaneError> {
         let vip = self.by_id.entry(vip_id).or_default();
         let table = if vip.live == Some(1) { VIP_TABLE_B } else { 0 };
+        let std = if vip.live_buffer().is_some_and(|b| b.std) {
+            VIP_TABLE_STD
+        } else {
+            0
+        };
         let fast = if vip.fast { VIP_FAST_PATH } else { 0 };
         let second_chance = if vip.second_chance {
             VIP_SECOND_CHANCE
@@ -278,7 +388,7 @@ impl TableSet {
         };
         let entry = VipEntry {
             vip_id,
-            flags: table | fast | second_chance | vip.hash.flags(),
+            flags: table | std | fast | second_chance | vip.hash.flags(),
             epoch: vip.epoch,
         };
         self.vips
@@ -292,17 +402,15 @@ impl TableSet {
             return Ok(());
         }
         // Re-set an existing entry to itself: the kernel waits for a grace period.
-        let Some((vip_id, buffer, map)) = self.by_id.iter().find_map(|(id, v)| {
+        let Some((vip_id, buffer, b)) = self.by_id.iter().find_map(|(id, v)| {
             v.buffers
                 .iter()
                 .enumerate()
-                .find_map(|(i, b)| b.as_ref().map(|b| (*id, i, &b.map)))
+                .find_map(|(i, b)| b.as_ref().map(|b| (*id, i, b)))
         }) else {
             return Ok(());
         };
-        self.outer
-            .set(index(vip_id, buffer), map, 0)
-            .map_err(map_err(maps::TABLES, "update (grace period)"))?;
+        self.outers.of(b.std).set(index(vip_id, buffer), &b.map)?;
         #[cfg(feature = "test-harness")]
         {
             self.grace_periods += 1;
@@ -402,7 +510,6 @@ impl TableSet {
         mut write: impl FnMut(&mut table_map::Mapping, Option<&[SlotState]>, u64) -> std::io::Result<()>,
     ) -> Result<(), DataplaneError> {
         let size = u32::try_from(len).unwrap_or(u32::MAX);
-        let entries = len + TABLE_HEADER_LEN as usize;
         let target = self
             .by_id
             .get(&vip_id)
@@ -417,29 +524,24 @@ impl TableSet {
         // slots are published as after a new size.
         let live = live_states(vip, vip_id).unwrap_or(Some(Vec::new()));
         match &mut vip.buffers[target] {
-            Some(buffer) if buffer.entries == entries => {
+            Some(buffer) if buffer.fits(size) => {
                 write(&mut buffer.mapping, live.as_deref(), now_ns)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
             }
             slot => {
-                let fd = table_map::create(size).map_err(syscall_err(format!(
-                    "creating a table map of {size} slots for VIP id {vip_id}"
-                )))?;
-                let mut mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
-                    .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
-                write(&mut mapping, live.as_deref(), now_ns)
+                let mut buffer = Buffer::create(size, vip_id)?;
+                write(&mut buffer.mapping, live.as_deref(), now_ns)
                     .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
-                let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
                 // Not live yet: the kernel's grace-period wait in this update is the
                 // price of a new buffer (first table of a VIP, or a new size).
-                self.outer
-                    .set(index(vip_id, target), &map, 0)
-                    .map_err(map_err(maps::TABLES, "update"))?;
-                *slot = Some(Buffer {
-                    map,
-                    mapping,
-                    entries,
-                });
+                let (at, std, replaced) = (
+                    index(vip_id, target),
+                    buffer.std,
+                    slot.as_ref().map(|b| b.std),
+                );
+                self.outers.of(std).set(at, &buffer.map)?;
+                *slot = Some(buffer);
+                self.outers.forget_moved(at, std, replaced)?;
                 if let Some(Some(buffer)) = self.by_id.get(&vip_id).map(|v| &v.buffers[target]) {
                     self.pin_buffer(index(vip_id, target), &buffer.map)?;
                 }
@@ -474,42 +576,57 @@ impl TableSet {
 
     /// Creates the buffers that the next installs of `tables` (VIP id, slots) will write
     /// and that are missing (a VIP's first table, or a new size), and puts them into
-    /// `TABLES` in one batch update. Each such insert waits for an RCU grace period (see
-    /// the module documentation); a batch waits once for all of them, so a start with
-    /// 500 VIPs waits for one grace period instead of 500. A prepared buffer is not
-    /// live (no `VIPS` entry selects it) until its install switches to it. The batch's
-    /// grace period also ends the readers of every buffer replaced before it: none is
-    /// stale afterwards.
+    /// `TABLES` and `TABLES_STD` in one batch update each. Each such insert waits for an
+    /// RCU grace period (see the module documentation); a batch waits once for all of
+    /// them, so a start with 500 VIPs waits for one grace period (two with tables of
+    /// both kinds) instead of 500. A prepared buffer is not live (no `VIPS` entry
+    /// selects it) until its install switches to it. The batches' grace periods also
+    /// end the readers of every buffer replaced before them: none is stale afterwards.
+    /// A prepared buffer that replaces one of the other map has that entry deleted
+    /// after the batches (a size change: one grace period each).
     pub(crate) fn prepare(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
         let mut created: Vec<(u32, usize, Buffer)> = Vec::new();
         for &(vip_id, size) in tables {
-            let entries = size as usize + TABLE_HEADER_LEN as usize;
             let vip = self.by_id.get(&vip_id);
             let target = vip.and_then(|v| v.live).map_or(0, |live| 1 - live);
             let ready = vip
                 .and_then(|v| v.buffers[target].as_ref())
-                .is_some_and(|b| b.entries == entries);
+                .is_some_and(|b| b.fits(size));
             if ready || created.iter().any(|(id, _, _)| *id == vip_id) {
                 continue;
             }
-            let fd = table_map::create(size).map_err(syscall_err(format!(
-                "creating a table map of {size} slots for VIP id {vip_id}"
-            )))?;
-            let mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
-                .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
-            let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
-            created.push((
-                vip_id,
-                target,
-                Buffer {
-                    map,
-                    mapping,
-                    entries,
-                },
-            ));
+            created.push((vip_id, target, Buffer::create(size, vip_id)?));
         }
         if created.is_empty() {
             return Ok(());
+        }
+        let (std, any): (Vec<_>, Vec<_>) = created.into_iter().partition(|(_, _, b)| b.std);
+        let mut inserted = self.insert_batch(any, false)?;
+        inserted.extend(self.insert_batch(std, true)?);
+        for v in self.by_id.values_mut() {
+            v.stale = [false; 2];
+        }
+        for (at, std, replaced) in inserted {
+            self.outers.forget_moved(at, std, replaced)?;
+            let (vip_id, target) = (at / 2, (at % 2) as usize);
+            if let Some(Some(buffer)) = self.by_id.get(&vip_id).map(|v| &v.buffers[target]) {
+                self.pin_buffer(at, &buffer.map)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::prepare`]'s batch update of `created` (VIP id, buffer, the buffer) into
+    /// `TABLES_STD` when `std`, else `TABLES`; the buffers written are recorded even
+    /// when the batch fails part-way. Returns each one's index, `std` and whether the
+    /// buffer it replaced was in `TABLES_STD` (if there was one).
+    fn insert_batch(
+        &mut self,
+        created: Vec<(u32, usize, Buffer)>,
+        std: bool,
+    ) -> Result<Vec<(u32, bool, Option<bool>)>, DataplaneError> {
+        if created.is_empty() {
+            return Ok(Vec::new());
         }
         let keys: Vec<u32> = created
             .iter()
@@ -519,40 +636,34 @@ impl TableSet {
             .iter()
             .map(|(_, _, b)| u32::try_from(b.map.fd().as_fd().as_raw_fd()).unwrap_or(u32::MAX))
             .collect();
-        let result = bpf_sys::update_batch(self.outer_raw.fd().as_fd(), &keys, &fds);
+        let outer = self.outers.of(std);
+        let result = bpf_sys::update_batch(outer.map.fd().as_fd(), &keys, &fds);
         let written = match &result {
             Ok(n) | Err((n, _)) => *n,
         };
         let mut inserted = Vec::with_capacity(written);
         for (vip_id, target, buffer) in created.into_iter().take(written) {
-            inserted.push(index(vip_id, target));
-            self.by_id.entry(vip_id).or_default().buffers[target] = Some(buffer);
+            let slot = &mut self.by_id.entry(vip_id).or_default().buffers[target];
+            inserted.push((index(vip_id, target), std, slot.as_ref().map(|b| b.std)));
+            *slot = Some(buffer);
         }
         if let Err((_, error)) = result {
             return Err(syscall_err(format!(
                 "inserting {} new table buffers into {}",
                 keys.len(),
-                maps::TABLES
+                self.outers.of(std).name
             ))(error));
-        }
-        for v in self.by_id.values_mut() {
-            v.stale = [false; 2];
         }
         #[cfg(feature = "test-harness")]
         {
             self.grace_periods += 1;
         }
-        for at in inserted {
-            let (vip_id, target) = (at / 2, (at % 2) as usize);
-            if let Some(Some(buffer)) = self.by_id.get(&vip_id).map(|v| &v.buffers[target]) {
-                self.pin_buffer(at, &buffer.map)?;
-            }
-        }
-        Ok(())
+        Ok(inserted)
     }
 
     /// Installs a header of size `size` and clean `slots`, unchecked, as VIP `vip_id`'s
-    /// live buffer (tests of the data plane's guards).
+    /// live buffer (tests of the data plane's guards), in the outer map `slots.len()`
+    /// belongs in.
     #[cfg(feature = "test-harness")]
     pub(crate) fn install_raw(
         &mut self,
@@ -560,25 +671,40 @@ impl TableSet {
         size: u32,
         slots: &[u32],
     ) -> Result<(), DataplaneError> {
-        let cells = slots.len() + TABLE_HEADER_LEN as usize;
+        let len = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+        let mut buffer = Buffer::create(len, vip_id)?;
+        buffer.mapping.write_raw(size, slots);
         let vip = self.by_id.entry(vip_id).or_default();
         let target = vip.live.unwrap_or(0);
-        let fd = table_map::create(u32::try_from(slots.len()).unwrap_or(u32::MAX))
-            .map_err(syscall_err("creating a raw table map".into()))?;
-        let mut mapping = table_map::Mapping::new(fd.as_fd(), cells, true)
-            .map_err(syscall_err("mapping a raw table".into()))?;
-        mapping.write_raw(size, slots);
-        let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
-        self.outer
-            .set(index(vip_id, target), &map, 0)
-            .map_err(map_err(maps::TABLES, "update"))?;
-        vip.buffers[target] = Some(Buffer {
-            map,
-            mapping,
-            entries: cells,
-        });
+        let (at, std) = (index(vip_id, target), buffer.std);
+        let replaced = vip.buffers[target].as_ref().map(|b| b.std);
+        self.outers.of(std).set(at, &buffer.map)?;
+        vip.buffers[target] = Some(buffer);
         vip.live = Some(target);
-        Ok(())
+        let key = vip.key;
+        self.outers.forget_moved(at, std, replaced)?;
+        // The entry names the map the buffer is in (`VIP_TABLE_STD`).
+        key.map_or(Ok(()), |key| self.write_vip(&key, vip_id))
+    }
+
+    /// Where VIP `vip_id`'s buffers A and B are: (in `TABLES`, in `TABLES_STD`) each,
+    /// read from the outer maps (tests of the move between them).
+    #[cfg(feature = "test-harness")]
+    pub(crate) fn places(&self, vip_id: u32) -> Result<[(bool, bool); 2], DataplaneError> {
+        let present = |outer: &Outer, at: u32| {
+            let mut id = [0u8; 4];
+            bpf_sys::lookup(outer.map.fd().as_fd(), &at.to_ne_bytes(), &mut id)
+                .map_err(syscall_err(format!("looking up {}[{at}]", outer.name)))
+        };
+        let mut places = [(false, false); 2];
+        for (buffer, place) in places.iter_mut().enumerate() {
+            let at = index(vip_id, buffer);
+            *place = (
+                present(&self.outers.any, at)?,
+                present(&self.outers.std, at)?,
+            );
+        }
+        Ok(places)
     }
 
     /// Drops both buffers of VIP `vip_id` (after its `VIPS` entry is gone).
@@ -592,12 +718,8 @@ impl TableSet {
             )));
         }
         for buffer in 0..2 {
-            if vip.buffers[buffer].is_some() {
-                bpf_sys::delete(
-                    self.outer_raw.fd().as_fd(),
-                    &index(vip_id, buffer).to_ne_bytes(),
-                )
-                .map_err(syscall_err(format!("deleting a table of VIP id {vip_id}")))?;
+            if let Some(b) = &vip.buffers[buffer] {
+                self.outers.of(b.std).delete(index(vip_id, buffer))?;
                 if let Some(pins) = &self.pins {
                     let _ = std::fs::remove_file(pins.dir.join(index(vip_id, buffer).to_string()));
                 }

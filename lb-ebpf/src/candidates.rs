@@ -23,14 +23,13 @@ use lb_common::{
 use crate::{
     backend::{self, Choice},
     encap::{ETH_P_IP, IPV6_LEN},
-    fast,
     forward::{self, candidates_len},
     headers::{EthHdr, Ipv4Hdr, Ipv6Hdr},
     maps::{BACKENDS, CONFIG, RARE_WORK},
     packet::{self, ptr_at},
     parse::{ETH_LEN, Parsed},
     records::{RareWork, WORK_CANDIDATE, WORK_TOO_BIG},
-    stats,
+    stats, table,
 };
 
 /// Rules SC1-SC3: the candidate (backend id) packet `p` of VIP `vip`, on slot `hash % M`,
@@ -54,7 +53,7 @@ pub(crate) fn offer(
     {
         return 0;
     }
-    let Ok(cell) = fast::cell(vip, hash) else {
+    let Ok(cell) = table::cell(vip, hash) else {
         return 0;
     };
     // SAFETY: a successful lookup's element, read once by value.

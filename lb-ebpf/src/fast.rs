@@ -22,7 +22,6 @@ use lb_common::{
         syn_give_up, syn_needs_pin, udp_give_up,
     },
     hash::vip_filter_bit,
-    maps::TABLE_HEADER_LEN,
     stats::{Reason, VipStats},
     types::{
         BACKEND_DRAINING, CtEntry, FlowKey, LbConfig, PROTO_UDP, TableCell, VIP_FAST_PATH,
@@ -33,7 +32,7 @@ use lb_common::{
 use crate::{
     backend::{self, Choice},
     conntrack,
-    maps::{FAST_FILTER, TABLES},
+    maps::FAST_FILTER,
     table,
 };
 
@@ -52,23 +51,12 @@ pub(crate) fn is_fast(vip: &VipEntry) -> bool {
     vip.flags & VIP_FAST_PATH != 0
 }
 
-/// The cell of slot `hash % M` of the VIP's live table; `drop_bad_config` as
-/// [`table::slot`].
-#[inline(always)]
-pub(crate) fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
-    let table = TABLES.get(vip.table_index()).ok_or(Reason::DropBadConfig)?;
-    let size = table::size(table).ok_or(Reason::DropBadConfig)?;
-    table
-        .get_ptr_mut(hash % size + TABLE_HEADER_LEN)
-        .ok_or(Reason::DropBadConfig)
-}
-
 /// Rule T1: the owner of the packet's slot when the slot is clean and its owner keeps
 /// flows (takes new flows, for a `syn`); `None` when the slot is dirty (pins decide) or
 /// unreadable (today's path counts it).
 #[inline(always)]
 pub(crate) fn clean_owner(vip: &VipEntry, hash: u32, syn: bool) -> Option<Choice> {
-    let cell = cell(vip, hash).ok()?;
+    let cell = table::cell(vip, hash).ok()?;
     // SAFETY: a successful lookup's element, read once by value.
     let cell = unsafe { *cell };
     if !cell.is_clean() {
@@ -145,7 +133,7 @@ fn pick_by(
     rule: impl FnOnce(&SlotState, Liveness) -> u32,
 ) -> Result<Choice, Reason> {
     // SAFETY: a successful lookup's element, read once by value.
-    let slot = unsafe { *cell(vip, hash)? }.slot();
+    let slot = unsafe { *table::cell(vip, hash)? }.slot();
     let clean = slot.clean_owner();
     let clean_liveness = match backend::keeps_flows(clean) {
         Some(c) if clean != 0 && c.backend.state == BACKEND_DRAINING => Liveness::Draining,
@@ -178,7 +166,7 @@ pub(crate) fn pin(
     choice: Choice,
     replace: bool,
 ) -> Option<(bool, Choice)> {
-    let Ok(cell) = cell(vip, hash) else {
+    let Ok(cell) = table::cell(vip, hash) else {
         return Some(conntrack::pin_flow(key, entry, choice, replace));
     };
     // SAFETY: a successful lookup's element; the read is a plain copy.

@@ -19,7 +19,8 @@ use lb_common::{
     },
     maps::{
         CPU_ROW_LEN, CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS,
-        TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS, VIP_FILTER_WORDS,
+        STD_TABLE_MAP_FLAGS, STD_TABLE_SIZE, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
+        VIP_FILTER_WORDS,
     },
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
@@ -41,6 +42,15 @@ const BACKENDS_MAX: usize = MAX_BACKENDS as usize;
 /// cells; `BPF_F_INNER_MAP` lets their size differ from this template's.
 pub(crate) type TableMap =
     Array<TableCell, { TABLE_HEADER_LEN as usize + 1 }, { TABLE_MAP_FLAGS as usize }>;
+
+/// One Maglev table of `STD_TABLE_SIZE` slots (template of the inner maps of
+/// [`TABLES_STD`]): the header cell, then the slots. Without `BPF_F_INNER_MAP` every
+/// inner map has exactly this size, and the kernel inlines the lookup of a cell.
+pub(crate) type StdTableMap = Array<
+    TableCell,
+    { (STD_TABLE_SIZE + TABLE_HEADER_LEN) as usize },
+    { STD_TABLE_MAP_FLAGS as usize },
+>;
 
 /// The global settings (one element).
 #[btf_map]
@@ -70,6 +80,12 @@ pub(crate) static VIP_ADDRS: HashMap<VipAddrKey, u32, VIPS_MAX> = HashMap::new()
 /// Two Maglev table buffers per VIP (inner maps shaped like [`TableMap`]).
 #[btf_map]
 pub(crate) static TABLES: ArrayOfMaps<TableMap, { TABLE_SLOTS as usize }> = ArrayOfMaps::new();
+
+/// The table buffers of `STD_TABLE_SIZE` slots, indexed as [`TABLES`] (inner maps
+/// shaped like [`StdTableMap`]), for the VIPs whose entry has `VIP_TABLE_STD`.
+#[btf_map]
+pub(crate) static TABLES_STD: ArrayOfMaps<StdTableMap, { TABLE_SLOTS as usize }> =
+    ArrayOfMaps::new();
 
 /// Backend id → address, family and state.
 #[btf_map]

@@ -99,7 +99,13 @@ impl Lookups for Maps<'_> {
 
     #[inline(always)]
     fn table_slot(&mut self, hash: u32) -> Option<u32> {
-        table::slot(self.vip, hash).ok()
+        let slot = table::slot(self.vip, hash);
+        // The owner is 0 on the unreadable path, not left undefined, and opaque to
+        // LLVM: it compares the payload of a `None` too (`== Some(id)` as two tests
+        // joined), and the verifier refuses a read of a register no path wrote
+        // (`R1 !read_ok`). A pin's re-check only, not the conntrack hit's path.
+        let id = core::hint::black_box(slot.unwrap_or(0));
+        slot.is_ok().then_some(id)
     }
 
     #[inline(always)]

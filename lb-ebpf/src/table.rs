@@ -1,19 +1,25 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0-only
-//! The VIPs' Maglev tables (`TABLES`): the backend in slot `table_hash % M` of a VIP's
-//! live table (Maglev paper, section 3.4). Each inner map holds a header cell (the table
-//! size M and its generation), then the M slots, each its owner and its fast-path state
-//! (`lb_common::types::TableCell`, `lb_common::maps::TABLE_HEADER_LEN`). The data path
-//! reads only the owner; the state is the daemon's until the fast path decides by it.
+//! The VIPs' Maglev tables (`TABLES`, `TABLES_STD`): the backend in slot
+//! `table_hash % M` of a VIP's live table (Maglev paper, section 3.4). Each inner map
+//! holds a header cell (the table size M and its generation), then the M slots, each its
+//! owner and its fast-path state (`lb_common::types::TableCell`,
+//! `lb_common::maps::TABLE_HEADER_LEN`). The data path reads only the owner; the state
+//! is the daemon's until the fast path decides by it.
+//!
+//! A table of `STD_TABLE_SIZE` slots (the default size) is in `TABLES_STD`, whose inner
+//! maps all have that size: the kernel inlines the lookup of its cell and M is a
+//! constant, so a packet reads it with no helper call. A table of another size is in
+//! `TABLES`: one helper call for the header, one for the cell ([`cell`]).
 
 use lb_common::{
-    maps::{MAX_TABLE_SIZE, TABLE_HEADER_INDEX, TABLE_HEADER_LEN},
+    maps::{MAX_TABLE_SIZE, STD_TABLE_SIZE, TABLE_HEADER_INDEX, TABLE_HEADER_LEN},
     stats::Reason,
-    types::VipEntry,
+    types::{TableCell, VIP_TABLE_STD, VipEntry},
 };
 
 use crate::{
     backend::{self, Choice},
-    maps::{TABLES, TableMap},
+    maps::{TABLES, TABLES_STD, TableMap},
 };
 
 /// The size M of `table`, when it is within `1..=MAX_TABLE_SIZE` (in BPF a modulo by
@@ -24,19 +30,42 @@ pub(crate) fn size(table: &TableMap) -> Option<u32> {
     (size != 0 && size <= MAX_TABLE_SIZE).then_some(size)
 }
 
-/// Backend id in slot `hash % M` of the VIP's live Maglev table (the buffer its entry
-/// names); 0 for an empty slot.
+/// Whether VIP `vip`'s live table is in `TABLES_STD` (`VIP_TABLE_STD`).
+#[inline(always)]
+pub(crate) fn is_std(vip: &VipEntry) -> bool {
+    vip.flags & VIP_TABLE_STD != 0
+}
+
+/// The cell of slot `hash % M` of the VIP's live table (the buffer its entry names):
+/// in `TABLES_STD` at `hash % STD_TABLE_SIZE` with no header read when the entry has
+/// `VIP_TABLE_STD`, else in `TABLES` at `hash` modulo the header's size. The one place
+/// that chooses between the two maps.
 ///
 /// `drop_bad_config` when the VIP has no table or its size is 0 or above
 /// `MAX_TABLE_SIZE`.
 #[inline(always)]
-pub(crate) fn slot(vip: &VipEntry, hash: u32) -> Result<u32, Reason> {
+pub(crate) fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
+    if is_std(vip) {
+        let table = TABLES_STD
+            .get(vip.table_index())
+            .ok_or(Reason::DropBadConfig)?;
+        return table
+            .get_ptr_mut(hash % STD_TABLE_SIZE + TABLE_HEADER_LEN)
+            .ok_or(Reason::DropBadConfig);
+    }
     let table = TABLES.get(vip.table_index()).ok_or(Reason::DropBadConfig)?;
     let size = size(table).ok_or(Reason::DropBadConfig)?;
     table
-        .get(hash % size + TABLE_HEADER_LEN)
-        .map(|cell| cell.owner())
+        .get_ptr_mut(hash % size + TABLE_HEADER_LEN)
         .ok_or(Reason::DropBadConfig)
+}
+
+/// Backend id in slot `hash % M` of the VIP's live Maglev table ([`cell`]); 0 for an
+/// empty slot. `drop_bad_config` as [`cell`].
+#[inline(always)]
+pub(crate) fn slot(vip: &VipEntry, hash: u32) -> Result<u32, Reason> {
+    // SAFETY: a successful lookup's element, read once by value.
+    Ok(unsafe { *cell(vip, hash)? }.owner())
 }
 
 /// The backend in slot `hash % M` of the VIP's live table ([`slot`]);

@@ -23,6 +23,7 @@
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::info;
 use lb_common::{
+    maps::STD_TABLE_SIZE,
     stats::Reason,
     trace::{NO_SLOT, Path, TracedPacket},
     types::{FAMILY_V4, FlowKey},
@@ -175,10 +176,12 @@ fn table_slot(key: &FlowKey) -> u32 {
     let Some(vip) = vip::find_vip(&key.vip) else {
         return NO_SLOT;
     };
-    let Some(table) = TABLES.get(vip.table_index()) else {
-        return NO_SLOT;
+    let size = if crate::table::is_std(&vip) {
+        Some(STD_TABLE_SIZE)
+    } else {
+        TABLES.get(vip.table_index()).and_then(crate::table::size)
     };
-    crate::table::size(table).map_or(NO_SLOT, |size| {
+    size.map_or(NO_SLOT, |size| {
         crate::hashes::table_hash(key, vip.flags, cfg.hash_seed) % size
     })
 }

@@ -1,7 +1,7 @@
 //! The Maglev builder's defaults: the table size, the permutation seed and a backend's
 //! weight. `lb`'s configuration and CLI re-export them, so the one value lives here.
 //!
-//! A leaf module: it imports nothing of this crate.
+//! A leaf module: it imports nothing of this crate (the table size is `lb_common`'s).
 
 /// `maglev_seed` and `lb table --seed`: the seed of `h1`/`h2`, the ASCII bytes
 /// `lbmaglev` read as a big-endian `u64` (0x6c62_6d61_676c_6576 =
@@ -11,8 +11,9 @@ pub const MAGLEV_SEED: u64 = u64::from_be_bytes(*b"lbmaglev");
 
 /// `vip.table_size` and `lb table --size`: the Maglev table size `M`, a prime (the size
 /// the paper uses in its evaluation, section 5.3). Flows are spread in steps of
-/// 1/65,537.
-pub const TABLE_SIZE: u32 = 65_537;
+/// 1/65,537. The data plane's [`lb_common::maps::STD_TABLE_SIZE`], whose tables the
+/// XDP program reads without a helper call.
+pub const TABLE_SIZE: u32 = lb_common::maps::STD_TABLE_SIZE;
 
 /// `vip.backend.weight`, a backend's weight in `lb table` without `=WEIGHT`, and in
 /// `lb backend add` without `--weight`.

@@ -837,3 +837,84 @@ fn the_walk_expires_unanswered_syns_exceptions_and_deletes_every_exception_of_a_
     assert_eq!(sent_to(&mut lb, &answered.frame(L4::Tcp(ACK), b"b")), owner);
     assert_eq!(pins(&lb), 0);
 }
+
+// ---- tables of the default size: `TABLES_STD` ----
+
+/// Where VIP `vip_id`'s buffers A and B are: (in `TABLES`, in `TABLES_STD`) each.
+fn places(lb: &Lb, vip_id: u32) -> [(bool, bool); 2] {
+    lb.dp.table_places(vip_id).expect("outer maps")
+}
+
+/// Whether `key`'s `VIPS` entry names a buffer in `TABLES_STD`.
+fn entry_is_std(lb: &Lb, key: &lb_common::types::VipKey) -> bool {
+    let entry = lb.dp.vip_entry(key).expect("VIPS").expect("an entry");
+    entry.flags & lb_common::types::VIP_TABLE_STD != 0
+}
+
+/// Sends a new TCP flow's SYN (source port `sport`) to VIP4:80; the backend it went to.
+fn syn_to(lb: &mut Lb, sport: u16) -> u32 {
+    sent_to(
+        lb,
+        &Flow::new(CLIENT4, sport, VIP4, 80).frame(L4::Tcp(SYN), &[]),
+    )
+}
+
+/// Sends a UDP datagram of a new flow (source port `sport`) to VIP4:53; the backend it
+/// went to.
+fn udp_to(lb: &mut Lb, sport: u16) -> u32 {
+    sent_to(
+        lb,
+        &Flow::new(CLIENT4, sport, VIP4, 53).frame(L4::Udp, b"q"),
+    )
+}
+
+/// A VIP whose table has the default size (65,537 slots) is read from `TABLES_STD`, one
+/// of another size from `TABLES`, on today's path and the fast path's clean-slot hit; a
+/// VIP whose table changes size forwards by its new table, and the outer map its buffer
+/// left no longer holds it.
+#[test]
+fn default_size_tables_are_read_from_tables_std_and_follow_a_size_change() {
+    const STD: usize = lb_common::maps::STD_TABLE_SIZE as usize;
+    let mut lb = Lb::new();
+    lb.backends(3, false);
+    lb.table(0, &vec![1; STD]);
+    lb.table(1, &[2; M]);
+    let tcp = lb.vip(0, VIP4, 80, PROTO_TCP);
+    let udp = lb.vip(1, VIP4, 53, PROTO_UDP);
+    assert!(entry_is_std(&lb, &tcp) && !entry_is_std(&lb, &udp));
+    assert_eq!(places(&lb, 0), [(false, true), (false, false)]);
+    assert_eq!(places(&lb, 1), [(true, false), (false, false)]);
+    assert_eq!(syn_to(&mut lb, 41_000), 1);
+    assert_eq!(udp_to(&mut lb, 41_001), 2);
+    // The fast path's clean-slot hit reads the same cell: no pin.
+    lb.dp.set_fast_path(&tcp, 0, true).expect("fast path on");
+    let pinned = pins(&lb);
+    let ack = Flow::new(CLIENT4, 41_002, VIP4, 80).frame(L4::Tcp(ACK), &[]);
+    assert_eq!(sent_to(&mut lb, &ack), 1);
+    assert_eq!(pins(&lb), pinned, "a clean slot decides alone");
+    lb.dp.set_fast_path(&tcp, 0, false).expect("fast path off");
+
+    // To another size: buffer B in TABLES; A (idle) stays in TABLES_STD.
+    lb.table(0, &[3; M]);
+    assert!(!entry_is_std(&lb, &tcp));
+    assert_eq!(places(&lb, 0), [(false, true), (true, false)]);
+    assert_eq!(syn_to(&mut lb, 41_010), 3);
+    // A rewritten at that size moves: its TABLES_STD entry is gone.
+    lb.table(0, &[2; M]);
+    assert_eq!(places(&lb, 0), [(true, false), (true, false)]);
+    assert_eq!(syn_to(&mut lb, 41_011), 2);
+    // Back to the default size: B moves into TABLES_STD.
+    lb.table(0, &vec![3; STD]);
+    assert!(entry_is_std(&lb, &tcp));
+    assert_eq!(places(&lb, 0), [(true, false), (false, true)]);
+    assert_eq!(syn_to(&mut lb, 41_012), 3);
+
+    // The UDP VIP to the default size, twice (both buffers in TABLES_STD at last).
+    lb.table(1, &vec![3; STD]);
+    assert!(entry_is_std(&lb, &udp));
+    assert_eq!(places(&lb, 1), [(true, false), (false, true)]);
+    assert_eq!(udp_to(&mut lb, 41_020), 3);
+    lb.table(1, &vec![1; STD]);
+    assert_eq!(places(&lb, 1), [(false, true), (false, true)]);
+    assert_eq!(udp_to(&mut lb, 41_021), 1);
+}

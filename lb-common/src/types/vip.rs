@@ -33,8 +33,8 @@ pub struct VipEntry {
     /// Index into `VIP_STATS`, and (times two) into `TABLES`; `0..MAX_VIPS`.
     pub vip_id: u32,
     /// Bit set: [`VIP_TABLE_B`], [`VIP_FAST_PATH`], [`VIP_SECOND_CHANCE`],
-    /// [`VIP_AFFINITY`], the hash
-    /// fields (`crate::hash_fields`); other bits zero.
+    /// [`VIP_AFFINITY`], [`VIP_TABLE_STD`], the hash fields (`crate::hash_fields`);
+    /// other bits zero.
     pub flags: u32,
     /// Table epoch: a data-plane-wide counter, incremented by every table install of
     /// any VIP (never reused, never 0 for an installed table). Pins and held SYNs record
@@ -101,9 +101,15 @@ pub const VIP_SECOND_CHANCE: u32 = 4;
 /// new connection reads the client's `AFFINITY` pin, and the VIP's timeout in
 /// `AFFINITY_TIMEOUT`.
 pub const VIP_AFFINITY: u32 = 8;
+/// `VipEntry::flags`: the VIP's live table has `crate::maps::STD_TABLE_SIZE` slots
+/// and its buffer is in `TABLES_STD` (`TABLES_STD[table_index()]`), whose cells the
+/// program reads without a helper call; clear means `TABLES[table_index()]`, a table
+/// of any size. An entry written before layout 6 has it clear.
+pub const VIP_TABLE_STD: u32 = 16;
 
 impl VipEntry {
-    /// Index of the VIP's live table in `TABLES`.
+    /// Index of the VIP's live table in `TABLES`, or in `TABLES_STD` when its flags
+    /// have [`VIP_TABLE_STD`].
     pub const fn table_index(&self) -> u32 {
         self.vip_id * 2 + (self.flags & VIP_TABLE_B)
     }

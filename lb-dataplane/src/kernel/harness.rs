@@ -14,7 +14,9 @@ use aya::{
 use lb_common::{
     agent::AgentStats,
     maps,
-    types::{AffinityKey, AgentConfig, BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame},
+    types::{
+        AffinityKey, AgentConfig, BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame, VipEntry, VipKey,
+    },
 };
 
 use super::{
@@ -447,6 +449,24 @@ impl KernelDataplane {
     ) -> Result<(), DataplaneError> {
         check_vip_id(vip_id)?;
         lock(&self.tables).install_raw(vip_id, size, slots)
+    }
+
+    /// Where VIP `vip_id`'s table buffers A and B are in the outer maps: (in `TABLES`,
+    /// in `TABLES_STD`) each.
+    ///
+    /// # Errors
+    /// When an outer map cannot be read.
+    pub fn table_places(&self, vip_id: u32) -> Result<[(bool, bool); 2], DataplaneError> {
+        check_vip_id(vip_id)?;
+        lock(&self.tables).places(vip_id)
+    }
+
+    /// The `VIPS` entry of `key` (its id, flags and table epoch), if it has one.
+    ///
+    /// # Errors
+    /// When `VIPS` cannot be read.
+    pub fn vip_entry(&self, key: &VipKey) -> Result<Option<VipEntry>, DataplaneError> {
+        lock(&self.tables).vip_entry(key)
     }
 
     /// A second handle on the tables, usable from another thread.

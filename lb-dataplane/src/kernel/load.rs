@@ -23,7 +23,7 @@ use super::{KernelDataplane, Pinned, install_tail_call, prog_err, sources::Sourc
 use crate::{
     DataplaneError, map_err,
     pinned::{Layout, Meta, MetaMap, PinDir, PinLock, SizeOverride, layout},
-    tables::{TablePins, TableSet},
+    tables::{Outer, Outers, TablePins, TableSet},
 };
 
 /// `CAP_NET_ADMIN` (attach XDP), `include/uapi/linux/capability.h`.
@@ -219,6 +219,11 @@ fn verify_at_once(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<(), Datapla
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
     })
+}
+
+/// A handle of its own on map `name` of `ebpf` ([`dup_fd`]).
+fn reopen(ebpf: &Ebpf, name: &'static str) -> Result<MapData, DataplaneError> {
+    MapData::from_fd(dup_fd(ebpf, name)?).map_err(map_err(name, "reopen"))
 }
 
 /// A duplicate of the file descriptor of map `name`, for a second handle that does not
@@ -671,10 +676,14 @@ impl KernelDataplane {
         pins: Option<TablePins>,
         created: bool,
     ) -> Result<Self, DataplaneError> {
-        // A second handle on TABLES, from a duplicate of its fd: reopening it by id
-        // (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs for
-        // nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON).
-        let tables_fd = dup_fd(&ebpf, maps::TABLES)?;
+        // Handles on TABLES and TABLES_STD, from duplicates of their fds: reopening them
+        // by id (BPF_MAP_GET_FD_BY_ID) would need CAP_SYS_ADMIN, which `lb run` needs
+        // for nothing else (dist/systemd/lb.service grants CAP_BPF, CAP_NET_ADMIN,
+        // CAP_PERFMON).
+        let outers = Outers {
+            any: Outer::new(maps::TABLES, reopen(&ebpf, maps::TABLES)?),
+            std: Outer::new(maps::TABLES_STD, reopen(&ebpf, maps::TABLES_STD)?),
+        };
         let walker = super::ConntrackWalker::new(
             dup_fd(&ebpf, maps::CONNTRACK_V4)?,
             dup_fd(&ebpf, maps::CONNTRACK_V6)?,
@@ -694,10 +703,8 @@ impl KernelDataplane {
             dup_fd(&ebpf, maps::CONFIG)?,
             dup_fd(&ebpf, maps::EXCEPTIONS)?,
         ];
-        let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
         let tables = TableSet::new(
-            take(&mut ebpf, maps::TABLES)?,
-            tables_raw,
+            outers,
             take(&mut ebpf, maps::VIPS)?,
             take(&mut ebpf, maps::VIP_INFO)?,
             take(&mut ebpf, maps::AFFINITY_TIMEOUT)?,

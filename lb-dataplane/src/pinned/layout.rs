@@ -209,6 +209,7 @@ mod tests {
             lb_common::maps::CONFIG,
             lb_common::maps::VIPS,
             lb_common::maps::TABLES,
+            lb_common::maps::TABLES_STD,
             lb_common::maps::CONNTRACK_V4,
             lb_common::maps::CONNTRACK_V6,
             lb_common::maps::SYN_CACHE,
@@ -229,6 +230,16 @@ mod tests {
             assert!(layout.map(name).is_some(), "{name}");
         }
         assert!(layout.map(lb_common::maps::TABLES).unwrap().inner.is_some());
+        // TABLES_STD's template: cells of the standard size, without BPF_F_INNER_MAP,
+        // as `table_map::create` makes them for that size.
+        let std = layout
+            .map(lb_common::maps::TABLES_STD)
+            .unwrap()
+            .inner
+            .unwrap();
+        let size = lb_common::maps::STD_TABLE_SIZE;
+        assert_eq!(std[3], size + lb_common::maps::TABLE_HEADER_LEN);
+        assert_eq!(std[4], crate::table_map::flags_for(size));
         let again = Layout::of_object(crate::EBPF_OBJECT).unwrap();
         assert_eq!(layout.stamp(), again.stamp());
         assert_eq!(layout.stamp().len(), "1-".len() + 12);

@@ -13,7 +13,8 @@
 //!     programs        which build's programs run, by program id (meta.rs)
 //!     link            the XDP link (bpf_link): the program stays attached through it
 //!     maps/<NAME>     every map of the eBPF object, by its name in the object
-//!     tables/<index>  the Maglev table buffers (inner maps of TABLES, by their index)
+//!     tables/<index>  the Maglev table buffers (inner maps of TABLES or TABLES_STD, by
+//!                     their index)
 //! ```
 //!
 //! - `<cookie>` is the network namespace's cookie (`SO_NETNS_COOKIE`), which the
@@ -159,7 +160,7 @@ impl PinDir {
         self.path().join("maps").join(name)
     }
 
-    /// The pin of table buffer `index` (an index of `TABLES`).
+    /// The pin of table buffer `index` (an index of `TABLES` or `TABLES_STD`).
     pub fn table(&self, index: u32) -> PathBuf {
         self.path().join("tables").join(index.to_string())
     }

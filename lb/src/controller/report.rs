@@ -44,7 +44,8 @@ pub struct ApplyTiming {
     pub plan: Duration,
     /// Storing the controller's record of the next state in the data plane.
     pub record: Duration,
-    /// Creating the new table buffers and putting them into `TABLES` (one batch).
+    /// Creating the new table buffers and putting them into `TABLES` and `TABLES_STD`
+    /// (one batch each).
     pub buffers: Duration,
     /// Every other map write: the tables filled and switched in, the backends, the
     /// VIPs and their options.

@@ -4,7 +4,7 @@
 //!
 //! - A migration is a chain of steps, one per layout version (`from` to `from + 1`),
 //!   each a module of its own that knows only its two layouts (`v1_to_v2`,
-//!   `v2_to_v3`, `v3_to_v4`, `v4_to_v5`); a future layout 6 adds one step. A per-CPU
+//!   `v2_to_v3`, `v3_to_v4`, `v4_to_v5`, `v5_to_v6`); a future layout 7 adds one step. A per-CPU
 //!   counter array whose value grew at its end is converted by `grow`, to this build's
 //!   size whichever step runs it.
 //! - A step converts only the maps whose definition or meaning changed, into new maps
@@ -28,9 +28,10 @@ mod v1_to_v2;
 mod v2_to_v3;
 mod v3_to_v4;
 mod v4_to_v5;
+mod v5_to_v6;
 
 use std::{
-    os::fd::{AsFd as _, BorrowedFd, OwnedFd},
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
     time::{Duration, Instant},
 };
 
@@ -139,6 +140,7 @@ const STEPS: &[Step] = &[
     v2_to_v3::STEP,
     v3_to_v4::STEP,
     v4_to_v5::STEP,
+    v5_to_v6::STEP,
 ];
 
 /// The maps kept as they are pinned that a migration reports (by their entries).
@@ -303,9 +305,28 @@ fn create_like(def: &MapDef, inner: Option<BorrowedFd<'_>>) -> std::io::Result<O
     )
 }
 
+/// An empty map of the inner map template of map of maps `def` (its elements' shape),
+/// for creating `def` (`inner_map_fd`); `None` for a map of another type.
+fn inner_template(def: &MapDef) -> std::io::Result<Option<OwnedFd>> {
+    let Some(inner) = def.inner else {
+        return Ok(None);
+    };
+    let template = MapDef {
+        name: "lb_table".into(),
+        map_type: inner[0],
+        key_size: inner[1],
+        value_size: inner[2],
+        max_entries: inner[3],
+        flags: inner[4],
+        inner: None,
+    };
+    create_like(&template, None).map(Some)
+}
+
 /// Map `name`, new in this build's layout: created empty with this build's definition
-/// (and the size chosen at start, for a map sized by the configuration) and pinned,
-/// unless a run interrupted after pinning it left it there.
+/// (and the size chosen at start, for a map sized by the configuration; a map of maps
+/// with its inner template) and pinned, unless a run interrupted after pinning it left
+/// it there.
 fn create_empty(ctx: &Context<'_>, name: &str) -> Result<MapMigration, PinError> {
     let path = ctx.dir.map(name);
     let shown = ctx.dir.shown().join("maps").join(name);
@@ -319,7 +340,9 @@ fn create_empty(ctx: &Context<'_>, name: &str) -> Result<MapMigration, PinError>
         if let Some(o) = ctx.overrides.iter().find(|o| o.map == name) {
             shape.max_entries = o.entries;
         }
-        let new = create_like(&shape, None).map_err(io_err("creating", &shown))?;
+        let template = inner_template(&shape).map_err(io_err("creating a template for", &shown))?;
+        let new = create_like(&shape, template.as_ref().map(AsFd::as_fd))
+            .map_err(io_err("creating", &shown))?;
         bpf_sys::pin(new.as_fd(), &path).map_err(io_err("pinning", &shown))?;
         Action::Created
     };
@@ -343,8 +366,8 @@ fn def<'a>(ctx: &'a Context<'_>, name: &str) -> Result<&'a MapDef, PinError> {
 
 /// Test support: turns the datapath this build pinned at `dir` (no daemon running)
 /// back into the maps and `meta` the layout-1 build pinned, for the object `old_object`
-/// of that build (`tests/data/lb-ebpf-layout1.o`): the 4-to-5, 3-to-4 and 2-to-3 steps'
-/// maps are undone, then the 1-to-2 step's. Its program is attached by
+/// of that build (`tests/data/lb-ebpf-layout1.o`): the 5-to-6, 4-to-5, 3-to-4 and
+/// 2-to-3 steps' maps are undone, then the 1-to-2 step's. Its program is attached by
 /// `crate::kernel::old_layout`.
 ///
 /// # Errors
@@ -352,6 +375,7 @@ fn def<'a>(ctx: &'a Context<'_>, name: &str) -> Result<&'a MapDef, PinError> {
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout1(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 1).map_err(std::io::Error::other)?;
+    v5_to_v6::strip(dir)?;
     v4_to_v5::strip(dir, &old)?;
     v3_to_v4::strip(dir)?;
     v2_to_v3::strip(dir)?;
@@ -366,6 +390,7 @@ pub fn rewind_to_layout1(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()>
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout2(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 2).map_err(std::io::Error::other)?;
+    v5_to_v6::strip(dir)?;
     v4_to_v5::strip(dir, &old)?;
     v3_to_v4::strip(dir)?;
     v2_to_v3::rewind(dir, &old)
@@ -379,6 +404,7 @@ pub fn rewind_to_layout2(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()>
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout3(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 3).map_err(std::io::Error::other)?;
+    v5_to_v6::strip(dir)?;
     v4_to_v5::strip(dir, &old)?;
     v3_to_v4::rewind(dir, &old)
 }
@@ -391,7 +417,19 @@ pub fn rewind_to_layout3(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()>
 #[cfg(feature = "test-harness")]
 pub fn rewind_to_layout4(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
     let old = Layout::of_object_at(old_object, 4).map_err(std::io::Error::other)?;
+    v5_to_v6::strip(dir)?;
     v4_to_v5::rewind(dir, &old)
+}
+
+/// Test support: as [`rewind_to_layout1`], back into what the layout-5 build pinned,
+/// for its object `old_object` (`tests/data/lb-ebpf-layout5.o`).
+///
+/// # Errors
+/// When the object cannot be read or a map cannot be rewritten.
+#[cfg(feature = "test-harness")]
+pub fn rewind_to_layout5(dir: &PinDir, old_object: &[u8]) -> std::io::Result<()> {
+    let old = Layout::of_object_at(old_object, 5).map_err(std::io::Error::other)?;
+    v5_to_v6::rewind(dir, &old)
 }
 
 /// Test support: removes the pins of `names` at `dir` (the maps a step adds), those

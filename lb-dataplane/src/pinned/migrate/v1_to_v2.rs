@@ -22,7 +22,9 @@ use std::{
 
 use lb_common::maps::{FAST_FILTER, TABLES, VIP_STATS};
 
-use super::{Action, Context, MapDef, MapMigration, Step, create_empty, create_like, def, grow};
+use super::{
+    Action, Context, MapMigration, Step, create_empty, create_like, def, grow, inner_template,
+};
 use crate::{
     bpf_sys,
     pinned::{PinError, io_err},
@@ -98,7 +100,9 @@ fn convert_buffer(path: &Path, fd: OwnedFd) -> std::io::Result<(OwnedFd, u64, bo
     let (generation, owners) = read_v1_buffer(fd.as_fd(), info.max_entries as usize)
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let size = u32::try_from(owners.len()).map_err(|_| std::io::ErrorKind::InvalidData)?;
-    let new = table_map::create(size)?;
+    // `TABLES`' inner flags whatever the size: the `VIPS` entries of layout 1 name
+    // buffers in `TABLES` (a buffer moves into `TABLES_STD` at its VIP's next install).
+    let new = table_map::create_with(size, lb_common::maps::TABLE_MAP_FLAGS)?;
     let entries = owners.len() + lb_common::maps::TABLE_HEADER_LEN as usize;
     let mut mapping = table_map::Mapping::new(new.as_fd(), entries, true)?;
     mapping.write_migrated(generation, &owners, crate::kernel::conntrack_now_ns())?;
@@ -109,23 +113,12 @@ fn convert_buffer(path: &Path, fd: OwnedFd) -> std::io::Result<(OwnedFd, u64, bo
 /// the old ones (buffers first, the outer map last).
 fn tables(ctx: &Context<'_>) -> Result<MapMigration, PinError> {
     let def = def(ctx, TABLES)?;
-    let inner = def.inner.unwrap_or_default();
-    let template = create_like(
-        &MapDef {
-            name: "lb_table".into(),
-            map_type: inner[0],
-            key_size: inner[1],
-            value_size: inner[2],
-            max_entries: inner[3],
-            flags: inner[4],
-            inner: None,
-        },
-        None,
-    )
-    .map_err(io_err(
-        "creating a table buffer template for",
-        &ctx.dir.shown(),
-    ))?;
+    let template = inner_template(def)
+        .and_then(|t| t.ok_or_else(|| std::io::Error::other("TABLES has no inner template")))
+        .map_err(io_err(
+            "creating a table buffer template for",
+            &ctx.dir.shown(),
+        ))?;
     let outer = create_like(def, Some(template.as_fd())).map_err(io_err(
         "creating",
         &ctx.dir.shown().join("maps").join(TABLES),
