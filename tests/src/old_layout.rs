@@ -1,7 +1,6 @@
 //! Datapaths of older map layouts, as their builds' `lb run` left them: this build's
 //! daemon creates the datapath and stops, its maps are rewritten into the old layout
-//! (`lb_dataplane::pinned::migrate::rewind_to_layout1`, `rewind_to_layout2`,
-//! `rewind_to_layout3`), and the
+//! (`lb_dataplane::pinned::migrate::rewind_to_layout1` to `rewind_to_layout5`), and the
 //! old build's eBPF object (`tests/data/lb-ebpf-layout<N>.o`, see the README there)
 //! runs on the pinned link. The next `lb run` of this build then migrates it: an
 //! upgrade, in the upgrade tests and the end-to-end beds.

@@ -1,6 +1,6 @@
-//! Upgrades across map layouts: a datapath pinned by the last build of layout 1, 2, 3
-//! or 4 (their eBPF objects kept as `tests/data/lb-ebpf-layout1.o` to
-//! `lb-ebpf-layout4.o`, see the README there) is adopted by this build, which migrates its maps
+//! Upgrades across map layouts: a datapath pinned by the last build of layout 1, 2, 3,
+//! 4 or 5 (their eBPF objects kept as `tests/data/lb-ebpf-layout1.o` to
+//! `lb-ebpf-layout5.o`, see the README there) is adopted by this build, which migrates its maps
 //! (`lb_dataplane::pinned::migrate`, through every step from the old layout) before it
 //! replaces the program through the link; and a datapath of a newer layout than this
 //! build knows (a downgrade) is refused untouched, naming both versions and
@@ -12,7 +12,8 @@
 //! shorter `VIP_STATS`, no `FAST_FILTER`, `meta` of layout 1; `rewind_to_layout2`: the
 //! layout-2 `VIP_STATS`, `meta` of layout 2; `rewind_to_layout3`: no `EXCEPTIONS`,
 //! `meta` of layout 3; `rewind_to_layout4`: `BACKEND_STATS` and `NEXTHOP_CACHE` per-CPU
-//! arrays, `meta` of layout 4; every rewind undoes the later steps' maps too), and the
+//! arrays, `meta` of layout 4; `rewind_to_layout5`: no `TABLES_STD`, every buffer in
+//! `TABLES`, `meta` of layout 5; every rewind undoes the later steps' maps too), and the
 //! old object's program is put on
 //! the pinned link (`run_old_program`). Every packet of the test before the upgrade is
 //! forwarded by the old program (`lb_tests::old_layout`), so the conntrack entries and SYN cache slots the
@@ -22,7 +23,10 @@ use std::{net::SocketAddr, time::Duration};
 
 use lb_dataplane::pinned::{
     MetaMap,
-    migrate::{rewind_to_layout1, rewind_to_layout2, rewind_to_layout3, rewind_to_layout4},
+    migrate::{
+        rewind_to_layout1, rewind_to_layout2, rewind_to_layout3, rewind_to_layout4,
+        rewind_to_layout5,
+    },
 };
 use lb_tests::{
     daemon::{Daemon, DaemonConfig, Stop},
@@ -168,6 +172,17 @@ fn an_upgrade_from_layout_4_lays_the_backend_arrays_out_in_cpu_rows_and_keeps_ev
     assert!(line.contains("NEXTHOP_CACHE created"), "{line}");
     assert!(!line.contains("TABLES converted"), "{line}");
     assert!(!line.contains("VIP_STATS"), "{line}");
+}
+
+#[test]
+fn an_upgrade_from_layout_5_creates_the_standard_size_tables_map_and_keeps_every_connection() {
+    let line = upgrade_keeps_every_connection(5, rewind_to_layout5);
+    // The 5-to-6 step creates `TABLES_STD` alone: the adopted buffers stay in `TABLES`
+    // (their `VIPS` entries have no `VIP_TABLE_STD`) until their VIP's next install.
+    assert!(line.contains("TABLES_STD created"), "{line}");
+    assert!(!line.contains("TABLES converted"), "{line}");
+    assert!(!line.contains("VIP_STATS"), "{line}");
+    assert!(!line.contains("BACKEND_STATS"), "{line}");
 }
 
 #[test]

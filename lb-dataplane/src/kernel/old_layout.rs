@@ -1,8 +1,7 @@
 //! Test support for the upgrades across map layouts: runs an older layout's build's
-//! programs (`tests/data/lb-ebpf-layout1.o`, `lb-ebpf-layout2.o`, `lb-ebpf-layout3.o`)
-//! on a datapath pinned in that layout, as that build's `lb run` left it. The maps come
-//! first from `crate::pinned::migrate::rewind_to_layout1`, `rewind_to_layout2` or
-//! `rewind_to_layout3`; here the old
+//! programs (`tests/data/lb-ebpf-layout1.o` to `lb-ebpf-layout5.o`) on a datapath
+//! pinned in that layout, as that build's `lb run` left it. The maps come first from
+//! `crate::pinned::migrate::rewind_to_layout1` to `rewind_to_layout5`; here the old
 //! object is loaded over those pins (every map by its pin, as `load_pinned` does), its
 //! tail-called programs put in `RARE_PROGS`, and its load balancer program put on the
 //! pinned XDP link with `bpf_link_update`, so that it forwards from then on.

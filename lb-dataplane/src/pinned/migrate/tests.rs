@@ -117,6 +117,20 @@ fn layout_4_differs_from_this_build_only_in_the_maps_its_steps_convert() {
     assert_eq!(converted, ["BACKEND_STATS", "NEXTHOP_CACHE", "TABLES_STD"]);
 }
 
+/// The eBPF object of the last build of layout 5 (tests/data/README.md).
+static LAYOUT5_OBJECT: &[u8] =
+    aya::include_bytes_aligned!("../../../../tests/data/lb-ebpf-layout5.o");
+
+/// As for layout 1: the layout-5 object (main at 3d4fd1b) and this build's differ
+/// exactly in the map the 5-to-6 step creates (the outer map of the standard-size
+/// table buffers); `TABLES` itself is unchanged.
+#[test]
+fn layout_5_differs_from_this_build_only_in_the_map_its_step_creates() {
+    let (differing, converted) = differing_and_converted(LAYOUT5_OBJECT, 5);
+    assert_eq!(differing, converted);
+    assert_eq!(converted, ["TABLES_STD"]);
+}
+
 #[test]
 fn a_migration_says_what_it_did_with_each_map_and_how_long_it_took() {
     let m = Migration {
