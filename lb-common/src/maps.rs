@@ -296,10 +296,10 @@ pub const STD_TABLE_SIZE: u32 = 65_537;
 /// [`STD_TABLE_SIZE`] + [`TABLE_HEADER_LEN`], and the kernel then inlines the program's
 /// lookup of a cell (`array_map_gen_lookup`) instead of calling the helper.
 pub const STD_TABLE_MAP_FLAGS: u32 = 0x400;
-/// Flags of every inner table map of [`TABLES`]: `BPF_F_INNER_MAP` (0x1000: inner maps may differ in
-/// `max_entries`, kernel 5.10+) | `BPF_F_MMAPABLE` (0x400: userspace fills the table
-/// through mmap instead of one syscall per slot). The kernel requires every inner map to
-/// have exactly the template's flags.
+/// Flags of every inner table map of [`TABLES`]: `BPF_F_INNER_MAP` (0x1000: inner maps
+/// may differ in `max_entries`, kernel 5.10+) | `BPF_F_MMAPABLE` (0x400: userspace fills
+/// the table through mmap instead of one syscall per slot). The kernel requires every
+/// inner map to have exactly the template's flags.
 pub const TABLE_MAP_FLAGS: u32 = 0x1000 | 0x400;
 /// Flags of the conntrack maps: none, i.e. the common LRU: any CPU can use the whole
 /// capacity (each CPU keeps a small local free list, refilled from the shared lists in

@@ -25,15 +25,16 @@
 //!    entry only when its epoch equals `VIP_INFO`'s.
 //!
 //! A pinned data plane (`super::pinned`) also pins every buffer it creates at
-//! `tables/<index>` (the index in `TABLES` or `TABLES_STD`), persists the epoch counter in `meta` before
-//! an epoch is used, and at adoption ([`TableSet::adopt`]) reopens the buffers, maps
-//! them and resumes the counter: a restarted daemon writes the same buffers, and never
-//! gives out an epoch a conntrack entry may already carry.
+//! `tables/<index>` (the index in `TABLES` or `TABLES_STD`), persists the epoch counter
+//! in `meta` before an epoch is used, and at adoption ([`TableSet::adopt`]) reopens the
+//! buffers (each into the map its flags and size name), maps them and resumes the
+//! counter: a restarted daemon writes the same buffers, and never gives out an epoch a
+//! conntrack entry may already carry.
 //!
-//! The grace period is the kernel's own: re-setting an existing `TABLES` entry (or
-//! `TABLES_STD`'s, or deleting one) makes the
-//! update wait in `synchronize_rcu()` (`maybe_wait_bpf_programs()` in
-//! `kernel/bpf/syscall.c`), and every XDP program runs inside an RCU read-side section.
+//! The grace period is the kernel's own: re-setting an existing `TABLES` or
+//! `TABLES_STD` entry, or deleting one, makes the update wait in `synchronize_rcu()`
+//! (`maybe_wait_bpf_programs()` in `kernel/bpf/syscall.c`), and every XDP program runs
+//! inside an RCU read-side section.
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -45,7 +46,7 @@ use aya::maps::{Array, HashMap, MapData, MapError};
 use lb_common::{
     fastpath::SlotState,
     hash_fields::HashFields,
-    maps::{self, TABLE_HEADER_LEN},
+    maps::{self, STD_TABLE_SIZE, TABLE_HEADER_LEN},
     types::{
         VIP_AFFINITY, VIP_FAST_PATH, VIP_SECOND_CHANCE, VIP_TABLE_B, VIP_TABLE_STD, VipEntry,
         VipInfo, VipKey,
@@ -90,7 +91,12 @@ impl Buffer {
         )))?;
         let mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
             .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
-        let map = MapData::from_fd(fd).map_err(map_err(maps::TABLES, "open inner"))?;
+        let name = if size == STD_TABLE_SIZE {
+            maps::TABLES_STD
+        } else {
+            maps::TABLES
+        };
+        let map = MapData::from_fd(fd).map_err(map_err(name, "open inner"))?;
         Ok(Self {
             map,
             mapping,
