@@ -37,13 +37,15 @@ use crate::{
     table,
 };
 
-/// False when no VIP hashing to `key`'s filter bit takes the fast path.
+/// `key`'s filter bit, when some VIP hashing to it takes the fast path; `None` when
+/// none does.
 #[inline(always)]
-pub(crate) fn maybe_fast(key: &VipKey) -> bool {
+pub(crate) fn fast_bit(key: &VipKey) -> Option<u32> {
     let bit = vip_filter_bit(key);
     FAST_FILTER
         .get(bit / 64)
         .is_some_and(|word| word & (1u64 << (bit % 64)) != 0)
+        .then_some(bit)
 }
 
 /// Whether VIP `vip` takes the fast path.

@@ -695,12 +695,15 @@ impl KernelDataplane {
             dup_fd(&ebpf, maps::EXCEPTIONS)?,
         ];
         let tables_raw = MapData::from_fd(tables_fd).map_err(map_err(maps::TABLES, "reopen"))?;
+        let vip_cache = crate::vip_cache::VipCache::new(dup_fd(&ebpf, maps::VIP_CACHE)?.as_fd())
+            .map_err(crate::syscall_err(format!("mapping {}", maps::VIP_CACHE)))?;
         let tables = TableSet::new(
             take(&mut ebpf, maps::TABLES)?,
             tables_raw,
             take(&mut ebpf, maps::VIPS)?,
             take(&mut ebpf, maps::VIP_INFO)?,
             take(&mut ebpf, maps::AFFINITY_TIMEOUT)?,
+            vip_cache,
             pins,
         );
         let tables = Arc::new(Mutex::new(tables));
