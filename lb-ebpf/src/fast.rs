@@ -14,7 +14,9 @@
 //! and a dirty slot's packet reads `EXCEPTIONS` first (`conntrack::lookup_fast`).
 //!
 //! `FAST_FILTER` comes first: a VIP packet whose bit is clear takes today's path with
-//! no `VIPS` lookup before its conntrack lookup.
+//! no `VIPS` lookup before its conntrack lookup. A set bit reads the VIP's entry from
+//! `VIP_CACHE` (`vip::find_vip_cached`: two inlined array reads instead of the `VIPS`
+//! hash-map call), and the clean-slot check inlines the flow hash.
 
 use lb_common::{
     fastpath::{

@@ -31,10 +31,15 @@ pub(crate) fn find_vip(key: &VipKey) -> Option<VipEntry> {
 
 /// The `VIPS` entry of `key`, whose filter bit is `bit`: from `VIP_CACHE` when
 /// `VIP_INFO` confirms the slot ([`VipCacheSlot::entry_for`]), else from `VIPS`. The
-/// cache's reads are inlined array loads; a `VIPS` lookup is a call.
+/// cache's reads are inlined array loads; a `VIPS` lookup is a call. An entry whose id
+/// is beyond `MAX_VIPS` counts as none: both sources then leave the verifier the same
+/// id range, so it verifies what follows once (58,752 instructions without this
+/// check, 66,472 with the cache and no check, 54,394 with both).
 #[inline(always)]
 pub(crate) fn find_vip_cached(key: &VipKey, bit: u32) -> Option<VipEntry> {
-    cached(key, bit).or_else(|| find_vip(key))
+    cached(key, bit)
+        .or_else(|| find_vip(key))
+        .filter(|e| e.vip_id < lb_common::maps::MAX_VIPS)
 }
 
 /// `key`'s entry from its `VIP_CACHE` slot `bit`, when `VIP_INFO` confirms it.
