@@ -155,11 +155,13 @@ impl VipCacheSlot {
     #[inline(always)]
     pub fn entry_for(vip_id: u32, state: u64, key: &VipKey, info: &VipInfo) -> Option<VipEntry> {
         let epoch = (state >> 32) as u32;
+        #[expect(clippy::cast_possible_truncation, reason = "the word's low half")]
+        let flags = state as u32;
         let confirmed =
             info.live != 0 && info.key.same_as(key) && epoch != 0 && info.epoch == epoch;
         confirmed.then_some(VipEntry {
             vip_id,
-            flags: state as u32,
+            flags,
             epoch,
         })
     }
