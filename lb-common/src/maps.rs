@@ -68,6 +68,19 @@ pub const VIP_INFO: &str = "VIP_INFO";
 /// packet whose bit is clear takes today's path with no `VIPS` lookup before its
 /// conntrack lookup.
 pub const FAST_FILTER: &str = "FAST_FILTER";
+/// `BPF_MAP_TYPE_ARRAY` of [`VIP_CACHE_SLOTS`] [`crate::types::VipCacheSlot`], indexed
+/// by a VIP key's [`crate::hash::vip_filter_bit`], mmapable ([`VIP_CACHE_FLAGS`]): a
+/// copy of `VIPS` entries that a fast-path packet reads without a hash-map lookup
+/// (an array lookup is inlined by the verifier, a hash-map lookup is a call). A slot
+/// serves a packet only when `VIP_INFO` confirms it
+/// ([`crate::types::VipCacheSlot::entry_for`]); otherwise the packet looks `VIPS` up.
+pub const VIP_CACHE: &str = "VIP_CACHE";
+/// Slots of [`VIP_CACHE`]: one per filter bit (16 bytes each, 1 MiB). Of two VIPs with
+/// the same bit, one is cached; the other takes the `VIPS` lookup.
+pub const VIP_CACHE_SLOTS: u32 = VIP_FILTER_BITS;
+/// Flags of [`VIP_CACHE`]: `BPF_F_MMAPABLE` (0x400), so that userspace changes a slot's
+/// flags and epoch with one 8-byte store (a map update copies bytes one by one).
+pub const VIP_CACHE_FLAGS: u32 = 0x400;
 /// `BPF_MAP_TYPE_HASH`: [`crate::types::VipAddrKey`] → `u32` (number of VIPs on the
 /// address). Consulted only for packets whose port cannot be read (fragments, truncated
 /// L4), to tell "for a VIP address" from "for someone else".

@@ -29,6 +29,7 @@ pub mod prefix;
 pub mod routes;
 mod table_map;
 mod tables;
+mod vip_cache;
 
 use aya::maps::MapError;
 

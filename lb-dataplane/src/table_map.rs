@@ -83,22 +83,24 @@ const _: () = assert!(CELL_BYTES.is_multiple_of(8));
 const CELL_VALUE_SIZE: u32 = 16;
 const _: () = assert!(CELL_VALUE_SIZE as u64 == CELL_BYTES);
 
-/// A shared memory mapping of a table map's entries, unmapped on drop.
-pub(crate) struct Mapping {
-    ptr: NonNull<Cell>,
+/// A shared memory mapping of the entries of an mmapable array map (a table map's cells
+/// by default; also `VIP_CACHE`'s slots), unmapped on drop. `T`'s size must be a
+/// multiple of 8 (the kernel's element stride).
+pub(crate) struct Mapping<T = Cell> {
+    ptr: NonNull<T>,
     entries: usize,
     len: usize,
 }
 
-impl Mapping {
-    /// Maps the `entries` entries of the `u32` array map `fd` (read-write when
+impl<T> Mapping<T> {
+    /// Maps the `entries` entries of the `u32`-keyed array map `fd` (read-write when
     /// `writable`).
     pub(crate) fn new(fd: BorrowedFd<'_>, entries: usize, writable: bool) -> io::Result<Self> {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
             .map_err(|_| io::Error::last_os_error())?;
         let bytes = entries
-            .checked_mul(size_of::<Cell>())
+            .checked_mul(size_of::<T>())
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let len = bytes.div_ceil(page) * page;
         let prot = if writable {
@@ -121,23 +123,25 @@ impl Mapping {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let ptr = NonNull::new(ptr.cast::<Cell>())
+        let ptr = NonNull::new(ptr.cast::<T>())
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
         Ok(Self { ptr, entries, len })
     }
 
-    /// The element cells.
-    fn cells(&self) -> &[Cell] {
-        // SAFETY: the mapping covers `entries` cells and lives as long as self.
+    /// The elements.
+    pub(crate) fn cells(&self) -> &[T] {
+        // SAFETY: the mapping covers `entries` elements and lives as long as self.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.entries) }
     }
 
-    /// The element cells, writable (only for mappings created writable).
-    fn cells_mut(&mut self) -> &mut [Cell] {
+    /// The elements, writable (only for mappings created writable).
+    pub(crate) fn cells_mut(&mut self) -> &mut [T] {
         // SAFETY: as above; &mut self guarantees exclusive access through this mapping.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.entries) }
     }
+}
 
+impl Mapping {
     /// The header.
     fn header(&self) -> Option<TableHeader> {
         self.cells()
@@ -337,9 +341,9 @@ impl Mapping {
 
 // SAFETY: the mapping is plain shared memory owned by this value; it has no thread
 // affinity, and `&mut self` guards every write.
-unsafe impl Send for Mapping {}
+unsafe impl<T> Send for Mapping<T> {}
 
-impl Drop for Mapping {
+impl<T> Drop for Mapping<T> {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the region mapped in `new`.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };

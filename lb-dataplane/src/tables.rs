@@ -24,6 +24,9 @@
 //!    the one packets pick from: the established-flow path trusts a TCP conntrack
 //!    entry only when its epoch equals `VIP_INFO`'s.
 //!
+//! Every `VIPS` entry written is also copied into `VIP_CACHE` (`crate::vip_cache`),
+//! after the `VIPS` update; a VIP leaves the cache before its entry goes.
+//!
 //! A pinned data plane (`super::pinned`) also pins every buffer it creates at
 //! `tables/<index>` (the index in `TABLES` or `TABLES_STD`), persists the epoch counter
 //! in `meta` before an epoch is used, and at adoption ([`TableSet::adopt`]) reopens the
@@ -55,7 +58,7 @@ use lb_common::{
 
 use super::{
     DataplaneError, InstalledTable, TableImage, absent_is_ok, bpf_sys, map_err, pinned::MetaMap,
-    syscall_err, table_map,
+    syscall_err, table_map, vip_cache::VipCache,
 };
 
 /// Where a pinned data plane keeps its table buffers and epoch counter.
@@ -217,6 +220,8 @@ pub(crate) struct TableSet {
     vip_info: Array<MapData, VipInfo>,
     /// `AFFINITY_TIMEOUT`: VIP id → its affinity timeout (ns).
     affinity_timeout: Array<MapData, u64>,
+    /// `VIP_CACHE`: a copy of each `VIPS` entry written, for the fast path.
+    cache: VipCache,
     by_id: StdHashMap<u32, VipBuffers>,
     /// Grace periods waited for (for tests and benchmarks).
     #[cfg(feature = "test-harness")]
@@ -251,6 +256,7 @@ impl TableSet {
         vips: HashMap<MapData, VipKey, VipEntry>,
         vip_info: Array<MapData, VipInfo>,
         affinity_timeout: Array<MapData, u64>,
+        cache: VipCache,
         pins: Option<TablePins>,
     ) -> Self {
         Self {
@@ -258,6 +264,7 @@ impl TableSet {
             vips,
             vip_info,
             affinity_timeout,
+            cache,
             by_id: StdHashMap::new(),
             #[cfg(feature = "test-harness")]
             grace_periods: 0,
@@ -339,6 +346,10 @@ impl TableSet {
             self.by_id.insert(entry.vip_id, vip);
         }
         self.epoch = epoch;
+        self.cache.clear();
+        for (key, entry) in self.vip_entries()? {
+            self.cache.publish(&key, &entry);
+        }
         Ok(())
     }
 
@@ -399,7 +410,9 @@ impl TableSet {
         };
         self.vips
             .insert(key, entry, 0)
-            .map_err(map_err(maps::VIPS, "update"))
+            .map_err(map_err(maps::VIPS, "update"))?;
+        self.cache.publish(key, &entry);
+        Ok(())
     }
 
     /// Waits for an RCU grace period if any buffer is stale; afterwards none is.
@@ -882,6 +895,24 @@ impl TableSet {
         }
     }
 
+    /// `key`'s `VIP_CACHE` slot as the program reads it (tests).
+    #[cfg(feature = "test-harness")]
+    pub(crate) fn cache_slot(&self, key: &VipKey) -> lb_common::types::VipCacheSlot {
+        self.cache.slot(key)
+    }
+
+    /// Overwrites `key`'s `VIP_CACHE` slot with `slot` (tests of what the program trusts).
+    #[cfg(feature = "test-harness")]
+    pub(crate) fn write_cache_slot(&mut self, key: &VipKey, slot: &lb_common::types::VipCacheSlot) {
+        self.cache.overwrite(key, slot);
+    }
+
+    /// Deletes `key`'s `VIPS` entry alone, its cache slot and `VIP_INFO` kept (tests).
+    #[cfg(feature = "test-harness")]
+    pub(crate) fn delete_vips_entry(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        self.vips.remove(key).map_err(map_err(maps::VIPS, "delete"))
+    }
+
     /// Writes VIP `vip_id`'s `VIP_INFO` element, then its `VIPS` entry selecting its
     /// live buffer and epoch.
     pub(crate) fn set_vip(&mut self, key: &VipKey, vip_id: u32) -> Result<(), DataplaneError> {
@@ -894,13 +925,16 @@ impl TableSet {
 
     /// Removes a `VIPS` entry, then clears its id's `VIP_INFO` element.
     pub(crate) fn remove_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
-        absent_is_ok(self.vips.remove(key)).map_err(map_err(maps::VIPS, "delete"))?;
         let ids: Vec<u32> = self
             .by_id
             .iter()
             .filter(|(_, v)| v.key.as_ref() == Some(key))
             .map(|(id, _)| *id)
             .collect();
+        for id in &ids {
+            self.cache.withdraw(key, *id);
+        }
+        absent_is_ok(self.vips.remove(key)).map_err(map_err(maps::VIPS, "delete"))?;
         for id in ids {
             self.write_info(id, None, 0)?;
             if let Some(v) = self.by_id.get_mut(&id) {

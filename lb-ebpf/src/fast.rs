@@ -14,7 +14,9 @@
 //! and a dirty slot's packet reads `EXCEPTIONS` first (`conntrack::lookup_fast`).
 //!
 //! `FAST_FILTER` comes first: a VIP packet whose bit is clear takes today's path with
-//! no `VIPS` lookup before its conntrack lookup.
+//! no `VIPS` lookup before its conntrack lookup. A set bit reads the VIP's entry from
+//! `VIP_CACHE` (`vip::find_vip_cached`: two inlined array reads instead of the `VIPS`
+//! hash-map call), and the clean-slot check inlines the flow hash.
 
 use lb_common::{
     fastpath::{
@@ -36,13 +38,15 @@ use crate::{
     table,
 };
 
-/// False when no VIP hashing to `key`'s filter bit takes the fast path.
+/// `key`'s filter bit, when some VIP hashing to it takes the fast path; `None` when
+/// none does.
 #[inline(always)]
-pub(crate) fn maybe_fast(key: &VipKey) -> bool {
+pub(crate) fn fast_bit(key: &VipKey) -> Option<u32> {
     let bit = vip_filter_bit(key);
     FAST_FILTER
         .get(bit / 64)
         .is_some_and(|word| word & (1u64 << (bit % 64)) != 0)
+        .then_some(bit)
 }
 
 /// Whether VIP `vip` takes the fast path.

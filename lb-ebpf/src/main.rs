@@ -277,8 +277,8 @@ fn vip_packet<const FULL: bool>(
     // that from any register, which the verifier refuses to read).
     let mut fast_vip = (VipEntry::default(), false);
     if let Some(cfg) = cfg
-        && fast::maybe_fast(&parsed.key.vip)
-        && let Some(vip) = vip::find_vip(&parsed.key.vip)
+        && let Some(bit) = fast::fast_bit(&parsed.key.vip)
+        && let Some(vip) = vip::find_vip_cached(&parsed.key.vip, bit)
         && fast::is_fast(&vip)
     {
         if let Some(choice) = fast::clean_owner(

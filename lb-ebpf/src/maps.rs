@@ -20,7 +20,7 @@ use lb_common::{
     maps::{
         CPU_ROW_LEN, CT_MAP_FLAGS, ICMP_RATE_KINDS, MAX_BACKENDS, MAX_SOURCE_RANGES, MAX_VIPS,
         STD_TABLE_MAP_FLAGS, STD_TABLE_SIZE, TABLE_HEADER_LEN, TABLE_MAP_FLAGS, TABLE_SLOTS,
-        VIP_FILTER_WORDS,
+        VIP_CACHE_FLAGS, VIP_CACHE_SLOTS, VIP_FILTER_WORDS,
     },
     probe::ProbeStats,
     stats::{BackendStats, GlobalStats, VipStats},
@@ -28,7 +28,7 @@ use lb_common::{
     types::{
         AffinityEntry, AffinityKey, AgentConfig, BackendEntry, CtEntry, FlowKey, FlowKey4,
         FragEntry, FragKey, LbConfig, NextHopEntry, SourceData, SynEntry, TableCell, VipAddrKey,
-        VipEntry, VipInfo, VipKey,
+        VipCacheSlot, VipEntry, VipInfo, VipKey,
     },
 };
 
@@ -68,6 +68,14 @@ pub(crate) static VIP_FILTER: Array<u64, { VIP_FILTER_WORDS as usize }> = Array:
 /// path.
 #[btf_map]
 pub(crate) static FAST_FILTER: Array<u64, { VIP_FILTER_WORDS as usize }> = Array::new();
+
+/// Filter bit → a copy of one VIP's `VIPS` entry, for the fast path (no hash-map call).
+#[btf_map]
+pub(crate) static VIP_CACHE: Array<
+    VipCacheSlot,
+    { VIP_CACHE_SLOTS as usize },
+    { VIP_CACHE_FLAGS as usize },
+> = Array::new();
 
 /// VIP id → the VIP it names, whether it is live, and its table epoch.
 #[btf_map]

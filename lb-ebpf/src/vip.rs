@@ -7,10 +7,10 @@
 
 use lb_common::{
     hash::vip_filter_bit,
-    types::{FlowKey, VipAddrKey, VipEntry, VipInfo, VipKey},
+    types::{FlowKey, VipAddrKey, VipCacheSlot, VipEntry, VipInfo, VipKey},
 };
 
-use crate::maps::{VIP_ADDRS, VIP_FILTER, VIP_INFO, VIPS};
+use crate::maps::{VIP_ADDRS, VIP_CACHE, VIP_FILTER, VIP_INFO, VIPS};
 
 /// False when the packet is certainly not for a VIP (its `VIP_FILTER` bit is clear).
 #[inline(always)]
@@ -27,6 +27,34 @@ pub(crate) fn find_vip(key: &VipKey) -> Option<VipEntry> {
     // SAFETY: the pointer comes from a successful lookup; the 12-byte value is copied
     // out at once.
     VIPS.get_ptr(key).map(|v| unsafe { *v })
+}
+
+/// The `VIPS` entry of `key`, whose filter bit is `bit`: from `VIP_CACHE` when
+/// `VIP_INFO` confirms the slot ([`VipCacheSlot::entry_for`]), else from `VIPS`. The
+/// cache's reads are inlined array loads; a `VIPS` lookup is a call. An entry whose id
+/// is beyond `MAX_VIPS` counts as none: both sources then leave the verifier the same
+/// id range, so it verifies what follows once instead of once per source.
+#[inline(always)]
+pub(crate) fn find_vip_cached(key: &VipKey, bit: u32) -> Option<VipEntry> {
+    cached(key, bit)
+        .or_else(|| find_vip(key))
+        .filter(|e| e.vip_id < lb_common::maps::MAX_VIPS)
+}
+
+/// `key`'s entry from its `VIP_CACHE` slot `bit`, when `VIP_INFO` confirms it.
+#[inline(always)]
+fn cached(key: &VipKey, bit: u32) -> Option<VipEntry> {
+    let slot = VIP_CACHE.get_ptr(bit)?;
+    // SAFETY: a successful lookup's element; each field is read once, the state word
+    // with one 8-byte load (userspace changes it with one 8-byte store).
+    let (vip_id, state) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const (*slot).vip_id),
+            core::ptr::read_volatile(&raw const (*slot).state),
+        )
+    };
+    let info = VIP_INFO.get(vip_id)?;
+    VipCacheSlot::entry_for(vip_id, state, key, info)
 }
 
 /// What VIP id `vip_id` names, if it is configured and still names `key` (a conntrack

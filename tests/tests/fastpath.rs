@@ -9,7 +9,7 @@ use std::{net::IpAddr, time::Duration};
 use lb_common::{
     fastpath::{self, Note},
     stats::VipStats,
-    types::{BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP},
+    types::{BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP, VipCacheSlot, VipEntry},
 };
 use lb_dataplane::{ConnState, Dataplane as _, PinMap, WalkSettings};
 use lb_maglev::flow::slot_of;
@@ -917,4 +917,38 @@ fn default_size_tables_are_read_from_tables_std_and_follow_a_size_change() {
     lb.table(1, &vec![1; STD]);
     assert_eq!(places(&lb, 1), [(false, true), (false, true)]);
     assert_eq!(udp_to(&mut lb, 41_021), 1);
+}
+
+#[test]
+fn a_fast_path_vip_is_read_from_its_cache_slot_only_as_vip_info_confirms_it() {
+    let mut lb = fast();
+    let key = vip_key(VIP4.into(), 80, PROTO_TCP);
+    let flow = flow_on(2);
+    let ack = flow.frame(L4::Tcp(ACK), b"x");
+    let entry = lb.dp.vip_entry(&key).expect("read").expect("an entry");
+    assert_eq!(lb.dp.vip_cache_slot(&key), VipCacheSlot::of(&entry));
+    // A table change moves the slot to the new table's epoch.
+    let mut next = round_robin(M, &[1, 2, 3]);
+    next[5] = 1;
+    lb.table(0, &next);
+    let entry = lb.dp.vip_entry(&key).expect("read").expect("an entry");
+    assert_eq!(lb.dp.vip_cache_slot(&key), VipCacheSlot::of(&entry));
+    let owner = states(&lb)[2].owner();
+    // Without its VIPS entry the VIP's packets still take the fast path: from the cache.
+    lb.dp.delete_vips_entry(&key).expect("delete");
+    assert_eq!(sent_to(&mut lb, &ack), owner);
+    // A slot of an older epoch (a table switch in progress) is not trusted: the packet
+    // looks VIPS up, which has no entry now, and is not forwarded.
+    let stale = VipEntry {
+        epoch: entry.epoch - 1,
+        ..entry
+    };
+    lb.dp.write_vip_cache_slot(&key, &VipCacheSlot::of(&stale));
+    assert_ne!(lb.send(&ack).0, XDP_TX, "a stale slot is not used");
+    // Nor is another VIP id's slot, even at the right epoch.
+    let other = VipEntry { vip_id: 1, ..entry };
+    lb.dp.write_vip_cache_slot(&key, &VipCacheSlot::of(&other));
+    assert_ne!(lb.send(&ack).0, XDP_TX, "another VIP's slot is not used");
+    lb.dp.write_vip_cache_slot(&key, &VipCacheSlot::of(&entry));
+    assert_eq!(sent_to(&mut lb, &ack), owner, "the confirmed slot again");
 }

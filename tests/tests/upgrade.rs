@@ -175,11 +175,14 @@ fn an_upgrade_from_layout_4_lays_the_backend_arrays_out_in_cpu_rows_and_keeps_ev
 }
 
 #[test]
-fn an_upgrade_from_layout_5_creates_the_standard_size_tables_map_and_keeps_every_connection() {
+fn an_upgrade_from_layout_5_creates_the_standard_size_tables_map_and_the_vip_cache_and_keeps_every_connection()
+ {
     let line = upgrade_keeps_every_connection(5, rewind_to_layout5);
-    // The 5-to-6 step creates `TABLES_STD` alone: the adopted buffers stay in `TABLES`
-    // (their `VIPS` entries have no `VIP_TABLE_STD`) until their VIP's next install.
+    // The 5-to-6 step creates `TABLES_STD` and `VIP_CACHE`: the adopted buffers stay in
+    // `TABLES` (their `VIPS` entries have no `VIP_TABLE_STD`) until their VIP's next
+    // install.
     assert!(line.contains("TABLES_STD created"), "{line}");
+    assert!(line.contains("VIP_CACHE created"), "{line}");
     assert!(!line.contains("TABLES converted"), "{line}");
     assert!(!line.contains("VIP_STATS"), "{line}");
     assert!(!line.contains("BACKEND_STATS"), "{line}");

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //! Tests of the shared types.
 
-use super::{FAMILY_V4, FlowKey, PROTO_TCP, SynEntry, VipKey};
+use super::{
+    FAMILY_V4, FlowKey, PROTO_TCP, SynEntry, VIP_FAST_PATH, VIP_TABLE_B, VipCacheSlot, VipEntry,
+    VipInfo, VipKey,
+};
 
 fn entry(key: FlowKey, hash: u32, backend_id: u16, epoch: u32, syn_ns: u64) -> SynEntry {
     SynEntry {
@@ -68,4 +71,55 @@ fn a_v4_conntrack_key_widens_back_to_its_flow_key() {
         _pad: [0; 2],
     };
     assert_eq!(key.v4().widen(), key);
+}
+
+fn vip_key(last: u8, port: u16) -> VipKey {
+    let mut addr = [0; 16];
+    addr[..4].copy_from_slice(&[10, 0, 0, last]);
+    VipKey {
+        addr,
+        port: port.to_be(),
+        proto: PROTO_TCP,
+        family: FAMILY_V4,
+    }
+}
+
+#[test]
+fn a_vip_cache_slot_serves_only_what_vip_info_confirms() {
+    let key = vip_key(1, 80);
+    let entry = VipEntry {
+        vip_id: 3,
+        flags: VIP_FAST_PATH | VIP_TABLE_B,
+        epoch: 41,
+    };
+    let slot = VipCacheSlot::of(&entry);
+    let info = VipInfo {
+        key,
+        live: 1,
+        epoch: 41,
+    };
+    let read = |slot: &VipCacheSlot, info: &VipInfo, key: &VipKey| {
+        VipCacheSlot::entry_for(slot.vip_id, slot.state, key, info)
+    };
+    assert_eq!(read(&slot, &info, &key), Some(entry));
+    // Another VIP's packet with the same filter bit, or a VIP id no longer live.
+    assert_eq!(read(&slot, &info, &vip_key(1, 81)), None);
+    assert_eq!(read(&slot, &VipInfo { live: 0, ..info }, &key), None);
+    // A table switch in progress: VIP_INFO already names the next epoch.
+    assert_eq!(read(&slot, &VipInfo { epoch: 42, ..info }, &key), None);
+    // A zeroed slot, against a live VIP id 0 without a table (epoch 0).
+    let zero_info = VipInfo {
+        key,
+        live: 1,
+        epoch: 0,
+    };
+    assert_eq!(read(&VipCacheSlot::default(), &zero_info, &key), None);
+    // A slot half-way from another VIP (its id written, its state not yet).
+    let other = VipCacheSlot::of(&VipEntry {
+        vip_id: 9,
+        flags: 0,
+        epoch: 17,
+    });
+    let half = VipCacheSlot { vip_id: 3, ..other };
+    assert_eq!(read(&half, &info, &key), None);
 }

@@ -116,6 +116,63 @@ impl VipEntry {
 }
 const _: () = assert!(size_of::<VipEntry>() == 12);
 
+/// Element of the `VIP_CACHE` array (index: the VIP key's
+/// [`vip_filter_bit`](crate::hash::vip_filter_bit)): a copy of one VIP's `VIPS` entry,
+/// which the fast path reads without a hash-map lookup.
+///
+/// Layout (16 bytes, 8-byte aligned): `vip_id` 0..4, `_pad` 4..8 (zero), `state` 8..16
+/// (the entry's flags in bits 0..32, its epoch in bits 32..64). Flags and epoch share
+/// one word so that userspace changes them with one aligned 8-byte store through the
+/// map's mmap and a packet reads them with one load. A slot is never trusted alone:
+/// see [`VipCacheSlot::entry_for`].
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipCacheSlot {
+    /// The VIP id of the cached entry.
+    pub vip_id: u32,
+    /// Explicit padding, always zero.
+    pub _pad: u32,
+    /// The cached entry's flags (bits 0..32) and epoch (bits 32..64).
+    pub state: u64,
+}
+const _: () = assert!(size_of::<VipCacheSlot>() == 16);
+
+impl VipCacheSlot {
+    /// The slot caching `entry`.
+    pub const fn of(entry: &VipEntry) -> Self {
+        Self {
+            vip_id: entry.vip_id,
+            _pad: 0,
+            state: Self::state_of(entry),
+        }
+    }
+
+    /// `entry`'s flags and epoch as one state word.
+    pub const fn state_of(entry: &VipEntry) -> u64 {
+        entry.flags as u64 | (entry.epoch as u64) << 32
+    }
+
+    /// The `VIPS` entry of a packet to `key`, from a slot read as `vip_id` and `state`,
+    /// when `info` (`VIP_INFO[vip_id]`) confirms it: the id is live for `key` and its
+    /// live table's epoch is the slot's (never 0). Epochs are never reused
+    /// (`VipEntry::epoch`), so a slot left by another VIP, one written half-way, or one
+    /// older than `VIP_INFO` (a table switch in progress) fails, and the packet looks
+    /// `VIPS` up. No ordering between the slot's two loads or its stores is needed.
+    #[inline(always)]
+    pub fn entry_for(vip_id: u32, state: u64, key: &VipKey, info: &VipInfo) -> Option<VipEntry> {
+        let epoch = (state >> 32) as u32;
+        #[expect(clippy::cast_possible_truncation, reason = "the word's low half")]
+        let flags = state as u32;
+        let confirmed =
+            info.live != 0 && info.key.same_as(key) && epoch != 0 && info.epoch == epoch;
+        confirmed.then_some(VipEntry {
+            vip_id,
+            flags,
+            epoch,
+        })
+    }
+}
+
 /// Key of the `VIP_ADDRS` map: a VIP address without port and protocol.
 ///
 /// Layout (20 bytes): `addr` 0..16 (network order), `family` 16, `_pad` 17..20 (zero).
@@ -131,4 +188,4 @@ pub struct VipAddrKey {
 }
 const _: () = assert!(size_of::<VipAddrKey>() == 20);
 
-impl_pod!(VipKey, VipEntry, VipInfo, VipAddrKey);
+impl_pod!(VipKey, VipEntry, VipInfo, VipAddrKey, VipCacheSlot);

@@ -15,7 +15,8 @@ use lb_common::{
     agent::AgentStats,
     maps,
     types::{
-        AffinityKey, AgentConfig, BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame, VipEntry, VipKey,
+        AffinityKey, AgentConfig, BENCH_FRAME_MAX, BENCH_SEQ_MAX, BenchFrame, VipCacheSlot,
+        VipEntry, VipKey,
     },
 };
 
@@ -479,6 +480,26 @@ impl KernelDataplane {
     /// RCU grace periods waited for by table changes so far.
     pub fn grace_periods(&self) -> u64 {
         lock(&self.tables).grace_periods()
+    }
+
+    /// `key`'s `VIP_CACHE` slot, as the program reads it.
+    pub fn vip_cache_slot(&self, key: &VipKey) -> VipCacheSlot {
+        lock(&self.tables).cache_slot(key)
+    }
+
+    /// Overwrites `key`'s `VIP_CACHE` slot with `slot` (a test of what the program
+    /// trusts; the daemon's bookkeeping is unchanged).
+    pub fn write_vip_cache_slot(&mut self, key: &VipKey, slot: &VipCacheSlot) {
+        lock(&self.tables).write_cache_slot(key, slot);
+    }
+
+    /// Deletes `key`'s `VIPS` entry and nothing else (its `VIP_CACHE` slot and
+    /// `VIP_INFO` element stay): shows which packets the cache alone serves.
+    ///
+    /// # Errors
+    /// Map failures.
+    pub fn delete_vips_entry(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        lock(&self.tables).delete_vips_entry(key)
     }
 }
 

@@ -703,11 +703,14 @@ impl KernelDataplane {
             dup_fd(&ebpf, maps::CONFIG)?,
             dup_fd(&ebpf, maps::EXCEPTIONS)?,
         ];
+        let vip_cache = crate::vip_cache::VipCache::new(dup_fd(&ebpf, maps::VIP_CACHE)?.as_fd())
+            .map_err(crate::syscall_err(format!("mapping {}", maps::VIP_CACHE)))?;
         let tables = TableSet::new(
             outers,
             take(&mut ebpf, maps::VIPS)?,
             take(&mut ebpf, maps::VIP_INFO)?,
             take(&mut ebpf, maps::AFFINITY_TIMEOUT)?,
+            vip_cache,
             pins,
         );
         let tables = Arc::new(Mutex::new(tables));

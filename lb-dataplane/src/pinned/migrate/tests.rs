@@ -97,7 +97,13 @@ fn layout_3_differs_from_this_build_only_in_the_maps_its_steps_convert() {
     assert_eq!(differing, converted);
     assert_eq!(
         converted,
-        ["BACKEND_STATS", "EXCEPTIONS", "NEXTHOP_CACHE", "TABLES_STD"]
+        [
+            "BACKEND_STATS",
+            "EXCEPTIONS",
+            "NEXTHOP_CACHE",
+            "TABLES_STD",
+            "VIP_CACHE"
+        ]
     );
     let old = Layout::of_object_at(LAYOUT3_OBJECT, 3).expect("layout 3 object");
     assert_eq!(old.stamp(), "1-ea05b8e39491");
@@ -114,7 +120,10 @@ static LAYOUT4_OBJECT: &[u8] =
 fn layout_4_differs_from_this_build_only_in_the_maps_its_steps_convert() {
     let (differing, converted) = differing_and_converted(LAYOUT4_OBJECT, 4);
     assert_eq!(differing, converted);
-    assert_eq!(converted, ["BACKEND_STATS", "NEXTHOP_CACHE", "TABLES_STD"]);
+    assert_eq!(
+        converted,
+        ["BACKEND_STATS", "NEXTHOP_CACHE", "TABLES_STD", "VIP_CACHE"]
+    );
 }
 
 /// The eBPF object of the last build of layout 5 (tests/data/README.md).
@@ -122,13 +131,13 @@ static LAYOUT5_OBJECT: &[u8] =
     aya::include_bytes_aligned!("../../../../tests/data/lb-ebpf-layout5.o");
 
 /// As for layout 1: the layout-5 object (main at 3d4fd1b) and this build's differ
-/// exactly in the map the 5-to-6 step creates (the outer map of the standard-size
-/// table buffers); `TABLES` itself is unchanged.
+/// exactly in the maps the 5-to-6 step creates (the outer map of the standard-size
+/// table buffers, the VIP cache); `TABLES` itself is unchanged.
 #[test]
-fn layout_5_differs_from_this_build_only_in_the_map_its_step_creates() {
+fn layout_5_differs_from_this_build_only_in_the_maps_its_step_creates() {
     let (differing, converted) = differing_and_converted(LAYOUT5_OBJECT, 5);
     assert_eq!(differing, converted);
-    assert_eq!(converted, ["TABLES_STD"]);
+    assert_eq!(converted, ["TABLES_STD", "VIP_CACHE"]);
 }
 
 #[test]

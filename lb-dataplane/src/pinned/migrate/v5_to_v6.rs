@@ -1,4 +1,5 @@
-//! Layout 5 to layout 6 (the outer map of the standard-size table buffers).
+//! Layout 5 to layout 6 (the outer map of the standard-size table buffers, the VIP
+//! cache).
 //!
 //! What changed (the objects of the two builds compared map by map, see the tests):
 //! - `TABLES_STD` (the table buffers of `STD_TABLE_SIZE` slots, inner maps without
@@ -6,14 +7,17 @@
 //!   its inner template this build's. The `VIPS` entries of layout 5 have no
 //!   `VIP_TABLE_STD`, so the new program reads their buffers in `TABLES`, kept as
 //!   pinned; a VIP's buffer moves into `TABLES_STD` at its next table install.
+//! - `VIP_CACHE` (copies of the `VIPS` entries that a fast-path packet reads without a
+//!   hash-map lookup) is new: created empty. The adopting daemon fills it from `VIPS`
+//!   (`crate::tables::TableSet::adopt`); until then packets look `VIPS` up.
 
-use lb_common::maps::TABLES_STD;
+use lb_common::maps::{TABLES_STD, VIP_CACHE};
 
 use super::{Context, MapMigration, Step, create_empty};
 use crate::pinned::PinError;
 
 /// The maps new in layout 6, created empty.
-const CREATED: [&str; 1] = [TABLES_STD];
+const CREATED: [&str; 2] = [TABLES_STD, VIP_CACHE];
 
 /// The step.
 pub(super) const STEP: Step = Step {
