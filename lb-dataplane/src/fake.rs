@@ -313,6 +313,11 @@ impl Dataplane for FakeDataplane {
         self.fast.contains(&vip_id)
     }
 
+    /// The fake has no `VIP_CACHE`: every VIP with an entry counts as cached.
+    fn vip_cached(&self, vip_id: u32) -> bool {
+        self.vips.values().any(|id| *id == vip_id)
+    }
+
     fn set_second_chance(
         &mut self,
         _key: &VipKey,

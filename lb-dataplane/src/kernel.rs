@@ -473,6 +473,10 @@ impl Dataplane for KernelDataplane {
         lock(&self.tables).fast_path(vip_id)
     }
 
+    fn vip_cached(&self, vip_id: u32) -> bool {
+        lock(&self.tables).cached(vip_id)
+    }
+
     fn set_second_chance(
         &mut self,
         _key: &VipKey,

@@ -421,6 +421,11 @@ pub trait Dataplane {
     /// Whether VIP `vip_id` takes the fast path ([`Self::set_fast_path`]).
     fn fast_path(&self, vip_id: u32) -> bool;
 
+    /// Whether VIP `vip_id`'s entry is in `VIP_CACHE`, where a fast-path packet reads
+    /// it without the `VIPS` lookup (`lb_common::maps::VIP_CACHE`): false when another
+    /// VIP with the same filter bit holds the slot, or the VIP has no entry.
+    fn vip_cached(&self, vip_id: u32) -> bool;
+
     /// Sets whether VIP `key` (id `vip_id`) offers the backends' agent second-chance
     /// candidates (`lb_common::types::VIP_SECOND_CHANCE` in its `VIPS` entry,
     /// `lb_common::second_chance`): a TCP packet that misses conntrack on a dirty slot

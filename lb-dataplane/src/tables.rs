@@ -776,6 +776,14 @@ impl TableSet {
         written
     }
 
+    /// Whether VIP `vip_id`'s entry is in `VIP_CACHE`.
+    pub(crate) fn cached(&self, vip_id: u32) -> bool {
+        self.by_id
+            .get(&vip_id)
+            .and_then(|v| v.key)
+            .is_some_and(|key| self.cache.holds(&key, vip_id))
+    }
+
     /// Whether VIP `vip_id` takes the fast path.
     pub(crate) fn fast_path(&self, vip_id: u32) -> bool {
         self.by_id.get(&vip_id).is_some_and(|v| v.fast)

@@ -63,6 +63,11 @@ impl VipCache {
         }
     }
 
+    /// Whether VIP id `vip_id` holds `key`'s slot.
+    pub(crate) fn holds(&self, key: &VipKey, vip_id: u32) -> bool {
+        self.holders.get(&vip_filter_bit(key)) == Some(&vip_id)
+    }
+
     /// Empties every slot (adoption: the entries are cached again from `VIPS`).
     pub(crate) fn clear(&mut self) {
         self.holders.clear();

@@ -4,10 +4,14 @@
 //! with the fast path on, through `BPF_PROG_TEST_RUN` (rules T1, M1, M2, P4, and the
 //! simulation's CE1).
 
-use std::{net::IpAddr, time::Duration};
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    time::Duration,
+};
 
 use lb_common::{
     fastpath::{self, Note},
+    hash::vip_filter_bit,
     stats::VipStats,
     types::{BACKEND_DOWN, BACKEND_DRAINING, PROTO_TCP, PROTO_UDP, VipCacheSlot, VipEntry},
 };
@@ -951,4 +955,34 @@ fn a_fast_path_vip_is_read_from_its_cache_slot_only_as_vip_info_confirms_it() {
     assert_ne!(lb.send(&ack).0, XDP_TX, "another VIP's slot is not used");
     lb.dp.write_vip_cache_slot(&key, &VipCacheSlot::of(&entry));
     assert_eq!(sent_to(&mut lb, &ack), owner, "the confirmed slot again");
+}
+
+#[test]
+fn of_two_fast_path_vips_with_one_filter_bit_one_is_cached_and_both_forward_by_their_tables() {
+    // The filter bit folds a v4 address's two halves by XOR: these two share it.
+    let a = Ipv4Addr::new(198, 51, 100, 10);
+    let b = Ipv4Addr::new(198, 10, 100, 51);
+    let (ka, kb) = (
+        vip_key(a.into(), 80, PROTO_TCP),
+        vip_key(b.into(), 80, PROTO_TCP),
+    );
+    assert_eq!(vip_filter_bit(&ka), vip_filter_bit(&kb));
+    let mut lb = Lb::new();
+    lb.backends(3, false);
+    lb.table(0, &round_robin(M, &[1, 2, 3]));
+    lb.table(1, &round_robin(M, &[3, 1, 2]));
+    lb.vip(0, a, 80, PROTO_TCP);
+    lb.vip(1, b, 80, PROTO_TCP);
+    lb.dp.set_fast_path(&ka, 0, true).expect("fast path on");
+    lb.dp.set_fast_path(&kb, 1, true).expect("fast path on");
+    assert!(lb.dp.vip_cached(0), "the first VIP holds the slot");
+    assert!(!lb.dp.vip_cached(1), "the second looks VIPS up");
+    for port in 40_000..40_020 {
+        for (id, addr) in [(0, a), (1, b)] {
+            let flow = Flow::new(CLIENT4, port, addr, 80);
+            let want = lb.predict(id, &flow, PROTO_TCP);
+            assert_eq!(sent_to(&mut lb, &flow.frame(L4::Tcp(ACK), b"x")), want);
+        }
+    }
+    assert_eq!(pins(&lb), 0, "both took the fast path: no pin");
 }

@@ -78,6 +78,7 @@ pub fn status_text(s: &Status) -> String {
         );
         out.push_str(&allowed_sources_line(v));
         out.push_str(&slot_states_line(v));
+        out.push_str(&entry_cached_line(v));
         out.push_str(&rollout_line(v));
         out.push_str(&owners_given_up_line(v));
         out.push_str(&give_ups_line(v));
@@ -265,6 +266,17 @@ fn owners_given_up_line(v: &VipStatus) -> String {
     }
 }
 
+/// A fast-path VIP whose entry is not in the VIP cache (nothing otherwise).
+fn entry_cached_line(v: &VipStatus) -> String {
+    if v.entry_cached == Some(false) {
+        "  fast path: entry not cached (another VIP has its filter bit): its packets look \
+         VIPS up\n"
+            .to_owned()
+    } else {
+        String::new()
+    }
+}
+
 /// A VIP's dirty table slots and its pins by kind (nothing before the first cleaning
 /// walk).
 fn slot_states_line(v: &VipStatus) -> String {
@@ -353,6 +365,19 @@ mod tests {
         assert_eq!(
             give_ups_line(&v),
             "  fast-path give-ups: 3 fp_syn_maybe_split (R1), 1 fp_udp_drained_clean_owner (R3)\n"
+        );
+    }
+
+    #[test]
+    fn a_fast_path_vip_not_in_the_vip_cache_says_so_and_a_cached_one_says_nothing() {
+        let mut v = vip(&[]);
+        assert_eq!(entry_cached_line(&v), "", "fast path off");
+        v.entry_cached = Some(true);
+        assert_eq!(entry_cached_line(&v), "");
+        v.entry_cached = Some(false);
+        assert_eq!(
+            entry_cached_line(&v),
+            "  fast path: entry not cached (another VIP has its filter bit): its packets look VIPS up\n"
         );
     }
 

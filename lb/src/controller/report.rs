@@ -194,6 +194,7 @@ fn vip_status(
         policy: mode.map(|m| PolicyStatus::new(m, &applied.spec.policy)),
         announce: None,
         slot_states: None,
+        entry_cached: None,
         give_ups: Vec::new(),
         // A marker the last conntrack walk replaces with the count.
         affinity_pins: (applied.spec.hash.affinity_secs != 0).then_some(0),
@@ -221,6 +222,10 @@ impl<D: Dataplane> Controller<D> {
                 let mut status = vip_status(vip, applied, admin, self.policy_mode(vip));
                 status.pending_rollout = self.pending_rollout(vip);
                 status.owners_given_up = self.dp.owners_given_up(applied.id);
+                status.entry_cached = self
+                    .dp
+                    .fast_path(applied.id)
+                    .then(|| self.dp.vip_cached(applied.id));
                 status
             })
             .collect()

@@ -155,6 +155,12 @@ fn upgrade(bed: &TestBed, lb: &mut Daemon<'_>) -> anyhow::Result<()> {
         tcp_vip(&status).slot_states
     );
     eprintln!("after the upgrade: {:?}", tcp_vip(&status).slot_states);
+    // The migration created the VIP cache empty; the adopting daemon filled it.
+    anyhow::ensure!(
+        tcp_vip(&status).entry_cached == Some(true),
+        "the VIP's entry is not cached after the upgrade: {:?}",
+        tcp_vip(&status).entry_cached
+    );
     Ok(())
 }
 

@@ -147,6 +147,7 @@ fn status_of(a: &Announcer, vips: &[&str]) -> Status {
                 policy: None,
                 announce: None,
                 slot_states: None,
+                entry_cached: None,
                 give_ups: Vec::new(),
                 affinity_pins: None,
                 pending_rollout: None,
