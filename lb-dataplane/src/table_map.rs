@@ -35,11 +35,17 @@ use lb_common::{
     types::{TableCell, TableHeader},
 };
 
+/// Whether a new table of `size` slots goes into `TABLES_STD` (else `TABLES`): it has
+/// [`STD_TABLE_SIZE`] slots.
+pub(crate) const fn std_sized(size: u32) -> bool {
+    size == STD_TABLE_SIZE
+}
+
 /// The inner-map flags of a table of `size` slots: [`STD_TABLE_MAP_FLAGS`] for
 /// [`STD_TABLE_SIZE`] (its buffer goes into `TABLES_STD`), [`TABLE_MAP_FLAGS`]
 /// otherwise (`TABLES`).
 pub(crate) const fn flags_for(size: u32) -> u32 {
-    if size == STD_TABLE_SIZE {
+    if std_sized(size) {
         STD_TABLE_MAP_FLAGS
     } else {
         TABLE_MAP_FLAGS

@@ -49,7 +49,7 @@ use aya::maps::{Array, HashMap, MapData, MapError};
 use lb_common::{
     fastpath::SlotState,
     hash_fields::HashFields,
-    maps::{self, STD_TABLE_SIZE, TABLE_HEADER_LEN},
+    maps::{self, TABLE_HEADER_LEN},
     types::{
         VIP_AFFINITY, VIP_FAST_PATH, VIP_SECOND_CHANCE, VIP_TABLE_B, VIP_TABLE_STD, VipEntry,
         VipInfo, VipKey,
@@ -94,17 +94,14 @@ impl Buffer {
         )))?;
         let mapping = table_map::Mapping::new(fd.as_fd(), entries, true)
             .map_err(syscall_err(format!("mapping the table of VIP id {vip_id}")))?;
-        let name = if size == STD_TABLE_SIZE {
-            maps::TABLES_STD
-        } else {
-            maps::TABLES
-        };
+        let std = table_map::std_sized(size);
+        let name = if std { maps::TABLES_STD } else { maps::TABLES };
         let map = MapData::from_fd(fd).map_err(map_err(name, "open inner"))?;
         Ok(Self {
             map,
             mapping,
             entries,
-            std: table_map::is_std(table_map::flags_for(size), entries),
+            std,
         })
     }
 
@@ -112,8 +109,7 @@ impl Buffer {
     /// and the outer map that size belongs in.
     fn fits(&self, size: u32) -> bool {
         let entries = size as usize + TABLE_HEADER_LEN as usize;
-        self.entries == entries
-            && self.std == table_map::is_std(table_map::flags_for(size), entries)
+        self.entries == entries && self.std == table_map::std_sized(size)
     }
 }
 
@@ -299,12 +295,10 @@ impl TableSet {
             return Ok(());
         };
         let mut epoch = self.pins.as_ref().map_or(0, |p| p.meta.get().epoch);
-        let entries: Vec<(VipKey, VipEntry)> = self
-            .vips
-            .iter()
-            .collect::<Result<_, _>>()
-            .map_err(map_err(maps::VIPS, "iterate"))?;
-        for (key, entry) in entries {
+        // The cache is filled again from the same walk of `VIPS`.
+        self.cache.clear();
+        for (key, entry) in self.vip_entries()? {
+            self.cache.publish(&key, &entry);
             let mut hash = HashFields::of_flags(entry.flags);
             if entry.flags & VIP_AFFINITY != 0 {
                 let ns = self
@@ -346,10 +340,6 @@ impl TableSet {
             self.by_id.insert(entry.vip_id, vip);
         }
         self.epoch = epoch;
-        self.cache.clear();
-        for (key, entry) in self.vip_entries()? {
-            self.cache.publish(&key, &entry);
-        }
         Ok(())
     }
 
