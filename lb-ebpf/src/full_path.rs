@@ -37,6 +37,16 @@ pub(crate) fn hand_over(ctx: &XdpContext, fallback: Reason) -> (u32, Reason) {
     (fallback.action(), fallback)
 }
 
+/// Tail-calls `lb_xdp_full` for a VIP packet while `lb trace` runs: that program traces
+/// it, so `lb_xdp` carries no trace hook (the verifier would walk the hook once for
+/// each of its exit states). Returns only if the tail call fails; the caller then
+/// processes the packet untraced.
+#[inline(always)]
+pub(crate) fn hand_over_traced(ctx: &XdpContext) {
+    // SAFETY: the context is this program's; a successful tail call does not return.
+    unsafe { RARE_PROGS.tail_call(ctx, FULL_SLOT) };
+}
+
 /// Starts a packet: carries `tag`, and no fragment yet.
 #[inline(always)]
 pub(crate) fn begin(tag: Tag) {

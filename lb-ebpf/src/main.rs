@@ -32,9 +32,11 @@
 //! paths pay a few compares for all of them.
 //!
 //! The object also holds `lb_agent` ([`agent`]), the backend agent's program (it
-//! decapsulates on the backends and follows second-chance candidates), `lb_probe_encap` ([`probe`]), the TC egress program that sends
-//! tunnel-mode health probes through the same encapsulation, and `lb_trace` ([`trace`]),
-//! the program the load balancer tail-calls for a packet `lb trace` selects.
+//! decapsulates on the backends and follows second-chance candidates), `lb_probe_encap`
+//! ([`probe`]), the TC egress program that sends tunnel-mode health probes through the
+//! same encapsulation, and `lb_trace` ([`trace`]), which logs a packet `lb trace`
+//! selects. While a trace runs, `lb_xdp` hands VIP packets to `lb_xdp_full`, which
+//! tail-calls `lb_trace` with its decision.
 //!
 //! It always returns a verdict (never `XDP_ABORTED`) and counts its reason ([`stats`]);
 //! nothing is logged per packet unless `lb trace` runs (while a trace client is
@@ -195,10 +197,11 @@ fn verdict(reason: Reason) -> (u32, Reason) {
 }
 
 /// Parses the packet (untagged by now), passes what is not for a VIP, hands fragments
-/// and ICMP to the rare paths, and the rest to [`vip_packet`]; with `TRACE`, a VIP
-/// packet is logged while `CONFIG_TRACE` is set ([`trace`]): its frame is completed
-/// (the carried tag put back) before `lb_trace` takes over, which counts it and
-/// returns its action. Work handed to the rare paths is not traced. Without `FULL` (in
+/// and ICMP to the rare paths, and the rest to [`vip_packet`]. With `TRACE`, while
+/// `CONFIG_TRACE` is set, `lb_xdp` hands a VIP packet to `lb_xdp_full`
+/// ([`full_path::hand_over_traced`]), which logs it ([`trace`]): its frame is
+/// completed (the carried tag put back) before `lb_trace` takes over, which counts it
+/// and returns its action. Work handed to the rare paths is not traced. Without `FULL` (in
 /// `lb_xdp`) a tagged frame (which parses as `pass_vlan`: the EtherType dispatch tests
 /// the tag only after IPv4 and IPv6) and a first fragment are left to `lb_xdp_full`
 /// ([`Processed::Full`]); with it, the fragment's datagram is carried
@@ -228,6 +231,10 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
     let cfg = maps::CONFIG
         .get(0)
         .filter(|cfg| cfg.flags & CONFIG_VALID != 0);
+    if TRACE && !FULL && tracing(cfg) {
+        // Returns only if `lb_xdp_full` is missing: the packet goes on untraced.
+        full_path::hand_over_traced(ctx);
+    }
     // Before any conntrack work: a refused client creates and uses no state.
     if let Some(cfg) = cfg
         && cfg.flags & CONFIG_SOURCE_RANGES != 0
@@ -241,7 +248,8 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
     let mut traced = trace::Decision::none();
     let processed = vip_packet::<FULL>(ctx, &parsed, cfg, &mut traced);
     if TRACE
-        && cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0)
+        && FULL
+        && tracing(cfg)
         && let Processed::Pending(v) = processed
         && v.1 != Reason::PassNonVip
     {
@@ -255,6 +263,12 @@ fn process<const TRACE: bool, const FULL: bool>(ctx: &XdpContext) -> Processed {
         return Processed::Done((action, reason));
     }
     processed
+}
+
+/// Whether `lb trace` runs (`CONFIG_TRACE` in a valid configuration).
+#[inline(always)]
+fn tracing(cfg: Option<&LbConfig>) -> bool {
+    cfg.is_some_and(|cfg| cfg.flags & CONFIG_TRACE != 0)
 }
 
 /// Chooses the backend of a packet that may be for a VIP and forwards it; `traced`

@@ -4,15 +4,18 @@
 //! logged with aya-log: one record with the VIP, the client, the TCP flags, which state
 //! chose the backend ([`Path`]), the backend id, the table slot and the verdict reason.
 //!
-//! Off, tracing costs the packet path one test of a flag in the configuration it has
-//! already loaded, and the stores of [`Decision`] (a few registers, kept only because
-//! that test may read them; its `new_flow` also feeds the per-backend counters). On,
-//! every VIP packet is written to `TRACE_PACKET` and the load balancer tail-calls
-//! `lb_trace`, which applies the filter and logs a selected packet with a stack of its
-//! own (the load balancer's leaves too little for aya-log's record), counts the
-//! packet's verdict reason and returns its action. The filter and the table slot are
-//! read there, not on the packet path, which the verifier walks once per state. Record text, in one line (the daemon's
-//! reader, `lb_dataplane::kernel::trace`, decodes exactly this):
+//! Off, tracing costs `lb_xdp` one test of a flag in the configuration it has already
+//! loaded. On, `lb_xdp` hands every VIP packet to `lb_xdp_full`
+//! (`full_path::hand_over_traced`), which carries the hook: it keeps a [`Decision`],
+//! writes the packet to `TRACE_PACKET` and tail-calls `lb_trace`. That program applies
+//! the filter and logs a selected packet with a stack of its own (the load balancer's
+//! leaves too little for aya-log's record), counts the packet's verdict reason and
+//! returns its action. A hook in `lb_xdp` would cost its verifier bill about 9,000
+//! instructions: the verifier walks the hook once for each exit state.
+//!
+//! `lb_trace` reads the filter and the table slot, not the packet path, which the
+//! verifier walks once per state. Record text, in one line (the daemon's reader,
+//! `lb_dataplane::kernel::trace`, decodes exactly this):
 //!
 //! `lb-trace vip=ADDR:PORT/PROTO client=ADDR:PORT flags=F via=P backend=B slot=S reason=R`
 //!
