@@ -36,6 +36,17 @@ pub(crate) fn is_std(vip: &VipEntry) -> bool {
     vip.flags & VIP_TABLE_STD != 0
 }
 
+/// The size M of VIP `vip`'s live table: `STD_TABLE_SIZE` for a table in `TABLES_STD`,
+/// else its header's ([`size`]); `None` when the VIP has no valid table. For readers
+/// off the packet path (`lb_trace`); [`cell`] makes the same choice inline.
+#[inline(always)]
+pub(crate) fn live_size(vip: &VipEntry) -> Option<u32> {
+    if is_std(vip) {
+        return Some(STD_TABLE_SIZE);
+    }
+    TABLES.get(vip.table_index()).and_then(size)
+}
+
 /// The cell of slot `hash % M` of the VIP's live table (the buffer its entry names):
 /// in `TABLES_STD` at `hash % STD_TABLE_SIZE` with no header read when the entry has
 /// `VIP_TABLE_STD`, else in `TABLES` at `hash` modulo the header's size. The one place

@@ -26,14 +26,13 @@
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::info;
 use lb_common::{
-    maps::STD_TABLE_SIZE,
     stats::Reason,
     trace::{NO_SLOT, Path, TracedPacket},
     types::{FAMILY_V4, FlowKey},
 };
 
 use crate::{
-    maps::{CONFIG, TABLES, TRACE_FILTER, TRACE_PACKET, TRACE_PROGS},
+    maps::{CONFIG, TRACE_FILTER, TRACE_PACKET, TRACE_PROGS},
     parse::Parsed,
     stats, vip,
 };
@@ -179,12 +178,7 @@ fn table_slot(key: &FlowKey) -> u32 {
     let Some(vip) = vip::find_vip(&key.vip) else {
         return NO_SLOT;
     };
-    let size = if crate::table::is_std(&vip) {
-        Some(STD_TABLE_SIZE)
-    } else {
-        TABLES.get(vip.table_index()).and_then(crate::table::size)
-    };
-    size.map_or(NO_SLOT, |size| {
+    crate::table::live_size(&vip).map_or(NO_SLOT, |size| {
         crate::hashes::table_hash(key, vip.flags, cfg.hash_seed) % size
     })
 }
