@@ -113,6 +113,43 @@ impl Buffer {
     }
 }
 
+/// Buffers created per thread at least before [`create_buffers`] uses a second one.
+const BUFFERS_PER_THREAD: usize = 16;
+
+/// Creates the buffers of `missing` (VIP id, buffer index, slots), in its order, on up
+/// to `available_parallelism` threads: most of a buffer's creation is the kernel
+/// zeroing its pages (1 MiB at M = 65,537), which runs on the calling thread, so a
+/// start of many VIPs creates them side by side. The first failure in `missing`'s
+/// order is returned; the buffers created are closed again.
+fn create_buffers(
+    missing: &[(u32, usize, u32)],
+) -> Result<Vec<(u32, usize, Buffer)>, DataplaneError> {
+    let create = |&(vip_id, target, size): &(u32, usize, u32)| {
+        Buffer::create(size, vip_id).map(|b| (vip_id, target, b))
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(missing.len() / BUFFERS_PER_THREAD);
+    if threads <= 1 {
+        return missing.iter().map(create).collect();
+    }
+    let chunk = missing.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = missing
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(create).collect::<Vec<_>>()))
+            .collect();
+        let mut created = Vec::with_capacity(missing.len());
+        for part in parts {
+            match part.join() {
+                Ok(buffers) => created.extend(buffers),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        created.into_iter().collect()
+    })
+}
+
 /// One outer map of table buffers (`TABLES` or `TABLES_STD`), through a handle of its
 /// own (a duplicate of the loaded map's fd).
 pub(crate) struct Outer {
@@ -594,18 +631,20 @@ impl TableSet {
     /// A prepared buffer that replaces one of the other map has that entry deleted
     /// after the batches (a size change: one grace period each).
     pub(crate) fn prepare(&mut self, tables: &[(u32, u32)]) -> Result<(), DataplaneError> {
-        let mut created: Vec<(u32, usize, Buffer)> = Vec::new();
+        let mut missing: Vec<(u32, usize, u32)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for &(vip_id, size) in tables {
             let vip = self.by_id.get(&vip_id);
             let target = vip.and_then(|v| v.live).map_or(0, |live| 1 - live);
             let ready = vip
                 .and_then(|v| v.buffers[target].as_ref())
                 .is_some_and(|b| b.fits(size));
-            if ready || created.iter().any(|(id, _, _)| *id == vip_id) {
+            if ready || !seen.insert(vip_id) {
                 continue;
             }
-            created.push((vip_id, target, Buffer::create(size, vip_id)?));
+            missing.push((vip_id, target, size));
         }
+        let created = create_buffers(&missing)?;
         if created.is_empty() {
             return Ok(());
         }
