@@ -645,3 +645,51 @@ fn backend_entries_written_in_one_batch_read_back_as_written() {
         "an id beyond the map is refused"
     );
 }
+
+/// Lets the calling thread run on every CPU of the machine again (undoing
+/// [`Lb::new`]'s pin), returning the CPU it was pinned to.
+fn unpin() -> usize {
+    // SAFETY: sched_getcpu has no preconditions; cpu_set_t is plain data that
+    // CPU_SET writes inside and sched_setaffinity reads.
+    unsafe {
+        let cpu = usize::try_from(libc::sched_getcpu()).unwrap_or(0);
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let cpus = usize::try_from(libc::sysconf(libc::_SC_NPROCESSORS_ONLN)).unwrap_or(1);
+        for c in 0..cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "unpin the test thread"
+        );
+        cpu
+    }
+}
+
+/// A change of many new VIPs (a start): `prepare_tables` creates their buffers on
+/// every CPU the thread may use (`lb-dataplane/src/tables.rs`, `create_buffers`), and
+/// each VIP's install then writes its own buffer and reads back its own table.
+#[test]
+fn many_buffers_created_side_by_side_each_hold_their_vips_table() {
+    let mut lb = Lb::new();
+    let size = 1_009_u32;
+    let vips: Vec<u32> = (10..74).collect();
+    let tables: Vec<(u32, u32)> = vips.iter().map(|&v| (v, size)).collect();
+    let cpu = unpin();
+    lb.dp.prepare_tables(&tables).expect("prepare the buffers");
+    lb_tests::pin_to_cpu(cpu).expect("pin the test thread again");
+    let table_of = |v: u32| -> Vec<u32> { (0..size).map(|s| 1 + (v + s) % 13).collect() };
+    for &v in &vips {
+        let table = lb_dataplane::TableImage {
+            generation: v,
+            slots: &table_of(v),
+        };
+        lb.dp.install_table(v, &table).expect("install");
+    }
+    for &v in &vips {
+        let read = lb.dp.table(v).expect("read").expect("installed");
+        assert_eq!(read.generation, v, "VIP id {v}'s header");
+        assert!(read.slots == table_of(v), "VIP id {v}'s slots");
+    }
+}
