@@ -11,7 +11,7 @@ use aya::{
 };
 use lb_common::{
     maps,
-    types::{BackendEntry, VIP_TABLE_STD, VipEntry, VipKey},
+    types::{BackendEntry, VipEntry, VipKey},
 };
 
 use super::{DataplaneError, InstalledTable, map_err, syscall_err, table_map};
@@ -99,7 +99,7 @@ impl Inspector {
     /// When the maps cannot be read.
     pub fn table(&self, entry: &VipEntry) -> Result<Option<InstalledTable>, DataplaneError> {
         let index = entry.table_index();
-        let (name, outer) = if entry.flags & VIP_TABLE_STD != 0 {
+        let (name, outer) = if entry.in_std_tables() {
             let outer = self.tables_std.as_ref();
             (
                 maps::TABLES_STD,

@@ -569,28 +569,18 @@ impl TableSet {
         // A live table whose header is unreadable (corrupt) tells no clean owner: its
         // slots are published as after a new size.
         let live = live_states(vip, vip_id).unwrap_or(Some(Vec::new()));
-        match &mut vip.buffers[target] {
-            Some(buffer) if buffer.fits(size) => {
-                write(&mut buffer.mapping, live.as_deref(), now_ns)
-                    .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
-            }
-            slot => {
-                let mut buffer = Buffer::create(size, vip_id)?;
-                write(&mut buffer.mapping, live.as_deref(), now_ns)
-                    .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
-                // Not live yet: the kernel's grace-period wait in this update is the
-                // price of a new buffer (first table of a VIP, or a new size).
-                let (at, std, replaced) = (
-                    index(vip_id, target),
-                    buffer.std,
-                    slot.as_ref().map(|b| b.std),
-                );
-                self.outers.of(std).set(at, &buffer.map)?;
-                *slot = Some(buffer);
-                self.outers.forget_moved(at, std, replaced)?;
-                if let Some(Some(buffer)) = self.by_id.get(&vip_id).map(|v| &v.buffers[target]) {
-                    self.pin_buffer(index(vip_id, target), &buffer.map)?;
-                }
+        if let Some(buffer) = vip.buffers[target].as_mut().filter(|b| b.fits(size)) {
+            write(&mut buffer.mapping, live.as_deref(), now_ns)
+                .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
+        } else {
+            let mut buffer = Buffer::create(size, vip_id)?;
+            write(&mut buffer.mapping, live.as_deref(), now_ns)
+                .map_err(syscall_err(format!("writing the table of VIP id {vip_id}")))?;
+            // Not live yet: the kernel's grace-period wait in this update is the price
+            // of a new buffer (first table of a VIP, or a new size).
+            self.place(vip_id, target, buffer)?;
+            if let Some(Some(buffer)) = self.by_id.get(&vip_id).map(|v| &v.buffers[target]) {
+                self.pin_buffer(index(vip_id, target), &buffer.map)?;
             }
         }
         let epoch = self.next_epoch()?;
@@ -618,6 +608,18 @@ impl TableSet {
             vip.stale[old] = true;
         }
         Ok(())
+    }
+
+    /// Puts new `buffer` into its outer map as VIP `vip_id`'s buffer `target` (a
+    /// grace-period wait when the entry is replaced) and records it; a replaced buffer
+    /// of the other outer map loses its entry there (a size change). Not live until a
+    /// `VIPS` entry selects it.
+    fn place(&mut self, vip_id: u32, target: usize, buffer: Buffer) -> Result<(), DataplaneError> {
+        let (at, std) = (index(vip_id, target), buffer.std);
+        self.outers.of(std).set(at, &buffer.map)?;
+        let slot = &mut self.by_id.entry(vip_id).or_default().buffers[target];
+        let replaced = slot.replace(buffer).map(|b| b.std);
+        self.outers.forget_moved(at, std, replaced)
     }
 
     /// Creates the buffers that the next installs of `tables` (VIP id, slots) will write
@@ -722,15 +724,11 @@ impl TableSet {
         let len = u32::try_from(slots.len()).unwrap_or(u32::MAX);
         let mut buffer = Buffer::create(len, vip_id)?;
         buffer.mapping.write_raw(size, slots);
+        let target = self.by_id.get(&vip_id).and_then(|v| v.live).unwrap_or(0);
+        self.place(vip_id, target, buffer)?;
         let vip = self.by_id.entry(vip_id).or_default();
-        let target = vip.live.unwrap_or(0);
-        let (at, std) = (index(vip_id, target), buffer.std);
-        let replaced = vip.buffers[target].as_ref().map(|b| b.std);
-        self.outers.of(std).set(at, &buffer.map)?;
-        vip.buffers[target] = Some(buffer);
         vip.live = Some(target);
         let key = vip.key;
-        self.outers.forget_moved(at, std, replaced)?;
         // The entry names the map the buffer is in (`VIP_TABLE_STD`).
         key.map_or(Ok(()), |key| self.write_vip(&key, vip_id))
     }

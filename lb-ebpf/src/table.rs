@@ -14,7 +14,7 @@
 use lb_common::{
     maps::{MAX_TABLE_SIZE, STD_TABLE_SIZE, TABLE_HEADER_INDEX, TABLE_HEADER_LEN},
     stats::Reason,
-    types::{TableCell, VIP_TABLE_STD, VipEntry},
+    types::{TableCell, VipEntry},
 };
 
 use crate::{
@@ -30,18 +30,12 @@ pub(crate) fn size(table: &TableMap) -> Option<u32> {
     (size != 0 && size <= MAX_TABLE_SIZE).then_some(size)
 }
 
-/// Whether VIP `vip`'s live table is in `TABLES_STD` (`VIP_TABLE_STD`).
-#[inline(always)]
-pub(crate) fn is_std(vip: &VipEntry) -> bool {
-    vip.flags & VIP_TABLE_STD != 0
-}
-
 /// The size M of VIP `vip`'s live table: `STD_TABLE_SIZE` for a table in `TABLES_STD`,
 /// else its header's ([`size`]); `None` when the VIP has no valid table. For readers
 /// off the packet path (`lb_trace`); [`cell`] makes the same choice inline.
 #[inline(always)]
 pub(crate) fn live_size(vip: &VipEntry) -> Option<u32> {
-    if is_std(vip) {
+    if vip.in_std_tables() {
         return Some(STD_TABLE_SIZE);
     }
     TABLES.get(vip.table_index()).and_then(size)
@@ -56,7 +50,7 @@ pub(crate) fn live_size(vip: &VipEntry) -> Option<u32> {
 /// `MAX_TABLE_SIZE`.
 #[inline(always)]
 pub(crate) fn cell(vip: &VipEntry, hash: u32) -> Result<*mut TableCell, Reason> {
-    if is_std(vip) {
+    if vip.in_std_tables() {
         let table = TABLES_STD
             .get(vip.table_index())
             .ok_or(Reason::DropBadConfig)?;

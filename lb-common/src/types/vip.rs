@@ -113,6 +113,12 @@ impl VipEntry {
     pub const fn table_index(&self) -> u32 {
         self.vip_id * 2 + (self.flags & VIP_TABLE_B)
     }
+
+    /// Whether the VIP's live table is in `TABLES_STD` ([`VIP_TABLE_STD`]), else in
+    /// `TABLES`.
+    pub const fn in_std_tables(&self) -> bool {
+        self.flags & VIP_TABLE_STD != 0
+    }
 }
 const _: () = assert!(size_of::<VipEntry>() == 12);
 

@@ -130,8 +130,34 @@ struct Step {
     /// The maps it converts or creates (every other map must be pinned as this build
     /// defines it).
     maps: &'static [&'static str],
-    /// The conversion.
-    run: fn(&Context<'_>) -> Result<Vec<MapMigration>, PinError>,
+    /// The conversion; `None` for a step that only creates its `maps` empty.
+    convert: Option<Convert>,
+}
+
+/// A step's conversion of the maps of a context.
+type Convert = fn(&Context<'_>) -> Result<Vec<MapMigration>, PinError>;
+
+impl Step {
+    /// A step from layout `from` whose only change is `maps`, new and created empty.
+    const fn creating(from: u32, maps: &'static [&'static str]) -> Self {
+        Self {
+            from,
+            maps,
+            convert: None,
+        }
+    }
+
+    /// Runs the step on the maps of `ctx`.
+    fn run(&self, ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
+        match self.convert {
+            Some(convert) => convert(ctx),
+            None => self
+                .maps
+                .iter()
+                .map(|name| create_empty(ctx, name))
+                .collect(),
+        }
+    }
 }
 
 /// Every step, by the version it reads.
@@ -194,7 +220,7 @@ pub fn migrate(
     };
     let mut maps = Vec::new();
     for step in steps {
-        maps.extend((step.run)(&ctx)?);
+        maps.extend(step.run(&ctx)?);
     }
     maps.extend(kept(dir)?);
     meta.update(|m| {

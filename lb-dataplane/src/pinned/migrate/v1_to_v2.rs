@@ -35,7 +35,7 @@ use crate::{
 pub(super) const STEP: Step = Step {
     from: 1,
     maps: &[TABLES, VIP_STATS, FAST_FILTER],
-    run,
+    convert: Some(run),
 };
 
 /// Layout 1's header cells in a table buffer (size, generation).

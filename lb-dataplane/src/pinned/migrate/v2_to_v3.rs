@@ -22,7 +22,7 @@ const CREATED: [&str; 2] = [AFFINITY, AFFINITY_TIMEOUT];
 pub(super) const STEP: Step = Step {
     from: 2,
     maps: &[VIP_STATS, AFFINITY, AFFINITY_TIMEOUT],
-    run,
+    convert: Some(run),
 };
 
 fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {

@@ -9,22 +9,13 @@
 
 use lb_common::maps::EXCEPTIONS;
 
-use super::{Context, MapMigration, Step, create_empty};
-use crate::pinned::PinError;
+use super::Step;
 
 /// The maps new in layout 4, created empty.
 const CREATED: [&str; 1] = [EXCEPTIONS];
 
 /// The step.
-pub(super) const STEP: Step = Step {
-    from: 3,
-    maps: &CREATED,
-    run,
-};
-
-fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
-    CREATED.iter().map(|name| create_empty(ctx, name)).collect()
-}
+pub(super) const STEP: Step = Step::creating(3, &CREATED);
 
 /// Test support: removes what this step adds that no older rewind knows: the pins of
 /// the maps new in layout 4.
@@ -34,7 +25,7 @@ pub(super) fn strip(dir: &crate::pinned::PinDir) -> std::io::Result<()> {
 }
 
 /// Test support: turns the maps this build pinned at `dir` back into what the layout-3
-/// build pinned (`old`: that build's layout), the inverse of [`run`]: no `EXCEPTIONS`,
+/// build pinned (`old`: that build's layout), the inverse of [`STEP`]: no `EXCEPTIONS`,
 /// and `meta` naming layout 3 and its digest.
 #[cfg(feature = "test-harness")]
 pub(super) fn rewind(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::io::Result<()> {

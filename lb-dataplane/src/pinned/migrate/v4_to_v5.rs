@@ -24,7 +24,7 @@ use crate::{
 pub(super) const STEP: Step = Step {
     from: 4,
     maps: &[BACKEND_STATS, NEXTHOP_CACHE],
-    run,
+    convert: Some(run),
 };
 
 fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {

@@ -13,22 +13,13 @@
 
 use lb_common::maps::{TABLES_STD, VIP_CACHE};
 
-use super::{Context, MapMigration, Step, create_empty};
-use crate::pinned::PinError;
+use super::Step;
 
 /// The maps new in layout 6, created empty.
 const CREATED: [&str; 2] = [TABLES_STD, VIP_CACHE];
 
 /// The step.
-pub(super) const STEP: Step = Step {
-    from: 5,
-    maps: &CREATED,
-    run,
-};
-
-fn run(ctx: &Context<'_>) -> Result<Vec<MapMigration>, PinError> {
-    CREATED.iter().map(|name| create_empty(ctx, name)).collect()
-}
+pub(super) const STEP: Step = Step::creating(5, &CREATED);
 
 /// Test support: removes what this step adds that no older rewind knows. The buffers
 /// this build put into `TABLES_STD` are copied into maps of `TABLES`' inner flags and
@@ -43,7 +34,7 @@ pub(super) fn strip(dir: &crate::pinned::PinDir) -> std::io::Result<()> {
 }
 
 /// Test support: turns the maps this build pinned at `dir` back into what the layout-5
-/// build pinned (`old`: that build's layout), the inverse of [`run`] ([`strip`]), and
+/// build pinned (`old`: that build's layout), the inverse of [`STEP`] ([`strip`]), and
 /// `meta` naming layout 5 and its digest.
 #[cfg(feature = "test-harness")]
 pub(super) fn rewind(dir: &crate::pinned::PinDir, old: &super::Layout) -> std::io::Result<()> {
